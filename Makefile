@@ -1,0 +1,45 @@
+# bex — see README.md. Every target installs what it needs first (hack/tools.sh is
+# idempotent and takes seconds once the daemons are built).
+
+SHELL := /bin/bash
+export PATH := /usr/local/go/bin:$(PATH)
+
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+GO_LDFLAGS := -X main.version=$(VERSION)
+# A whole `make test` runs envtest, containerd and buildkitd; cold it fits well inside CI's 90 minutes.
+TEST_TIMEOUT ?= 45m
+
+.PHONY: all run test bench build generate tools lint
+
+all: build
+
+## tools: install Debian packages and build the daemons into bin/ (idempotent)
+tools:
+	@bash hack/tools.sh
+
+## build: build bin/bex
+build:
+	@mkdir -p bin
+	go build -ldflags "$(GO_LDFLAGS)" -o bin/bex ./cmd/bex
+
+## generate: regenerate the CRDs and deepcopy functions from deployer/api
+generate:
+	cd deployer && go tool controller-gen object paths=./api/... crd output:crd:dir=./crds
+
+## run: install what is missing, build, start bex on this machine
+run: tools build
+	@bash hack/run.sh
+
+## test: install what is missing, then run every test (real daemons included)
+test: tools lint
+	go test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+## bench: benchmarks, each reported beside a baseline measured in the same run
+bench: tools
+	go test -run '^$$' -bench . -benchtime 3x -timeout 30m ./...
+
+## lint: gofmt and go vet
+lint:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go') 2>/dev/null); \
+	if [ -n "$$unformatted" ]; then echo "gofmt would change:"; echo "$$unformatted"; exit 1; fi
+	go vet ./...

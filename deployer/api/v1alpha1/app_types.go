@@ -1,0 +1,247 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// MaxAppNameLength is the longest app name. An app's name becomes a DNS label under
+// the base domain, a Kubernetes label value and part of generated names (Release
+// "<app>-v<n>", containers, Deployments), so it is kept well inside 63 characters.
+const MaxAppNameLength = 40
+
+// MaxReplicas is the most instances of one process type. It is a guard against typos
+// (`ps:scale web=1000`), not a capacity plan.
+const MaxReplicas = 100
+
+// DefaultDeployBranch is the branch whose pushes deploy when an app names none.
+const DefaultDeployBranch = "main"
+
+// DefaultBootTimeoutSeconds is how long a new instance may take to pass its health
+// check before the release fails (Heroku's R10 boot timeout).
+const DefaultBootTimeoutSeconds = 60
+
+// App is one deployable application: the desired state (image, processes, config,
+// domains) in spec, the truth about what serves in status.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=app
+// +kubebuilder:printcolumn:name="Phase",type="string",JSONPath=".status.phase"
+// +kubebuilder:printcolumn:name="Revision",type="integer",JSONPath=".status.revision"
+// +kubebuilder:printcolumn:name="URL",type="string",JSONPath=".status.url"
+// +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 40 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name: an app name is a DNS-1123 label of at most 40 characters: lower-case letters, digits and '-', starting and ending with a letter or digit"
+type App struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the desired state of the app.
+	// +optional
+	Spec AppSpec `json:"spec,omitempty"`
+
+	// status is what the deployer observed. It is written by the deployer only.
+	// +optional
+	Status AppStatus `json:"status,omitempty"`
+}
+
+// AppSpec is the desired state of an App.
+type AppSpec struct {
+	// image is the digest-pinned image of the current release
+	// (for example registry.example/app@sha256:<64 hex>). Empty until the first build.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^[^@\s]+@sha256:[a-f0-9]{64}$`
+	Image string `json:"image,omitempty"`
+
+	// release is the number of the Release this spec rolls out. 0 means none yet.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Release int64 `json:"release,omitempty"`
+
+	// processes are the process types to run, by name (from the Procfile); the "web"
+	// process gets the app's route and a PORT to listen on.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=20
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.size() <= 30 && k.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$'))",message="process type names are lower-case letters, digits and '-', at most 30 characters, starting with a letter"
+	Processes map[string]ProcessSpec `json:"processes,omitempty"`
+
+	// env are the app's config vars, given to every process.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=500
+	Env []EnvVar `json:"env,omitempty"`
+
+	// domains are host names served besides the default <app>.<base domain>.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=100
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Domains []string `json:"domains,omitempty"`
+
+	// healthCheck says when a new instance is ready for traffic. Without it, an
+	// instance is ready once its PORT accepts TCP connections.
+	// +optional
+	HealthCheck *HealthCheck `json:"healthCheck,omitempty"`
+
+	// suspended stops every process of the app; the edge answers 503 meanwhile.
+	// Resuming brings back the same release.
+	// +optional
+	Suspended bool `json:"suspended,omitempty"`
+
+	// git holds the settings of the app's repository.
+	// +optional
+	Git GitSpec `json:"git,omitempty"`
+
+	// members are the names of the Users, besides admins, who may push to the app and
+	// manage it. Access lives on the App so that one object answers "who may touch
+	// this app", and the grant goes away with the app.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=200
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Members []string `json:"members,omitempty"`
+}
+
+// ProcessSpec is one process type.
+type ProcessSpec struct {
+	// command runs the process; empty means the image's entrypoint and command.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	Command []string `json:"command,omitempty"`
+
+	// replicas is how many instances run. 0 keeps the type defined but stopped.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	Replicas int32 `json:"replicas,omitempty"`
+}
+
+// EnvVar is one config var: a literal value, or a key of a Secret.
+// +kubebuilder:validation:XValidation:rule="!(has(self.value) && has(self.valueFrom))",message="set value or valueFrom, not both"
+type EnvVar struct {
+	// name is a POSIX environment variable name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
+	Name string `json:"name"`
+
+	// value is the literal value.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32768
+	Value string `json:"value,omitempty"`
+
+	// valueFrom takes the value from a key of a Secret in the app's namespace.
+	// +optional
+	ValueFrom *SecretKeySelector `json:"valueFrom,omitempty"`
+}
+
+// SecretKeySelector names one key of a Secret in the same namespace.
+type SecretKeySelector struct {
+	// name is the Secret's name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// key is the key within the Secret.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Key string `json:"key"`
+}
+
+// HealthCheck is an HTTP check of the web process.
+type HealthCheck struct {
+	// path is requested with GET on the instance's PORT; any 2xx or 3xx is healthy.
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^/\S*$`
+	Path string `json:"path"`
+
+	// bootTimeoutSeconds is how long a new instance may take to become healthy
+	// before the release fails. Default 60.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=900
+	BootTimeoutSeconds int32 `json:"bootTimeoutSeconds,omitempty"`
+}
+
+// GitSpec holds an app's repository settings.
+type GitSpec struct {
+	// deployBranch is the branch whose pushes build and deploy. Empty means the first
+	// branch ever pushed, recorded here by the gitserver ("main" when unknown).
+	// +optional
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$`
+	// +kubebuilder:validation:XValidation:rule="!self.contains('..') && !self.endsWith('.lock')",message="not a valid git branch name"
+	DeployBranch string `json:"deployBranch,omitempty"`
+
+	// upstream is a git URL that webhooks fetch from, for apps whose code lives on
+	// another git host.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^(https://|ssh://|git@)\S+$`
+	Upstream string `json:"upstream,omitempty"`
+
+	// webhookSecretRef is the Secret key holding the shared secret that signs this
+	// app's webhooks.
+	// +optional
+	WebhookSecretRef *SecretKeySelector `json:"webhookSecretRef,omitempty"`
+}
+
+// AppPhase is a one-word summary of an app's state, for people. Controllers decide
+// from conditions, never from the phase.
+// +kubebuilder:validation:Enum=Pending;Building;Deploying;Running;Failed;Suspended
+type AppPhase string
+
+// The phases of an App.
+const (
+	// AppPhasePending: no release has been rolled out yet.
+	AppPhasePending AppPhase = "Pending"
+	// AppPhaseBuilding: a push is being built.
+	AppPhaseBuilding AppPhase = "Building"
+	// AppPhaseDeploying: a release is rolling out.
+	AppPhaseDeploying AppPhase = "Deploying"
+	// AppPhaseRunning: the current release serves and is healthy.
+	AppPhaseRunning AppPhase = "Running"
+	// AppPhaseFailed: the last build or rollout failed; see the conditions.
+	AppPhaseFailed AppPhase = "Failed"
+	// AppPhaseSuspended: every process is stopped on purpose.
+	AppPhaseSuspended AppPhase = "Suspended"
+)
+
+// AppStatus is the observed state of an App.
+type AppStatus struct {
+	// phase summarises the conditions for people. Do not base decisions on it.
+	// +optional
+	Phase AppPhase `json:"phase,omitempty"`
+
+	// revision is the number of the Release that serves traffic now.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Revision int64 `json:"revision,omitempty"`
+
+	// url is where the app answers.
+	// +optional
+	URL string `json:"url,omitempty"`
+
+	// conditions are the app's observations: Ready, Built, RolledOut.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=32
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// observedGeneration is the spec generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// AppList is a list of Apps.
+//
+// +kubebuilder:object:root=true
+type AppList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []App `json:"items"`
+}

@@ -1,0 +1,35 @@
+package v1alpha1
+
+// Condition types of an App.
+const (
+	// ReadyCondition is true when the app serves its current release healthily.
+	ReadyCondition = "Ready"
+	// BuiltCondition reports the last build of the deploy branch.
+	BuiltCondition = "Built"
+	// RolledOutCondition is true when every instance of spec.release is up and the
+	// instances of older releases are gone.
+	RolledOutCondition = "RolledOut"
+)
+
+// Reasons of App conditions. They are CamelCase words that tools may match on; the
+// condition's message says what to do in a sentence.
+const (
+	// NoReleaseReason: nothing has been deployed yet; push to the deploy branch.
+	NoReleaseReason = "NoRelease"
+	// BuildSucceededReason: the last build produced spec.image.
+	BuildSucceededReason = "BuildSucceeded"
+	// BuildFailedReason: the last build failed; the previous release keeps serving.
+	BuildFailedReason = "BuildFailed"
+	// RollingOutReason: new instances are starting or being health-checked.
+	RollingOutReason = "RollingOut"
+	// RolledOutReason: the release serves on every instance.
+	RolledOutReason = "RolledOut"
+	// HealthCheckFailedReason: new instances never became healthy within the boot timeout.
+	HealthCheckFailedReason = "HealthCheckFailed"
+	// CrashLoopReason: instances keep exiting and are being restarted with backoff.
+	CrashLoopReason = "CrashLoop"
+	// ImageNotFoundReason: spec.image cannot be found by the runtime.
+	ImageNotFoundReason = "ImageNotFound"
+	// SuspendedReason: spec.suspended is true.
+	SuspendedReason = "Suspended"
+)

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Makes this machine ready to build, run and test bex, and says what it does.
+# Idempotent: a second run checks and returns in seconds.
+#
+#   1. Debian packages: git, openssh, runc, containerd, busybox-static, ...
+#   2. Daemons built from their Go modules into bin/<name>-<version>/, with
+#      stable links bin/<binary> -> <name>-<version>/<binary>:
+#        buildkitd, buildctl                (hack/tools/buildkit)
+#        kube-apiserver, etcd, kubectl      (hack/tools/kube)
+#        pebble                             (the bex module's tool directive)
+#
+# The first run on a machine builds for about 10 minutes; the Go build cache makes
+# later ones take seconds.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+# shellcheck source=versions.env
+. hack/versions.env
+
+say() { printf '==> %s\n' "$*"; }
+die() { printf 'hack/tools.sh: %s\n' "$*" >&2; exit 1; }
+
+# --- Go ---------------------------------------------------------------------------
+if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+	export PATH="/usr/local/go/bin:$PATH"
+fi
+command -v go >/dev/null 2>&1 || die "Go is missing: install Go 1.26 or newer into /usr/local/go (https://go.dev/doc/install), then run again"
+gov=$(go env GOVERSION)
+case "$gov" in
+go1.2[6-9]* | go1.[3-9][0-9]* | go[2-9]*) ;;
+*) die "Go $gov is too old: bex needs Go 1.26 or newer" ;;
+esac
+
+# --- Debian packages --------------------------------------------------------------
+packages=(git openssh-client openssh-server runc containerd busybox-static ca-certificates curl iproute2 nginx-light)
+missing=()
+for p in "${packages[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	[ "$(id -u)" = 0 ] || die "missing packages ${missing[*]}: run as root, or: sudo apt-get install -y ${missing[*]}"
+	say "installing Debian packages: ${missing[*]}"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+	say "Debian packages present: ${packages[*]}"
+fi
+
+# --- Daemons from Go modules ------------------------------------------------------
+mkdir -p bin
+
+# build NAME DIR MODULE_DIR LDFLAGS PKG... : builds PKGs in MODULE_DIR into
+# bin/DIR unless bin/DIR/.complete exists. The stamp is written last, so an
+# interrupted build is redone.
+build() {
+	local name=$1 dir=$2 moddir=$3 ldflags=$4
+	shift 4
+	if [ -f "bin/$dir/.complete" ]; then
+		say "$name: bin/$dir is built"
+		return
+	fi
+	say "$name: building bin/$dir (the first time takes minutes; later runs use the Go build cache)"
+	local start=$SECONDS
+	mkdir -p "bin/$dir"
+	(cd "$moddir" && go build -trimpath -ldflags "$ldflags" -o "$root/bin/$dir/" "$@")
+	# etcd's main package is called "server"; envtest and bex look for "etcd".
+	if [ -f "bin/$dir/server" ]; then mv "bin/$dir/server" "bin/$dir/etcd"; fi
+	touch "bin/$dir/.complete"
+	say "$name: built in $((SECONDS - start)) s"
+}
+
+build "buildkit $BUILDKIT_VERSION" "buildkit-$BUILDKIT_VERSION" hack/tools/buildkit \
+	"-s -w -X github.com/moby/buildkit/version.Version=$BUILDKIT_VERSION" \
+	github.com/moby/buildkit/cmd/buildkitd github.com/moby/buildkit/cmd/buildctl
+
+kube_minor=${KUBE_VERSION#v1.}
+kube_minor=${kube_minor%%.*}
+build "kube-apiserver, kubectl and etcd $KUBE_VERSION" "kube-$KUBE_VERSION" hack/tools/kube \
+	"-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$kube_minor" \
+	k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl go.etcd.io/etcd/server/v3
+
+build "pebble $PEBBLE_VERSION" "pebble-$PEBBLE_VERSION" . "-s -w" \
+	github.com/letsencrypt/pebble/v2/cmd/pebble
+
+link() { ln -sfn "$1/$2" "bin/$2"; }
+link "buildkit-$BUILDKIT_VERSION" buildkitd
+link "buildkit-$BUILDKIT_VERSION" buildctl
+link "kube-$KUBE_VERSION" kube-apiserver
+link "kube-$KUBE_VERSION" etcd
+link "kube-$KUBE_VERSION" kubectl
+link "pebble-$PEBBLE_VERSION" pebble
+
+for b in buildkitd buildctl kube-apiserver etcd kubectl pebble; do
+	[ -x "bin/$b" ] || die "bin/$b is missing after the build: remove bin/ and run make tools again"
+done
+say "tools ready in bin/"

@@ -1,0 +1,110 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	bkclient "github.com/moby/buildkit/client"
+)
+
+// Buildkitd is a buildkitd whose containerd worker builds into a Containerd, in
+// containerd namespace Namespace.
+type Buildkitd struct {
+	// Address is its gRPC address, "unix://<path>".
+	Address string
+	// Containerd is the containerd it builds into.
+	Containerd *Containerd
+
+	proc *process
+}
+
+// RUN steps share the host's network: there is no CNI on a bex node, and builds
+// that fetch dependencies need the network the host has.
+const buildkitdConfig = `root = %[1]q
+
+[grpc]
+  address = [%[2]q]
+
+[worker.oci]
+  enabled = false
+
+[worker.containerd]
+  enabled = true
+  address = %[3]q
+  namespace = %[4]q
+  networkMode = "host"
+  gc = true
+`
+
+// StartBuildkitd starts buildkitd from bin/ with its state under dir, building into c.
+func StartBuildkitd(dir string, c *Containerd) (*Buildkitd, error) {
+	bin, err := Binary("buildkitd")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	b := &Buildkitd{Address: "unix://" + filepath.Join(dir, "buildkitd.sock"), Containerd: c}
+	config := filepath.Join(dir, "buildkitd.toml")
+	content := fmt.Sprintf(buildkitdConfig, filepath.Join(dir, "root"), b.Address, c.Address, Namespace)
+	if err := os.WriteFile(config, []byte(content), 0o644); err != nil {
+		return nil, err
+	}
+	// Without --otel-socket-path buildkitd creates /run/buildkit/otel-grpc.sock,
+	// which two daemons on one machine would fight over.
+	b.proc, err = startProcess(dir, "buildkitd", bin, []string{
+		"--config", config,
+		"--otel-socket-path", filepath.Join(dir, "otel.sock"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = b.proc.waitReady(30*time.Second, func(ctx context.Context) error {
+		cl, err := b.Client(ctx)
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		workers, err := cl.ListWorkers(ctx)
+		if err != nil {
+			return err
+		}
+		if len(workers) == 0 {
+			return errors.New("no workers yet")
+		}
+		return nil
+	})
+	if err != nil {
+		_ = b.Stop()
+		return nil, err
+	}
+	return b, nil
+}
+
+// Client connects to the daemon.
+func (b *Buildkitd) Client(ctx context.Context) (*bkclient.Client, error) {
+	return bkclient.New(ctx, b.Address)
+}
+
+// Stop stops buildkitd.
+func (b *Buildkitd) Stop() error { return b.proc.stop(10 * time.Second) }
+
+// SharedBuildkitd returns the buildkitd of this test binary, started on first use
+// with SharedContainerd as its worker.
+func SharedBuildkitd(t testing.TB) *Buildkitd {
+	t.Helper()
+	c := SharedContainerd(t)
+	return sharedDaemon(t, "buildkitd", func(dir string) (*Buildkitd, func() error, error) {
+		b, err := StartBuildkitd(dir, c)
+		if err != nil {
+			return nil, nil, err
+		}
+		return b, b.Stop, nil
+	})
+}

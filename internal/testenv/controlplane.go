@@ -1,0 +1,109 @@
+package testenv
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/deployer/crds"
+)
+
+// ControlPlane is a real etcd + kube-apiserver with bex's CRDs installed.
+type ControlPlane struct {
+	// Config reaches the API server as a cluster admin.
+	Config *rest.Config
+	// Client is a controller-runtime client whose scheme knows bex's kinds and
+	// Kubernetes' built-in ones.
+	Client client.Client
+	// Scheme is Client's scheme.
+	Scheme *runtime.Scheme
+	// Kubeconfig is the path of a kubeconfig file for kubectl, as a cluster admin.
+	Kubeconfig string
+
+	env *envtest.Environment
+}
+
+// Stop stops kube-apiserver and etcd.
+func (c *ControlPlane) Stop() error { return c.env.Stop() }
+
+// StartControlPlane starts etcd and kube-apiserver from bin/ with their data under
+// dir, and installs bex's CRDs (waiting until they are served).
+func StartControlPlane(dir string) (*ControlPlane, error) {
+	for _, b := range []string{"kube-apiserver", "etcd"} {
+		if _, err := Binary(b); err != nil {
+			return nil, err
+		}
+	}
+	apiserver, _ := Binary("kube-apiserver")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	crdObjs, err := crds.All()
+	if err != nil {
+		return nil, err
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := appv1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	env := &envtest.Environment{
+		// kube-apiserver, etcd and kubectl sit side by side in bin/.
+		BinaryAssetsDirectory: filepath.Dir(apiserver),
+		CRDInstallOptions:     envtest.CRDInstallOptions{CRDs: crdObjs, Scheme: scheme},
+		Scheme:                scheme,
+	}
+	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: filepath.Join(dir, "etcd")}
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, fmt.Errorf("envtest: %w", err)
+	}
+	cp := &ControlPlane{Config: cfg, Scheme: scheme, env: env}
+	if cp.Client, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		_ = env.Stop()
+		return nil, err
+	}
+	user, err := env.ControlPlane.AddUser(envtest.User{Name: "bex-test-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		_ = env.Stop()
+		return nil, err
+	}
+	kubeconfig, err := user.KubeConfig()
+	if err != nil {
+		_ = env.Stop()
+		return nil, err
+	}
+	cp.Kubeconfig = filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(cp.Kubeconfig, kubeconfig, 0o600); err != nil {
+		_ = env.Stop()
+		return nil, err
+	}
+	return cp, nil
+}
+
+// SharedControlPlane returns the control plane of this test binary, started on first
+// use. Tests that share it use their own namespaces or names.
+func SharedControlPlane(t testing.TB) *ControlPlane {
+	t.Helper()
+	return sharedDaemon(t, "controlplane", func(dir string) (*ControlPlane, func() error, error) {
+		cp, err := StartControlPlane(dir)
+		if err != nil {
+			return nil, nil, err
+		}
+		return cp, cp.Stop, nil
+	})
+}

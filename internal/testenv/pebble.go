@@ -1,0 +1,181 @@
+package testenv
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// Pebble is a running Pebble, Let's Encrypt's ACME test server, on loopback.
+type Pebble struct {
+	// DirectoryURL is the ACME directory, https://127.0.0.1:PORT/dir.
+	DirectoryURL string
+	// ManagementURL is Pebble's management API (for /roots/0, the root that issues
+	// the test certificates).
+	ManagementURL string
+	// TLSConfig trusts the certificate of Pebble's own HTTPS listeners.
+	TLSConfig *tls.Config
+	// HTTPPort and TLSPort are where Pebble's validator connects for HTTP-01 and
+	// TLS-ALPN-01 challenges: the edge under test listens there.
+	HTTPPort, TLSPort int
+
+	proc *process
+}
+
+// StartPebble starts Pebble from bin/ with a fresh listener certificate, a config
+// under dir, and free loopback ports. Validation skips Pebble's random sleeps.
+func StartPebble(dir string) (*Pebble, error) {
+	bin, err := Binary("pebble")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	certPEM, keyPEM, err := selfSignedLoopbackCert()
+	if err != nil {
+		return nil, err
+	}
+	certPath, keyPath := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certPath, certPEM, 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(keyPath, keyPEM, 0o600); err != nil {
+		return nil, err
+	}
+	var ports [4]int
+	for i := range ports {
+		if ports[i], err = FreePort(); err != nil {
+			return nil, err
+		}
+	}
+	p := &Pebble{
+		DirectoryURL:  fmt.Sprintf("https://127.0.0.1:%d/dir", ports[0]),
+		ManagementURL: fmt.Sprintf("https://127.0.0.1:%d", ports[1]),
+		HTTPPort:      ports[2],
+		TLSPort:       ports[3],
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(certPEM)
+	p.TLSConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+
+	config := map[string]any{"pebble": map[string]any{
+		"listenAddress":                  fmt.Sprintf("127.0.0.1:%d", ports[0]),
+		"managementListenAddress":        fmt.Sprintf("127.0.0.1:%d", ports[1]),
+		"certificate":                    certPath,
+		"privateKey":                     keyPath,
+		"httpPort":                       p.HTTPPort,
+		"tlsPort":                        p.TLSPort,
+		"ocspResponderURL":               "",
+		"externalAccountBindingRequired": false,
+	}}
+	data, _ := json.Marshal(config)
+	configPath := filepath.Join(dir, "pebble.json")
+	if err := os.WriteFile(configPath, data, 0o600); err != nil {
+		return nil, err
+	}
+	p.proc, err = startProcess(dir, "pebble", bin, []string{"-config", configPath},
+		"PEBBLE_VA_NOSLEEP=1", "PEBBLE_WFE_NONCEREJECT=0")
+	if err != nil {
+		return nil, err
+	}
+	err = p.proc.waitReady(30*time.Second, func(ctx context.Context) error {
+		_, err := p.Directory(ctx)
+		return err
+	})
+	if err != nil {
+		_ = p.Stop()
+		return nil, err
+	}
+	return p, nil
+}
+
+// Client is an HTTP client that trusts Pebble's listeners.
+func (p *Pebble) Client() *http.Client {
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: p.TLSConfig}, Timeout: 10 * time.Second}
+}
+
+// Directory fetches and decodes the ACME directory.
+func (p *Pebble) Directory(ctx context.Context) (map[string]any, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.DirectoryURL, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := p.Client().Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", p.DirectoryURL, resp.Status)
+	}
+	dir := map[string]any{}
+	if err := json.Unmarshal(body, &dir); err != nil {
+		return nil, fmt.Errorf("ACME directory: %w", err)
+	}
+	return dir, nil
+}
+
+// Stop stops Pebble.
+func (p *Pebble) Stop() error { return p.proc.stop(5 * time.Second) }
+
+// selfSignedLoopbackCert makes a certificate for 127.0.0.1, ::1 and localhost.
+func selfSignedLoopbackCert() (certPEM, keyPEM []byte, err error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "bex testenv"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		DNSNames:              []string{"localhost"},
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
+}
+
+// SharedPebble returns the Pebble of this test binary, started on first use.
+func SharedPebble(t testing.TB) *Pebble {
+	t.Helper()
+	return sharedDaemon(t, "pebble", func(dir string) (*Pebble, func() error, error) {
+		p, err := StartPebble(dir)
+		if err != nil {
+			return nil, nil, err
+		}
+		return p, p.Stop, nil
+	})
+}

@@ -1,0 +1,153 @@
+package testenv
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// process is a daemon started by the harness, its output in a log file.
+type process struct {
+	name    string
+	cmd     *exec.Cmd
+	logPath string
+	done    chan struct{} // closed when the process has exited
+	err     error         // the exit error, once done is closed
+}
+
+// startProcess starts bin with args, its stdout and stderr going to dir/name.log.
+// The daemon gets SIGKILL if the test binary dies first, so a crashed test leaves
+// no daemon behind.
+func startProcess(dir, name, bin string, args []string, env ...string) (*process, error) {
+	logPath := filepath.Join(dir, name+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &process{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		logFile.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// waitReady polls ready until it succeeds, the process exits or timeout passes. The
+// error carries the end of the daemon's log, which is where the cause is.
+func (p *process) waitReady(timeout time.Duration, ready func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var last error
+	for {
+		attempt, cancelAttempt := context.WithTimeout(ctx, 2*time.Second)
+		last = ready(attempt)
+		cancelAttempt()
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("%s exited before it was ready (%v); its log ends with:\n%s", p.name, p.err, p.logTail(20))
+		case <-ctx.Done():
+			return fmt.Errorf("%s not ready after %s: %v; its log ends with:\n%s", p.name, timeout, last, p.logTail(20))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// stop sends SIGTERM, then SIGKILL after grace, and waits for the exit.
+func (p *process) stop(grace time.Duration) error {
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(grace):
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.done
+	return fmt.Errorf("%s ignored SIGTERM for %s and was killed", p.name, grace)
+}
+
+func (p *process) logTail(n int) string {
+	data, err := os.ReadFile(p.logPath)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return "    " + strings.Join(lines, "\n    ")
+}
+
+// killProcessesWithArg kills the processes whose command line contains arg. The
+// harness uses it for containerd's shims, which daemonise away from containerd by
+// design and are found by the private socket address they were given.
+func killProcessesWithArg(arg string) {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid := 0
+		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		for _, a := range strings.Split(string(cmdline), "\x00") {
+			if a == arg {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				break
+			}
+		}
+	}
+}
+
+// removeAll unmounts whatever is still mounted below dir (overlay snapshots of a
+// container that outlived its test), then removes dir.
+func removeAll(dir string) error {
+	var mounts []string
+	if f, err := os.Open("/proc/self/mountinfo"); err == nil {
+		s := bufio.NewScanner(f)
+		for s.Scan() {
+			fields := strings.Fields(s.Text())
+			if len(fields) > 4 && (fields[4] == dir || strings.HasPrefix(fields[4], dir+"/")) {
+				mounts = append(mounts, fields[4])
+			}
+		}
+		f.Close()
+	}
+	// Deepest first, so that nested mounts go before their parents.
+	sort.Slice(mounts, func(i, j int) bool { return len(mounts[i]) > len(mounts[j]) })
+	for _, m := range mounts {
+		_ = syscall.Unmount(m, syscall.MNT_DETACH)
+	}
+	if err := os.RemoveAll(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", dir, err)
+	}
+	return nil
+}

@@ -74,7 +74,7 @@ func BusyboxImage(ctx context.Context, c *Containerd, dir string) (string, error
 		return "", err
 	}
 	if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{
-		"io.containerd.image.name":         BusyboxRef,
+		"io.containerd.image.name":          BusyboxRef,
 		"org.opencontainers.image.ref.name": "latest",
 	})); err != nil {
 		return "", err

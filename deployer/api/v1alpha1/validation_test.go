@@ -105,7 +105,11 @@ func TestInvalidObjectsAreRejectedNamingTheField(t *testing.T) {
 		{"app name longer than 40", func() client.Object { return validApp(strings.Repeat("a", 41)) }(), "metadata.name"},
 		{"app name not a DNS label", validApp("hello.world"), "metadata.name"},
 		{"app name with underscore", validApp("hello_world"), "metadata.name"},
-		{"image without digest", func() client.Object { a := validApp("img-tag"); a.Spec.Image = "registry.example/hello:latest"; return a }(), "spec.image"},
+		{"image without digest", func() client.Object {
+			a := validApp("img-tag")
+			a.Spec.Image = "registry.example/hello:latest"
+			return a
+		}(), "spec.image"},
 		{"image with a short digest", func() client.Object { a := validApp("img-short"); a.Spec.Image = "hello@sha256:abc"; return a }(), "spec.image"},
 		{"negative release", func() client.Object { a := validApp("neg-release"); a.Spec.Release = -1; return a }(), "spec.release"},
 		{"negative replicas", func() client.Object {
@@ -123,17 +127,41 @@ func TestInvalidObjectsAreRejectedNamingTheField(t *testing.T) {
 			a.Spec.Processes["Web_1"] = appv1.ProcessSpec{Replicas: 1}
 			return a
 		}(), "spec.processes"},
-		{"env name not POSIX", func() client.Object { a := validApp("bad-env"); a.Spec.Env = []appv1.EnvVar{{Name: "1GREETING", Value: "hi"}}; return a }(), "spec.env[0].name"},
-		{"env name with a dash", func() client.Object { a := validApp("dash-env"); a.Spec.Env = []appv1.EnvVar{{Name: "MY-VAR", Value: "hi"}}; return a }(), "spec.env[0].name"},
+		{"env name not POSIX", func() client.Object {
+			a := validApp("bad-env")
+			a.Spec.Env = []appv1.EnvVar{{Name: "1GREETING", Value: "hi"}}
+			return a
+		}(), "spec.env[0].name"},
+		{"env name with a dash", func() client.Object {
+			a := validApp("dash-env")
+			a.Spec.Env = []appv1.EnvVar{{Name: "MY-VAR", Value: "hi"}}
+			return a
+		}(), "spec.env[0].name"},
 		{"env value and valueFrom", func() client.Object {
 			a := validApp("both-env")
 			a.Spec.Env = []appv1.EnvVar{{Name: "X", Value: "v", ValueFrom: &appv1.SecretKeySelector{Name: "s", Key: "k"}}}
 			return a
 		}(), "spec.env[0]"},
-		{"domain with a space", func() client.Object { a := validApp("bad-domain"); a.Spec.Domains = []string{"hello example.com"}; return a }(), "spec.domains[0]"},
-		{"domain with upper case", func() client.Object { a := validApp("upper-domain"); a.Spec.Domains = []string{"Hello.example.com"}; return a }(), "spec.domains[0]"},
-		{"domain with a scheme", func() client.Object { a := validApp("url-domain"); a.Spec.Domains = []string{"https://hello.example.com"}; return a }(), "spec.domains[0]"},
-		{"health check path", func() client.Object { a := validApp("bad-health"); a.Spec.HealthCheck = &appv1.HealthCheck{Path: "healthz"}; return a }(), "spec.healthCheck.path"},
+		{"domain with a space", func() client.Object {
+			a := validApp("bad-domain")
+			a.Spec.Domains = []string{"hello example.com"}
+			return a
+		}(), "spec.domains[0]"},
+		{"domain with upper case", func() client.Object {
+			a := validApp("upper-domain")
+			a.Spec.Domains = []string{"Hello.example.com"}
+			return a
+		}(), "spec.domains[0]"},
+		{"domain with a scheme", func() client.Object {
+			a := validApp("url-domain")
+			a.Spec.Domains = []string{"https://hello.example.com"}
+			return a
+		}(), "spec.domains[0]"},
+		{"health check path", func() client.Object {
+			a := validApp("bad-health")
+			a.Spec.HealthCheck = &appv1.HealthCheck{Path: "healthz"}
+			return a
+		}(), "spec.healthCheck.path"},
 		{"deploy branch", func() client.Object { a := validApp("bad-branch"); a.Spec.Git.DeployBranch = "main..dev"; return a }(), "spec.git.deployBranch"},
 		{"upstream not a git URL", func() client.Object { a := validApp("bad-upstream"); a.Spec.Git.Upstream = "file:///etc"; return a }(), "spec.git.upstream"},
 		{"member not a user name", func() client.Object { a := validApp("bad-member"); a.Spec.Members = []string{"Ana Lopez"}; return a }(), "spec.members[0]"},

@@ -116,12 +116,12 @@ func TestInvalidObjectsAreRejectedNamingTheField(t *testing.T) {
 			a := validApp("neg-replicas")
 			a.Spec.Processes["web"] = appv1.ProcessSpec{Replicas: -1}
 			return a
-		}(), "spec.processes[web].replicas"},
+		}(), "spec.processes.web.replicas"},
 		{"replicas above the maximum", func() client.Object {
 			a := validApp("many-replicas")
 			a.Spec.Processes["web"] = appv1.ProcessSpec{Replicas: appv1.MaxReplicas + 1}
 			return a
-		}(), "spec.processes[web].replicas"},
+		}(), "spec.processes.web.replicas"},
 		{"process type name", func() client.Object {
 			a := validApp("bad-process")
 			a.Spec.Processes["Web_1"] = appv1.ProcessSpec{Replicas: 1}

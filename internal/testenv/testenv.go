@@ -3,6 +3,7 @@ package testenv
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -11,7 +12,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/go-logr/logr"
 	"golang.org/x/sys/unix"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // shared holds the daemons started for this test binary. They live until Run returns.
@@ -33,6 +36,9 @@ func Run(m *testing.M) int {
 	// containerd's shims daemonise; as a subreaper this process inherits them
 	// rather than an init that may never reap them, and reaps them at the end.
 	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+	// envtest and any controller under test log through controller-runtime: show
+	// their warnings and errors, not their chatter.
+	ctrllog.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	code := m.Run()
 	err := stopShared()
 	reapOrphans()

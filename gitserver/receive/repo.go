@@ -148,3 +148,11 @@ func (r *Repo) AdvertiseRefs(w io.Writer, caps *capability.List) error {
 	}
 	return ar.Encode(w)
 }
+
+// AdvertiseEmpty writes the advertisement of a repository that does not exist yet:
+// no refs, only the capabilities. The first push creates the repository.
+func AdvertiseEmpty(w io.Writer, caps *capability.List) error {
+	ar := packp.NewAdvRefs()
+	ar.Capabilities = caps
+	return ar.Encode(w)
+}

@@ -1,0 +1,14 @@
+// Package gitserver is bex's SSH git endpoint: `git push bex main` lands here.
+//
+// It authenticates users by public key alone (looked up through a Directory, checked
+// again inside the session), maps a repository path to an app, and serves
+// git-receive-pack in process so that the push can build and deploy before any ref
+// moves: the pack is stored, the Builder builds the new commit while its progress
+// streams to the pusher as `remote:` lines, the Deployer records a release and rolls
+// it out, and only then does the branch move and git print `ok`. Any failure rejects
+// the push with a reason and leaves both the ref and what is serving untouched.
+// git-upload-pack (clone, fetch) is served by the git binary.
+//
+// The Builder, Deployer and Directory are interfaces declared here and wired by
+// cmd/bex; the package imports no other component.
+package gitserver

@@ -1,0 +1,339 @@
+package gitserver_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/gitserver"
+	"bex.co/bex/gitserver/access"
+	"bex.co/bex/internal/testenv"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.Run(m)) }
+
+// env is one gitserver on 127.0.0.1 with its own state directory, its apps in a
+// namespace of their own on the shared control plane, a fake builder and deployer.
+type env struct {
+	t        testing.TB
+	srv      *gitserver.Server
+	addr     string
+	state    string
+	ns       string
+	cp       *testenv.ControlPlane
+	builder  *fakeBuilder
+	deployer *fakeDeployer
+	logs     *bytes.Buffer
+	dir      gitserver.Directory
+}
+
+var envSeq struct {
+	sync.Mutex
+	n int
+}
+
+func newEnv(t testing.TB, tweak ...func(*gitserver.Config)) *env {
+	t.Helper()
+	cp := testenv.SharedControlPlane(t)
+	envSeq.Lock()
+	envSeq.n++
+	ns := fmt.Sprintf("git-%d", envSeq.n)
+	envSeq.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := cache.New(cp.Config, cache.Options{Scheme: cp.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := access.New(ctx, access.Config{Namespace: ns}, c, cp.Client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = c.Start(ctx) }()
+	if !c.WaitForCacheSync(ctx) {
+		t.Fatal("cache did not sync")
+	}
+	e := &env{t: t, ns: ns, cp: cp, state: t.TempDir(), builder: &fakeBuilder{}, deployer: &fakeDeployer{}, logs: &bytes.Buffer{}, dir: dir}
+	cfg := gitserver.DefaultConfig(e.state)
+	cfg.Addr = "127.0.0.1:0"
+	cfg.KeepAlive = 200 * time.Millisecond
+	for _, f := range tweak {
+		f(&cfg)
+	}
+	log := slog.New(slog.NewTextHandler(&lockedWriter{w: e.logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	e.srv, err = gitserver.New(cfg, dir, e.builder, e.deployer, log, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.addr = l.Addr().String()
+	go func() { _ = e.srv.Serve(l) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = e.srv.Shutdown(ctx)
+		if t.Failed() {
+			t.Logf("server log:\n%s", e.logs.String())
+		}
+	})
+	return e
+}
+
+// user is a User object and the private key file of its one SSH key.
+type user struct {
+	name    string
+	keyPath string
+	signer  gossh.Signer
+	env     *env
+}
+
+// addUser creates a User with a new ed25519 key. Names get the env's namespace as a
+// suffix, since Users are cluster-scoped and the control plane is shared.
+func (e *env) addUser(name string, role appv1.UserRole, canCreateApps bool) *user {
+	e.t.Helper()
+	u := e.newKey(name)
+	obj := &appv1.User{
+		ObjectMeta: metav1.ObjectMeta{Name: u.name},
+		Spec: appv1.UserSpec{Role: role, CanCreateApps: canCreateApps, Keys: []appv1.SSHKey{
+			{Name: "laptop", PublicKey: strings.TrimSpace(string(gossh.MarshalAuthorizedKey(u.signer.PublicKey())))},
+		}},
+	}
+	if err := e.cp.Client.Create(context.Background(), obj); err != nil {
+		e.t.Fatal(err)
+	}
+	// The directory reads through an informer: wait until it knows the key.
+	e.eventually(func() error {
+		_, err := e.dir.UserByKey(context.Background(), u.signer.PublicKey())
+		return err
+	})
+	return u
+}
+
+// newKey makes a key pair for name without registering it anywhere.
+func (e *env) newKey(name string) *user {
+	e.t.Helper()
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	signer, err := gossh.NewSignerFromKey(priv)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	block, err := gossh.MarshalPrivateKey(priv, "")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	keyPath := filepath.Join(e.t.TempDir(), "id_ed25519")
+	if err := os.WriteFile(keyPath, pem.EncodeToMemory(block), 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+	return &user{name: name + "-" + e.ns, keyPath: keyPath, signer: signer, env: e}
+}
+
+// grant lists u in app's members.
+func (e *env) createApp(name string, members ...*user) {
+	e.t.Helper()
+	app := &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns}}
+	for _, m := range members {
+		app.Spec.Members = append(app.Spec.Members, m.name)
+	}
+	if err := e.cp.Client.Create(context.Background(), app); err != nil {
+		e.t.Fatal(err)
+	}
+	e.eventually(func() error {
+		_, err := e.dir.App(context.Background(), name)
+		return err
+	})
+}
+
+func (e *env) eventually(f func() error) {
+	e.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("not true after 10s: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (e *env) url(app string) string { return "ssh://git@" + e.addr + "/" + app }
+
+func (e *env) repoDir(app string) string { return filepath.Join(e.state, "repos", app+".git") }
+
+// gitCmd is the real git, using u's key through the real ssh client.
+func (u *user) gitCmd(dir string, args ...string) *exec.Cmd {
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(gitEnv(dir),
+		"GIT_SSH_COMMAND=ssh -F /dev/null -i "+u.keyPath+" -o IdentitiesOnly=yes -o IdentityAgent=none -o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=no -o LogLevel=ERROR -o BatchMode=yes")
+	return cmd
+}
+
+// git runs git and returns its combined output and error.
+func (u *user) git(dir string, args ...string) (string, error) {
+	out, err := u.gitCmd(dir, args...).CombinedOutput()
+	return string(out), err
+}
+
+// mustGit runs git and fails the test on error.
+func (u *user) mustGit(dir string, args ...string) string {
+	u.env.t.Helper()
+	out, err := u.git(dir, args...)
+	if err != nil {
+		u.env.t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+func gitEnv(home string) []string {
+	return append(os.Environ(), "HOME="+home, "GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0",
+		"GIT_AUTHOR_NAME=bex test", "GIT_AUTHOR_EMAIL=test@bex.co", "GIT_COMMITTER_NAME=bex test", "GIT_COMMITTER_EMAIL=test@bex.co")
+}
+
+// workdir makes a repository with one commit on main and bex as a remote for app.
+func (u *user) workdir(app string) string {
+	u.env.t.Helper()
+	dir := u.env.t.TempDir()
+	u.mustGit(dir, "init", "-q", "-b", "main")
+	u.commit(dir, "app.txt", "hello\n")
+	u.mustGit(dir, "remote", "add", "bex", u.env.url(app))
+	return dir
+}
+
+// commit writes file and commits it, returning the new commit id.
+func (u *user) commit(dir, file, content string) string {
+	u.env.t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, file), []byte(content), 0o644); err != nil {
+		u.env.t.Fatal(err)
+	}
+	u.mustGit(dir, "add", file)
+	u.mustGit(dir, "commit", "-q", "-m", "change "+file)
+	return strings.TrimSpace(u.mustGit(dir, "rev-parse", "HEAD"))
+}
+
+// remoteRef is the value of ref in app's repository on the server ("" if none).
+func (e *env) remoteRef(app, ref string) string {
+	out, err := exec.Command("git", "--git-dir", e.repoDir(app), "rev-parse", "--verify", "-q", ref).Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// fakeBuilder records builds and plays a build: progress lines, then an image
+// named after the commit. hook, when set, runs in the middle and may fail it.
+type fakeBuilder struct {
+	mu     sync.Mutex
+	builds []gitserver.BuildRequest
+	hook   func(ctx context.Context, req gitserver.BuildRequest, progress io.Writer) error
+}
+
+func (b *fakeBuilder) Build(ctx context.Context, req gitserver.BuildRequest, progress io.Writer) (*gitserver.BuildResult, error) {
+	b.mu.Lock()
+	b.builds = append(b.builds, req)
+	hook := b.hook
+	b.mu.Unlock()
+	fmt.Fprintf(progress, "-----> [1/2] FROM scratch\n")
+	if hook != nil {
+		if err := hook(ctx, req, progress); err != nil {
+			return nil, err
+		}
+	}
+	fmt.Fprintf(progress, "-----> [2/2] COPY . /app\n")
+	sum := sha256.Sum256([]byte(req.Commit))
+	return &gitserver.BuildResult{Image: fmt.Sprintf("registry.local/%s@sha256:%x", req.App, sum)}, nil
+}
+
+func (b *fakeBuilder) setHook(h func(ctx context.Context, req gitserver.BuildRequest, progress io.Writer) error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.hook = h
+}
+
+func (b *fakeBuilder) all() []gitserver.BuildRequest {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]gitserver.BuildRequest(nil), b.builds...)
+}
+
+// fakeDeployer numbers releases per app and reports them served at once, unless
+// fail says otherwise.
+type fakeDeployer struct {
+	mu       sync.Mutex
+	releases []gitserver.ReleaseRequest
+	numbers  map[string]int64
+	fail     func(app string, n int64) error
+}
+
+func (d *fakeDeployer) Release(_ context.Context, req gitserver.ReleaseRequest) (int64, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.numbers == nil {
+		d.numbers = map[string]int64{}
+	}
+	d.numbers[req.App]++
+	d.releases = append(d.releases, req)
+	return d.numbers[req.App], nil
+}
+
+func (d *fakeDeployer) WaitRollout(_ context.Context, app string, n int64, progress io.Writer) (string, error) {
+	d.mu.Lock()
+	fail := d.fail
+	d.mu.Unlock()
+	fmt.Fprintf(progress, "       web.1 started\n")
+	if fail != nil {
+		if err := fail(app, n); err != nil {
+			return "", err
+		}
+	}
+	return "https://" + app + ".bex.test", nil
+}
+
+func (d *fakeDeployer) all() []gitserver.ReleaseRequest {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]gitserver.ReleaseRequest(nil), d.releases...)
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}

@@ -1,0 +1,112 @@
+package gitserver
+
+import (
+	"context"
+	"errors"
+	"io"
+
+	gossh "golang.org/x/crypto/ssh"
+)
+
+// Builder turns one commit of an app's repository into an image.
+type Builder interface {
+	// Build builds req.Commit of the bare repository at req.RepoDir and returns the
+	// image. It writes progress to progress as lines, while it happens. It returns
+	// when the image is stored or the build failed; when ctx ends (the pusher left,
+	// the build timed out) it stops the build and returns ctx's error. A failure's
+	// text is shown to the pusher, so it says what went wrong in their terms.
+	Build(ctx context.Context, req BuildRequest, progress io.Writer) (*BuildResult, error)
+}
+
+// BuildRequest is one build.
+type BuildRequest struct {
+	App     string
+	RepoDir string
+	Commit  string // full hex object id
+	Branch  string
+	NoCache bool // push option no-cache
+}
+
+// BuildResult is what a build produced.
+type BuildResult struct {
+	// Image is a digest-pinned reference.
+	Image string
+	// Processes are the process types found (Procfile): name → command.
+	Processes map[string][]string
+}
+
+// Deployer records releases and rolls them out.
+type Deployer interface {
+	// Release records a new release of app running the built image and points the
+	// App at it. It returns the release number. It fails without side effects when
+	// the App cannot be updated.
+	Release(ctx context.Context, req ReleaseRequest) (int64, error)
+	// WaitRollout waits until release number of app serves on all its instances and
+	// returns the app's URL, writing progress lines to progress. It returns an error
+	// saying why when the rollout fails (the previous release keeps serving), or
+	// ctx's error when ctx ends first.
+	WaitRollout(ctx context.Context, app string, number int64, progress io.Writer) (url string, err error)
+}
+
+// ReleaseRequest is a release to record.
+type ReleaseRequest struct {
+	App    string
+	Image  string
+	Commit string
+	// Processes are the process types of the build; nil keeps the App's.
+	Processes map[string][]string
+	// Actor is the user who pushed.
+	Actor string
+}
+
+// Directory answers who a key belongs to and what apps exist. Implementations cache:
+// the SSH path calls it on every connection.
+type Directory interface {
+	// UserByKey returns the user who owns key, or ErrUnknownKey.
+	UserByKey(ctx context.Context, key gossh.PublicKey) (*User, error)
+	// App returns an app, or ErrAppNotFound.
+	App(ctx context.Context, name string) (*App, error)
+	// CreateApp creates an app with owner as its first member, or returns
+	// ErrAppExists.
+	CreateApp(ctx context.Context, name, owner string) (*App, error)
+	// SetDeployBranch records the app's deploy branch.
+	SetDeployBranch(ctx context.Context, app, branch string) error
+}
+
+// User is an authenticated person or agent.
+type User struct {
+	Name          string
+	Admin         bool
+	CanCreateApps bool
+	// KeyName names the key that matched, for logs.
+	KeyName string
+}
+
+// App is what the gitserver needs to know of an app.
+type App struct {
+	Name string
+	// DeployBranch is the branch whose pushes deploy; empty until the first push.
+	DeployBranch string
+	// Members may push besides admins.
+	Members []string
+}
+
+// CanAccess reports whether u may push to and fetch from app.
+func (u *User) CanAccess(app *App) bool {
+	if u.Admin {
+		return true
+	}
+	for _, m := range app.Members {
+		if m == u.Name {
+			return true
+		}
+	}
+	return false
+}
+
+// Errors of a Directory.
+var (
+	ErrUnknownKey  = errors.New("unknown key")
+	ErrAppNotFound = errors.New("app not found")
+	ErrAppExists   = errors.New("app already exists")
+)

@@ -1,0 +1,37 @@
+package gitserver
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	pushes  *prometheus.CounterVec
+	receive prometheus.Histogram
+	build   prometheus.Histogram
+	rollout prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "bex", Subsystem: "git", Name: "pushes_total",
+			Help: "Pushes by result: deployed, stored (no deploy), rejected, failed (build or rollout), cancelled.",
+		}, []string{"result"}),
+		receive: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "bex", Subsystem: "git", Name: "receive_seconds",
+			Help: "Time to receive and store a push's pack.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
+		}),
+		build: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "bex", Subsystem: "git", Name: "build_seconds",
+			Help: "Time a push spent building.", Buckets: prometheus.ExponentialBuckets(0.1, 2, 14),
+		}),
+		rollout: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "bex", Subsystem: "git", Name: "rollout_seconds",
+			Help: "Time a push waited for its release to serve.", Buckets: prometheus.ExponentialBuckets(0.1, 2, 12),
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.pushes, m.receive, m.build, m.rollout)
+	}
+	return m
+}

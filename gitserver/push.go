@@ -1,0 +1,485 @@
+package gitserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/gliderlabs/ssh"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/protocol/packp/capability"
+
+	"bex.co/bex/gitserver/receive"
+)
+
+// push is one git-receive-pack session.
+type push struct {
+	s     *Server
+	sess  ssh.Session
+	log   *slog.Logger
+	user  *User
+	app   *App
+	name  string
+	repo  *receive.Repo
+	req   *receive.Request
+	out   *output
+	rejct map[plumbing.ReferenceName]string // reason per rejected ref
+
+	noCache, async bool
+	timings        []any  // slog attributes: receive, build, rollout durations
+	unlock         func() // frees the app's push lock; nil once handed to a background deploy
+}
+
+// Push options that bex understands (git push -o NAME).
+const (
+	optionNoCache = "no-cache"
+	optionAsync   = "async"
+)
+
+// receivePack runs a push and returns the SSH exit status: 0 when every ref moved.
+func (s *Server) receivePack(sess ssh.Session, user *User, name string, log *slog.Logger) int {
+	ctx := sess.Context()
+	app, err := s.dir.App(ctx, name)
+	switch {
+	case errors.Is(err, ErrAppNotFound):
+		if !user.Admin && !user.CanCreateApps {
+			s.metrics.pushes.WithLabelValues("rejected").Inc()
+			fatal(sess, fmt.Sprintf("app %s does not exist, and user %s may not create apps: ask an admin to create it", name, user.Name))
+			return 1
+		}
+		app = nil
+	case err != nil:
+		log.Error("app lookup failed", "err", err)
+		fatal(sess, "internal error: try again")
+		return 1
+	case !user.CanAccess(app):
+		s.metrics.pushes.WithLabelValues("rejected").Inc()
+		fatal(sess, fmt.Sprintf("user %s has no access to app %s: ask an admin to add you to its members", user.Name, name))
+		return 1
+	}
+
+	p := &push{s: s, sess: sess, log: log, user: user, app: app, name: name, rejct: map[plumbing.ReferenceName]string{}}
+	// One push per app at a time, from before the advertisement: a push that waited
+	// then sees the refs the previous one left, so git itself decides whether it is a
+	// fast-forward, as with any push to a moved branch. Waiting is reported on
+	// stderr, which git shows as it is; the sideband is not negotiated yet.
+	lockCtx, cancel := context.WithTimeout(ctx, s.cfg.LockWait)
+	unlock, err := s.locks.acquire(lockCtx, name, "a push by "+user.Name, func(holder string) {
+		fmt.Fprintf(sess.Stderr(), "-----> Waiting for %s to finish (one push per app at a time)\n", holder)
+	})
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			fatal(sess, fmt.Sprintf("another push to %s is still running after %s: try again later", name, s.cfg.LockWait))
+		}
+		s.metrics.pushes.WithLabelValues("rejected").Inc()
+		return 1
+	}
+	p.unlock = unlock
+	defer func() {
+		if p.unlock != nil {
+			p.unlock()
+		}
+	}()
+	repoDir := filepath.Join(s.cfg.ReposDir, name+".git")
+	p.repo, err = receive.Open(repoDir)
+	if err != nil && !errors.Is(err, receive.ErrNotExist) {
+		log.Error("open repository", "err", err)
+		fatal(sess, "internal error: try again")
+		return 1
+	}
+	caps := receive.Capabilities(s.cfg.Agent)
+	if p.repo != nil {
+		err = p.repo.AdvertiseRefs(sess, caps)
+	} else {
+		err = receive.AdvertiseEmpty(sess, caps)
+	}
+	if err != nil {
+		log.Error("advertise refs", "err", err)
+		return 1
+	}
+	p.req, err = receive.ReadRequest(sess)
+	if errors.Is(err, receive.ErrNoCommands) {
+		return 0 // nothing to push: git says "Everything up-to-date"
+	}
+	if err != nil {
+		log.Info("bad update request", "err", err)
+		fatal(sess, err.Error())
+		return 1
+	}
+	p.out = newOutput(sess, p.req.Supports(capability.Sideband64k))
+	stopKeepAlive := p.keepAlive()
+	result := p.run(ctx)
+	stopKeepAlive()
+	p.report()
+	s.metrics.pushes.WithLabelValues(result).Inc()
+	attrs := append([]any{"result", result, "commands", p.describeCommands()}, p.timings...)
+	log.Info("push", attrs...)
+	if len(p.rejct) > 0 {
+		return 1
+	}
+	return 0
+}
+
+// run does the push up to the ref updates and returns the result for metrics.
+func (p *push) run(ctx context.Context) string {
+	if err := p.ensureApp(ctx); err != nil {
+		p.rejectAll(err.Error())
+		return "rejected"
+	}
+	p.readOptions()
+
+	if p.req.HasPack() {
+		start := time.Now()
+		pack, err := p.repo.StorePack(ctx, p.sess, p.s.cfg.MaxPackBytes)
+		p.s.metrics.receive.Observe(time.Since(start).Seconds())
+		p.timings = append(p.timings, "receive", time.Since(start))
+		if err != nil {
+			p.log.Info("pack refused", "err", err)
+			p.out.fail("The pushed data could not be stored: %v", err)
+			p.rejectAll("unpacker error")
+			return "rejected"
+		}
+		p.log.Debug("pack stored", "pack", pack.Name, "objects", pack.Objects, "completed", pack.Completed, "bytes", pack.Bytes)
+	}
+
+	deployRef := plumbing.NewBranchReferenceName(p.app.DeployBranch)
+	var deploy *receive.Command
+	for i, cmd := range p.req.Commands {
+		if err := p.repo.CheckCommand(cmd); err != nil {
+			p.rejct[cmd.Name] = err.Error()
+			continue
+		}
+		if cmd.Name == deployRef {
+			if cmd.IsDelete() {
+				p.out.fail("%s is the deploy branch of %s: it is what runs, so it cannot be deleted.", p.app.DeployBranch, p.name)
+				p.rejct[cmd.Name] = "deleting the deploy branch is not allowed"
+				continue
+			}
+			deploy = &p.req.Commands[i]
+		}
+	}
+
+	if deploy != nil {
+		p.s.locks.describe(p.name, fmt.Sprintf("the deploy of %s by %s", short(deploy.New), p.user.Name))
+	}
+
+	// The app's lock has been held since before the advertisement, so the old values
+	// hold unless something outside bex wrote the repository. Check before building,
+	// so that nothing is built that cannot land.
+	for _, cmd := range p.req.Commands {
+		if _, done := p.rejct[cmd.Name]; done {
+			continue
+		}
+		cur, err := p.repo.Ref(cmd.Name)
+		if err != nil || cur != cmd.Old {
+			p.rejct[cmd.Name] = "fetch first: " + cmd.Name.Short() + " changed during the push"
+		}
+	}
+	if deploy != nil {
+		if _, rejected := p.rejct[deploy.Name]; rejected {
+			deploy = nil
+		}
+	}
+
+	result := "stored"
+	switch {
+	case deploy != nil && p.async:
+		p.updateRefs()
+		if _, rejected := p.rejct[deploy.Name]; !rejected {
+			p.deployInBackground(*deploy)
+			return "deployed"
+		}
+		return "rejected"
+	case deploy != nil:
+		if reason := p.deploy(ctx, *deploy); reason != "" {
+			p.rejct[deploy.Name] = reason
+			result = "failed"
+			if reason == reasonCancelled {
+				result = "cancelled"
+			}
+		} else {
+			result = "deployed"
+		}
+	}
+	if p.req.Supports(capability.Atomic) && len(p.rejct) > 0 {
+		p.rejectAll("atomic push failure")
+		return result
+	}
+	p.updateRefs()
+	for _, cmd := range p.req.Commands {
+		if _, rejected := p.rejct[cmd.Name]; rejected || cmd.Name == deployRef || cmd.IsDelete() {
+			continue
+		}
+		if cmd.Name.IsBranch() {
+			p.out.step("Stored branch %s without deploying: only %s deploys %s.", cmd.Name.Short(), p.app.DeployBranch, p.name)
+			p.out.detail("To deploy it: git push bex %s:%s", cmd.Name.Short(), p.app.DeployBranch)
+		} else {
+			p.out.step("Stored tag %s.", cmd.Name.Short())
+		}
+	}
+	if len(p.rejct) > 0 && result == "stored" {
+		result = "rejected"
+	}
+	return result
+}
+
+// ensureApp creates the app and its repository on the first push, and settles the
+// deploy branch: the app's, or for a new app the first branch pushed (main when it
+// is among them), as Dokku does.
+func (p *push) ensureApp(ctx context.Context) error {
+	if p.app == nil {
+		p.out.step("Creating app %s", p.name)
+		app, err := p.s.dir.CreateApp(ctx, p.name, p.user.Name)
+		if errors.Is(err, ErrAppExists) {
+			// Created by a concurrent push: check access as for an existing app.
+			if app, err = p.s.dir.App(ctx, p.name); err == nil && !p.user.CanAccess(app) {
+				return fmt.Errorf("user %s has no access to app %s", p.user.Name, p.name)
+			}
+		}
+		if err != nil {
+			p.log.Error("create app", "err", err)
+			p.out.fail("Could not create app %s: %v", p.name, err)
+			return errors.New("could not create the app")
+		}
+		p.app = app
+	}
+	if p.app.DeployBranch == "" {
+		branch := ""
+		for _, cmd := range p.req.Commands {
+			if !cmd.Name.IsBranch() || cmd.IsDelete() {
+				continue
+			}
+			if branch == "" || cmd.Name.Short() == "main" {
+				branch = cmd.Name.Short()
+			}
+		}
+		if branch == "" {
+			branch = "main"
+		} else if err := p.s.dir.SetDeployBranch(ctx, p.name, branch); err != nil {
+			p.log.Error("set deploy branch", "err", err)
+			return errors.New("could not record the deploy branch")
+		}
+		p.app.DeployBranch = branch
+	}
+	if p.repo == nil {
+		repo, err := receive.Init(filepath.Join(p.s.cfg.ReposDir, p.name+".git"), p.app.DeployBranch)
+		if err != nil {
+			// A concurrent first push may have created it.
+			if repo, err = receive.Open(filepath.Join(p.s.cfg.ReposDir, p.name+".git")); err != nil {
+				p.log.Error("init repository", "err", err)
+				return errors.New("could not create the repository")
+			}
+		}
+		p.repo = repo
+	}
+	return nil
+}
+
+func (p *push) readOptions() {
+	for _, opt := range p.req.Options {
+		switch opt {
+		case optionNoCache:
+			p.noCache = true
+		case optionAsync:
+			p.async = true
+		default:
+			p.out.detail("Ignoring unknown push option %q (bex knows %s and %s).", opt, optionNoCache, optionAsync)
+		}
+	}
+}
+
+const reasonCancelled = "push cancelled"
+
+// deploy builds cmd.New, records a release and waits for it to serve. It returns
+// the reason for the rejection, or "" when the release serves.
+func (p *push) deploy(ctx context.Context, cmd receive.Command) string {
+	select {
+	case p.s.builds <- struct{}{}:
+	default:
+		p.out.step("Waiting for a build slot (%d builds are running)", cap(p.s.builds))
+		select {
+		case p.s.builds <- struct{}{}:
+		case <-ctx.Done():
+			return reasonCancelled
+		}
+	}
+	slotHeld := true
+	freeSlot := func() {
+		if slotHeld {
+			<-p.s.builds
+			slotHeld = false
+		}
+	}
+	defer freeSlot()
+
+	p.out.step("Building %s from %s (%s)", p.name, cmd.Name.Short(), short(cmd.New))
+	start := time.Now()
+	buildCtx, cancel := context.WithTimeout(ctx, p.s.cfg.BuildTimeout)
+	res, err := p.s.builder.Build(buildCtx, BuildRequest{
+		App: p.name, RepoDir: p.repo.Dir, Commit: cmd.New.String(), Branch: cmd.Name.Short(), NoCache: p.noCache,
+	}, p.out)
+	timedOut := errors.Is(buildCtx.Err(), context.DeadlineExceeded)
+	cancel()
+	p.s.metrics.build.Observe(time.Since(start).Seconds())
+	p.timings = append(p.timings, "build", time.Since(start))
+	freeSlot()
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return reasonCancelled
+	case timedOut:
+		p.out.fail("The build ran longer than %s and was stopped.", p.s.cfg.BuildTimeout)
+		return "build timed out"
+	default:
+		p.out.fail("Build failed: %v", err)
+		p.out.fail("%s keeps running its current release.", p.name)
+		return "build failed"
+	}
+
+	p.out.step("Releasing %s", res.Image)
+	n, err := p.s.deployer.Release(ctx, ReleaseRequest{
+		App: p.name, Image: res.Image, Commit: cmd.New.String(), Processes: res.Processes, Actor: p.user.Name,
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return reasonCancelled
+		}
+		p.log.Error("record release", "err", err)
+		p.out.fail("Could not record the release: %v", err)
+		return "release failed"
+	}
+	// From here the release is the App's desired state, so the rollout is seen
+	// through even if the pusher leaves: the ref then follows what runs.
+	p.out.step("Deploying release v%d", n)
+	start = time.Now()
+	rolloutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.s.cfg.RolloutTimeout)
+	url, err := p.s.deployer.WaitRollout(rolloutCtx, p.name, n, p.out)
+	timedOut = errors.Is(rolloutCtx.Err(), context.DeadlineExceeded)
+	cancel()
+	p.s.metrics.rollout.Observe(time.Since(start).Seconds())
+	p.timings = append(p.timings, "rollout", time.Since(start))
+	if err != nil {
+		if timedOut {
+			p.out.fail("Release v%d was not serving after %s.", n, p.s.cfg.RolloutTimeout)
+		} else {
+			p.out.fail("Release v%d failed: %v", n, err)
+		}
+		p.out.fail("The previous release keeps serving.")
+		return "deploy failed"
+	}
+	p.out.step("Application deployed: release v%d", n)
+	p.out.detail("%s", url)
+	return ""
+}
+
+// deployInBackground runs an async push's deploy after the ref moved and the pusher
+// got its report. It takes over the app's lock and frees it when done.
+func (p *push) deployInBackground(cmd receive.Command) {
+	p.out.step("Deploying %s in the background (push option async).", short(cmd.New))
+	p.out.detail("The app's status shows the result: kubectl get app %s", p.name)
+	p.s.background.Add(1)
+	bg := *p
+	bg.out = newOutput(discard{}, false)
+	unlock := p.unlock
+	p.unlock = nil
+	go func() {
+		defer p.s.background.Done()
+		defer unlock()
+		ctx := context.WithoutCancel(p.sess.Context())
+		reason := bg.deploy(ctx, cmd)
+		if reason != "" {
+			p.log.Warn("background deploy failed", "commit", cmd.New.String(), "reason", reason)
+			return
+		}
+		p.log.Info("background deploy done", "commit", cmd.New.String())
+	}()
+}
+
+// updateRefs moves every ref not rejected so far; a move that fails rejects its ref.
+func (p *push) updateRefs() {
+	for _, cmd := range p.req.Commands {
+		if _, rejected := p.rejct[cmd.Name]; rejected {
+			continue
+		}
+		if err := p.repo.UpdateRef(cmd); err != nil {
+			if errors.Is(err, receive.ErrStale) {
+				p.rejct[cmd.Name] = "fetch first: " + cmd.Name.Short() + " changed during the push"
+				continue
+			}
+			p.log.Error("update ref", "ref", cmd.Name.String(), "err", err)
+			p.rejct[cmd.Name] = "could not update the ref"
+		}
+	}
+	if p.app != nil && p.app.DeployBranch != "" {
+		if head, err := p.repo.Head(); err == nil && head != p.app.DeployBranch {
+			_ = p.repo.SetHead(p.app.DeployBranch)
+		}
+	}
+}
+
+// rejectAll rejects every command not rejected yet with reason.
+func (p *push) rejectAll(reason string) {
+	for _, cmd := range p.req.Commands {
+		if _, done := p.rejct[cmd.Name]; !done {
+			p.rejct[cmd.Name] = reason
+		}
+	}
+}
+
+// report writes report-status (when the client asked for it) and ends the stream.
+func (p *push) report() {
+	if p.req.Supports(capability.ReportStatus) {
+		results := make([]receive.Result, 0, len(p.req.Commands))
+		for _, cmd := range p.req.Commands {
+			results = append(results, receive.Result{Name: cmd.Name, Reason: p.rejct[cmd.Name]})
+		}
+		var unpackErr error
+		for _, r := range results {
+			if r.Reason == "unpacker error" {
+				unpackErr = errors.New("unpacker error")
+			}
+		}
+		if err := receive.WriteReport(p.out.report(), unpackErr, results); err != nil {
+			p.log.Info("writing report", "err", err)
+		}
+	}
+	p.out.flush()
+}
+
+// keepAlive sends keep-alive packets while the push is silent; the returned func
+// stops it.
+func (p *push) keepAlive() func() {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(p.s.cfg.KeepAlive / 2)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				p.out.keepAlive(p.s.cfg.KeepAlive)
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+func (p *push) describeCommands() string {
+	parts := make([]string, 0, len(p.req.Commands))
+	for _, c := range p.req.Commands {
+		parts = append(parts, fmt.Sprintf("%s %s..%s", c.Name.Short(), short(c.Old), short(c.New)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func short(h plumbing.Hash) string { return h.String()[:7] }
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }

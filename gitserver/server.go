@@ -1,0 +1,240 @@
+package gitserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gliderlabs/ssh"
+	"github.com/prometheus/client_golang/prometheus"
+	gossh "golang.org/x/crypto/ssh"
+)
+
+// Server is the SSH git endpoint.
+type Server struct {
+	cfg      Config
+	dir      Directory
+	builder  Builder
+	deployer Deployer
+	log      *slog.Logger
+	metrics  *metrics
+
+	ssh    *ssh.Server
+	locks  appLocks
+	builds chan struct{} // one slot per concurrent build
+
+	// background are the async deploys still running; Shutdown waits for them.
+	background sync.WaitGroup
+}
+
+// context keys of a connection.
+type ctxKey string
+
+const (
+	ctxUser          ctxKey = "bex-user"
+	ctxKeyFP         ctxKey = "bex-key-fp"
+	ctxHandshakeDone ctxKey = "bex-handshake-timer"
+)
+
+// New makes a server. reg receives its metrics (nil: not registered).
+func New(cfg Config, dir Directory, b Builder, d Deployer, log *slog.Logger, reg prometheus.Registerer) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if dir == nil || b == nil || d == nil {
+		return nil, errors.New("gitserver: a Directory, a Builder and a Deployer are required")
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	signer, err := loadOrCreateHostKey(cfg.HostKeyPath)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg: cfg, dir: dir, builder: b, deployer: d,
+		log:     log.WithGroup("gitserver"),
+		metrics: newMetrics(reg),
+		builds:  make(chan struct{}, cfg.MaxConcurrentBuilds),
+	}
+	s.ssh = &ssh.Server{
+		Addr:             cfg.Addr,
+		Handler:          s.handleSession,
+		HostSigners:      []ssh.Signer{signer},
+		Version:          "bex",
+		PublicKeyHandler: s.publicKeyHandler,
+		// No password or keyboard-interactive handler: those methods are refused.
+		// No forwarding callbacks: port forwarding is refused; agent and X11
+		// forwarding are never set up.
+		ConnCallback: s.connCallback,
+		IdleTimeout:  cfg.IdleTimeout,
+		PtyCallback:  func(ssh.Context, ssh.Pty) bool { return false },
+		ConnectionFailedCallback: func(conn net.Conn, err error) {
+			s.log.Debug("ssh handshake failed", "remote", conn.RemoteAddr().String(), "err", err)
+		},
+	}
+	return s, nil
+}
+
+// HostKey is the server's public host key, for known_hosts.
+func (s *Server) HostKey() gossh.PublicKey { return s.ssh.HostSigners[0].PublicKey() }
+
+// Serve accepts connections on l until Shutdown.
+func (s *Server) Serve(l net.Listener) error {
+	err := s.ssh.Serve(l)
+	if errors.Is(err, ssh.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown stops accepting, waits for the sessions and background deploys to end
+// (or ctx to), then closes what is left.
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.ssh.Shutdown(ctx)
+	done := make(chan struct{})
+	go func() { s.background.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	if err != nil && !errors.Is(err, ssh.ErrServerClosed) {
+		_ = s.ssh.Close()
+		return err
+	}
+	return nil
+}
+
+// connCallback closes a connection that has not opened a session within the
+// handshake timeout; the session handler stops the timer.
+func (s *Server) connCallback(ctx ssh.Context, conn net.Conn) net.Conn {
+	t := time.AfterFunc(s.cfg.HandshakeTimeout, func() { conn.Close() })
+	ctx.SetValue(ctxHandshakeDone, t)
+	return conn
+}
+
+// publicKeyHandler accepts a key that belongs to a user and remembers which. It can
+// be called for several keys before one signs; the session checks that the key it
+// was authenticated with is the one remembered here.
+func (s *Server) publicKeyHandler(ctx ssh.Context, key ssh.PublicKey) bool {
+	lookup, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	user, err := s.dir.UserByKey(lookup, key)
+	if err != nil {
+		if !errors.Is(err, ErrUnknownKey) {
+			s.log.Warn("key lookup failed", "fingerprint", gossh.FingerprintSHA256(key), "err", err)
+		}
+		return false
+	}
+	ctx.SetValue(ctxUser, user)
+	ctx.SetValue(ctxKeyFP, gossh.FingerprintSHA256(key))
+	return true
+}
+
+// authenticatedUser returns the user of a session, after checking that the key the
+// session was authenticated with is the key that was looked up, and looking it up
+// again. Clients may offer one key and sign with another (a past soft-serve bypass);
+// this check does not trust the public-key callback's bookkeeping.
+func (s *Server) authenticatedUser(sess ssh.Session) (*User, error) {
+	key := sess.PublicKey()
+	if key == nil {
+		return nil, errors.New("no public key")
+	}
+	fp := gossh.FingerprintSHA256(key)
+	offered, _ := sess.Context().Value(ctxKeyFP).(string)
+	remembered, _ := sess.Context().Value(ctxUser).(*User)
+	if offered != fp || remembered == nil {
+		return nil, fmt.Errorf("session key %s is not the key that was looked up (%s)", fp, offered)
+	}
+	lookup, cancel := context.WithTimeout(sess.Context(), 5*time.Second)
+	defer cancel()
+	user, err := s.dir.UserByKey(lookup, key)
+	if err != nil {
+		return nil, err
+	}
+	if user.Name != remembered.Name {
+		return nil, fmt.Errorf("key %s belongs to %s, not %s", fp, user.Name, remembered.Name)
+	}
+	return user, nil
+}
+
+// handleSession runs one SSH session: a git command, or an explanation.
+func (s *Server) handleSession(sess ssh.Session) {
+	if t, ok := sess.Context().Value(ctxHandshakeDone).(*time.Timer); ok {
+		t.Stop()
+	}
+	user, err := s.authenticatedUser(sess)
+	if err != nil {
+		s.log.Warn("session refused", "remote", sess.RemoteAddr().String(), "err", err)
+		fatal(sess, "access denied")
+		return
+	}
+	args := sess.Command()
+	if len(args) == 0 {
+		fmt.Fprintf(sess.Stderr(), "Hi %s! This is bex: push with `git push ssh://git@HOST:PORT/<app> main`.\n", user.Name)
+		_ = sess.Exit(1)
+		return
+	}
+	switch args[0] {
+	case "git-receive-pack", "git-upload-pack":
+	default:
+		fmt.Fprintf(sess.Stderr(), "bex: unknown command %q: this server takes git push and git clone\n", args[0])
+		_ = sess.Exit(1)
+		return
+	}
+	if len(args) != 2 {
+		fatal(sess, "usage: "+args[0]+" '<app>'")
+		return
+	}
+	app, err := AppFromPath(args[1])
+	if err != nil {
+		fatal(sess, err.Error())
+		return
+	}
+	log := s.log.With("app", app, "user", user.Name, "key", user.KeyName, "fingerprint", gossh.FingerprintSHA256(sess.PublicKey()))
+	if args[0] == "git-upload-pack" {
+		s.uploadPack(sess, user, app, log)
+		return
+	}
+	code := s.receivePack(sess, user, app, log)
+	_ = sess.Exit(code)
+}
+
+// AppFromPath maps a repository path to an app name: "myapp", "/myapp", "myapp.git"
+// and "/myapp.git/" all name myapp. Anything else is an error that says what an app
+// name is; no path can name a directory outside the repositories.
+func AppFromPath(p string) (string, error) {
+	name := strings.TrimPrefix(p, "~/")
+	name = strings.TrimPrefix(name, "/")
+	name = strings.TrimSuffix(name, "/")
+	name = strings.TrimSuffix(name, ".git")
+	if !validAppName(name) {
+		return "", fmt.Errorf("%q is not an app: an app name is 1 to 40 lower-case letters, digits and '-', starting and ending with a letter or digit (git remote add bex ssh://git@HOST:PORT/myapp)", p)
+	}
+	return name, nil
+}
+
+func validAppName(s string) bool {
+	if len(s) == 0 || len(s) > 40 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// fatal tells git why it cannot go on, as a pkt-line ERR (git prints
+// "fatal: remote error: <msg>"), and ends the session with status 1.
+func fatal(sess ssh.Session, msg string) {
+	line := "ERR " + msg + "\n"
+	fmt.Fprintf(sess, "%04x%s", len(line)+4, line)
+	_ = sess.Exit(1)
+}

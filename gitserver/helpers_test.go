@@ -22,6 +22,8 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
@@ -30,7 +32,12 @@ import (
 	"bex.co/bex/internal/testenv"
 )
 
-func TestMain(m *testing.M) { os.Exit(testenv.Run(m)) }
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(runChildServer())
+	}
+	os.Exit(testenv.Run(m))
+}
 
 // env is one gitserver on 127.0.0.1 with its own state directory, its apps in a
 // namespace of their own on the shared control plane, a fake builder and deployer.
@@ -336,4 +343,25 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// nopDirectory knows nobody: for tests that never authenticate.
+type nopDirectory struct{}
+
+func (nopDirectory) UserByKey(context.Context, gossh.PublicKey) (*gitserver.User, error) {
+	return nil, gitserver.ErrUnknownKey
+}
+func (nopDirectory) App(context.Context, string) (*gitserver.App, error) {
+	return nil, gitserver.ErrAppNotFound
+}
+func (nopDirectory) CreateApp(context.Context, string, string) (*gitserver.App, error) {
+	return nil, gitserver.ErrAppExists
+}
+func (nopDirectory) SetDeployBranch(context.Context, string, string) error { return nil }
+
+func clientScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = appv1.AddToScheme(s)
+	return s
 }

@@ -1,0 +1,55 @@
+package access
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Defaults of Config.
+const (
+	// DefaultNamespace is where Apps live when Config names no namespace.
+	DefaultNamespace = "default"
+	// DefaultCacheWait bounds how long a write waits for the cache to see it. A
+	// healthy watch delivers an event in milliseconds; seconds means it is broken.
+	DefaultCacheWait = 5 * time.Second
+)
+
+// Config configures a Kube directory. The zero Config is valid and means the defaults.
+type Config struct {
+	// Namespace is the namespace the Apps live in. Default DefaultNamespace.
+	Namespace string
+	// CacheWait bounds how long CreateApp and SetDeployBranch wait, after the API
+	// server accepted the write, until the cache has it. Default DefaultCacheWait.
+	CacheWait time.Duration
+}
+
+// WithDefaults returns c with its zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.Namespace == "" {
+		c.Namespace = DefaultNamespace
+	}
+	if c.CacheWait == 0 {
+		c.CacheWait = DefaultCacheWait
+	}
+	return c
+}
+
+// Validate reports what is wrong with c once its defaults are applied.
+func (c Config) Validate() error {
+	c = c.WithDefaults()
+	var errs []error
+	if msgs := validation.IsDNS1123Label(c.Namespace); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("namespace %q: %s", c.Namespace, strings.Join(msgs, "; ")))
+	}
+	if c.CacheWait < 0 {
+		errs = append(errs, fmt.Errorf("cache wait %s: must not be negative", c.CacheWait))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("access config: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,244 @@
+package access
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/gitserver"
+)
+
+// KeyFingerprintField is the cache's field index on Users: each of a user's keys that
+// parses, by its SHA256 fingerprint (gossh.FingerprintSHA256, "SHA256:…"). Other
+// readers of the same cache may list Users by it.
+const KeyFingerprintField = "spec.keys.fingerprint"
+
+// ErrAmbiguousKey is returned by UserByKey when more than one User holds the key. The
+// key is refused rather than resolved to one of them: which user pushed would depend on
+// list order, and the other user's apps would be open to the first.
+var ErrAmbiguousKey = errors.New("ambiguous key")
+
+// Kube is a gitserver.Directory on bex's Users and Apps.
+type Kube struct {
+	cfg   Config
+	cache client.Reader
+	write client.Writer
+}
+
+var _ gitserver.Directory = (*Kube)(nil)
+
+// New returns a directory that reads Users and the Apps of cfg.Namespace from c and
+// writes Apps through w.
+//
+// New registers the User key index and the User and App informers in c, so it must be
+// called before c is started (older client-go refuses indexes on a started informer,
+// and a cache started without them would fail every lookup). Start c and wait for it to
+// sync afterwards. c must cover cfg.Namespace if it is limited to some namespaces.
+func New(ctx context.Context, cfg Config, c cache.Cache, w client.Writer) (*Kube, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if c == nil || w == nil {
+		return nil, errors.New("access: a cache and a client are required")
+	}
+	if err := c.IndexField(ctx, &appv1.User{}, KeyFingerprintField, indexKeyFingerprints); err != nil {
+		return nil, fmt.Errorf("index user keys: %w", err)
+	}
+	// Asking for the App informer now makes it start with the cache, instead of on the
+	// first App lookup, which would then block that connection until it synced.
+	if _, err := c.GetInformer(ctx, &appv1.App{}); err != nil {
+		return nil, fmt.Errorf("app informer: %w", err)
+	}
+	return &Kube{cfg: cfg.WithDefaults(), cache: c, write: w}, nil
+}
+
+// indexKeyFingerprints is the KeyFingerprintField indexer. A key that does not parse
+// is left out, so that one bad key cannot lock its user (or anyone else) out.
+func indexKeyFingerprints(obj client.Object) []string {
+	u, ok := obj.(*appv1.User)
+	if !ok {
+		return nil
+	}
+	var fps []string
+	for _, k := range u.Spec.Keys {
+		pk, err := parseKey(k.PublicKey)
+		if err != nil {
+			continue
+		}
+		// A user may list the same key under two names; index it once.
+		if fp := gossh.FingerprintSHA256(pk); !slices.Contains(fps, fp) {
+			fps = append(fps, fp)
+		}
+	}
+	return fps
+}
+
+func parseKey(authorized string) (gossh.PublicKey, error) {
+	pk, _, _, _, err := gossh.ParseAuthorizedKey([]byte(authorized))
+	return pk, err
+}
+
+// UserByKey returns the user who holds key, ErrUnknownKey when nobody does, or
+// ErrAmbiguousKey (naming the users) when more than one user does. It reads the cache
+// only.
+func (k *Kube) UserByKey(ctx context.Context, key gossh.PublicKey) (*gitserver.User, error) {
+	fp := gossh.FingerprintSHA256(key)
+	var users appv1.UserList
+	if err := k.cache.List(ctx, &users, client.MatchingFields{KeyFingerprintField: fp}); err != nil {
+		return nil, fmt.Errorf("look up key %s: %w", fp, err)
+	}
+	// The index is by fingerprint; the decision is on the whole key, so that it rests
+	// on the key itself and not on the fingerprint being collision-free.
+	want := key.Marshal()
+	var found []*gitserver.User
+	for i := range users.Items {
+		u := &users.Items[i]
+		for _, uk := range u.Spec.Keys {
+			pk, err := parseKey(uk.PublicKey)
+			if err != nil || !bytes.Equal(pk.Marshal(), want) {
+				continue
+			}
+			found = append(found, &gitserver.User{
+				Name:          u.Name,
+				Admin:         u.Spec.Role == appv1.RoleAdmin,
+				CanCreateApps: u.Spec.CanCreateApps,
+				KeyName:       uk.Name,
+			})
+			break
+		}
+	}
+	switch len(found) {
+	case 0:
+		return nil, fmt.Errorf("key %s: %w", fp, gitserver.ErrUnknownKey)
+	case 1:
+		return found[0], nil
+	}
+	names := make([]string, len(found))
+	for i, u := range found {
+		names[i] = u.Name
+	}
+	slices.Sort(names)
+	return nil, fmt.Errorf("%w: %s is held by users %s; remove it from all but one",
+		ErrAmbiguousKey, fp, strings.Join(names, ", "))
+}
+
+// App returns the app called name from the cache, or ErrAppNotFound.
+func (k *Kube) App(ctx context.Context, name string) (*gitserver.App, error) {
+	var a appv1.App
+	if err := k.cache.Get(ctx, k.key(name), &a); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("app %q: %w", name, gitserver.ErrAppNotFound)
+		}
+		return nil, fmt.Errorf("get app %q: %w", name, err)
+	}
+	return toApp(&a), nil
+}
+
+// CreateApp creates the App name with owner (when not empty) as its only member, or
+// returns ErrAppExists. The API server validates the name.
+//
+// It returns once the cache holds the new App, so that the caller's next App(name)
+// finds it. The alternative, App falling back to the API server on a cache miss, would
+// turn every push to a mistyped name into an API call and let reads of one app go to
+// two sources that disagree; waiting costs the create a few milliseconds once. If the
+// cache has not caught up within Config.CacheWait, CreateApp returns an error saying
+// the App was created: the watch is then broken and the promise cannot be kept.
+func (k *Kube) CreateApp(ctx context.Context, name, owner string) (*gitserver.App, error) {
+	a := &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: k.cfg.Namespace}}
+	if owner != "" {
+		a.Spec.Members = []string{owner}
+	}
+	if err := k.write.Create(ctx, a); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("app %q: %w", name, gitserver.ErrAppExists)
+		}
+		return nil, fmt.Errorf("create app %q: %w", name, err)
+	}
+	// The UID tells the new App from an older one of the same name whose deletion the
+	// cache may not have seen yet.
+	if err := k.waitCached(ctx, name, func(c *appv1.App) bool { return c.UID == a.UID }); err != nil {
+		return nil, fmt.Errorf("app %q was created, but the cache has not seen it: %w", name, err)
+	}
+	return toApp(a), nil
+}
+
+// SetDeployBranch records branch as app's deploy branch (an empty branch clears it), or
+// returns ErrAppNotFound. Like CreateApp, it returns once the cache has the change.
+func (k *Kube) SetDeployBranch(ctx context.Context, app, branch string) error {
+	// A JSON merge patch of this one field: it carries no resourceVersion and no other
+	// field, so it neither conflicts with nor undoes what other writers (the deployer,
+	// kubectl) changed since we last read the App.
+	var value any // null removes the field
+	if branch != "" {
+		value = branch
+	}
+	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"git": map[string]any{"deployBranch": value}}})
+	if err != nil {
+		return err
+	}
+	a := &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: k.cfg.Namespace}}
+	if err := k.write.Patch(ctx, a, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("app %q: %w", app, gitserver.ErrAppNotFound)
+		}
+		return fmt.Errorf("set deploy branch of app %q to %q: %w", app, branch, err)
+	}
+	// The generation grows with every spec change, so a cached App at least as new as
+	// the patched one includes this patch, even if others wrote after it.
+	if err := k.waitCached(ctx, app, func(c *appv1.App) bool {
+		return c.UID == a.UID && c.Generation >= a.Generation
+	}); err != nil {
+		return fmt.Errorf("deploy branch of app %q was set, but the cache has not seen it: %w", app, err)
+	}
+	return nil
+}
+
+// waitCached polls the cache until the App name satisfies done, for at most
+// Config.CacheWait. Polling a local map is cheap, and it avoids registering an event
+// handler per write.
+func (k *Kube) waitCached(ctx context.Context, name string, done func(*appv1.App) bool) error {
+	ctx, cancel := context.WithTimeout(ctx, k.cfg.CacheWait)
+	defer cancel()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var a appv1.App
+		err := k.cache.Get(ctx, k.key(name), &a)
+		switch {
+		case err == nil && done(&a):
+			return nil
+		case err != nil && !apierrors.IsNotFound(err):
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("after %s: %w", k.cfg.CacheWait, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+func (k *Kube) key(name string) client.ObjectKey {
+	return client.ObjectKey{Namespace: k.cfg.Namespace, Name: name}
+}
+
+func toApp(a *appv1.App) *gitserver.App {
+	return &gitserver.App{
+		Name:         a.Name,
+		DeployBranch: a.Spec.Git.DeployBranch,
+		Members:      slices.Clone(a.Spec.Members),
+	}
+}

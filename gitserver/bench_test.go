@@ -2,6 +2,7 @@ package gitserver_test
 
 import (
 	"fmt"
+	"net"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -66,4 +67,18 @@ func BenchmarkReceive(b *testing.B) {
 		}
 		report(b, bex, git)
 	})
+}
+
+// BenchmarkSSHRoundTrip is the floor under every push: ssh connects, authenticates
+// and runs a command that the server refuses at once.
+func BenchmarkSSHRoundTrip(b *testing.B) {
+	e := newEnv(b)
+	admin := e.addUser("bench", appv1.RoleAdmin, false)
+	host, port, _ := net.SplitHostPort(e.addr)
+	for b.Loop() {
+		cmd := exec.Command("ssh", "-F", "/dev/null", "-p", port, "-i", admin.keyPath, "-o", "IdentitiesOnly=yes",
+			"-o", "IdentityAgent=none", "-o", "BatchMode=yes", "-o", "UserKnownHostsFile=/dev/null",
+			"-o", "StrictHostKeyChecking=no", "-o", "LogLevel=ERROR", "git@"+host, "true")
+		_ = cmd.Run() // "unknown command": exit status 1 is the expected answer
+	}
 }

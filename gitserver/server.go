@@ -115,7 +115,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 func (s *Server) connCallback(ctx ssh.Context, conn net.Conn) net.Conn {
 	t := time.AfterFunc(s.cfg.HandshakeTimeout, func() { conn.Close() })
 	ctx.SetValue(ctxHandshakeDone, t)
-	return conn
+	return withQuickAck(conn)
 }
 
 // publicKeyHandler accepts a key that belongs to a user and remembers which. It can

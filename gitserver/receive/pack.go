@@ -2,6 +2,7 @@ package receive
 
 import (
 	"bufio"
+	"bytes"
 	"compress/zlib"
 	"context"
 	"crypto/sha1"
@@ -12,8 +13,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/go-git/go-billy/v5/osfs"
 	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/go-git/go-git/v5/plumbing/object"
@@ -122,7 +123,7 @@ func (r *Repo) StorePack(ctx context.Context, in io.Reader, maxBytes int64) (*Pa
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return nil, err
 	}
-	idxw := new(idxfile.Writer)
+	idxw := &typeRecorder{Writer: new(idxfile.Writer), types: map[plumbing.Hash]plumbing.ObjectType{}}
 	parser, err := packfile.NewParser(packfile.NewScanner(f), idxw)
 	if err != nil {
 		return nil, err
@@ -146,7 +147,7 @@ func (r *Repo) StorePack(ctx context.Context, in io.Reader, maxBytes int64) (*Pa
 	idxPath := filepath.Join(packDir, p.Name+".idx")
 	if _, err := os.Stat(idxPath); err == nil {
 		// The same pack is already stored: a retried push.
-		return p, r.checkConnected(idx, external)
+		return p, r.checkConnected(packPath, idx, idxw.types)
 	}
 	if err := writeIndex(idxPath, idx); err != nil {
 		return nil, err
@@ -164,7 +165,7 @@ func (r *Repo) StorePack(ctx context.Context, in io.Reader, maxBytes int64) (*Pa
 	syncDir(packDir)
 
 	// 4. Connectivity. A pack that fails it is removed again: nothing refers to it.
-	if err := r.checkConnected(idx, external); err != nil {
+	if err := r.checkConnected(packPath, idx, idxw.types); err != nil {
 		os.Remove(idxPath)
 		os.Remove(packPath)
 		return nil, err
@@ -257,74 +258,115 @@ func writeIndex(path string, idx *idxfile.MemoryIndex) error {
 	return f.Close()
 }
 
-// checkConnected checks that every commit, tree and tag of the new pack refers only
-// to objects the repository has. The repository was connected before the push, so
-// this proves it still is, in time proportional to the push, not to the history.
-func (r *Repo) checkConnected(idx *idxfile.MemoryIndex, completed []plumbing.Hash) error {
-	skip := map[plumbing.Hash]bool{}
-	for _, h := range completed {
-		skip[h] = true
+// typeRecorder builds the pack index and notes the type of each commit, tree and
+// tag, the objects whose references the connectivity check follows.
+type typeRecorder struct {
+	*idxfile.Writer
+	last  plumbing.ObjectType
+	types map[plumbing.Hash]plumbing.ObjectType
+}
+
+func (r *typeRecorder) OnInflatedObjectHeader(t plumbing.ObjectType, size, pos int64) error {
+	r.last = t
+	return r.Writer.OnInflatedObjectHeader(t, size, pos)
+}
+
+func (r *typeRecorder) OnInflatedObjectContent(h plumbing.Hash, pos int64, crc uint32, content []byte) error {
+	switch r.last {
+	case plumbing.CommitObject, plumbing.TreeObject, plumbing.TagObject:
+		r.types[h] = r.last
 	}
-	st := r.storage()
-	has := func(h plumbing.Hash) bool { return st.HasEncodedObject(h) == nil }
-	entries, err := idx.Entries()
+	return r.Writer.OnInflatedObjectContent(h, pos, crc, content)
+}
+
+// checkConnected checks that every commit, tree and tag of the new pack refers only
+// to objects that the pack or the repository holds. The repository was connected
+// before the push, so this proves it still is, in time proportional to the push, not
+// to the history. Objects are read straight from the new pack through its index,
+// and existence is answered from that index first: go-git's storage looks for a
+// loose object on disk before it looks in packs, a few system calls per question.
+func (r *Repo) checkConnected(packPath string, idx *idxfile.MemoryIndex, types map[plumbing.Hash]plumbing.ObjectType) error {
+	fs := osfs.New(filepath.Dir(packPath))
+	file, err := fs.Open(filepath.Base(packPath))
 	if err != nil {
 		return err
 	}
-	defer entries.Close()
-	for {
-		e, err := entries.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
+	pf := packfile.NewPackfile(idx, fs, file, 0)
+	defer pf.Close()
+	st := r.storage()
+	known := map[plumbing.Hash]bool{}
+	has := func(h plumbing.Hash) bool {
+		if ok, _ := idx.Contains(h); ok {
+			return true
 		}
+		ok, seen := known[h]
+		if !seen {
+			ok = st.HasEncodedObject(h) == nil
+			known[h] = ok
+		}
+		return ok
+	}
+	for h, t := range types {
+		obj, err := pf.Get(h)
 		if err != nil {
-			return err
+			return fmt.Errorf("reading pushed %s %s: %w", t, h, err)
 		}
-		if skip[e.Hash] {
-			continue
-		}
-		obj, err := st.EncodedObject(plumbing.AnyObject, e.Hash)
-		if err != nil {
-			return fmt.Errorf("reading pushed object %s: %w", e.Hash, err)
-		}
-		var missing plumbing.Hash
-		switch obj.Type() {
+		var refs []plumbing.Hash
+		switch t {
 		case plumbing.CommitObject:
-			c, err := object.DecodeCommit(st, obj)
+			c, err := object.DecodeCommit(nil, obj)
 			if err != nil {
-				return fmt.Errorf("pushed commit %s: %w", e.Hash, err)
+				return fmt.Errorf("pushed commit %s: %w", h, err)
 			}
-			if !has(c.TreeHash) {
-				missing = c.TreeHash
-			}
-			for _, p := range c.ParentHashes {
-				if !has(p) {
-					missing = p
-				}
-			}
+			refs = append([]plumbing.Hash{c.TreeHash}, c.ParentHashes...)
 		case plumbing.TreeObject:
-			t, err := object.DecodeTree(st, obj)
-			if err != nil {
-				return fmt.Errorf("pushed tree %s: %w", e.Hash, err)
-			}
-			for _, entry := range t.Entries {
-				if entry.Mode != filemode.Submodule && !has(entry.Hash) {
-					missing = entry.Hash
-				}
+			// Trees are most of the work in a long history: read the entries in
+			// place rather than decoding each into an object.
+			if refs, err = treeEntries(obj, refs); err != nil {
+				return fmt.Errorf("pushed tree %s: %w", h, err)
 			}
 		case plumbing.TagObject:
-			t, err := object.DecodeTag(st, obj)
+			tag, err := object.DecodeTag(nil, obj)
 			if err != nil {
-				return fmt.Errorf("pushed tag %s: %w", e.Hash, err)
+				return fmt.Errorf("pushed tag %s: %w", h, err)
 			}
-			if !has(t.Target) {
-				missing = t.Target
-			}
+			refs = []plumbing.Hash{tag.Target}
 		}
-		if !missing.IsZero() {
-			return fmt.Errorf("pushed object %s refers to %s, which is neither in the push nor in the repository", e.Hash, missing)
+		for _, ref := range refs {
+			if !has(ref) {
+				return fmt.Errorf("pushed object %s refers to %s, which is neither in the push nor in the repository", h, ref)
+			}
 		}
 	}
+	return nil
+}
+
+// treeEntries appends the object ids that tree obj refers to, submodule commits
+// left out ("<octal mode> <name>\x00<20-byte id>", repeated).
+func treeEntries(obj plumbing.EncodedObject, refs []plumbing.Hash) ([]plumbing.Hash, error) {
+	rd, err := obj.Reader()
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	data, err := io.ReadAll(rd)
+	if err != nil {
+		return nil, err
+	}
+	for len(data) > 0 {
+		sp := bytes.IndexByte(data, ' ')
+		nul := bytes.IndexByte(data, 0)
+		if sp <= 0 || nul < sp || len(data) < nul+21 {
+			return nil, errors.New("malformed tree entry")
+		}
+		var h plumbing.Hash
+		copy(h[:], data[nul+1:nul+21])
+		if string(data[:sp]) != "160000" {
+			refs = append(refs, h)
+		}
+		data = data[nul+21:]
+	}
+	return refs, nil
 }
 
 // CheckCommand checks a command against the stored objects: a branch must point at a

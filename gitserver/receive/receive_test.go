@@ -236,3 +236,35 @@ func FuzzReadRequest(f *testing.F) {
 		}
 	})
 }
+
+func TestStorePackRefusesAPackWithDanglingReferences(t *testing.T) {
+	src := t.TempDir()
+	git(t, src, "init", "-q", "-b", "main")
+	missing := strings.Repeat("ab", 20)
+	cmd := exec.Command("git", "mktree", "--missing")
+	cmd.Dir = src
+	cmd.Stdin = strings.NewReader("100644 blob " + missing + "\tghost.txt\n")
+	tree, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit := git(t, src, "commit-tree", strings.TrimSpace(string(tree)), "-m", "points at nothing")
+	pack := exec.Command("git", "pack-objects", "--stdout", "--revs", "--missing=allow-any", "-q")
+	pack.Dir = src
+	pack.Stdin = strings.NewReader(commit + "\n")
+	data, err := pack.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, err := Init(filepath.Join(t.TempDir(), "app.git"), "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = repo.StorePack(context.Background(), bytes.NewReader(data), 0)
+	if err == nil || !strings.Contains(err.Error(), "refers to "+missing) {
+		t.Fatalf("want a connectivity error naming %s, got %v", missing, err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(repo.Dir, "objects/pack/*")); len(left) != 0 {
+		t.Fatalf("a refused pack was kept: %v", left)
+	}
+}

@@ -3,6 +3,7 @@
 // that tests run it in process; only this package reads flags and BEX_* environment
 // variables and wires the components together.
 //
-// Subcommands so far: version. The gitserver, builder, deployer, edge and `bex up`
-// arrive with their components.
+// Subcommands so far: version, plan (the Dockerfile bex would generate for a
+// directory) and gitserver (the SSH git endpoint, wired to the builder and to the
+// release recorder). The deployer, the edge and `bex up` arrive with their issues.
 package main

@@ -4,16 +4,21 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// controller-runtime (the API cache, controllers) logs through the same handler.
+	ctrllog.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, nil)))
 	if err := newRoot(os.Stdout, os.Stderr).ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "bex:", err)
 		os.Exit(1)
@@ -40,8 +45,11 @@ func newRoot(out, errOut io.Writer) *cobra.Command {
 	}
 	root.SetOut(out)
 	root.SetErr(errOut)
+	log := slog.New(slog.NewTextHandler(errOut, nil))
 	for _, s := range []subcommand{
 		&versionCmd{out: out},
+		&planCmd{out: out},
+		&gitserverCmd{errOut: errOut, log: log},
 	} {
 		root.AddCommand(wire(s))
 	}

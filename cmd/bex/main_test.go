@@ -3,9 +3,15 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"bex.co/bex/internal/testenv"
 )
+
+func TestMain(m *testing.M) { os.Exit(testenv.Run(m)) }
 
 func runBex(t *testing.T, args ...string) (string, error) {
 	t.Helper()
@@ -44,5 +50,33 @@ func TestUnknownCommandFails(t *testing.T) {
 	_, err := runBex(t, "no-such-command")
 	if err == nil || !strings.Contains(err.Error(), "unknown command") {
 		t.Fatalf("want an unknown-command error, got %v", err)
+	}
+}
+
+func TestPlanPrintsTheGeneratedDockerfile(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "index.html"), []byte("<h1>hi</h1>\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "Procfile"), []byte("web: httpd -f -p $PORT -h /srv\n"), 0o644)
+	out, err := runBex(t, "plan", dir)
+	if err != nil {
+		t.Fatalf("bex plan: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "# stack: static") || !strings.Contains(out, "FROM ") || !strings.Contains(out, "# process web: httpd -f -p $PORT -h /srv") {
+		t.Fatalf("bex plan printed:\n%s", out)
+	}
+	out, err = runBex(t, "plan", "--json", dir)
+	var p struct {
+		Stack      string `json:"stack"`
+		Dockerfile string `json:"dockerfile"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &p) != nil || p.Stack != "static" || p.Dockerfile == "" {
+		t.Fatalf("bex plan --json: %v\n%s", err, out)
+	}
+	empty := t.TempDir()
+	if _, err := runBex(t, "plan", empty); err == nil || !strings.Contains(err.Error(), "no Dockerfile and no known stack") {
+		t.Fatalf("bex plan of an empty directory: %v", err)
+	}
+	if _, err := runBex(t, "plan", filepath.Join(empty, "missing")); err == nil || !strings.Contains(err.Error(), "is not a directory") {
+		t.Fatalf("bex plan of a missing directory: %v", err)
 	}
 }

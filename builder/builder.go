@@ -1,0 +1,331 @@
+package builder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	bkclient "github.com/moby/buildkit/client"
+	"github.com/tonistiigi/fsutil"
+
+	"bex.co/bex/builder/plan"
+)
+
+// Builder builds apps with a buildkitd.
+type Builder struct {
+	cfg   Config
+	slots chan struct{}
+	logs  *logStore
+	log   *slog.Logger
+}
+
+// Errors a caller may tell apart. Their text is written for the person who pushed.
+var (
+	// ErrUnavailable: buildkitd cannot be reached.
+	ErrUnavailable = errors.New("builder unavailable")
+	// ErrTimeout: the build ran longer than Config.Timeout.
+	ErrTimeout = errors.New("build timed out")
+)
+
+// New makes a Builder. It does not contact buildkitd; Preflight does.
+func New(cfg Config, log *slog.Logger) (*Builder, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	for _, d := range []string{cfg.WorkDir, cfg.LogDir} {
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			return nil, err
+		}
+	}
+	return &Builder{
+		cfg:   cfg,
+		slots: make(chan struct{}, cfg.MaxConcurrent),
+		logs:  &logStore{dir: cfg.LogDir, keep: cfg.KeepLogs, maxBytes: cfg.MaxLogBytes},
+		log:   log.WithGroup("builder"),
+	}, nil
+}
+
+// Preflight checks that buildkitd answers and has a worker.
+func (b *Builder) Preflight(ctx context.Context) error {
+	c, err := b.client(ctx)
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}
+
+func (b *Builder) client(ctx context.Context) (*bkclient.Client, error) {
+	unavailable := func(err error) error {
+		return fmt.Errorf("%w: cannot reach buildkitd at %s: %v", ErrUnavailable, b.cfg.Address, err)
+	}
+	c, err := bkclient.New(ctx, b.cfg.Address)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := c.Info(ictx); err != nil {
+		c.Close()
+		return nil, unavailable(err)
+	}
+	return c, nil
+}
+
+// Request is one build.
+type Request struct {
+	App     string
+	RepoDir string // the bare repository
+	Commit  string // full hex object id
+	NoCache bool
+	// Dir is the build directory inside the repository, for monorepos ("" = root).
+	Dir string
+	// Dockerfile is the Dockerfile's path inside Dir ("" = Dockerfile, or a
+	// generated one when there is none).
+	Dockerfile string
+	Target     string
+	Args       map[string]string
+}
+
+// Result is a finished build.
+type Result struct {
+	// Image is the digest-pinned reference: <ImageRepo>/<app>@sha256:...
+	Image string
+	// Stack is "dockerfile" or the stack a plan detected ("go", "static", ...).
+	Stack string
+	// Processes are the commands of the Procfile's process types, as argv in the
+	// form of the App's spec.processes (nil without a Procfile).
+	Processes map[string][]string
+}
+
+var commitRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
+
+// Build builds req.Commit and writes progress lines to progress as they happen; the
+// same lines go to the app's build log. It waits for a build slot first (saying so),
+// stops when ctx ends or after Config.Timeout, and returns an error whose text tells
+// the pusher what failed and what to do.
+func (b *Builder) Build(ctx context.Context, req Request, progress io.Writer) (*Result, error) {
+	if !commitRE.MatchString(req.Commit) {
+		return nil, fmt.Errorf("commit %q is not a full object id", req.Commit)
+	}
+	logFile, err := b.logs.create(req.App, req.Commit)
+	if err != nil {
+		return nil, fmt.Errorf("build log: %w", err)
+	}
+	defer logFile.Close()
+	out := &syncWriter{w: io.MultiWriter(progress, logFile)}
+
+	select {
+	case b.slots <- struct{}{}:
+	default:
+		fmt.Fprintf(out, "-----> Waiting for a build slot (%d builds are running)\n", cap(b.slots))
+		select {
+		case b.slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	defer func() { <-b.slots }()
+
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
+	defer cancel()
+	start := time.Now()
+	res, err := b.build(ctx, req, out)
+	if err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			err = fmt.Errorf("%w after %s: make the build faster, or cache more of it", ErrTimeout, b.cfg.Timeout)
+		}
+		fmt.Fprintf(out, " !     %s\n", strings.ReplaceAll(err.Error(), "\n", "\n !     "))
+		b.log.Info("build failed", "app", req.App, "commit", req.Commit, "err", err, "took", time.Since(start))
+		return nil, err
+	}
+	b.log.Info("build done", "app", req.App, "commit", req.Commit, "image", res.Image, "stack", res.Stack, "took", time.Since(start))
+	return res, nil
+}
+
+func (b *Builder) build(ctx context.Context, req Request, out io.Writer) (*Result, error) {
+	work, err := os.MkdirTemp(b.cfg.WorkDir, req.App+"-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(work)
+	src := filepath.Join(work, "src")
+	if _, err := exportCommit(req.RepoDir, req.Commit, src, b.cfg.MaxContextBytes); err != nil {
+		if errors.Is(err, ErrContextTooLarge) {
+			return nil, fmt.Errorf("%w: keep large files out of git, or build from a subdirectory (the app's build directory setting)", err)
+		}
+		return nil, fmt.Errorf("reading commit %s: %w", req.Commit[:7], err)
+	}
+	contextDir, err := within(src, req.Dir)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := os.Stat(contextDir); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("build directory %q is not a directory in commit %s", req.Dir, req.Commit[:7])
+	}
+
+	res := &Result{Stack: "dockerfile"}
+	dockerfileDir, filename, err := b.dockerfile(req, contextDir, work, out, res)
+	if err != nil {
+		return nil, err
+	}
+
+	c, err := b.client(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	contextFS, err := fsutil.NewFS(contextDir)
+	if err != nil {
+		return nil, err
+	}
+	dockerfileFS, err := fsutil.NewFS(dockerfileDir)
+	if err != nil {
+		return nil, err
+	}
+	attrs := map[string]string{"filename": filename, "image-resolve-mode": b.cfg.ImageResolveMode}
+	if req.Target != "" {
+		attrs["target"] = req.Target
+	}
+	for k, v := range req.Args {
+		attrs["build-arg:"+k] = v
+	}
+	if req.NoCache {
+		attrs["no-cache"] = ""
+	}
+	name := fmt.Sprintf("%s/%s:%s", b.cfg.ImageRepo, req.App, req.Commit[:12])
+	exportAttrs := map[string]string{"name": name, "unpack": "true"}
+	if b.cfg.Push {
+		exportAttrs["push"] = "true"
+	}
+
+	ch := make(chan *bkclient.SolveStatus)
+	r := newRenderer(out)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for st := range ch {
+			r.update(st)
+		}
+	})
+	resp, err := c.Solve(ctx, nil, bkclient.SolveOpt{
+		Frontend:      "dockerfile.v0",
+		FrontendAttrs: attrs,
+		LocalMounts:   map[string]fsutil.FS{"context": contextFS, "dockerfile": dockerfileFS},
+		Exports:       []bkclient.ExportEntry{{Type: bkclient.ExporterImage, Attrs: exportAttrs}},
+	}, ch)
+	wg.Wait()
+	if err != nil {
+		return nil, explain(ctx, err, r)
+	}
+	dgst := resp.ExporterResponse["containerimage.digest"]
+	if !strings.HasPrefix(dgst, "sha256:") {
+		return nil, fmt.Errorf("buildkitd reported no image digest")
+	}
+	res.Image = fmt.Sprintf("%s/%s@%s", b.cfg.ImageRepo, req.App, dgst)
+	fmt.Fprintf(out, "-----> Built %s\n", res.Image)
+	return res, nil
+}
+
+// dockerfile decides what builds the context: the app's Dockerfile, or a plan's. It
+// returns the directory that holds the Dockerfile and its file name, and fills in
+// the result's stack and process types.
+func (b *Builder) dockerfile(req Request, contextDir, work string, out io.Writer, res *Result) (dir, filename string, err error) {
+	name := req.Dockerfile
+	if name == "" {
+		name = "Dockerfile"
+	}
+	path, err := within(contextDir, name)
+	if err != nil {
+		return "", "", err
+	}
+	if _, err := os.Stat(path); err == nil {
+		// An app's own Dockerfile: its Procfile's commands run through the image's
+		// shell, as on Heroku.
+		own := &plan.Plan{Shell: true}
+		if procfile, err := os.ReadFile(filepath.Join(contextDir, "Procfile")); err == nil {
+			if own.Processes, err = plan.ParseProcfile(procfile); err != nil {
+				return "", "", err
+			}
+		}
+		if res.Processes, err = processes(own); err != nil {
+			return "", "", err
+		}
+		return filepath.Dir(path), filepath.Base(path), nil
+	} else if req.Dockerfile != "" {
+		return "", "", fmt.Errorf("the app's Dockerfile setting names %s, which is not in commit %s", req.Dockerfile, req.Commit[:7])
+	}
+	p, err := plan.Detect(os.DirFS(contextDir), b.cfg.Plan)
+	if err != nil {
+		return "", "", err
+	}
+	res.Stack = p.Stack
+	if res.Processes, err = processes(p); err != nil {
+		return "", "", err
+	}
+	fmt.Fprintf(out, "-----> No Dockerfile: building it as a %s app\n", p.Stack)
+	for _, note := range p.Notes {
+		fmt.Fprintf(out, "       %s\n", note)
+	}
+	dir = filepath.Join(work, "plan")
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return "", "", err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(p.Dockerfile), 0o640); err != nil {
+		return "", "", err
+	}
+	return dir, "Dockerfile", nil
+}
+
+// processes turns a plan's Procfile entries into commands.
+func processes(p *plan.Plan) (map[string][]string, error) {
+	if len(p.Processes) == 0 {
+		return nil, nil
+	}
+	out := make(map[string][]string, len(p.Processes))
+	for name := range p.Processes {
+		argv, err := p.Command(name)
+		if err != nil {
+			return nil, err
+		}
+		out[name] = argv
+	}
+	return out, nil
+}
+
+// Logs lists app's stored build logs, newest first.
+func (b *Builder) Logs(app string) ([]BuildLog, error) { return b.logs.List(app) }
+
+// LogPath is the file of one stored build log.
+func (b *Builder) LogPath(app, id string) string {
+	return filepath.Join(b.cfg.LogDir, app, filepath.Base(id)+".log")
+}
+
+// within joins rel to dir, refusing paths that leave dir.
+func within(dir, rel string) (string, error) {
+	p := filepath.Join(dir, filepath.FromSlash(rel))
+	if p != dir && !strings.HasPrefix(p, dir+string(filepath.Separator)) {
+		return "", fmt.Errorf("%q leaves the repository", rel)
+	}
+	return p, nil
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}

@@ -1,0 +1,52 @@
+package builder
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+var (
+	exitCodeRE   = regexp.MustCompile(`exit code: (\d+)`)
+	parseErrRE   = regexp.MustCompile(`dockerfile parse error on line (\d+): (.*)`)
+	baseImageRE  = regexp.MustCompile(`failed to resolve source metadata for ([^\s:]+(?::[^\s:]+)?)`)
+	solvePrefixR = regexp.MustCompile(`^(failed to solve: )+`)
+)
+
+// explain turns a failed Solve into one sentence for the pusher (plus the failing
+// step's last output lines), keeping BuildKit's own words where they are clear.
+func explain(ctx context.Context, err error, r *renderer) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	msg := solvePrefixR.ReplaceAllString(err.Error(), "")
+	if s, ok := status.FromError(err); ok && s.Code() == codes.Unavailable {
+		return fmt.Errorf("%w: buildkitd went away during the build: %s", ErrUnavailable, s.Message())
+	}
+	if m := parseErrRE.FindStringSubmatch(msg); m != nil {
+		return fmt.Errorf("Dockerfile line %s: %s", m[1], strings.TrimSpace(m[2]))
+	}
+	if m := baseImageRE.FindStringSubmatch(msg); m != nil {
+		return fmt.Errorf("base image %s not found: check the FROM line, and that this host can pull it", m[1])
+	}
+	if name, verr, tail, ok := r.failedStep(); ok {
+		code := "an error"
+		if m := exitCodeRE.FindStringSubmatch(verr); m != nil {
+			code = "exit code " + m[1]
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "step %s failed with %s", name, code)
+		if len(tail) > 0 {
+			b.WriteString("; its last output:")
+			for _, l := range tail {
+				b.WriteString("\n    " + l)
+			}
+		}
+		return fmt.Errorf("%s", b.String())
+	}
+	return fmt.Errorf("%s", msg)
+}

@@ -1,0 +1,325 @@
+package plan_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	bkclient "github.com/moby/buildkit/client"
+	gateway "github.com/moby/buildkit/frontend/gateway/client"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/tonistiigi/fsutil"
+
+	"bex.co/bex/builder/plan"
+	"bex.co/bex/internal/testenv"
+)
+
+// The tests below build generated Dockerfiles on a real BuildKit (a buildkitd with
+// a containerd worker) and run the images in that containerd. They need root and the
+// daemons from `make tools`; a missing one fails the test with the fix, never a skip.
+//
+// Only the static and the Procfile-only plans are built: their base is busybox, which
+// the harness imports locally. The Go, Node and Python bases are official images that
+// cannot be pulled here (no registry), so those plans are checked by golden files.
+func TestMain(m *testing.M) { os.Exit(testenv.Run(m)) }
+
+// localConfig is the production config with busybox, imported by the harness, as the
+// base of the plans that these tests build.
+func localConfig() plan.Config {
+	cfg := plan.DefaultConfig()
+	cfg.Images.Static = "busybox"
+	cfg.Images.Shell = "busybox"
+	return cfg
+}
+
+// buildPlan detects the tree src, builds its Dockerfile with the real BuildKit into
+// containerd as image name, and returns the plan.
+func buildPlan(t *testing.T, bk *testenv.Buildkitd, src, name string) *plan.Plan {
+	t.Helper()
+	p, err := plan.Detect(os.DirFS(src), localConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The Dockerfile goes in a directory of its own: the context is the app's tree,
+	// untouched, as the builder gives it.
+	dfDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dfDir, "Dockerfile"), []byte(p.Dockerfile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := bk.Client(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	contextFS, err := fsutil.NewFS(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dockerfileFS, err := fsutil.NewFS(dfDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan *bkclient.SolveStatus)
+	var logs strings.Builder
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for st := range ch {
+			for _, v := range st.Vertexes {
+				if v.Error != "" {
+					fmt.Fprintf(&logs, "%s: %s\n", v.Name, v.Error)
+				}
+			}
+			for _, l := range st.Logs {
+				logs.Write(l.Data)
+			}
+		}
+	}()
+	_, err = c.Solve(ctx, nil, bkclient.SolveOpt{
+		Frontend: "dockerfile.v0",
+		// No registry here: FROM busybox resolves to the image the harness imported.
+		FrontendAttrs: map[string]string{"filename": "Dockerfile", "image-resolve-mode": "local"},
+		LocalMounts:   map[string]fsutil.FS{"context": contextFS, "dockerfile": dockerfileFS},
+		Exports: []bkclient.ExportEntry{{
+			Type:  bkclient.ExporterImage,
+			Attrs: map[string]string{"name": name, "unpack": "true"},
+		}},
+	}, ch)
+	<-done
+	if err != nil {
+		t.Fatalf("build %s: %v\n%s\nDockerfile:\n%s", name, err, logs.String(), p.Dockerfile)
+	}
+	return p
+}
+
+// imageConfig reads the OCI config (user, env, command) of image name in containerd.
+func imageConfig(t *testing.T, bk *testenv.Buildkitd, name string) ocispec.ImageConfig {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := bk.Containerd.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	img, err := cl.GetImage(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := img.Spec(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec.Config
+}
+
+// run runs argv in image name to completion and returns its output; a failure or a
+// non-zero exit fails the test.
+func run(t *testing.T, bk *testenv.Buildkitd, name string, argv ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, code, err := bk.Containerd.Run(ctx, name, argv...)
+	if err != nil || code != 0 {
+		t.Fatalf("run %s %q: exit %d, err %v, output:\n%s", name, argv, code, err, out)
+	}
+	return out
+}
+
+func TestStaticPlanServesTheSite(t *testing.T) {
+	bk := testenv.SharedBuildkitd(t)
+	testenv.SharedBusybox(t)
+	const name = "docker.io/library/plan-static:test"
+	src := filepath.Join("testdata", "static", "src")
+	p := buildPlan(t, bk, src, name)
+	if p.Stack != plan.StackStatic {
+		t.Fatalf("stack %q, want static", p.Stack)
+	}
+
+	cfg := imageConfig(t, bk, name)
+	if cfg.User != "65534:65534" {
+		t.Errorf("image user %q, want 65534:65534", cfg.User)
+	}
+	if !contains(cfg.Env, "PORT=8080") {
+		t.Errorf("image env %q has no PORT=8080", cfg.Env)
+	}
+	if len(cfg.Cmd) == 0 {
+		t.Fatal("the image has no CMD")
+	}
+
+	// The image's own command serves forever (httpd -f), so a script runs it in the
+	// background on a free port (the container shares the host's network), fetches
+	// the page, stops it, and prints the page last so that httpd's request log (-v)
+	// comes before it.
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := `export PORT=` + fmt.Sprint(port) + `
+"$@" &
+server=$!
+for i in $(seq 50); do
+	if body=$(wget -qO- "http://127.0.0.1:$PORT/" 2>/dev/null); then break; fi
+	sleep 0.1
+done
+css=$(wget -qO- "http://127.0.0.1:$PORT/css/site.css")
+kill $server
+wait $server
+echo "uid=$(id -u)"
+echo "css=$css"
+echo "body=$body"`
+	out := run(t, bk, name, append([]string{"sh", "-c", script, "sh"}, cfg.Cmd...)...)
+	t.Logf("CMD %q on port %d:\n%s", cfg.Cmd, port, out)
+	want, err := os.ReadFile(filepath.Join(src, "index.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(out, "body="+strings.TrimRight(string(want), "\n")) {
+		t.Errorf("the page was not served: output\n%s", out)
+	}
+	if !strings.Contains(out, "css=h1 { font-family: sans-serif; }") {
+		t.Errorf("css/site.css was not served: output\n%s", out)
+	}
+	if !strings.Contains(out, "uid=65534\n") {
+		t.Errorf("the image does not run as 65534: output\n%s", out)
+	}
+}
+
+func TestProcfilePlanRunsTheWebProcess(t *testing.T) {
+	bk := testenv.SharedBuildkitd(t)
+	testenv.SharedBusybox(t)
+	const name = "docker.io/library/plan-procfile:test"
+	p := buildPlan(t, bk, filepath.Join("testdata", "procfile-only", "src"), name)
+	if p.Stack != plan.StackProcfile {
+		t.Fatalf("stack %q, want procfile", p.Stack)
+	}
+
+	// The image's own command is the web process, with the default PORT.
+	if out := run(t, bk, name); out != "hello from 8080 as 65534, pid 1: made by bex" {
+		t.Errorf("default command printed %q", out)
+	}
+
+	// With PORT set, as bex sets it, through the image's CMD as it is.
+	cfg := imageConfig(t, bk, name)
+	out := run(t, bk, name, append([]string{"sh", "-c", `PORT=5000 exec "$@"`, "sh"}, cfg.Cmd...)...)
+	if out != "hello from 5000 as 65534, pid 1: made by bex" {
+		t.Errorf("CMD %q with PORT=5000 printed %q", cfg.Cmd, out)
+	}
+
+	// Another process type runs from its Command in the same image.
+	argv, err := p.Command("worker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// $$( is Kubernetes' escape of $(: undo it as the runtime's expansion would.
+	for i, a := range argv {
+		argv[i] = strings.ReplaceAll(a, "$$", "$")
+	}
+	out = run(t, bk, name, argv...)
+	t.Logf("worker %q: %s", argv, out)
+	if !strings.HasPrefix(out, "worker in /app\ndone: ") {
+		t.Errorf("worker %q printed %q", argv, out)
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// TestGeneratedDockerfilesPassBuildKitChecks runs BuildKit's own checks (what
+// `docker build --check` runs: the Dockerfile frontend's parser and linter) on the plan
+// of every golden case. The Go, Node and Python bases cannot be pulled here, so every
+// image is busybox: the checks read the Dockerfile, they do not run its steps.
+func TestGeneratedDockerfilesPassBuildKitChecks(t *testing.T) {
+	bk := testenv.SharedBuildkitd(t)
+	testenv.SharedBusybox(t)
+	cfg := plan.Config{Images: plan.Images{
+		Go: "busybox", Node: "busybox", Python: "busybox", Static: "busybox", Runtime: "busybox", Shell: "busybox",
+	}}
+	entries, err := os.ReadDir("testdata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := bk.Client(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	checked := 0
+	for _, e := range entries {
+		src := filepath.Join("testdata", e.Name(), "src")
+		if _, err := os.Stat(filepath.Join("testdata", e.Name(), "error.golden")); err == nil {
+			continue
+		}
+		p, err := plan.Detect(os.DirFS(src), cfg)
+		if err != nil {
+			t.Fatalf("%s: %v", e.Name(), err)
+		}
+		dfDir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dfDir, "Dockerfile"), []byte(p.Dockerfile), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		contextFS, err := fsutil.NewFS(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dockerfileFS, err := fsutil.NewFS(dfDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var result []byte
+		_, err = c.Build(ctx, bkclient.SolveOpt{
+			LocalMounts: map[string]fsutil.FS{"context": contextFS, "dockerfile": dockerfileFS},
+		}, "", func(ctx context.Context, gc gateway.Client) (*gateway.Result, error) {
+			res, err := gc.Solve(ctx, gateway.SolveRequest{
+				Frontend: "dockerfile.v0",
+				FrontendOpt: map[string]string{
+					"requestid":          "frontend.lint",
+					"filename":           "Dockerfile",
+					"image-resolve-mode": "local",
+				},
+			})
+			if err != nil {
+				return nil, err
+			}
+			result = res.Metadata["result.json"]
+			return res, nil
+		}, nil)
+		if err != nil {
+			t.Fatalf("%s: check: %v", e.Name(), err)
+		}
+		var lint struct {
+			Warnings []struct {
+				RuleName, Detail string
+			} `json:"warnings"`
+			BuildError *struct{ Message string } `json:"buildError"`
+		}
+		if err := json.Unmarshal(result, &lint); err != nil {
+			t.Fatalf("%s: check result %q: %v", e.Name(), result, err)
+		}
+		if lint.BuildError != nil {
+			t.Errorf("%s: the Dockerfile does not parse: %s\n%s", e.Name(), lint.BuildError.Message, p.Dockerfile)
+		}
+		for _, w := range lint.Warnings {
+			t.Errorf("%s: BuildKit check %s: %s\n%s", e.Name(), w.RuleName, w.Detail, p.Dockerfile)
+		}
+		checked++
+	}
+	if checked < 10 {
+		t.Fatalf("checked %d plans, want every golden case", checked)
+	}
+}

@@ -1,0 +1,81 @@
+package plan
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/distribution/reference"
+)
+
+// Config holds the base images, so that production uses official images and tests use
+// local ones.
+type Config struct {
+	Images Images
+}
+
+// Images are the base images of the generated Dockerfiles, as FROM references.
+type Images struct {
+	// Go is the builder image of a Go app: the toolchain that compiles the binary.
+	Go string
+	// Node is the image a Node app builds and runs on. It must have a `node` user, as
+	// the official images do: the app runs as that user.
+	Node string
+	// Python is the image a Python app installs into and runs on.
+	Python string
+	// Static serves a static site: busybox, whose httpd serves a directory on a port.
+	Static string
+	// Runtime is the base a compiled Go binary runs on. The default is distroless
+	// static: CA certificates, time zones and an /etc/passwd with nobody, and no shell
+	// nor package manager, so the image holds little more than the app. Plans treat it
+	// as having no shell whatever it is set to (see Plan.Shell).
+	Runtime string
+	// Shell is the base of an app that has only a Procfile: a plain system with
+	// /bin/sh, where the Procfile's commands run.
+	Shell string
+}
+
+// DefaultConfig returns the official images that production builds use.
+func DefaultConfig() Config {
+	return Config{Images: Images{
+		Go:     "golang:1.26-bookworm",
+		Node:   "node:22-bookworm-slim",
+		Python: "python:3.13-slim-bookworm",
+		Static: "busybox:stable",
+		// Not scratch: apps call HTTPS APIs and need CA certificates, and time
+		// zones. Not the :nonroot tag: the Dockerfile sets its own user (65534).
+		Runtime: "gcr.io/distroless/static-debian12",
+		Shell:   "debian:bookworm-slim",
+	}}
+}
+
+// Validate reports every image that is unset or is not an image reference. A
+// reference goes on a FROM line as is, so one that is not a reference could break or
+// rewrite the Dockerfile.
+func (c Config) Validate() error {
+	var errs []error
+	for _, f := range []struct{ name, ref string }{
+		{"Go", c.Images.Go},
+		{"Node", c.Images.Node},
+		{"Python", c.Images.Python},
+		{"Static", c.Images.Static},
+		{"Runtime", c.Images.Runtime},
+		{"Shell", c.Images.Shell},
+	} {
+		if f.ref == "" {
+			errs = append(errs, fmt.Errorf("plan config: Images.%s is empty: set a base image such as %q", f.name, defaultImage(f.name)))
+			continue
+		}
+		if _, err := reference.ParseNormalizedNamed(f.ref); err != nil {
+			errs = append(errs, fmt.Errorf("plan config: Images.%s %q is not an image reference: %v", f.name, f.ref, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func defaultImage(field string) string {
+	im := DefaultConfig().Images
+	return map[string]string{
+		"Go": im.Go, "Node": im.Node, "Python": im.Python,
+		"Static": im.Static, "Runtime": im.Runtime, "Shell": im.Shell,
+	}[field]
+}

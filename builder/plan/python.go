@@ -1,0 +1,374 @@
+package plan
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// pythonPlan installs the dependencies with pip and runs the app as nobody.
+func (a *app) pythonPlan(d *dockerfile) error {
+	var (
+		names      []string // the dependencies' names, when known
+		depsLayer  func()   // writes the dependencies' layer, before the code
+		afterCode  []string // RUN after COPY . .
+		fromTree   bool     // the install needs the whole tree
+		hasReqs    = a.isFile("requirements.txt")
+		hasProject = a.isFile("pyproject.toml")
+	)
+	switch {
+	case hasReqs:
+		data, err := a.read("requirements.txt")
+		if err != nil {
+			return err
+		}
+		var refs []string
+		names, refs = parseRequirements(data)
+		if len(names) > 0 {
+			a.note("found requirements.txt (%s)", plural(len(names), "package"))
+		} else {
+			a.note("found requirements.txt")
+		}
+		if hasProject {
+			a.note("also found pyproject.toml: requirements.txt lists the dependencies")
+		}
+		const install = "RUN pip install --no-cache-dir -r requirements.txt"
+		if len(refs) > 0 {
+			fromTree = true
+			a.note("requirements.txt refers to other files (%s): it is installed with the code, not in a layer of its own", strings.Join(refs, ", "))
+			afterCode = []string{install}
+		} else {
+			depsLayer = func() {
+				d.comment(
+					"The dependencies first, from requirements.txt only, in a layer of their own: it",
+					"is cached until requirements.txt changes, instead of installing again at every",
+					"change of the code.",
+				)
+				d.line("COPY requirements.txt ./")
+				d.line(install)
+			}
+		}
+	default:
+		data, err := a.read("pyproject.toml")
+		if err != nil {
+			return err
+		}
+		proj := parsePyproject(data)
+		var about []string
+		if proj.name != "" {
+			about = append(about, "project "+proj.name)
+		}
+		if proj.depsKnown {
+			about = append(about, plural(len(proj.deps), "dependency"))
+		}
+		if len(about) > 0 {
+			a.note("found pyproject.toml (%s)", strings.Join(about, ", "))
+		} else {
+			a.note("found pyproject.toml")
+		}
+		afterCode = []string{"RUN pip install --no-cache-dir ."}
+		switch {
+		case !proj.depsKnown:
+			fromTree = true
+			a.note("pyproject.toml has no [project] dependencies list that bex can read: they are installed with the code, not in a layer of their own")
+		case len(proj.deps) == 0:
+		default:
+			for _, dep := range proj.deps {
+				names = append(names, requirementName(dep))
+			}
+			depsLayer = func() {
+				d.comment(
+					"The dependencies first, as pyproject.toml lists them, in a layer of their own: it",
+					"is cached until this list changes, instead of installing again at every change of",
+					"the code. Copying pyproject.toml alone would not do: `pip install .` builds the",
+					"project, which needs its code. The trade-off: this list is a copy, so when the",
+					"file is kept as the app's Dockerfile, a new dependency is installed by the",
+					"`pip install .` below instead, uncached, until it is added here too.",
+				)
+				d.line("RUN pip install --no-cache-dir \\")
+				for i, dep := range proj.deps {
+					end := " \\"
+					if i == len(proj.deps)-1 {
+						end = ""
+					}
+					d.line("    %s%s", shellQuote(dep), end)
+				}
+			}
+		}
+	}
+	a.noteProcfile()
+
+	// The start command: gunicorn when the app depends on it and has a WSGI module,
+	// else the app's script. The Procfile's web, if any, takes its place.
+	var start, why []string
+	var desc string
+	if slices.Contains(names, "gunicorn") {
+		for _, m := range []struct{ file, module string }{{"wsgi.py", "wsgi"}, {"app.py", "app"}} {
+			if !a.isFile(m.file) {
+				continue
+			}
+			data, err := a.read(m.file)
+			if err != nil {
+				return err
+			}
+			target := m.module + ":" + wsgiVariable(data, m.file == "wsgi.py")
+			start = []string{"sh", "-c", shellCommand(`gunicorn --bind "0.0.0.0:${PORT:-` + DefaultPort + `}" --access-logfile - ` + target)}
+			why = []string{
+				"gunicorn is among the dependencies and " + m.file + " is the WSGI app: serve it on",
+				"every interface at $PORT, and log each request to the output.",
+			}
+			desc = "gunicorn " + target
+			break
+		}
+	}
+	if start == nil {
+		for _, f := range []string{"app.py", "main.py"} {
+			if a.isFile(f) {
+				start = []string{"python", f}
+				why = []string{f + " is the app."}
+				desc = "python " + f
+				break
+			}
+		}
+	}
+	if start == nil && len(a.procs) == 0 {
+		return errors.New("no start command for this Python app: add a Procfile with a web process (web: gunicorn app:app), or an app.py or main.py")
+	}
+	if _, hasWeb := a.web(); desc != "" && !hasWeb {
+		a.note("start: %s", desc)
+	}
+
+	what := "requirements.txt"
+	if !hasReqs {
+		what = "pyproject.toml"
+	}
+	d.header("a Python app (found " + what + ")")
+	d.blank()
+	d.line("FROM %s", a.cfg.Images.Python)
+	d.comment(
+		"Output reaches the logs at once, not when a buffer fills. No .pyc files next to the",
+		"code, which the app's user cannot write to. pip says nothing about running as root",
+		"or about its own version.",
+	)
+	d.line("ENV PYTHONUNBUFFERED=1 \\\n    PYTHONDONTWRITEBYTECODE=1 \\\n    PIP_DISABLE_PIP_VERSION_CHECK=1 \\\n    PIP_ROOT_USER_ACTION=ignore")
+	d.line("WORKDIR /app")
+	if depsLayer != nil {
+		depsLayer()
+	}
+	if fromTree {
+		d.comment(
+			"The code, and the dependencies with it: any change of the code installs them",
+			"again, because the install needs more of the tree than one file.",
+		)
+	}
+	d.line("COPY . .")
+	for _, l := range afterCode {
+		d.line("%s", l)
+	}
+	d.blank()
+	d.comment(
+		"Not root: nobody, as a number. The code stays owned by root, so the app cannot",
+		"rewrite it; it writes to /tmp.",
+	)
+	d.line("USER %s", nonRootUser)
+	portEnv(d, "")
+	a.startWithShell(d, why, start, desc)
+	return nil
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	if strings.HasSuffix(what, "y") {
+		what = strings.TrimSuffix(what, "y") + "ie"
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// parseRequirements returns the normalised names of the packages a requirements file
+// lists, and the other files and local paths it refers to (-r, -c, -e, ./dir), which
+// pip then needs to see.
+func parseRequirements(data []byte) (names, refs []string) {
+	text := strings.ReplaceAll(string(data), "\\\r\n", "")
+	text = strings.ReplaceAll(text, "\\\n", "") // continuation lines
+	for _, line := range strings.Split(text, "\n") {
+		if i := strings.Index(line, " #"); i >= 0 {
+			line = line[:i]
+		}
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "", strings.HasPrefix(line, "#"):
+		case strings.HasPrefix(line, "-"):
+			opt, arg, _ := strings.Cut(strings.Replace(line, "=", " ", 1), " ")
+			switch opt {
+			case "-r", "--requirement", "-c", "--constraint", "-e", "--editable":
+				refs = append(refs, strings.TrimSpace(arg))
+			}
+		case strings.HasPrefix(line, "."), strings.HasPrefix(line, "/"), strings.HasPrefix(line, "file:"):
+			refs = append(refs, line)
+		default:
+			if n := requirementName(line); n != "" {
+				names = append(names, n)
+			}
+		}
+	}
+	return names, refs
+}
+
+// requirementName is the package name of a requirement ("Flask[async]>=3" → "flask"),
+// normalised as PEP 503 says; empty for a bare URL.
+func requirementName(req string) string {
+	if strings.Contains(req, "://") && !strings.Contains(req, "@") {
+		return ""
+	}
+	end := strings.IndexAny(req, "[<>=!~;@ (\t")
+	if end >= 0 {
+		req = req[:end]
+	}
+	return strings.ToLower(strings.NewReplacer("_", "-", ".", "-").Replace(req))
+}
+
+// wsgiVariable is the name of the WSGI app in a module: app or application, whichever
+// the module defines or imports at the top level, else gunicorn's own default
+// (application) for wsgi.py and Flask's habit (app) for app.py.
+func wsgiVariable(src []byte, isWSGI bool) string {
+	order := []string{"app", "application"}
+	if isWSGI {
+		order = []string{"application", "app"}
+	}
+	for _, name := range order {
+		def := regexp.MustCompile(`(?m)^` + name + `\s*[:=]|^from\s+\S+\s+import\s+.*\b` + name + `\b`)
+		if def.Match(src) {
+			return name
+		}
+	}
+	return order[0]
+}
+
+// pyproject is what a plan needs of pyproject.toml.
+type pyproject struct {
+	name      string
+	deps      []string
+	depsKnown bool // [project] dependencies is a static list that was read
+}
+
+var tomlHeader = regexp.MustCompile(`^\[\[?\s*([^\]]*?)\s*\]\]?\s*(#.*)?$`)
+
+// parsePyproject reads the name and the dependencies of [project]. It is a small
+// reader for the part of TOML that these keys use (strings, arrays of strings,
+// comments), not a TOML parser: what it does not understand, it leaves unknown, and
+// the plan then installs the dependencies with the code.
+func parsePyproject(data []byte) pyproject {
+	var p pyproject
+	lines := strings.Split(strings.ReplaceAll(string(data), "\r\n", "\n"), "\n")
+	table, dynamic := "", false
+	for i := 0; i < len(lines); i++ {
+		line := strings.TrimSpace(lines[i])
+		if m := tomlHeader.FindStringSubmatch(line); m != nil {
+			table = m[1]
+			continue
+		}
+		if table != "project" {
+			continue
+		}
+		key, value, ok := strings.Cut(line, "=")
+		if !ok {
+			continue
+		}
+		rest := strings.TrimSpace(value) + "\n" + strings.Join(lines[i+1:], "\n")
+		switch strings.TrimSpace(key) {
+		case "name":
+			if s, _, ok := tomlString(rest); ok {
+				p.name = s
+			}
+		case "dependencies":
+			p.deps, p.depsKnown = tomlStrings(rest)
+		case "dynamic":
+			if list, ok := tomlStrings(rest); ok && slices.Contains(list, "dependencies") {
+				dynamic = true
+			}
+		}
+	}
+	if dynamic {
+		p.deps, p.depsKnown = nil, false
+	}
+	for _, dep := range p.deps {
+		// A dependency goes on a RUN line: no control characters.
+		if strings.ContainsFunc(dep, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+			p.deps, p.depsKnown = nil, false
+		}
+	}
+	return p
+}
+
+// tomlString reads one basic or literal string at the start of s: its value and the
+// rest of s after it.
+func tomlString(s string) (value, rest string, ok bool) {
+	if strings.HasPrefix(s, `"""`) || strings.HasPrefix(s, "'''") || s == "" {
+		return "", s, false // multi-line strings: not for names and requirements
+	}
+	q := s[0]
+	if q != '"' && q != '\'' {
+		return "", s, false
+	}
+	var b strings.Builder
+	for i := 1; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == q:
+			return b.String(), s[i+1:], true
+		case c == '\n':
+			return "", s, false
+		case c == '\\' && q == '"':
+			if i+1 == len(s) || (s[i+1] != '"' && s[i+1] != '\\') {
+				return "", s, false // other escapes: not in requirements
+			}
+			i++
+			b.WriteByte(s[i])
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return "", s, false
+}
+
+// tomlStrings reads an array of strings at the start of s, across lines and comments.
+func tomlStrings(s string) ([]string, bool) {
+	skip := func(s string) string {
+		for {
+			s = strings.TrimLeft(s, " \t\r\n")
+			if !strings.HasPrefix(s, "#") {
+				return s
+			}
+			_, s, _ = strings.Cut(s, "\n")
+		}
+	}
+	if !strings.HasPrefix(s, "[") {
+		return nil, false
+	}
+	s = s[1:]
+	list := []string{}
+	for {
+		s = skip(s)
+		if strings.HasPrefix(s, "]") {
+			return list, true
+		}
+		v, rest, ok := tomlString(s)
+		if !ok {
+			return nil, false
+		}
+		list = append(list, v)
+		s = skip(rest)
+		switch {
+		case strings.HasPrefix(s, ","):
+			s = s[1:]
+		case strings.HasPrefix(s, "]"):
+			return list, true
+		default:
+			return nil, false
+		}
+	}
+}

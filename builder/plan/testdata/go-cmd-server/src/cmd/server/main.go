@@ -1,0 +1,5 @@
+package main
+
+import "example.com/shop"
+
+func main() { println(shop.Greeting()) }

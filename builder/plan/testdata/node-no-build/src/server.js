@@ -1,0 +1,2 @@
+const express = require("express");
+express().get("/", (_, res) => res.send("hi")).listen(process.env.PORT);

@@ -1,0 +1,1 @@
+require("node:http").createServer((_, r) => r.end("chat")).listen(process.env.PORT);

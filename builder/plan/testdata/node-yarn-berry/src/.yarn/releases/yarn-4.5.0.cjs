@@ -1,0 +1,1 @@
+// stand-in for the Yarn release

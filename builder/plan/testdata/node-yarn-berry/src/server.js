@@ -1,0 +1,1 @@
+require("node:http").createServer((_, r) => r.end("api")).listen(process.env.PORT);

@@ -1,0 +1,1 @@
+from notes.web import app

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+	gossh "golang.org/x/crypto/ssh"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"bex.co/bex/builder"
+	"bex.co/bex/deployer/releases"
+	"bex.co/bex/gitserver"
+	"bex.co/bex/gitserver/access"
+)
+
+// gitserverCmd runs the SSH git endpoint against an existing Kubernetes API and
+// buildkitd: pushes build, record a release and wait for the deployer to roll it out.
+type gitserverCmd struct {
+	errOut io.Writer
+	log    *slog.Logger
+
+	stateDir         string
+	sshAddr          string
+	kubeconfig       string
+	namespace        string
+	buildkitAddr     string
+	imageRepo        string
+	imageResolveMode string
+
+	// ready, when set, receives the listen address once the server accepts.
+	ready    chan<- string
+	listener net.Listener
+	cancel   context.CancelFunc
+}
+
+func (c *gitserverCmd) command() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "gitserver",
+		Short: "Serve git push and clone over SSH",
+		Long: "gitserver takes pushes over SSH, builds them with buildkitd, records a release in the\n" +
+			"App API and waits for the deployer to roll it out before the branch moves.\n" +
+			"Every flag can also be set as BEX_<FLAG>, e.g. BEX_SSH_ADDR.",
+		Args:    cobra.NoArgs,
+		PreRunE: func(cmd *cobra.Command, _ []string) error { return bindEnv(cmd) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&c.stateDir, "state-dir", "/var/lib/bex", "directory for the host key, repositories and build logs")
+	f.StringVar(&c.sshAddr, "ssh-addr", ":2222", "SSH listen address")
+	f.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig of the API that holds Apps and Users (default: $KUBECONFIG, else STATE_DIR/kubeconfig)")
+	f.StringVar(&c.namespace, "namespace", "default", "namespace of the Apps")
+	f.StringVar(&c.buildkitAddr, "buildkit-addr", "", "buildkitd address (default: unix://STATE_DIR/buildkitd/buildkitd.sock)")
+	f.StringVar(&c.imageRepo, "image-repo", "bex.local", "repository that names the built images")
+	f.StringVar(&c.imageResolveMode, "image-resolve-mode", "default", "how base images are found: default, pull, or local (no registry)")
+	return cmd
+}
+
+func (c *gitserverCmd) run(ctx context.Context) error {
+	ctx, c.cancel = context.WithCancel(ctx)
+	kubeconfig := c.kubeconfig
+	if kubeconfig == "" {
+		kubeconfig = os.Getenv("KUBECONFIG")
+	}
+	if kubeconfig == "" {
+		kubeconfig = filepath.Join(c.stateDir, "kubeconfig")
+	}
+	restCfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return fmt.Errorf("kubeconfig %s: %w (start the API with `bex up`, or pass --kubeconfig)", kubeconfig, err)
+	}
+	s, err := scheme()
+	if err != nil {
+		return err
+	}
+	kc, err := client.New(restCfg, client.Options{Scheme: s})
+	if err != nil {
+		return err
+	}
+	informers, err := cache.New(restCfg, cache.Options{Scheme: s})
+	if err != nil {
+		return err
+	}
+	dir, err := access.New(ctx, access.Config{Namespace: c.namespace}, informers, kc)
+	if err != nil {
+		return err
+	}
+	go func() {
+		if err := informers.Start(ctx); err != nil {
+			c.log.Error("API cache stopped", "err", err)
+		}
+	}()
+	syncCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if !informers.WaitForCacheSync(syncCtx) {
+		return fmt.Errorf("cannot read Users and Apps from the API at %s: is it running, and are bex's CRDs installed?", restCfg.Host)
+	}
+
+	bcfg := builder.DefaultConfig(c.stateDir)
+	if c.buildkitAddr != "" {
+		bcfg.Address = c.buildkitAddr
+	}
+	bcfg.ImageRepo = c.imageRepo
+	bcfg.ImageResolveMode = c.imageResolveMode
+	b, err := builder.New(bcfg, c.log)
+	if err != nil {
+		return err
+	}
+	if err := b.Preflight(ctx); err != nil {
+		return err
+	}
+
+	gcfg := gitserver.DefaultConfig(c.stateDir)
+	gcfg.Addr = c.sshAddr
+	srv, err := gitserver.New(gcfg, dir, pushBuilder{b}, pushDeployer{&releases.Recorder{Client: kc, Namespace: c.namespace}}, c.log, prometheus.DefaultRegisterer)
+	if err != nil {
+		return err
+	}
+	c.listener, err = net.Listen("tcp", c.sshAddr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.errOut, "bex gitserver: listening on %s (host key %s)\n", c.listener.Addr(), gossh.FingerprintSHA256(srv.HostKey()))
+	if c.ready != nil {
+		c.ready <- c.listener.Addr().String()
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(c.listener) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdown, cancelShutdown := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancelShutdown()
+	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
+}
+
+func (c *gitserverCmd) close() error {
+	if c.cancel != nil {
+		c.cancel()
+	}
+	return nil
+}

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/pem"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/internal/testenv"
+)
+
+// TestGitserverBuildsAPushAndRecordsItsRelease runs `bex gitserver` in process
+// against the real control plane and the real buildkitd, pushes a busybox app with the
+// real git and ssh, and plays the deployer's part (envtest runs no controller): it
+// marks the recorded release as serving, after which the push completes.
+func TestGitserverBuildsAPushAndRecordsItsRelease(t *testing.T) {
+	cp := testenv.SharedControlPlane(t)
+	bk := testenv.SharedBuildkitd(t)
+	testenv.SharedBusybox(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const ns = "gitserver-e2e"
+	if err := cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	signer, _ := gossh.NewSignerFromKey(priv)
+	block, _ := gossh.MarshalPrivateKey(priv, "")
+	keyPath := filepath.Join(t.TempDir(), "id_ed25519")
+	os.WriteFile(keyPath, pem.EncodeToMemory(block), 0o600)
+	if err := cp.Client.Create(ctx, &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "e2e-admin"}, Spec: appv1.UserSpec{
+		Role: appv1.RoleAdmin, Keys: []appv1.SSHKey{{Name: "test", PublicKey: strings.TrimSpace(string(gossh.MarshalAuthorizedKey(signer.PublicKey())))}},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+
+	ready := make(chan string, 1)
+	var stderr bytes.Buffer
+	g := &gitserverCmd{errOut: &stderr, log: slog.New(slog.NewTextHandler(&stderr, nil)), ready: ready}
+	cmd := wire(g)
+	cmd.SetArgs([]string{"--state-dir", t.TempDir(), "--ssh-addr", "127.0.0.1:0", "--kubeconfig", cp.Kubeconfig,
+		"--namespace", ns, "--buildkit-addr", bk.Address, "--image-resolve-mode", "local"})
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatalf("bex gitserver: %v\n%s", err, stderr.String())
+	case <-time.After(60 * time.Second):
+		t.Fatalf("bex gitserver did not start:\n%s", stderr.String())
+	}
+
+	// The deployer's part: once release 1 is recorded, report it serving.
+	go func() {
+		for ctx.Err() == nil {
+			app := &appv1.App{}
+			if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "hello"}, app); err == nil && app.Spec.Release == 1 {
+				app.Status.Revision, app.Status.URL, app.Status.ObservedGeneration = 1, "https://hello.localhost", app.Generation
+				meta.SetStatusCondition(&app.Status.Conditions, metav1.Condition{Type: appv1.ReadyCondition, Status: metav1.ConditionTrue, Reason: appv1.RolledOutReason, ObservedGeneration: app.Generation})
+				if cp.Client.Status().Update(ctx, app) == nil {
+					return
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+
+	work := t.TempDir()
+	git := func(args ...string) string {
+		t.Helper()
+		c := exec.Command("git", args...)
+		c.Dir = work
+		c.Env = append(os.Environ(), "HOME="+work, "GIT_CONFIG_NOSYSTEM=1", "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@bex.co",
+			"GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@bex.co",
+			"GIT_SSH_COMMAND=ssh -F /dev/null -i "+keyPath+" -o IdentitiesOnly=yes -o IdentityAgent=none -o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=no -o LogLevel=ERROR -o BatchMode=yes")
+		out, err := c.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s\nserver:\n%s", args, err, out, stderr.String())
+		}
+		return string(out)
+	}
+	git("init", "-q", "-b", "main")
+	os.WriteFile(filepath.Join(work, "Dockerfile"), []byte("FROM busybox\nRUN echo built > /built\nCMD [\"cat\", \"/built\"]\n"), 0o644)
+	git("add", ".")
+	git("commit", "-q", "-m", "first")
+	head := strings.TrimSpace(git("rev-parse", "HEAD"))
+	out := git("push", "ssh://git@"+addr+"/hello", "main")
+	for _, want := range []string{"-----> Creating app hello", "-----> [2/2] RUN echo built > /built", "-----> Built bex.local/hello@sha256:",
+		"-----> Deploying release v1", "https://hello.localhost", "* [new branch]      main -> main"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("push output lacks %q:\n%s", want, out)
+		}
+	}
+	rel := &appv1.Release{}
+	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "hello-v1"}, rel); err != nil {
+		t.Fatal(err)
+	}
+	if rel.Spec.Commit != head || !strings.HasPrefix(rel.Spec.Image, "bex.local/hello@sha256:") || rel.Spec.Actor != "e2e-admin" || rel.Spec.Cause != appv1.ReleaseCausePush {
+		t.Fatalf("release %+v", rel.Spec)
+	}
+	// The image is in containerd, where the local runtime will find it.
+	runOut, code, err := bk.Containerd.Run(ctx, "bex.local/hello:"+head[:12])
+	if err != nil || code != 0 || runOut != "built" {
+		t.Fatalf("running the built image: %q %d %v", runOut, code, err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("bex gitserver ended with %v", err)
+	}
+}

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+
+	"bex.co/bex/builder"
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/deployer/releases"
+	"bex.co/bex/gitserver"
+)
+
+// Adapters between components: each component declares the small interface it needs,
+// and only this package knows both sides.
+
+// scheme knows Kubernetes' kinds and bex's.
+func scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := appv1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// pushBuilder is the builder as the gitserver sees it.
+type pushBuilder struct{ b *builder.Builder }
+
+func (p pushBuilder) Build(ctx context.Context, req gitserver.BuildRequest, progress io.Writer) (*gitserver.BuildResult, error) {
+	res, err := p.b.Build(ctx, builder.Request{App: req.App, RepoDir: req.RepoDir, Commit: req.Commit, NoCache: req.NoCache}, progress)
+	if err != nil {
+		return nil, err
+	}
+	return &gitserver.BuildResult{Image: res.Image, Processes: res.Processes}, nil
+}
+
+// pushDeployer records a push's release through the API and waits for the deployer
+// to roll it out.
+type pushDeployer struct{ r *releases.Recorder }
+
+func (p pushDeployer) Release(ctx context.Context, req gitserver.ReleaseRequest) (int64, error) {
+	return p.r.Record(ctx, req.App, releases.Change{
+		Image: req.Image, Commit: req.Commit, Processes: req.Processes,
+		Cause: appv1.ReleaseCausePush, Actor: req.Actor,
+	})
+}
+
+func (p pushDeployer) WaitRollout(ctx context.Context, app string, n int64, progress io.Writer) (string, error) {
+	return p.r.Wait(ctx, app, n, func(msg string) { fmt.Fprintf(progress, "       %s\n", msg) })
+}

@@ -1,0 +1,197 @@
+package releases
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
+)
+
+// LabelApp labels each Release with its App's name, for listing.
+const LabelApp = "app.bex.co/app"
+
+// Recorder writes releases through a Kubernetes client.
+type Recorder struct {
+	Client    client.Client
+	Namespace string
+	// PollInterval is how often Wait reads the App's status.
+	PollInterval time.Duration
+}
+
+// Change is what a new release changes.
+type Change struct {
+	// Image, when not empty, is the new digest-pinned image.
+	Image string
+	// Commit is the git commit the image was built from.
+	Commit string
+	// Processes, when not nil, replaces the process types; commands are kept from
+	// the image when a type has none, and replicas default to 1 for web, 0 for
+	// others on the first release (as Heroku scales a new app).
+	Processes map[string][]string
+	Cause     appv1.ReleaseCause
+	Actor     string
+	// Description is one line for people; a default is made from the change.
+	Description string
+}
+
+// Record creates the next Release of app and points the App at it. It returns the
+// release number. It retries when another writer takes the number or updates the
+// App in between.
+func (r *Recorder) Record(ctx context.Context, app string, ch Change) (int64, error) {
+	for attempt := 0; attempt < 10; attempt++ {
+		n, err := r.record(ctx, app, ch)
+		if err == nil {
+			return n, nil
+		}
+		if !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) {
+			return 0, err
+		}
+	}
+	return 0, fmt.Errorf("app %s changed too often while its release was recorded: try again", app)
+}
+
+func (r *Recorder) record(ctx context.Context, name string, ch Change) (int64, error) {
+	app := &appv1.App{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: name}, app); err != nil {
+		return 0, fmt.Errorf("app %s: %w", name, err)
+	}
+	n := app.Spec.Release + 1
+	spec := app.Spec.DeepCopy()
+	spec.Release = n
+	if ch.Image != "" {
+		spec.Image = ch.Image
+	}
+	if ch.Processes != nil {
+		spec.Processes = mergeProcesses(app.Spec.Processes, ch.Processes)
+	}
+	if spec.Image == "" {
+		return 0, fmt.Errorf("app %s has no image yet: push code first", name)
+	}
+	rel := &appv1.Release{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      fmt.Sprintf("%s-v%d", name, n),
+			Namespace: r.Namespace,
+			Labels:    map[string]string{LabelApp: name},
+		},
+		Spec: appv1.ReleaseSpec{
+			App:         name,
+			Number:      n,
+			Image:       spec.Image,
+			Commit:      ch.Commit,
+			Config:      appv1.ReleaseConfig{Env: spec.Env, Processes: spec.Processes},
+			Cause:       ch.Cause,
+			Actor:       ch.Actor,
+			Description: ch.Description,
+		},
+	}
+	if rel.Spec.Description == "" {
+		rel.Spec.Description = describe(ch)
+	}
+	if err := controllerutil.SetControllerReference(app, rel, r.Client.Scheme()); err != nil {
+		return 0, err
+	}
+	if err := r.Client.Create(ctx, rel); err != nil {
+		return 0, err
+	}
+	app.Spec = *spec
+	// Update carries the resourceVersion read above: a concurrent change of the App
+	// is a conflict, not lost. The Release just created then stays as a record of an
+	// attempt that never ran; the retry takes the next number.
+	if err := r.Client.Update(ctx, app); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+func mergeProcesses(old map[string]appv1.ProcessSpec, found map[string][]string) map[string]appv1.ProcessSpec {
+	out := make(map[string]appv1.ProcessSpec, len(found))
+	for name, cmd := range found {
+		p, existed := old[name]
+		p.Command = cmd
+		if !existed && name == "web" {
+			p.Replicas = 1
+		}
+		out[name] = p
+	}
+	if len(out) == 0 {
+		// An image without a Procfile runs its own command as web.
+		out["web"] = appv1.ProcessSpec{Replicas: 1}
+		if p, ok := old["web"]; ok {
+			out["web"] = appv1.ProcessSpec{Replicas: p.Replicas}
+		}
+	}
+	return out
+}
+
+func describe(ch Change) string {
+	switch {
+	case ch.Cause == appv1.ReleaseCausePush && len(ch.Commit) >= 7:
+		return "Deploy " + ch.Commit[:7]
+	case ch.Image != "":
+		return "Deploy " + ch.Image
+	}
+	return string(ch.Cause)
+}
+
+// ErrRolloutFailed wraps the reason a release did not come to serve.
+var ErrRolloutFailed = errors.New("rollout failed")
+
+// Wait waits until release n of app serves: status.revision is n and the Ready
+// condition is true for the current generation. It returns status.url. It fails
+// with ErrRolloutFailed and the RolledOut condition's message when the deployer
+// reports that release n failed, and with ctx's error when ctx ends first. progress
+// receives a line whenever the condition's message changes.
+func (r *Recorder) Wait(ctx context.Context, name string, n int64, progress func(string)) (string, error) {
+	interval := r.PollInterval
+	if interval <= 0 {
+		interval = 200 * time.Millisecond
+	}
+	var last string
+	for {
+		app := &appv1.App{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: name}, app); err != nil {
+			return "", fmt.Errorf("app %s: %w", name, err)
+		}
+		if app.Spec.Release > n {
+			return "", fmt.Errorf("%w: release v%d was replaced by v%d before it served", ErrRolloutFailed, n, app.Spec.Release)
+		}
+		current := app.Status.ObservedGeneration >= app.Generation
+		ready := meta.FindStatusCondition(app.Status.Conditions, appv1.ReadyCondition)
+		rolled := meta.FindStatusCondition(app.Status.Conditions, appv1.RolledOutCondition)
+		if current && app.Status.Revision == n && ready != nil && ready.Status == metav1.ConditionTrue {
+			return app.Status.URL, nil
+		}
+		if current && rolled != nil && rolled.Status == metav1.ConditionFalse && rolled.Reason != appv1.RollingOutReason {
+			return "", fmt.Errorf("%w: %s", ErrRolloutFailed, rolled.Message)
+		}
+		if rolled != nil && rolled.Message != last && progress != nil {
+			last = rolled.Message
+			progress(rolled.Message)
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(interval):
+		}
+	}
+}
+
+// List returns app's releases, newest first.
+func (r *Recorder) List(ctx context.Context, app string) ([]appv1.Release, error) {
+	var list appv1.ReleaseList
+	if err := r.Client.List(ctx, &list, client.InNamespace(r.Namespace), client.MatchingLabels{LabelApp: app}); err != nil {
+		return nil, err
+	}
+	items := list.Items
+	sort.Slice(items, func(i, j int) bool { return items[i].Spec.Number > items[j].Spec.Number })
+	return items, nil
+}

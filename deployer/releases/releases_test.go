@@ -1,0 +1,206 @@
+package releases_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/deployer/releases"
+	"bex.co/bex/internal/testenv"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.Run(m)) }
+
+const digestA = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+const digestB = "sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+
+var nsSeq struct {
+	sync.Mutex
+	n int
+}
+
+// setup makes a namespace with one App and returns a Recorder for it.
+func setup(t *testing.T) (*releases.Recorder, client.Client) {
+	t.Helper()
+	cp := testenv.SharedControlPlane(t)
+	nsSeq.Lock()
+	nsSeq.n++
+	ns := fmt.Sprintf("rel-%d", nsSeq.n)
+	nsSeq.Unlock()
+	ctx := context.Background()
+	if err := cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	app := &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: ns}, Spec: appv1.AppSpec{Env: []appv1.EnvVar{{Name: "GREETING", Value: "hi"}}}}
+	if err := cp.Client.Create(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	return &releases.Recorder{Client: cp.Client, Namespace: ns, PollInterval: 20 * time.Millisecond}, cp.Client
+}
+
+func getApp(t *testing.T, c client.Client, ns string) *appv1.App {
+	t.Helper()
+	app := &appv1.App{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "hello"}, app); err != nil {
+		t.Fatal(err)
+	}
+	return app
+}
+
+func TestRecordCreatesAReleaseAndPointsTheAppAtIt(t *testing.T) {
+	r, c := setup(t)
+	ctx := context.Background()
+	commit := strings.Repeat("c", 40)
+	n, err := r.Record(ctx, "hello", releases.Change{
+		Image: "bex.local/hello@" + digestA, Commit: commit, Cause: appv1.ReleaseCausePush, Actor: "ana",
+		Processes: map[string][]string{"web": {"/bin/sh", "-c", "./server"}, "worker": {"/bin/sh", "-c", "./worker"}},
+	})
+	if err != nil || n != 1 {
+		t.Fatalf("Record = %d, %v", n, err)
+	}
+	app := getApp(t, c, r.Namespace)
+	if app.Spec.Release != 1 || app.Spec.Image != "bex.local/hello@"+digestA {
+		t.Fatalf("app spec %+v", app.Spec)
+	}
+	if app.Spec.Processes["web"].Replicas != 1 || app.Spec.Processes["worker"].Replicas != 0 {
+		t.Fatalf("first release scale: %+v", app.Spec.Processes)
+	}
+	rels, err := r.List(ctx, "hello")
+	if err != nil || len(rels) != 1 {
+		t.Fatalf("List = %v, %v", rels, err)
+	}
+	rel := rels[0]
+	if rel.Name != "hello-v1" || rel.Spec.Commit != commit || rel.Spec.Actor != "ana" || rel.Spec.Description != "Deploy ccccccc" ||
+		len(rel.Spec.Config.Env) != 1 || rel.Spec.Config.Env[0].Value != "hi" {
+		t.Fatalf("release %+v", rel.Spec)
+	}
+	if len(rel.OwnerReferences) != 1 || rel.OwnerReferences[0].UID != app.UID {
+		t.Fatalf("owner references %+v", rel.OwnerReferences)
+	}
+
+	// A second release keeps the scale that was set in between.
+	app.Spec.Processes["worker"] = appv1.ProcessSpec{Command: app.Spec.Processes["worker"].Command, Replicas: 3}
+	if err := c.Update(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	n, err = r.Record(ctx, "hello", releases.Change{Image: "bex.local/hello@" + digestB, Cause: appv1.ReleaseCausePush,
+		Processes: map[string][]string{"web": {"./server"}, "worker": {"./worker"}}})
+	if err != nil || n != 2 {
+		t.Fatalf("second Record = %d, %v", n, err)
+	}
+	if app := getApp(t, c, r.Namespace); app.Spec.Processes["worker"].Replicas != 3 {
+		t.Fatalf("scale lost: %+v", app.Spec.Processes)
+	}
+}
+
+func TestConcurrentRecordsGetDistinctNumbers(t *testing.T) {
+	r, c := setup(t)
+	var wg sync.WaitGroup
+	nums := make([]int64, 5)
+	for i := range nums {
+		wg.Go(func() {
+			n, err := r.Record(context.Background(), "hello", releases.Change{Image: "bex.local/hello@" + digestA, Cause: appv1.ReleaseCauseDeploy})
+			if err != nil {
+				t.Error(err)
+			}
+			nums[i] = n
+		})
+	}
+	wg.Wait()
+	seen := map[int64]bool{}
+	for _, n := range nums {
+		if seen[n] {
+			t.Fatalf("number %d given twice: %v", n, nums)
+		}
+		seen[n] = true
+	}
+	if got := getApp(t, c, r.Namespace).Spec.Release; got < 5 {
+		t.Fatalf("app at release %d after 5 records", got)
+	}
+}
+
+func TestRecordNeedsAnImage(t *testing.T) {
+	r, _ := setup(t)
+	_, err := r.Record(context.Background(), "hello", releases.Change{Cause: appv1.ReleaseCauseConfig})
+	if err == nil || !strings.Contains(err.Error(), "has no image yet: push code first") {
+		t.Fatalf("Record without an image: %v", err)
+	}
+}
+
+// setStatus plays the deployer's part: envtest runs no controller.
+func setStatus(t *testing.T, c client.Client, ns string, revision int64, conds ...metav1.Condition) {
+	t.Helper()
+	app := getApp(t, c, ns)
+	app.Status.Revision = revision
+	app.Status.URL = "https://hello.bex.test"
+	app.Status.ObservedGeneration = app.Generation
+	for _, cond := range conds {
+		cond.ObservedGeneration = app.Generation
+		meta.SetStatusCondition(&app.Status.Conditions, cond)
+	}
+	if err := c.Status().Update(context.Background(), app); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWaitReturnsTheURLWhenTheReleaseServes(t *testing.T) {
+	r, c := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	n, err := r.Record(ctx, "hello", releases.Change{Image: "bex.local/hello@" + digestA, Cause: appv1.ReleaseCausePush})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var progress []string
+	var mu sync.Mutex
+	go func() {
+		setStatus(t, c, r.Namespace, 0, metav1.Condition{Type: appv1.RolledOutCondition, Status: metav1.ConditionFalse, Reason: appv1.RollingOutReason, Message: "web.1 starting"})
+		time.Sleep(100 * time.Millisecond)
+		setStatus(t, c, r.Namespace, n,
+			metav1.Condition{Type: appv1.RolledOutCondition, Status: metav1.ConditionTrue, Reason: appv1.RolledOutReason, Message: "release v1 serves"},
+			metav1.Condition{Type: appv1.ReadyCondition, Status: metav1.ConditionTrue, Reason: appv1.RolledOutReason})
+	}()
+	url, err := r.Wait(ctx, "hello", n, func(s string) { mu.Lock(); progress = append(progress, s); mu.Unlock() })
+	if err != nil || url != "https://hello.bex.test" {
+		t.Fatalf("Wait = %q, %v", url, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(progress) == 0 || progress[0] != "web.1 starting" {
+		t.Fatalf("progress = %q", progress)
+	}
+}
+
+func TestWaitReportsAFailedRollout(t *testing.T) {
+	r, c := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	n, err := r.Record(ctx, "hello", releases.Change{Image: "bex.local/hello@" + digestA, Cause: appv1.ReleaseCausePush})
+	if err != nil {
+		t.Fatal(err)
+	}
+	setStatus(t, c, r.Namespace, 0, metav1.Condition{Type: appv1.RolledOutCondition, Status: metav1.ConditionFalse,
+		Reason: appv1.HealthCheckFailedReason, Message: "web.1 did not answer on PORT within 60s"})
+	_, err = r.Wait(ctx, "hello", n, nil)
+	if !errors.Is(err, releases.ErrRolloutFailed) || !strings.Contains(err.Error(), "web.1 did not answer on PORT within 60s") {
+		t.Fatalf("Wait = %v", err)
+	}
+	// Without an answer from the deployer, Wait ends with its context.
+	short, cancel2 := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel2()
+	n, _ = r.Record(ctx, "hello", releases.Change{Image: "bex.local/hello@" + digestB, Cause: appv1.ReleaseCausePush})
+	if _, err := r.Wait(short, "hello", n, nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait without a deployer = %v", err)
+	}
+}

@@ -252,10 +252,8 @@ func (b *Builder) dockerfile(req Request, contextDir, work string, out io.Writer
 		// An app's own Dockerfile: its Procfile's commands run through the image's
 		// shell, as on Heroku.
 		own := &plan.Plan{Shell: true}
-		if procfile, err := os.ReadFile(filepath.Join(contextDir, "Procfile")); err == nil {
-			if own.Processes, err = plan.ParseProcfile(procfile); err != nil {
-				return "", "", err
-			}
+		if own.Processes, err = plan.ReadProcfile(os.DirFS(contextDir)); err != nil {
+			return "", "", err
 		}
 		if res.Processes, err = processes(own); err != nil {
 			return "", "", err

@@ -11,15 +11,17 @@
 //     (index.html), Procfile only; and the notes that say what it found;
 //   - the generated Dockerfiles, one per stack: dependencies in a layer of their own,
 //     a non-root user, PORT honoured (8080 when unset);
-//   - the Procfile: its syntax (ParseProcfile), its web process as the image's
-//     command, and the argv of each process type for the runtime (Plan.Command);
+//   - the Procfile: its syntax (ParseProcfile, ReadProcfile), its web process as the
+//     image's command, and the argv of each process type for the runtime
+//     (Plan.Command);
 //   - the base images, set by Config (official images in production, local ones in
 //     tests).
 //
 // It does not look for a Dockerfile in the tree (the builder uses one directly when it
-// is there), it does not build (BuildKit does), and it reads only the source tree it is
-// given: no network, no clock, so the same tree and Config give the same Plan, byte for
-// byte.
+// is there), and it does not build (BuildKit does). It reads a few small files of the
+// source tree it is given, and no other: links are followed only while they stay in
+// the tree, since the tree is pushed by users. No network, no clock: the same tree and
+// Config give the same Plan, byte for byte.
 //
 // # Images without a shell
 //

@@ -315,6 +315,9 @@ func TestLinksStayInTheTree(t *testing.T) {
 		if p.Processes["web"] != "./serve" {
 			t.Fatalf("processes %q, want the linked Procfile's", p.Processes)
 		}
+		if procs, err := plan.ReadProcfile(os.DirFS(filepath.Join(dir, "etc"))); err == nil {
+			t.Fatalf("ReadProcfile of etc/ followed ../config out of its root: %q", procs)
+		}
 	})
 
 	for name, target := range map[string]string{
@@ -336,6 +339,10 @@ func TestLinksStayInTheTree(t *testing.T) {
 			want := "Procfile cannot be read because it is a link that leads outside the app: bex reads only the app's own files; put the file itself in its place"
 			if err == nil || err.Error() != want {
 				t.Fatalf("err = %v, want %q", err, want)
+			}
+			// The same for an app with its own Dockerfile.
+			if procs, err := plan.ReadProcfile(os.DirFS(dir)); err == nil || err.Error() != want {
+				t.Fatalf("ReadProcfile: %q, %v, want %q", procs, err, want)
 			}
 		})
 	}

@@ -3,6 +3,7 @@ package plan
 import (
 	"bytes"
 	"fmt"
+	"io/fs"
 	"strings"
 )
 
@@ -34,6 +35,21 @@ func ParseProcfile(data []byte) (map[string]string, error) {
 		procs[e.name] = e.command
 	}
 	return procs, nil
+}
+
+// ReadProcfile reads and parses the Procfile at the root of src, for an app that has
+// its own Dockerfile: nil when there is none. Like Detect, it reads only a file of the
+// tree: a Procfile that is a link leading out of it is an error.
+func ReadProcfile(src fs.FS) (map[string]string, error) {
+	a := &app{src: src}
+	if !a.isFile("Procfile") {
+		return nil, nil
+	}
+	data, err := a.read("Procfile")
+	if err != nil {
+		return nil, err
+	}
+	return ParseProcfile(data)
 }
 
 func parseProcfile(data []byte) ([]procEntry, error) {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/fstest"
 
 	"bex.co/bex/builder/plan"
 )
@@ -42,6 +43,19 @@ func TestParseProcfile(t *testing.T) {
 				t.Fatalf("got %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+func TestReadProcfile(t *testing.T) {
+	procs, err := plan.ReadProcfile(fstest.MapFS{"Procfile": {Data: []byte("web: ./s\n")}})
+	if err != nil || !maps.Equal(procs, map[string]string{"web": "./s"}) {
+		t.Fatalf("got %q, %v", procs, err)
+	}
+	if procs, err := plan.ReadProcfile(fstest.MapFS{"Dockerfile": {}}); err != nil || procs != nil {
+		t.Fatalf("no Procfile: got %q, %v; want nil, nil", procs, err)
+	}
+	if _, err := plan.ReadProcfile(fstest.MapFS{"Procfile": {Data: []byte("Web: x")}}); err == nil {
+		t.Fatal("a bad Procfile was accepted")
 	}
 }
 

@@ -2,6 +2,8 @@ package builder
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,7 +15,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/containerd/containerd/v2/core/content"
+	contentproxy "github.com/containerd/containerd/v2/core/content/proxy"
+	dockerconfig "github.com/docker/cli/cli/config"
 	bkclient "github.com/moby/buildkit/client"
+	"github.com/moby/buildkit/session"
+	"github.com/moby/buildkit/session/auth/authprovider"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/tonistiigi/fsutil"
 
 	"bex.co/bex/builder/plan"
@@ -209,6 +217,10 @@ func (b *Builder) build(ctx context.Context, req Request, out io.Writer) (*Resul
 		exportAttrs["push"] = "true"
 	}
 
+	attachables, err := b.session()
+	if err != nil {
+		return nil, err
+	}
 	ch := make(chan *bkclient.SolveStatus)
 	r := newRenderer(out)
 	var wg sync.WaitGroup
@@ -222,6 +234,7 @@ func (b *Builder) build(ctx context.Context, req Request, out io.Writer) (*Resul
 		FrontendAttrs: attrs,
 		LocalMounts:   map[string]fsutil.FS{"context": contextFS, "dockerfile": dockerfileFS},
 		Exports:       []bkclient.ExportEntry{{Type: bkclient.ExporterImage, Attrs: exportAttrs}},
+		Session:       attachables,
 	}, ch)
 	wg.Wait()
 	if err != nil {
@@ -232,7 +245,12 @@ func (b *Builder) build(ctx context.Context, req Request, out io.Writer) (*Resul
 		return nil, fmt.Errorf("buildkitd reported no image digest")
 	}
 	res.Image = fmt.Sprintf("%s/%s@%s", b.cfg.ImageRepo, req.App, dgst)
-	fmt.Fprintf(out, "-----> Built %s\n", res.Image)
+	if size, err := imageSize(ctx, c, resp.ExporterResponse["containerimage.descriptor"]); err == nil {
+		fmt.Fprintf(out, "-----> Built %s (%s)\n", res.Image, humanBytes(size))
+	} else {
+		b.log.Debug("image size unknown", "err", err)
+		fmt.Fprintf(out, "-----> Built %s\n", res.Image)
+	}
 	return res, nil
 }
 
@@ -282,6 +300,52 @@ func (b *Builder) dockerfile(req Request, contextDir, work string, out io.Writer
 		return "", "", err
 	}
 	return dir, "Dockerfile", nil
+}
+
+// session gives buildkitd the registry credentials, when configured. They are read
+// for each build, so that a changed file takes effect without a restart.
+func (b *Builder) session() ([]session.Attachable, error) {
+	if b.cfg.RegistryConfig == "" {
+		return nil, nil
+	}
+	f, err := os.Open(b.cfg.RegistryConfig)
+	if err != nil {
+		return nil, fmt.Errorf("registry credentials: %w", err)
+	}
+	defer f.Close()
+	cf, err := dockerconfig.LoadFromReader(f)
+	if err != nil {
+		return nil, fmt.Errorf("registry credentials in %s: %w", b.cfg.RegistryConfig, err)
+	}
+	return []session.Attachable{authprovider.NewDockerAuthProvider(authprovider.DockerAuthProviderConfig{
+		AuthConfigProvider: authprovider.LoadAuthConfig(cf),
+	})}, nil
+}
+
+// imageSize adds up the compressed size of the image's config and layers, read from
+// buildkitd's content store through its content API.
+func imageSize(ctx context.Context, c *bkclient.Client, encodedDesc string) (int64, error) {
+	raw, err := base64.StdEncoding.DecodeString(encodedDesc)
+	if err != nil {
+		return 0, err
+	}
+	var desc ocispec.Descriptor
+	if err := json.Unmarshal(raw, &desc); err != nil {
+		return 0, err
+	}
+	data, err := content.ReadBlob(ctx, contentproxy.NewContentStore(c.ContentClient()), desc)
+	if err != nil {
+		return 0, err
+	}
+	var m ocispec.Manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return 0, err
+	}
+	size := m.Config.Size
+	for _, l := range m.Layers {
+		size += l.Size
+	}
+	return size, nil
 }
 
 // processes turns a plan's Procfile entries into commands.

@@ -169,7 +169,7 @@ func TestScratchGoAppBuildsAndServesHTTP(t *testing.T) {
 	if res.Stack != "dockerfile" || !strings.HasPrefix(res.Image, "bex.local/scratch@sha256:") || strings.Join(res.Processes["web"], " ") != "sh -c exec /server" {
 		t.Fatalf("result %+v", res)
 	}
-	for _, want := range []string{"-----> [1/1] COPY server /server", "-----> Built " + res.Image} {
+	for _, want := range []string{"-----> [1/1] COPY server /server", "-----> Built " + res.Image + " (", " MiB)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -232,6 +232,28 @@ func TestBusyboxAppWithRunStepsServesHTTP(t *testing.T) {
 		t.Errorf("output lacks the RUN step:\n%s", out)
 	}
 	assertServes(t, bk, localName(req), "hello from busybox", "/serve.sh")
+}
+
+func TestDockerignoreIsHonoured(t *testing.T) {
+	b, bk := newBuilder(t)
+	r := newRepo(t, map[string]string{
+		".dockerignore": "secret.txt\n*.log\n",
+		"Dockerfile":    "FROM busybox\nCOPY . /app\n",
+		"app.txt":       "code\n",
+		"secret.txt":    "do not ship\n",
+		"debug.log":     "noise\n",
+	})
+	req := r.request("ignore")
+	mustBuild(t, b, req)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, code, err := bk.Containerd.Run(ctx, localName(req), "ls", "/app")
+	if err != nil || code != 0 {
+		t.Fatalf("ls: %v %d", err, code)
+	}
+	if files := strings.Fields(out); strings.Join(files, " ") != ".dockerignore Dockerfile app.txt" && strings.Join(files, " ") != "Dockerfile app.txt" {
+		t.Fatalf("the image holds %q; .dockerignore should have kept secret.txt and debug.log out", files)
+	}
 }
 
 func TestRebuildsUseTheCache(t *testing.T) {

@@ -21,6 +21,10 @@ type Config struct {
 	ImageRepo string
 	// Push pushes the image to ImageRepo's registry (cluster mode).
 	Push bool
+	// RegistryConfig is a Docker-style config.json whose "auths" hold the
+	// credentials for pushing and for pulling private base images; empty means
+	// anonymous access.
+	RegistryConfig string
 	// ImageResolveMode is how base images are found: "default" (pull when missing),
 	// "pull" (always) or "local" (only what the image store has; for machines
 	// without a registry).

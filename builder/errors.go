@@ -30,6 +30,12 @@ func explain(ctx context.Context, err error, r *renderer) error {
 	if m := parseErrRE.FindStringSubmatch(msg); m != nil {
 		return fmt.Errorf("Dockerfile line %s: %s", m[1], strings.TrimSpace(m[2]))
 	}
+	if strings.Contains(msg, "failed to push") || strings.Contains(msg, "unexpected status from PUT") || strings.Contains(msg, "unexpected status from POST") {
+		if strings.Contains(msg, "401") || strings.Contains(msg, "unauthorized") || strings.Contains(msg, "authorization") {
+			return fmt.Errorf("the registry refused the push (unauthorized): check the credentials for it in the builder's registry config")
+		}
+		return fmt.Errorf("pushing the image failed: %s", msg)
+	}
 	if m := baseImageRE.FindStringSubmatch(msg); m != nil {
 		return fmt.Errorf("base image %s not found: check the FROM line, and that this host can pull it", m[1])
 	}

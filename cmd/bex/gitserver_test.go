@@ -97,6 +97,11 @@ func TestGitserverBuildsAPushAndRecordsItsRelease(t *testing.T) {
 	}
 	git("init", "-q", "-b", "main")
 	os.WriteFile(filepath.Join(work, "Dockerfile"), []byte("FROM busybox\nRUN echo built > /built\nCMD [\"cat\", \"/built\"]\n"), 0o644)
+	// A second push builds with the App's build settings: another directory, a
+	// target and an argument.
+	os.MkdirAll(filepath.Join(work, "web"), 0o755)
+	os.WriteFile(filepath.Join(work, "web", "Dockerfile"), []byte("FROM busybox AS base\nARG WORD=unset\nRUN echo \"$WORD\" > /built\n"+
+		"FROM base AS other\nRUN echo wrong > /built\nFROM base AS chosen\nCMD [\"cat\", \"/built\"]\nFROM other\n"), 0o644)
 	git("add", ".")
 	git("commit", "-q", "-m", "first")
 	head := strings.TrimSpace(git("rev-parse", "HEAD"))
@@ -119,6 +124,38 @@ func TestGitserverBuildsAPushAndRecordsItsRelease(t *testing.T) {
 	if err != nil || code != 0 || runOut != "built" {
 		t.Fatalf("running the built image: %q %d %v", runOut, code, err)
 	}
+
+	app := &appv1.App{}
+	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "hello"}, app); err != nil {
+		t.Fatal(err)
+	}
+	app.Spec.Build = appv1.BuildSpec{Dir: "web", Target: "chosen", Args: []appv1.BuildArg{{Name: "WORD", Value: "from the app's settings"}}}
+	if err := cp.Client.Update(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(work, "web", "touch"), []byte("1"), 0o644)
+	git("add", ".")
+	git("commit", "-q", "-m", "second")
+	head = strings.TrimSpace(git("rev-parse", "HEAD"))
+	go func() { // the deployer's part for release 2
+		for ctx.Err() == nil {
+			app := &appv1.App{}
+			if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "hello"}, app); err == nil && app.Spec.Release == 2 {
+				app.Status.Revision, app.Status.ObservedGeneration = 2, app.Generation
+				meta.SetStatusCondition(&app.Status.Conditions, metav1.Condition{Type: appv1.ReadyCondition, Status: metav1.ConditionTrue, Reason: appv1.RolledOutReason, ObservedGeneration: app.Generation})
+				if cp.Client.Status().Update(ctx, app) == nil {
+					return
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	git("push", "ssh://git@"+addr+"/hello", "main")
+	runOut, code, err = bk.Containerd.Run(ctx, "bex.local/hello:"+head[:12])
+	if err != nil || code != 0 || runOut != "from the app's settings" {
+		t.Fatalf("the second build ignored the App's build settings: %q %d %v", runOut, code, err)
+	}
+
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("bex gitserver ended with %v", err)

@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"bex.co/bex/builder"
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
@@ -29,11 +30,30 @@ func scheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
-// pushBuilder is the builder as the gitserver sees it.
-type pushBuilder struct{ b *builder.Builder }
+// pushBuilder is the builder as the gitserver sees it: it adds the App's build
+// settings (spec.build) to the request.
+type pushBuilder struct {
+	b         *builder.Builder
+	apps      client.Reader
+	namespace string
+}
 
 func (p pushBuilder) Build(ctx context.Context, req gitserver.BuildRequest, progress io.Writer) (*gitserver.BuildResult, error) {
-	res, err := p.b.Build(ctx, builder.Request{App: req.App, RepoDir: req.RepoDir, Commit: req.Commit, NoCache: req.NoCache}, progress)
+	app := &appv1.App{}
+	if err := p.apps.Get(ctx, client.ObjectKey{Namespace: p.namespace, Name: req.App}, app); err != nil {
+		return nil, fmt.Errorf("reading the build settings of %s: %w", req.App, err)
+	}
+	breq := builder.Request{
+		App: req.App, RepoDir: req.RepoDir, Commit: req.Commit, NoCache: req.NoCache,
+		Dir: app.Spec.Build.Dir, Dockerfile: app.Spec.Build.Dockerfile, Target: app.Spec.Build.Target,
+	}
+	if len(app.Spec.Build.Args) > 0 {
+		breq.Args = map[string]string{}
+		for _, a := range app.Spec.Build.Args {
+			breq.Args[a.Name] = a.Value
+		}
+	}
+	res, err := p.b.Build(ctx, breq, progress)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,8 +42,19 @@ const buildkitdConfig = `root = %[1]q
   gc = true
 `
 
+// BuildkitdOption changes how StartBuildkitd configures the daemon.
+type BuildkitdOption func(*strings.Builder)
+
+// WithHTTPRegistry lets buildkitd push to and pull from host (e.g. 127.0.0.1:5000)
+// over plain HTTP: a test registry on loopback has no TLS.
+func WithHTTPRegistry(host string) BuildkitdOption {
+	return func(b *strings.Builder) {
+		fmt.Fprintf(b, "\n[registry.%q]\n  http = true\n", host)
+	}
+}
+
 // StartBuildkitd starts buildkitd from bin/ with its state under dir, building into c.
-func StartBuildkitd(dir string, c *Containerd) (*Buildkitd, error) {
+func StartBuildkitd(dir string, c *Containerd, opts ...BuildkitdOption) (*Buildkitd, error) {
 	bin, err := Binary("buildkitd")
 	if err != nil {
 		return nil, err
@@ -52,8 +64,12 @@ func StartBuildkitd(dir string, c *Containerd) (*Buildkitd, error) {
 	}
 	b := &Buildkitd{Address: "unix://" + filepath.Join(dir, "buildkitd.sock"), Containerd: c}
 	config := filepath.Join(dir, "buildkitd.toml")
-	content := fmt.Sprintf(buildkitdConfig, filepath.Join(dir, "root"), b.Address, c.Address, Namespace)
-	if err := os.WriteFile(config, []byte(content), 0o644); err != nil {
+	var content strings.Builder
+	fmt.Fprintf(&content, buildkitdConfig, filepath.Join(dir, "root"), b.Address, c.Address, Namespace)
+	for _, opt := range opts {
+		opt(&content)
+	}
+	if err := os.WriteFile(config, []byte(content.String()), 0o644); err != nil {
 		return nil, err
 	}
 	// Without --otel-socket-path buildkitd creates /run/buildkit/otel-grpc.sock,

@@ -94,6 +94,10 @@ type AppSpec struct {
 	// +optional
 	Git GitSpec `json:"git,omitempty"`
 
+	// build says how the app's commits are built.
+	// +optional
+	Build BuildSpec `json:"build,omitempty"`
+
 	// members are the names of the Users, besides admins, who may push to the app and
 	// manage it. Access lives on the App so that one object answers "who may touch
 	// this app", and the grant goes away with the app.
@@ -187,6 +191,50 @@ type GitSpec struct {
 	// app's webhooks.
 	// +optional
 	WebhookSecretRef *SecretKeySelector `json:"webhookSecretRef,omitempty"`
+}
+
+// BuildSpec says how an app's commits are built.
+type BuildSpec struct {
+	// dir is the build directory inside the repository, for monorepos; empty is the
+	// repository's root.
+	// +optional
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_-][A-Za-z0-9._-]*(/[A-Za-z0-9_-][A-Za-z0-9._-]*)*$`
+	Dir string `json:"dir,omitempty"`
+
+	// dockerfile is the Dockerfile's path inside dir; empty means "Dockerfile", and a
+	// generated one when there is none.
+	// +optional
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_-][A-Za-z0-9._-]*(/[A-Za-z0-9_-][A-Za-z0-9._-]*)*$`
+	Dockerfile string `json:"dockerfile,omitempty"`
+
+	// target is the Dockerfile stage to build; empty is the last one.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._-]*$`
+	Target string `json:"target,omitempty"`
+
+	// args are the build arguments (Dockerfile ARG).
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=100
+	Args []BuildArg `json:"args,omitempty"`
+}
+
+// BuildArg is one build argument.
+type BuildArg struct {
+	// name is the ARG's name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
+	Name string `json:"name"`
+
+	// value is its value.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Value string `json:"value,omitempty"`
 }
 
 // AppPhase is a one-word summary of an app's state, for people. Controllers decide

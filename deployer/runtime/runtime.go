@@ -1,0 +1,74 @@
+package runtime
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
+)
+
+// Desired is what should run for one app: one release, its processes, its config.
+type Desired struct {
+	// App is the App object, for its name, namespace, UID (owner references) and
+	// labels. Runtimes must not modify it.
+	App *appv1.App
+	// Release is the number of the release to run (the App's spec.release).
+	Release int64
+	// Image is the release's digest-pinned image.
+	Image string
+	// Processes are the process types: command (empty: the image's own) and replicas.
+	Processes map[string]appv1.ProcessSpec
+	// Env are the config vars; values from Secrets are resolved by the runtime.
+	Env []appv1.EnvVar
+	// HealthCheck, when set, is the HTTP check of web instances; otherwise an
+	// instance is ready when its PORT accepts TCP connections.
+	HealthCheck *appv1.HealthCheck
+	// Suspended stops every instance; the endpoints become empty.
+	Suspended bool
+}
+
+// Key is the app's namespace and name.
+func (d Desired) Key() types.NamespacedName {
+	return types.NamespacedName{Namespace: d.App.Namespace, Name: d.App.Name}
+}
+
+// Status is what a runtime observed after a Sync.
+type Status struct {
+	// Serving is the release whose instances receive the traffic now (0: none).
+	Serving int64
+	// RolledOut is true when every desired instance of the desired release is ready
+	// and no instance of another release is left (or, suspended, none runs).
+	RolledOut bool
+	// Failure, when not empty, says why the desired release cannot come up (one
+	// of the Reason constants of the API package, e.g. HealthCheckFailed,
+	// CrashLoop, ImageNotFound); Message says it for a person. Older instances keep
+	// serving meanwhile.
+	Failure string
+	Message string
+	// Processes reports each process type of the desired release.
+	Processes map[string]ProcessStatus
+}
+
+// ProcessStatus is one process type's instances.
+type ProcessStatus struct {
+	Desired  int32
+	Ready    int32
+	Restarts int32
+}
+
+// Runtime runs apps.
+type Runtime interface {
+	// Sync moves the app one step toward d and reports where it is: it starts
+	// instances of d.Release that are missing, checks their health, moves the
+	// endpoints to ready instances of d.Release only once all of them are ready,
+	// then stops the older instances after a drain period. It does not wait for
+	// slow steps: the reconciler calls it again until Status.RolledOut or
+	// Status.Failure. A release that fails leaves the older instances serving.
+	// Errors are for failures of the runtime itself (containerd or the API
+	// unreachable), not of the app.
+	Sync(ctx context.Context, d Desired) (Status, error)
+	// Delete stops every instance of the app and removes its endpoints; it is
+	// idempotent.
+	Delete(ctx context.Context, app types.NamespacedName) error
+}

@@ -38,7 +38,7 @@ func validApp(name string) *appv1.App {
 			Git:         appv1.GitSpec{DeployBranch: "release/2026", Upstream: "https://git.example/hello.git"},
 			Build: appv1.BuildSpec{Dir: "services/web", Dockerfile: "docker/Dockerfile.prod", Target: "release",
 				Args: []appv1.BuildArg{{Name: "GO_VERSION", Value: "1.26"}}},
-			Members:     []string{"ana"},
+			Members: []string{"ana"},
 		},
 	}
 }
@@ -169,7 +169,11 @@ func TestInvalidObjectsAreRejectedNamingTheField(t *testing.T) {
 		{"build dir leaving the repository", func() client.Object { a := validApp("bad-build-dir"); a.Spec.Build.Dir = "../other"; return a }(), "spec.build.dir"},
 		{"absolute build dir", func() client.Object { a := validApp("abs-build-dir"); a.Spec.Build.Dir = "/etc"; return a }(), "spec.build.dir"},
 		{"dockerfile path leaving", func() client.Object { a := validApp("bad-dockerfile"); a.Spec.Build.Dockerfile = "a/../../b"; return a }(), "spec.build.dockerfile"},
-		{"build arg name", func() client.Object { a := validApp("bad-arg"); a.Spec.Build.Args = []appv1.BuildArg{{Name: "GO-VERSION"}}; return a }(), "spec.build.args[0].name"},
+		{"build arg name", func() client.Object {
+			a := validApp("bad-arg")
+			a.Spec.Build.Args = []appv1.BuildArg{{Name: "GO-VERSION"}}
+			return a
+		}(), "spec.build.args[0].name"},
 		{"member not a user name", func() client.Object { a := validApp("bad-member"); a.Spec.Members = []string{"Ana Lopez"}; return a }(), "spec.members[0]"},
 		{"release without image", func() client.Object { r := validRelease("no-image-v1"); r.Spec.Image = ""; return r }(), "spec.image"},
 		{"release image not pinned", func() client.Object { r := validRelease("tag-v1"); r.Spec.Image = "hello:v1"; return r }(), "spec.image"},

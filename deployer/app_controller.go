@@ -1,0 +1,205 @@
+package deployer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/deployer/releases"
+	"bex.co/bex/deployer/runtime"
+)
+
+// Finalizer holds an App until its processes and endpoints are gone.
+const Finalizer = "app.bex.co/processes"
+
+// Config is the reconciler's configuration.
+type Config struct {
+	// BaseDomain gives each app its default host, <app>.<BaseDomain>.
+	BaseDomain string
+	// URLScheme is "https" (or "http" behind another TLS terminator).
+	URLScheme string
+	// HTTPSPort, when not 443, is part of the URL (development on unprivileged ports).
+	HTTPSPort int
+	// KeepReleases is how many releases of an app are kept; the current one is never
+	// pruned.
+	KeepReleases int
+	// RequeueWhileRolling is how soon a rollout in progress is looked at again.
+	RequeueWhileRolling time.Duration
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{BaseDomain: "localhost", URLScheme: "https", HTTPSPort: 443, KeepReleases: 20, RequeueWhileRolling: time.Second}
+}
+
+// Validate reports every problem of c.
+func (c Config) Validate() error {
+	var errs []error
+	if c.BaseDomain == "" {
+		errs = append(errs, errors.New("deployer: the base domain is empty"))
+	}
+	if c.URLScheme != "https" && c.URLScheme != "http" {
+		errs = append(errs, fmt.Errorf("deployer: URL scheme %q is not http or https", c.URLScheme))
+	}
+	if c.KeepReleases < 1 {
+		errs = append(errs, errors.New("deployer: at least one release must be kept"))
+	}
+	if c.RequeueWhileRolling <= 0 {
+		errs = append(errs, errors.New("deployer: the rollout requeue interval must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// +kubebuilder:rbac:groups=app.bex.co,resources=apps,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=app.bex.co,resources=apps/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=app.bex.co,resources=releases,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// AppReconciler reconciles Apps with a runtime.
+type AppReconciler struct {
+	Client  client.Client
+	Runtime runtime.Runtime
+	Events  events.EventRecorder
+	Config  Config
+}
+
+// scope carries what the phases learn, for the status computed at the end.
+type scope struct {
+	app *appv1.App
+	// synced is set after reconcileRuntime ran the runtime.
+	synced bool
+	status runtime.Status
+}
+
+type phaseFunc func(context.Context, *scope) (ctrl.Result, error)
+
+// SetupWithManager registers the reconciler.
+func (r *AppReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Client == nil || r.Runtime == nil {
+		return errors.New("deployer: the reconciler needs a Client and a Runtime")
+	}
+	if err := r.Config.Validate(); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).For(&appv1.App{}).Named("app").Complete(r)
+}
+
+// Reconcile makes one App's processes match its spec and reports what serves.
+func (r *AppReconciler) Reconcile(ctx context.Context, req ctrl.Request) (retRes ctrl.Result, reterr error) {
+	app := &appv1.App{}
+	if err := r.Client.Get(ctx, req.NamespacedName, app); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !app.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, app)
+	}
+	if !controllerutil.ContainsFinalizer(app, Finalizer) {
+		patch := client.MergeFrom(app.DeepCopy())
+		controllerutil.AddFinalizer(app, Finalizer)
+		return ctrl.Result{}, r.Client.Patch(ctx, app, patch)
+	}
+
+	before := app.DeepCopy()
+	s := &scope{app: app}
+	defer func() {
+		phase := app.Status.Phase
+		r.updateStatus(s)
+		if reterr == nil {
+			app.Status.ObservedGeneration = app.Generation
+		}
+		if err := r.Client.Status().Patch(ctx, app, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
+			reterr = kerrors.NewAggregate([]error{reterr, err})
+		}
+		if app.Status.Phase != phase && r.Events != nil {
+			kind := "Normal"
+			if app.Status.Phase == appv1.AppPhaseFailed {
+				kind = "Warning"
+			}
+			r.Events.Eventf(app, nil, kind, string(app.Status.Phase), "Reconcile", "%s", phaseMessage(app))
+		}
+	}()
+	return doReconcile(ctx, s, []phaseFunc{r.reconcileRuntime, r.reconcileReleases})
+}
+
+// doReconcile runs the phases, collecting their errors and the soonest requeue.
+func doReconcile(ctx context.Context, s *scope, phases []phaseFunc) (ctrl.Result, error) {
+	var res ctrl.Result
+	var errs []error
+	for _, phase := range phases {
+		r, err := phase(ctx, s)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if r.RequeueAfter > 0 && (res.RequeueAfter == 0 || r.RequeueAfter < res.RequeueAfter) {
+			res.RequeueAfter = r.RequeueAfter
+		}
+	}
+	return res, kerrors.NewAggregate(errs)
+}
+
+// reconcileRuntime asks the runtime to run the App's release.
+func (r *AppReconciler) reconcileRuntime(ctx context.Context, s *scope) (ctrl.Result, error) {
+	app := s.app
+	if app.Spec.Image == "" {
+		return ctrl.Result{}, nil
+	}
+	st, err := r.Runtime.Sync(ctx, runtime.Desired{
+		App: app, Release: app.Spec.Release, Image: app.Spec.Image, Processes: app.Spec.Processes,
+		Env: app.Spec.Env, HealthCheck: app.Spec.HealthCheck, Suspended: app.Spec.Suspended,
+	})
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("runtime: %w", err)
+	}
+	s.synced, s.status = true, st
+	if !st.RolledOut && st.Failure == "" {
+		return ctrl.Result{RequeueAfter: r.Config.RequeueWhileRolling}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+// reconcileReleases prunes the oldest Releases beyond Config.KeepReleases. The
+// release in spec and the one serving are never pruned.
+func (r *AppReconciler) reconcileReleases(ctx context.Context, s *scope) (ctrl.Result, error) {
+	var list appv1.ReleaseList
+	if err := r.Client.List(ctx, &list, client.InNamespace(s.app.Namespace), client.MatchingLabels{releases.LabelApp: s.app.Name}); err != nil {
+		return ctrl.Result{}, err
+	}
+	items := list.Items
+	sort.Slice(items, func(i, j int) bool { return items[i].Spec.Number > items[j].Spec.Number })
+	var errs []error
+	for i, rel := range items {
+		n := rel.Spec.Number
+		if i < r.Config.KeepReleases || n == s.app.Spec.Release || n == s.app.Status.Revision || n == s.status.Serving {
+			continue
+		}
+		if err := r.Client.Delete(ctx, &rel); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	return ctrl.Result{}, kerrors.NewAggregate(errs)
+}
+
+// reconcileDelete stops the App's processes and lets it go.
+func (r *AppReconciler) reconcileDelete(ctx context.Context, app *appv1.App) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(app, Finalizer) {
+		return ctrl.Result{}, nil
+	}
+	if err := r.Runtime.Delete(ctx, types.NamespacedName{Namespace: app.Namespace, Name: app.Name}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("removing the processes of %s: %w", app.Name, err)
+	}
+	patch := client.MergeFrom(app.DeepCopy())
+	controllerutil.RemoveFinalizer(app, Finalizer)
+	return ctrl.Result{}, client.IgnoreNotFound(r.Client.Patch(ctx, app, patch))
+}

@@ -1,0 +1,10 @@
+// Package deployer is bex's operator: the App reconciler. The App object is the
+// desired state, a runtime (runtime/local on one node, runtime/kube on a cluster)
+// makes it true, and the App's status tells the truth about what serves.
+//
+// Reconcile follows Cluster API's shape: get the App; add the finalizer; take a
+// snapshot for the patch; defer the status computation and one status patch; run
+// small phase functions (the runtime sync, release pruning); derive conditions in
+// pure functions and the phase from them in one place. Status.phase is for people;
+// decisions are made from conditions.
+package deployer

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -73,24 +72,13 @@ type env struct {
 	rec *releases.Recorder
 }
 
-var nsSeq struct {
-	sync.Mutex
-	n int
-}
-
 // start runs the real reconciler in a manager against the real API server.
 func start(t *testing.T, cfg Config) *env {
 	t.Helper()
 	cp := testenv.SharedControlPlane(t)
-	nsSeq.Lock()
-	nsSeq.n++
-	ns := fmt.Sprintf("deployer-%d", nsSeq.n)
-	nsSeq.Unlock()
+	ns := cp.Namespace(t, "deployer")
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	if err := cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
 	mgr, err := ctrl.NewManager(cp.Config, ctrl.Options{
 		Scheme:                 cp.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},

@@ -1,7 +1,6 @@
 package gitserver_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -20,7 +19,6 @@ import (
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -50,27 +48,16 @@ type env struct {
 	cp       *testenv.ControlPlane
 	builder  *fakeBuilder
 	deployer *fakeDeployer
-	logs     *bytes.Buffer
+	logs     *syncBuilder
 	dir      gitserver.Directory
-}
-
-var envSeq struct {
-	sync.Mutex
-	n int
 }
 
 func newEnv(t testing.TB, tweak ...func(*gitserver.Config)) *env {
 	t.Helper()
 	cp := testenv.SharedControlPlane(t)
-	envSeq.Lock()
-	envSeq.n++
-	ns := fmt.Sprintf("git-%d", envSeq.n)
-	envSeq.Unlock()
+	ns := cp.Namespace(t, "git")
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	if err := cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
 	c, err := cache.New(cp.Config, cache.Options{Scheme: cp.Scheme})
 	if err != nil {
 		t.Fatal(err)
@@ -83,14 +70,14 @@ func newEnv(t testing.TB, tweak ...func(*gitserver.Config)) *env {
 	if !c.WaitForCacheSync(ctx) {
 		t.Fatal("cache did not sync")
 	}
-	e := &env{t: t, ns: ns, cp: cp, state: t.TempDir(), builder: &fakeBuilder{}, deployer: &fakeDeployer{}, logs: &bytes.Buffer{}, dir: dir}
+	e := &env{t: t, ns: ns, cp: cp, state: t.TempDir(), builder: &fakeBuilder{}, deployer: &fakeDeployer{}, logs: &syncBuilder{}, dir: dir}
 	cfg := gitserver.DefaultConfig(e.state)
 	cfg.Addr = "127.0.0.1:0"
 	cfg.KeepAlive = 200 * time.Millisecond
 	for _, f := range tweak {
 		f(&cfg)
 	}
-	log := slog.New(slog.NewTextHandler(&lockedWriter{w: e.logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	log := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	e.srv, err = gitserver.New(cfg, dir, e.builder, e.deployer, log, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -332,17 +319,6 @@ func (d *fakeDeployer) all() []gitserver.ReleaseRequest {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return append([]gitserver.ReleaseRequest(nil), d.releases...)
-}
-
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 // nopDirectory knows nobody: for tests that never authenticate.

@@ -53,48 +53,8 @@ func buildPlan(t *testing.T, bk *testenv.Buildkitd, src, name string) *plan.Plan
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c, err := bk.Client(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	contextFS, err := fsutil.NewFS(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dockerfileFS, err := fsutil.NewFS(dfDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch := make(chan *bkclient.SolveStatus)
-	var logs strings.Builder
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for st := range ch {
-			for _, v := range st.Vertexes {
-				if v.Error != "" {
-					fmt.Fprintf(&logs, "%s: %s\n", v.Name, v.Error)
-				}
-			}
-			for _, l := range st.Logs {
-				logs.Write(l.Data)
-			}
-		}
-	}()
-	_, err = c.Solve(ctx, nil, bkclient.SolveOpt{
-		Frontend: "dockerfile.v0",
-		// No registry here: FROM busybox resolves to the image the harness imported.
-		FrontendAttrs: map[string]string{"filename": "Dockerfile", "image-resolve-mode": "local"},
-		LocalMounts:   map[string]fsutil.FS{"context": contextFS, "dockerfile": dockerfileFS},
-		Exports: []bkclient.ExportEntry{{
-			Type:  bkclient.ExporterImage,
-			Attrs: map[string]string{"name": name, "unpack": "true"},
-		}},
-	}, ch)
-	<-done
-	if err != nil {
-		t.Fatalf("build %s: %v\n%s\nDockerfile:\n%s", name, err, logs.String(), p.Dockerfile)
+	if _, log, err := bk.BuildImage(ctx, src, dfDir, name); err != nil {
+		t.Fatalf("%v\n%s\nDockerfile:\n%s", err, log, p.Dockerfile)
 	}
 	return p
 }

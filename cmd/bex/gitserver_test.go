@@ -15,7 +15,6 @@ import (
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,10 +33,7 @@ func TestGitserverBuildsAPushAndRecordsItsRelease(t *testing.T) {
 	testenv.SharedBusybox(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	const ns = "gitserver-e2e"
-	if err := cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
+	ns := cp.Namespace(t, "gitserver-e2e")
 	_, priv, _ := ed25519.GenerateKey(rand.Reader)
 	signer, _ := gossh.NewSignerFromKey(priv)
 	block, _ := gossh.MarshalPrivateKey(priv, "")

@@ -3,14 +3,12 @@ package releases_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -25,23 +23,12 @@ func TestMain(m *testing.M) { os.Exit(testenv.Run(m)) }
 const digestA = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 const digestB = "sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
 
-var nsSeq struct {
-	sync.Mutex
-	n int
-}
-
 // setup makes a namespace with one App and returns a Recorder for it.
 func setup(t *testing.T) (*releases.Recorder, client.Client) {
 	t.Helper()
 	cp := testenv.SharedControlPlane(t)
-	nsSeq.Lock()
-	nsSeq.n++
-	ns := fmt.Sprintf("rel-%d", nsSeq.n)
-	nsSeq.Unlock()
+	ns := cp.Namespace(t, "rel")
 	ctx := context.Background()
-	if err := cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
 	app := &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: ns}, Spec: appv1.AppSpec{Env: []appv1.EnvVar{{Name: "GREETING", Value: "hi"}}}}
 	if err := cp.Client.Create(ctx, app); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	bkclient "github.com/moby/buildkit/client"
+	"github.com/tonistiigi/fsutil"
 )
 
 // Buildkitd is a buildkitd whose containerd worker builds into a Containerd, in
@@ -123,4 +124,57 @@ func SharedBuildkitd(t testing.TB) *Buildkitd {
 		}
 		return b, b.Stop, nil
 	})
+}
+
+// BuildImage builds the Dockerfile in dockerfileDir, with contextDir as its build
+// context, into containerd as image name (unpacked, ready to run). Base images are
+// resolved locally: nothing is pulled. It returns the image's digest and, whatever
+// happened, the steps' output, which says why a build failed.
+func (b *Buildkitd) BuildImage(ctx context.Context, contextDir, dockerfileDir, name string) (digest, log string, err error) {
+	c, err := b.Client(ctx)
+	if err != nil {
+		return "", "", err
+	}
+	defer c.Close()
+	contextFS, err := fsutil.NewFS(contextDir)
+	if err != nil {
+		return "", "", err
+	}
+	dockerfileFS, err := fsutil.NewFS(dockerfileDir)
+	if err != nil {
+		return "", "", err
+	}
+	ch := make(chan *bkclient.SolveStatus)
+	var out strings.Builder
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for st := range ch {
+			for _, v := range st.Vertexes {
+				if v.Completed != nil {
+					fmt.Fprintf(&out, "%s\n", v.Name)
+				}
+				if v.Error != "" {
+					fmt.Fprintf(&out, "%s: %s\n", v.Name, v.Error)
+				}
+			}
+			for _, l := range st.Logs {
+				out.Write(l.Data)
+			}
+		}
+	}()
+	resp, err := c.Solve(ctx, nil, bkclient.SolveOpt{
+		Frontend:      "dockerfile.v0",
+		FrontendAttrs: map[string]string{"filename": "Dockerfile", "image-resolve-mode": "local"},
+		LocalMounts:   map[string]fsutil.FS{"context": contextFS, "dockerfile": dockerfileFS},
+		Exports: []bkclient.ExportEntry{{
+			Type:  bkclient.ExporterImage,
+			Attrs: map[string]string{"name": name, "unpack": "true"},
+		}},
+	}, ch)
+	<-done
+	if err != nil {
+		return "", out.String(), fmt.Errorf("build %s: %w", name, err)
+	}
+	return resp.ExporterResponse["containerimage.digest"], out.String(), nil
 }

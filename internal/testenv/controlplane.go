@@ -1,12 +1,16 @@
 package testenv
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -106,4 +110,18 @@ func SharedControlPlane(t testing.TB) *ControlPlane {
 		}
 		return cp, cp.Stop, nil
 	})
+}
+
+var namespaceSeq atomic.Int64
+
+// Namespace creates a namespace of its own for one test, named prefix-<n>, so that
+// tests sharing the control plane never see each other's objects.
+func (c *ControlPlane) Namespace(t testing.TB, prefix string) string {
+	t.Helper()
+	name := fmt.Sprintf("%s-%d", prefix, namespaceSeq.Add(1))
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := c.Client.Create(context.Background(), ns); err != nil {
+		t.Fatalf("create namespace %s: %v", name, err)
+	}
+	return name
 }

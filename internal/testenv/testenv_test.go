@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	bkclient "github.com/moby/buildkit/client"
-	"github.com/tonistiigi/fsutil"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -39,54 +37,18 @@ func TestControlPlaneServesBexCRDs(t *testing.T) {
 	}
 }
 
-// build solves the Dockerfile in dir with the real buildkitd into containerd as
+// build builds the Dockerfile in dir with the real buildkitd into containerd as
 // image name, and returns the digest BuildKit reports.
 func build(t *testing.T, bk *testenv.Buildkitd, dir, name string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c, err := bk.Client(ctx)
+	digest, log, err := bk.BuildImage(ctx, dir, dir, name)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v\n%s", err, log)
 	}
-	defer c.Close()
-	fs, err := fsutil.NewFS(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch := make(chan *bkclient.SolveStatus)
-	var steps []string
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for st := range ch {
-			for _, v := range st.Vertexes {
-				if v.Completed != nil {
-					steps = append(steps, v.Name)
-				}
-			}
-		}
-	}()
-	resp, err := c.Solve(ctx, nil, bkclient.SolveOpt{
-		Frontend: "dockerfile.v0",
-		// No registry here: FROM busybox resolves to the image the harness imported.
-		FrontendAttrs: map[string]string{"filename": "Dockerfile", "image-resolve-mode": "local"},
-		LocalMounts:   map[string]fsutil.FS{"context": fs, "dockerfile": fs},
-		Exports: []bkclient.ExportEntry{{
-			Type:  bkclient.ExporterImage,
-			Attrs: map[string]string{"name": name, "unpack": "true"},
-		}},
-	}, ch)
-	<-done
-	if err != nil {
-		t.Fatalf("build %s: %v (steps done: %v)", name, err, steps)
-	}
-	digest := resp.ExporterResponse["containerimage.digest"]
-	if !strings.HasPrefix(digest, "sha256:") {
-		t.Fatalf("build %s: no image digest in %v", name, resp.ExporterResponse)
-	}
-	if len(steps) == 0 {
-		t.Fatalf("build %s: no progress was reported", name)
+	if !strings.HasPrefix(digest, "sha256:") || log == "" {
+		t.Fatalf("build %s: digest %q, steps %q", name, digest, log)
 	}
 	return digest
 }

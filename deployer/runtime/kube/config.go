@@ -1,0 +1,113 @@
+package kube
+
+import (
+	"errors"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
+)
+
+// Defaults of Config.
+const (
+	// DefaultPort is where every process is told to listen (PORT), as on Heroku's
+	// Cedar stack and in most buildpacks' examples.
+	DefaultPort = 8080
+	// DefaultMaxSurge is how many extra pods a rollout may start at once. With
+	// maxUnavailable 0 this is what bounds the extra capacity a deploy needs.
+	DefaultMaxSurge = 1
+	// DefaultTerminationGracePeriodSeconds is the time between SIGTERM and SIGKILL,
+	// Heroku's 30 seconds.
+	DefaultTerminationGracePeriodSeconds = 30
+	// DefaultDrainSeconds is how long a stopping web pod keeps running before it
+	// gets SIGTERM (a preStop sleep), so that the edge has seen its endpoint go
+	// before the app stops accepting connections.
+	DefaultDrainSeconds = 5
+	// DefaultFieldManager is the server-side apply field manager of every object
+	// this package writes.
+	DefaultFieldManager = "bex-deployer"
+)
+
+// Config configures the cluster runtime. The zero value of a field means its
+// default; Defaults fills them in, New calls it.
+type Config struct {
+	// Port is the value of PORT given to every process, the web container's port,
+	// the readiness probe's port and the Service's target port. Default 8080.
+	Port int32
+	// ProgressDeadlineSeconds is the boot timeout of apps whose health check does
+	// not set bootTimeoutSeconds (or that have none): a Deployment that makes no
+	// progress for that long fails the release. Default 60
+	// (appv1.DefaultBootTimeoutSeconds).
+	ProgressDeadlineSeconds int32
+	// MaxSurge is how many pods above the desired count a rollout may run.
+	// maxUnavailable is always 0: an old pod stops only when a new one is ready.
+	// Default 1.
+	MaxSurge int32
+	// TerminationGracePeriodSeconds is how long a stopping pod has between SIGTERM
+	// and SIGKILL, drain included. Default 30.
+	TerminationGracePeriodSeconds int64
+	// DrainSeconds is the preStop sleep of web pods: how long a stopping web pod
+	// still serves while the edge drops its endpoint. Default 5; negative disables
+	// it. It must be shorter than the grace period.
+	DrainSeconds int64
+	// ImagePullSecret, when set, is the name of a Secret in the app's namespace
+	// that pods pull their image with (a private registry). Optional.
+	ImagePullSecret string
+	// FieldManager is the server-side apply field manager. Default "bex-deployer".
+	FieldManager string
+}
+
+// Defaults returns c with every zero field set to its default.
+func (c Config) Defaults() Config {
+	if c.Port == 0 {
+		c.Port = DefaultPort
+	}
+	if c.ProgressDeadlineSeconds == 0 {
+		c.ProgressDeadlineSeconds = appv1.DefaultBootTimeoutSeconds
+	}
+	if c.MaxSurge == 0 {
+		c.MaxSurge = DefaultMaxSurge
+	}
+	if c.TerminationGracePeriodSeconds == 0 {
+		c.TerminationGracePeriodSeconds = DefaultTerminationGracePeriodSeconds
+	}
+	if c.DrainSeconds == 0 {
+		c.DrainSeconds = DefaultDrainSeconds
+	}
+	if c.FieldManager == "" {
+		c.FieldManager = DefaultFieldManager
+	}
+	return c
+}
+
+// Validate reports every invalid field of c (after Defaults).
+func (c Config) Validate() error {
+	var errs []error
+	if c.Port < 1 || c.Port > 65535 {
+		errs = append(errs, fmt.Errorf("port %d: want 1 to 65535", c.Port))
+	}
+	if c.ProgressDeadlineSeconds < 1 {
+		errs = append(errs, fmt.Errorf("progress deadline %ds: want at least 1s", c.ProgressDeadlineSeconds))
+	}
+	if c.MaxSurge < 1 {
+		// maxUnavailable is 0, and a Deployment with both 0 cannot roll at all.
+		errs = append(errs, fmt.Errorf("max surge %d: want at least 1 (old pods stop only once new ones are ready)", c.MaxSurge))
+	}
+	if c.TerminationGracePeriodSeconds < 0 {
+		errs = append(errs, fmt.Errorf("termination grace period %ds: want 0 or more", c.TerminationGracePeriodSeconds))
+	}
+	if c.DrainSeconds > 0 && c.DrainSeconds >= c.TerminationGracePeriodSeconds {
+		errs = append(errs, fmt.Errorf("drain %ds: want less than the termination grace period (%ds), or the app never gets SIGTERM before SIGKILL",
+			c.DrainSeconds, c.TerminationGracePeriodSeconds))
+	}
+	if c.ImagePullSecret != "" {
+		for _, msg := range validation.IsDNS1123Subdomain(c.ImagePullSecret) {
+			errs = append(errs, fmt.Errorf("image pull secret %q: %s", c.ImagePullSecret, msg))
+		}
+	}
+	if c.FieldManager == "" {
+		errs = append(errs, errors.New("field manager: empty"))
+	}
+	return errors.Join(errs...)
+}

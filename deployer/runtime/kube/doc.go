@@ -1,0 +1,31 @@
+// Package kube is the cluster runtime: it runs an App's processes as Kubernetes
+// objects through a controller-runtime client, and reports their state from those
+// objects alone.
+//
+// It owns, per App, in the App's namespace:
+//
+//   - one Deployment per process type, named "<app>-<process>", labelled
+//     app.bex.co/app and app.bex.co/process (its selector) and carrying
+//     app.bex.co/release on its pod template, controlled by the App (an owner
+//     reference, so that deleting the App garbage-collects it on a cluster);
+//   - a Service named "<app>" for the web process (port 80 → PORT), whose
+//     EndpointSlices Kubernetes fills with the ready web pods; the edge routes from
+//     those slices (see package runtime).
+//
+// Objects are written with server-side apply under one field manager: each Sync
+// states the whole intent, fields the API server defaults stay the server's, and an
+// unchanged intent is a no-op at the API server (no write, no watch event), which
+// matters because the reconciler calls Sync again and again during a rollout.
+//
+// Kubernetes does the rolling: maxUnavailable 0 and a surge keep the old pods serving
+// until the new ones pass their readiness probe, and the Deployment's progress
+// deadline is the App's boot timeout. The package only reads the result: a process is
+// ready when its Deployment has observed its spec and every replica is an available
+// replica of the current template. Which release serves is remembered in a
+// label on the web Deployment (app.bex.co/serving-release), written when a rollout
+// is seen complete, because a Deployment keeps no record of which template was the
+// last complete one.
+//
+// It does not read pods: restarts, crash loops and image pull errors are not
+// reported yet (a stuck rollout ends as a progress-deadline failure instead).
+package kube

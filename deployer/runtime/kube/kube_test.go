@@ -1,0 +1,547 @@
+package kube_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/deployer/runtime"
+	"bex.co/bex/deployer/runtime/kube"
+	"bex.co/bex/internal/testenv"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.Run(m)) }
+
+const (
+	imageA = "registry.example/hello@sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	imageB = "registry.example/hello@sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+)
+
+var nsSeq struct {
+	sync.Mutex
+	n int
+}
+
+// fixture is one test's namespace, App and runtime on the shared control plane.
+//
+// No kube-controller-manager or kubelet runs in envtest: nothing creates ReplicaSets
+// or pods, and nothing writes a Deployment's status. Tests play the Deployment
+// controller's part by writing the status themselves (setStatus, complete).
+type fixture struct {
+	t   *testing.T
+	ctx context.Context
+	c   client.Client
+	ns  string
+	app *appv1.App
+	rt  *kube.Runtime
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	cp := testenv.SharedControlPlane(t)
+	nsSeq.Lock()
+	nsSeq.n++
+	ns := fmt.Sprintf("kube-%d", nsSeq.n)
+	nsSeq.Unlock()
+	ctx := context.Background()
+	if err := cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	// The App exists first: Sync writes owner references to its UID.
+	app := &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: ns}}
+	if err := cp.Client.Create(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	rt, err := kube.New(kube.Config{}, cp.Client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{t: t, ctx: ctx, c: cp.Client, ns: ns, app: app, rt: rt}
+}
+
+func (f *fixture) desired(release int64, image string, processes map[string]appv1.ProcessSpec) runtime.Desired {
+	return runtime.Desired{App: f.app, Release: release, Image: image, Processes: processes}
+}
+
+func (f *fixture) sync(d runtime.Desired) runtime.Status {
+	f.t.Helper()
+	st, err := f.rt.Sync(f.ctx, d)
+	if err != nil {
+		f.t.Fatalf("Sync: %v", err)
+	}
+	return st
+}
+
+func (f *fixture) deployment(name string) *appsv1.Deployment {
+	f.t.Helper()
+	dep := &appsv1.Deployment{}
+	if err := f.c.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: name}, dep); err != nil {
+		f.t.Fatalf("get deployment %s: %v", name, err)
+	}
+	return dep
+}
+
+func (f *fixture) service() *corev1.Service {
+	f.t.Helper()
+	svc := &corev1.Service{}
+	if err := f.c.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "hello"}, svc); err != nil {
+		f.t.Fatalf("get service: %v", err)
+	}
+	return svc
+}
+
+func (f *fixture) gone(obj client.Object, name string) bool {
+	f.t.Helper()
+	err := f.c.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: name}, obj)
+	if err != nil && !apierrors.IsNotFound(err) {
+		f.t.Fatal(err)
+	}
+	return apierrors.IsNotFound(err)
+}
+
+// setStatus writes a Deployment's status as the Deployment controller would.
+func (f *fixture) setStatus(name string, mod func(dep *appsv1.Deployment)) {
+	f.t.Helper()
+	dep := f.deployment(name)
+	mod(dep)
+	if err := f.c.Status().Update(f.ctx, dep); err != nil {
+		f.t.Fatalf("update status of %s: %v", name, err)
+	}
+}
+
+// complete plays a finished rollout of the Deployment's current spec.
+func (f *fixture) complete(name string) {
+	f.t.Helper()
+	f.setStatus(name, func(dep *appsv1.Deployment) {
+		n := *dep.Spec.Replicas
+		dep.Status = appsv1.DeploymentStatus{
+			ObservedGeneration: dep.Generation,
+			Replicas:           n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n,
+			Conditions: []appsv1.DeploymentCondition{
+				{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue, Reason: "MinimumReplicasAvailable", LastUpdateTime: metav1.Now(), LastTransitionTime: metav1.Now()},
+				{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue, Reason: "NewReplicaSetAvailable", LastUpdateTime: metav1.Now(), LastTransitionTime: metav1.Now()},
+			},
+		}
+	})
+}
+
+// rolling plays a rollout in progress: one surge pod of the new template is up but
+// not ready, the old pods still serve.
+func (f *fixture) rolling(name string) {
+	f.t.Helper()
+	f.setStatus(name, func(dep *appsv1.Deployment) {
+		n := *dep.Spec.Replicas
+		dep.Status = appsv1.DeploymentStatus{
+			ObservedGeneration: dep.Generation,
+			Replicas:           n + 1, UpdatedReplicas: 1, ReadyReplicas: n, AvailableReplicas: n,
+			Conditions: []appsv1.DeploymentCondition{
+				{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue, Reason: "ReplicaSetUpdated", LastUpdateTime: metav1.Now(), LastTransitionTime: metav1.Now()},
+			},
+		}
+	})
+}
+
+func envByName(env []corev1.EnvVar) map[string]corev1.EnvVar {
+	m := map[string]corev1.EnvVar{}
+	for _, e := range env {
+		m[e.Name] = e
+	}
+	return m
+}
+
+func TestSyncCreatesDeploymentsAndService(t *testing.T) {
+	f := setup(t)
+	d := f.desired(1, imageA, map[string]appv1.ProcessSpec{
+		"web":    {Command: []string{"sh", "-c", "exec ./server --port $(PORT)"}, Replicas: 2},
+		"worker": {Replicas: 1},
+	})
+	d.Env = []appv1.EnvVar{
+		{Name: "GREETING", Value: "hi $(USER) $HOME"},
+		{Name: "DATABASE_URL", ValueFrom: &appv1.SecretKeySelector{Name: "hello-db", Key: "url"}},
+		{Name: "PORT", Value: "9999"},
+	}
+	d.HealthCheck = &appv1.HealthCheck{Path: "/healthz", BootTimeoutSeconds: 90}
+	st := f.sync(d)
+
+	if st.RolledOut || st.Serving != 0 || st.Failure != "" {
+		t.Fatalf("status right after creation: %+v", st)
+	}
+	if st.Processes["web"] != (runtime.ProcessStatus{Desired: 2}) || st.Processes["worker"] != (runtime.ProcessStatus{Desired: 1}) {
+		t.Fatalf("process status %+v", st.Processes)
+	}
+	if !strings.Contains(st.Message, "web 0/2") || !strings.Contains(st.Message, "worker 0/1") {
+		t.Fatalf("message %q", st.Message)
+	}
+
+	for _, p := range []string{"web", "worker"} {
+		dep := f.deployment("hello-" + p)
+		if dep.Labels[kube.LabelApp] != "hello" || dep.Labels[kube.LabelProcess] != p {
+			t.Errorf("%s labels %v", p, dep.Labels)
+		}
+		sel := dep.Spec.Selector.MatchLabels
+		if len(sel) != 2 || sel[kube.LabelApp] != "hello" || sel[kube.LabelProcess] != p {
+			t.Errorf("%s selector %v", p, sel)
+		}
+		tl := dep.Spec.Template.Labels
+		if tl[kube.LabelApp] != "hello" || tl[kube.LabelProcess] != p || tl[kube.LabelRelease] != "1" {
+			t.Errorf("%s template labels %v", p, tl)
+		}
+		refs := dep.OwnerReferences
+		if len(refs) != 1 || refs[0].UID != f.app.UID || refs[0].Kind != "App" || refs[0].APIVersion != "app.bex.co/v1alpha1" ||
+			refs[0].Controller == nil || !*refs[0].Controller {
+			t.Errorf("%s owner references %+v", p, refs)
+		}
+		s := dep.Spec.Strategy
+		if s.Type != appsv1.RollingUpdateDeploymentStrategyType || s.RollingUpdate == nil ||
+			*s.RollingUpdate.MaxUnavailable != intstr.FromInt32(0) || *s.RollingUpdate.MaxSurge != intstr.FromInt32(1) {
+			t.Errorf("%s strategy %+v", p, s)
+		}
+		if dep.Spec.ProgressDeadlineSeconds == nil || *dep.Spec.ProgressDeadlineSeconds != 90 {
+			t.Errorf("%s progress deadline %v, want the boot timeout 90", p, dep.Spec.ProgressDeadlineSeconds)
+		}
+		pod := dep.Spec.Template.Spec
+		if len(pod.Containers) != 1 {
+			t.Fatalf("%s containers %+v", p, pod.Containers)
+		}
+		c := pod.Containers[0]
+		if c.Image != imageA {
+			t.Errorf("%s image %q", p, c.Image)
+		}
+		env := envByName(c.Env)
+		if c.Env[0].Name != "PORT" || env["PORT"].Value != "8080" || len(c.Env) != 3 {
+			t.Errorf("%s env %+v: want PORT=8080 first and the config's PORT left out", p, c.Env)
+		}
+		// Kubernetes would expand $(USER) and turn $$ into $; the literal survives.
+		if env["GREETING"].Value != "hi $$(USER) $$HOME" {
+			t.Errorf("%s GREETING %q", p, env["GREETING"].Value)
+		}
+		if ref := env["DATABASE_URL"].ValueFrom; ref == nil || ref.SecretKeyRef == nil || ref.SecretKeyRef.Name != "hello-db" || ref.SecretKeyRef.Key != "url" {
+			t.Errorf("%s DATABASE_URL %+v", p, env["DATABASE_URL"])
+		}
+		if pod.EnableServiceLinks == nil || *pod.EnableServiceLinks || pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
+			t.Errorf("%s service links / token %v %v", p, pod.EnableServiceLinks, pod.AutomountServiceAccountToken)
+		}
+	}
+
+	web := f.deployment("hello-web")
+	if *web.Spec.Replicas != 2 || *f.deployment("hello-worker").Spec.Replicas != 1 {
+		t.Errorf("replicas %d, %d", *web.Spec.Replicas, *f.deployment("hello-worker").Spec.Replicas)
+	}
+	c := web.Spec.Template.Spec.Containers[0]
+	// The command passes through unchanged, $(PORT) included: Kubernetes expands it.
+	if !slices.Equal(c.Command, []string{"sh", "-c", "exec ./server --port $(PORT)"}) || c.Args != nil {
+		t.Errorf("web command %q args %q", c.Command, c.Args)
+	}
+	if p := c.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" || p.HTTPGet.Port != intstr.FromInt32(8080) ||
+		p.PeriodSeconds != 2 || p.InitialDelaySeconds != 1 {
+		t.Errorf("web readiness probe %+v", c.ReadinessProbe)
+	}
+	if len(c.Ports) != 1 || c.Ports[0].ContainerPort != 8080 {
+		t.Errorf("web ports %+v", c.Ports)
+	}
+	if c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Sleep == nil || c.Lifecycle.PreStop.Sleep.Seconds != 5 {
+		t.Errorf("web preStop %+v", c.Lifecycle)
+	}
+	worker := f.deployment("hello-worker").Spec.Template.Spec.Containers[0]
+	// An empty command keeps the image's entrypoint and command.
+	if worker.Command != nil || worker.Args != nil || worker.ReadinessProbe != nil || len(worker.Ports) != 0 || worker.Lifecycle != nil {
+		t.Errorf("worker container %+v", worker)
+	}
+
+	svc := f.service()
+	if svc.Labels[kube.LabelApp] != "hello" || len(svc.OwnerReferences) != 1 || svc.OwnerReferences[0].UID != f.app.UID {
+		t.Errorf("service meta %+v", svc.ObjectMeta)
+	}
+	if sel := svc.Spec.Selector; len(sel) != 2 || sel[kube.LabelApp] != "hello" || sel[kube.LabelProcess] != "web" {
+		t.Errorf("service selector %v", sel)
+	}
+	if ports := svc.Spec.Ports; len(ports) != 1 || ports[0].Port != 80 || ports[0].TargetPort != intstr.FromInt32(8080) || ports[0].Protocol != corev1.ProtocolTCP {
+		t.Errorf("service ports %+v", ports)
+	}
+}
+
+func TestTCPProbeWithoutHealthCheck(t *testing.T) {
+	f := setup(t)
+	f.sync(f.desired(1, imageA, map[string]appv1.ProcessSpec{"web": {Replicas: 1}}))
+	dep := f.deployment("hello-web")
+	p := dep.Spec.Template.Spec.Containers[0].ReadinessProbe
+	if p == nil || p.HTTPGet != nil || p.TCPSocket == nil || p.TCPSocket.Port != intstr.FromInt32(8080) {
+		t.Fatalf("probe %+v", p)
+	}
+	if *dep.Spec.ProgressDeadlineSeconds != appv1.DefaultBootTimeoutSeconds {
+		t.Fatalf("progress deadline %d, want the default boot timeout", *dep.Spec.ProgressDeadlineSeconds)
+	}
+}
+
+func TestSyncWithoutChangeDoesNotWrite(t *testing.T) {
+	f := setup(t)
+	d := f.desired(1, imageA, map[string]appv1.ProcessSpec{"web": {Replicas: 2, Command: []string{"./server"}}, "worker": {Replicas: 1}})
+	d.Env = []appv1.EnvVar{{Name: "A", Value: "1"}, {Name: "S", ValueFrom: &appv1.SecretKeySelector{Name: "s", Key: "k"}}}
+	d.HealthCheck = &appv1.HealthCheck{Path: "/up"}
+	f.sync(d)
+	versions := func() []string {
+		return []string{f.deployment("hello-web").ResourceVersion, f.deployment("hello-worker").ResourceVersion, f.service().ResourceVersion}
+	}
+	before := versions()
+	f.sync(d)
+	if after := versions(); !slices.Equal(before, after) {
+		t.Fatalf("an unchanged Sync wrote: resourceVersions %v → %v", before, after)
+	}
+
+	// Once the rollout completes, one Sync records the serving release (a write of
+	// the label), and the next is quiet again.
+	f.complete("hello-web")
+	f.complete("hello-worker")
+	if st := f.sync(d); !st.RolledOut || st.Serving != 1 {
+		t.Fatalf("status %+v", st)
+	}
+	before = versions()
+	if st := f.sync(d); !st.RolledOut || st.Serving != 1 {
+		t.Fatalf("status %+v", st)
+	}
+	if after := versions(); !slices.Equal(before, after) {
+		t.Fatalf("an unchanged Sync after the rollout wrote: resourceVersions %v → %v", before, after)
+	}
+}
+
+func TestNewReleaseRollsOutWhenTheDeploymentIsComplete(t *testing.T) {
+	f := setup(t)
+	procs := map[string]appv1.ProcessSpec{"web": {Replicas: 2}, "worker": {Replicas: 1}}
+	f.sync(f.desired(1, imageA, procs))
+	f.complete("hello-web")
+	f.complete("hello-worker")
+	st := f.sync(f.desired(1, imageA, procs))
+	if !st.RolledOut || st.Serving != 1 || st.Message != "" || st.Processes["web"] != (runtime.ProcessStatus{Desired: 2, Ready: 2}) {
+		t.Fatalf("release 1 complete: %+v", st)
+	}
+	if a := f.deployment("hello-web").Labels[kube.LabelServingRelease]; a != "1" {
+		t.Fatalf("serving label %q", a)
+	}
+	gen := f.deployment("hello-web").Generation
+
+	// Release 2: a new image. The template changes; nothing is rolled out until the
+	// Deployment controller (here: the test) reports the new pods.
+	st = f.sync(f.desired(2, imageB, procs))
+	if st.RolledOut || st.Serving != 1 || st.Failure != "" {
+		t.Fatalf("release 2 just applied: %+v", st)
+	}
+	web := f.deployment("hello-web")
+	if web.Generation == gen || web.Spec.Template.Labels[kube.LabelRelease] != "2" || web.Spec.Template.Spec.Containers[0].Image != imageB {
+		t.Fatalf("web not updated: generation %d→%d, template %v", gen, web.Generation, web.Spec.Template.Labels)
+	}
+	if web.Labels[kube.LabelServingRelease] != "1" {
+		t.Fatalf("serving label %q during the rollout", web.Labels[kube.LabelServingRelease])
+	}
+
+	f.rolling("hello-web")
+	f.complete("hello-worker")
+	st = f.sync(f.desired(2, imageB, procs))
+	if st.RolledOut || st.Serving != 1 || st.Processes["worker"].Ready != 1 || st.Processes["web"].Ready != 0 {
+		t.Fatalf("release 2 rolling: %+v", st)
+	}
+	if !strings.Contains(st.Message, "web 0/2") {
+		t.Fatalf("message %q", st.Message)
+	}
+
+	f.complete("hello-web")
+	st = f.sync(f.desired(2, imageB, procs))
+	if !st.RolledOut || st.Serving != 2 || st.Processes["web"].Ready != 2 {
+		t.Fatalf("release 2 complete: %+v", st)
+	}
+	if a := f.deployment("hello-web").Labels[kube.LabelServingRelease]; a != "2" {
+		t.Fatalf("serving label %q after the rollout", a)
+	}
+}
+
+func TestScaleChange(t *testing.T) {
+	f := setup(t)
+	f.sync(f.desired(1, imageA, map[string]appv1.ProcessSpec{"web": {Replicas: 1}, "worker": {Replicas: 1}}))
+	f.complete("hello-web")
+	f.complete("hello-worker")
+	f.sync(f.desired(1, imageA, map[string]appv1.ProcessSpec{"web": {Replicas: 1}, "worker": {Replicas: 1}}))
+
+	st := f.sync(f.desired(1, imageA, map[string]appv1.ProcessSpec{"web": {Replicas: 3}, "worker": {Replicas: 0}}))
+	web, worker := f.deployment("hello-web"), f.deployment("hello-worker")
+	if *web.Spec.Replicas != 3 || *worker.Spec.Replicas != 0 || web.Spec.Template.Labels[kube.LabelRelease] != "1" {
+		t.Fatalf("replicas %d, %d; template %v", *web.Spec.Replicas, *worker.Spec.Replicas, web.Spec.Template.Labels)
+	}
+	// The same release keeps serving while the new instances start.
+	if st.RolledOut || st.Serving != 1 || st.Processes["web"].Desired != 3 || st.Processes["worker"].Desired != 0 {
+		t.Fatalf("scaling: %+v", st)
+	}
+	f.complete("hello-web")
+	f.complete("hello-worker")
+	if st := f.sync(f.desired(1, imageA, map[string]appv1.ProcessSpec{"web": {Replicas: 3}, "worker": {Replicas: 0}})); !st.RolledOut || st.Serving != 1 ||
+		st.Processes["web"] != (runtime.ProcessStatus{Desired: 3, Ready: 3}) {
+		t.Fatalf("scaled: %+v", st)
+	}
+}
+
+func TestSyncTakesBackFieldsChangedByOthers(t *testing.T) {
+	f := setup(t)
+	d := f.desired(1, imageA, map[string]appv1.ProcessSpec{"web": {Replicas: 2}})
+	f.sync(d)
+	// Someone runs `kubectl scale` (another field manager): the App is the truth.
+	web := f.deployment("hello-web")
+	web.Spec.Replicas = new(int32(5))
+	if err := f.c.Update(f.ctx, web, client.FieldOwner("kubectl")); err != nil {
+		t.Fatal(err)
+	}
+	f.sync(d)
+	if n := *f.deployment("hello-web").Spec.Replicas; n != 2 {
+		t.Fatalf("replicas %d after Sync, want 2", n)
+	}
+}
+
+func TestRemovedProcessTypeIsDeleted(t *testing.T) {
+	f := setup(t)
+	f.sync(f.desired(1, imageA, map[string]appv1.ProcessSpec{"web": {Replicas: 1}, "worker": {Replicas: 1}, "clock": {Replicas: 1}}))
+	st := f.sync(f.desired(2, imageA, map[string]appv1.ProcessSpec{"web": {Replicas: 1}, "clock": {Replicas: 1}}))
+	if !f.gone(&appsv1.Deployment{}, "hello-worker") {
+		t.Fatal("the worker Deployment is still there")
+	}
+	if _, ok := st.Processes["worker"]; ok {
+		t.Fatalf("worker reported: %+v", st.Processes)
+	}
+	f.deployment("hello-web")
+	f.deployment("hello-clock")
+
+	// Without a web process there is no Service.
+	f.sync(f.desired(3, imageA, map[string]appv1.ProcessSpec{"clock": {Replicas: 1}}))
+	if !f.gone(&appsv1.Deployment{}, "hello-web") || !f.gone(&corev1.Service{}, "hello") {
+		t.Fatal("web Deployment or Service left after web was removed")
+	}
+}
+
+func TestSuspendedScalesEveryProcessToZero(t *testing.T) {
+	f := setup(t)
+	procs := map[string]appv1.ProcessSpec{"web": {Replicas: 2}, "worker": {Replicas: 3}}
+	f.sync(f.desired(1, imageA, procs))
+	f.complete("hello-web")
+	f.complete("hello-worker")
+	d := f.desired(1, imageA, procs)
+	d.Suspended = true
+	st := f.sync(d)
+	for _, name := range []string{"hello-web", "hello-worker"} {
+		dep := f.deployment(name)
+		if *dep.Spec.Replicas != 0 {
+			t.Fatalf("%s replicas %d while suspended", name, *dep.Spec.Replicas)
+		}
+	}
+	if st.RolledOut || st.Processes["web"].Desired != 0 || st.Processes["worker"].Desired != 0 {
+		t.Fatalf("suspending: %+v", st)
+	}
+	// The Service stays: its endpoints are simply empty.
+	f.service()
+	f.complete("hello-web")
+	f.complete("hello-worker")
+	// Suspended and stopped: rolled out, and no release serves.
+	if st := f.sync(d); !st.RolledOut || st.Serving != 0 {
+		t.Fatalf("suspended: %+v", st)
+	}
+
+	d.Suspended = false
+	f.sync(d)
+	if *f.deployment("hello-web").Spec.Replicas != 2 || *f.deployment("hello-worker").Spec.Replicas != 3 {
+		t.Fatal("resuming did not bring the replicas back")
+	}
+}
+
+func TestProgressDeadlineExceededIsAFailure(t *testing.T) {
+	f := setup(t)
+	procs := map[string]appv1.ProcessSpec{"web": {Replicas: 2}}
+	f.sync(f.desired(1, imageA, procs))
+	f.complete("hello-web")
+	f.sync(f.desired(1, imageA, procs))
+
+	d := f.desired(2, imageB, procs)
+	d.HealthCheck = &appv1.HealthCheck{Path: "/healthz", BootTimeoutSeconds: 30}
+	f.sync(d)
+	f.setStatus("hello-web", func(dep *appsv1.Deployment) {
+		dep.Status = appsv1.DeploymentStatus{
+			ObservedGeneration: dep.Generation,
+			Replicas:           3, UpdatedReplicas: 1, ReadyReplicas: 2, AvailableReplicas: 2,
+			Conditions: []appsv1.DeploymentCondition{
+				{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue, Reason: "MinimumReplicasAvailable", LastUpdateTime: metav1.Now(), LastTransitionTime: metav1.Now()},
+				{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionFalse, Reason: "ProgressDeadlineExceeded",
+					Message: `ReplicaSet "hello-web-abc" has timed out progressing.`, LastUpdateTime: metav1.Now(), LastTransitionTime: metav1.Now()},
+			},
+		}
+	})
+	st := f.sync(d)
+	if st.Failure != appv1.HealthCheckFailedReason || st.RolledOut || st.Serving != 1 {
+		t.Fatalf("status %+v", st)
+	}
+	for _, want := range []string{"web process", "release 2", "GET /healthz", "30s", "0 of 2"} {
+		if !strings.Contains(st.Message, want) {
+			t.Errorf("message %q does not say %q", st.Message, want)
+		}
+	}
+
+	// A fixed release (3) starts a new rollout: the old failure is not reported for it.
+	d = f.desired(3, imageA, procs)
+	if st := f.sync(d); st.Failure != "" || st.Serving != 1 {
+		t.Fatalf("next release: %+v", st)
+	}
+}
+
+func TestDeleteRemovesEverythingAndIsIdempotent(t *testing.T) {
+	f := setup(t)
+	f.sync(f.desired(1, imageA, map[string]appv1.ProcessSpec{"web": {Replicas: 1}, "worker": {Replicas: 1}}))
+	// Another app's objects in the namespace stay.
+	other := &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: f.ns}}
+	if err := f.c.Create(f.ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.rt.Sync(f.ctx, runtime.Desired{App: other, Release: 1, Image: imageA, Processes: map[string]appv1.ProcessSpec{"web": {Replicas: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+
+	key := client.ObjectKey{Namespace: f.ns, Name: "hello"}
+	if err := f.rt.Delete(f.ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	var deps appsv1.DeploymentList
+	if err := f.c.List(f.ctx, &deps, client.InNamespace(f.ns), client.MatchingLabels{kube.LabelApp: "hello"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(deps.Items) != 0 {
+		t.Fatalf("deployments left: %d", len(deps.Items))
+	}
+	if !f.gone(&corev1.Service{}, "hello") {
+		t.Fatal("service left")
+	}
+	if err := f.rt.Delete(f.ctx, key); err != nil {
+		t.Fatalf("second Delete: %v", err)
+	}
+	if err := f.rt.Delete(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "never-synced"}); err != nil {
+		t.Fatalf("Delete of an app with nothing: %v", err)
+	}
+	if f.gone(&appsv1.Deployment{}, "other-web") || f.gone(&corev1.Service{}, "other") {
+		t.Fatal("Delete removed another app's objects")
+	}
+}
+
+func TestSyncNeedsTheAppFromTheAPIServer(t *testing.T) {
+	f := setup(t)
+	noUID := &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: f.ns}}
+	_, err := f.rt.Sync(f.ctx, runtime.Desired{App: noUID, Release: 1, Image: imageA, Processes: map[string]appv1.ProcessSpec{"web": {Replicas: 1}}})
+	if err == nil || !strings.Contains(err.Error(), "UID") {
+		t.Fatalf("Sync without a UID: %v", err)
+	}
+	if _, err := f.rt.Sync(f.ctx, f.desired(1, "", nil)); err == nil {
+		t.Fatal("Sync without an image succeeded")
+	}
+}

@@ -1,0 +1,207 @@
+package kube
+
+import (
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/deployer/runtime"
+)
+
+// Labels this package writes.
+const (
+	// LabelApp names the App on every object and pod; Delete and the removal of
+	// old process types select by it.
+	LabelApp = "app.bex.co/app"
+	// LabelProcess names the process type; with LabelApp it is a Deployment's
+	// (immutable) selector and the Service's selector.
+	LabelProcess = "app.bex.co/process"
+	// LabelRelease is the release number on the pod template. A new release changes
+	// the template, which is what makes the Deployment roll.
+	LabelRelease = "app.bex.co/release"
+	// LabelServingRelease is, on a Deployment, the release whose rollout was
+	// last seen complete: the release that serves while a newer one rolls out.
+	// It is a label, not an annotation, because the API server bumps a
+	// Deployment's generation on any annotation change (annotations are copied to
+	// its ReplicaSets): recording the release would make the Deployment look
+	// unobserved, hence not ready, right when its rollout completed.
+	LabelServingRelease = "app.bex.co/serving-release"
+)
+
+// WebProcess is the process type that gets the Service and the readiness probe.
+const WebProcess = "web"
+
+// revisionHistoryLimit keeps few old ReplicaSets: bex rolls back by releasing an
+// older image, never with `kubectl rollout undo`, so old ReplicaSets are clutter.
+const revisionHistoryLimit = 2
+
+// Readiness probe timing. The probe never restarts anything: a pod that is not
+// ready just gets no traffic. It is checked often so that a new pod gets traffic
+// soon after it answers; the boot timeout is the Deployment's progress deadline
+// (see progressDeadline), not a probe threshold.
+const (
+	probeInitialDelaySeconds = 1
+	probePeriodSeconds       = 2
+	probeTimeoutSeconds      = 2
+	// probeFailureThreshold: a serving pod leaves the endpoints after about 6s of
+	// failed checks, not on one slow answer.
+	probeFailureThreshold = 3
+)
+
+// DeploymentName is the name of the Deployment of one process type of an app.
+func DeploymentName(app, process string) string { return app + "-" + process }
+
+// ServiceName is the name of the app's Service, the one the edge routes from.
+func ServiceName(app string) string { return app }
+
+// progressDeadline is the boot timeout of d in seconds: the health check's
+// bootTimeoutSeconds, else the configured default. It is the Deployment's
+// progressDeadlineSeconds: when no new pod becomes available for that long, the
+// Deployment controller marks the rollout failed (ProgressDeadlineExceeded), which
+// Sync reports as HealthCheckFailed. The old pods keep serving meanwhile.
+func progressDeadline(cfg Config, d runtime.Desired) int32 {
+	if d.HealthCheck != nil && d.HealthCheck.BootTimeoutSeconds > 0 {
+		return d.HealthCheck.BootTimeoutSeconds
+	}
+	return cfg.ProgressDeadlineSeconds
+}
+
+func ownerReference(app *appv1.App) *metav1ac.OwnerReferenceApplyConfiguration {
+	return metav1ac.OwnerReference().
+		WithAPIVersion(appv1.GroupVersion.String()).
+		WithKind("App").
+		WithName(app.Name).
+		WithUID(app.UID).
+		WithController(true).
+		WithBlockOwnerDeletion(true)
+}
+
+// escapeEnvValue makes a literal config value survive Kubernetes' expansion of env
+// values, which replaces `$(NAME)` with an earlier variable and `$$` with `$`.
+// Config vars are literals (the local runtime passes them as they are), so every `$`
+// is doubled. Commands are not escaped: they are written in Kubernetes syntax.
+func escapeEnvValue(v string) string { return strings.ReplaceAll(v, "$", "$$") }
+
+// containerEnv is PORT then the config vars. PORT is the runtime's, because the
+// probe and the Service point at it: a config var of that name is left out.
+func containerEnv(cfg Config, env []appv1.EnvVar) []*corev1ac.EnvVarApplyConfiguration {
+	out := []*corev1ac.EnvVarApplyConfiguration{
+		corev1ac.EnvVar().WithName("PORT").WithValue(strconv.Itoa(int(cfg.Port))),
+	}
+	for _, e := range env {
+		if e.Name == "PORT" {
+			continue
+		}
+		v := corev1ac.EnvVar().WithName(e.Name)
+		if e.ValueFrom != nil {
+			v.WithValueFrom(corev1ac.EnvVarSource().WithSecretKeyRef(
+				corev1ac.SecretKeySelector().WithName(e.ValueFrom.Name).WithKey(e.ValueFrom.Key)))
+		} else {
+			v.WithValue(escapeEnvValue(e.Value))
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// readinessProbe checks the web process: GET the health check's path on PORT, or
+// else a TCP connection to PORT (the app is up once it listens).
+func readinessProbe(cfg Config, hc *appv1.HealthCheck) *corev1ac.ProbeApplyConfiguration {
+	p := corev1ac.Probe().
+		WithInitialDelaySeconds(probeInitialDelaySeconds).
+		WithPeriodSeconds(probePeriodSeconds).
+		WithTimeoutSeconds(probeTimeoutSeconds).
+		WithSuccessThreshold(1).
+		WithFailureThreshold(probeFailureThreshold)
+	port := intstr.FromInt32(cfg.Port)
+	if hc != nil && hc.Path != "" {
+		return p.WithHTTPGet(corev1ac.HTTPGetAction().WithPath(hc.Path).WithPort(port))
+	}
+	return p.WithTCPSocket(corev1ac.TCPSocketAction().WithPort(port))
+}
+
+// deployment is the apply configuration of one process type's Deployment. serving is
+// the value of LabelServingRelease (0: none yet, left out).
+func deployment(cfg Config, d runtime.Desired, process string, serving int64) *appsv1ac.DeploymentApplyConfiguration {
+	app := d.App
+	spec := d.Processes[process]
+	replicas := spec.Replicas
+	if d.Suspended {
+		replicas = 0
+	}
+	selector := map[string]string{LabelApp: app.Name, LabelProcess: process}
+	podLabels := map[string]string{LabelApp: app.Name, LabelProcess: process, LabelRelease: strconv.FormatInt(d.Release, 10)}
+
+	c := corev1ac.Container().
+		WithName(process).
+		WithImage(d.Image).
+		WithEnv(containerEnv(cfg, d.Env)...)
+	if len(spec.Command) > 0 {
+		// `command` replaces the image's entrypoint, as the Procfile's command line
+		// does on Heroku. `$(NAME)` references are Kubernetes syntax already.
+		c.WithCommand(spec.Command...)
+	}
+	if process == WebProcess {
+		c.WithPorts(corev1ac.ContainerPort().WithName("http").WithContainerPort(cfg.Port).WithProtocol(corev1.ProtocolTCP))
+		c.WithReadinessProbe(readinessProbe(cfg, d.HealthCheck))
+		if cfg.DrainSeconds > 0 {
+			c.WithLifecycle(corev1ac.Lifecycle().WithPreStop(corev1ac.LifecycleHandler().WithSleep(
+				corev1ac.SleepAction().WithSeconds(cfg.DrainSeconds))))
+		}
+	}
+
+	pod := corev1ac.PodSpec().
+		WithContainers(c).
+		WithTerminationGracePeriodSeconds(cfg.TerminationGracePeriodSeconds).
+		// Apps get their config vars and nothing else: no FOO_SERVICE_HOST for
+		// every Service of the namespace (which could also shadow a config var),
+		// and no API token they have no use for.
+		WithEnableServiceLinks(false).
+		WithAutomountServiceAccountToken(false)
+	if cfg.ImagePullSecret != "" {
+		pod.WithImagePullSecrets(corev1ac.LocalObjectReference().WithName(cfg.ImagePullSecret))
+	}
+
+	labels := map[string]string{LabelApp: app.Name, LabelProcess: process}
+	if serving > 0 {
+		labels[LabelServingRelease] = strconv.FormatInt(serving, 10)
+	}
+	dep := appsv1ac.Deployment(DeploymentName(app.Name, process), app.Namespace).
+		WithLabels(labels).
+		WithOwnerReferences(ownerReference(app)).
+		WithSpec(appsv1ac.DeploymentSpec().
+			WithReplicas(replicas).
+			WithSelector(metav1ac.LabelSelector().WithMatchLabels(selector)).
+			WithProgressDeadlineSeconds(progressDeadline(cfg, d)).
+			WithRevisionHistoryLimit(revisionHistoryLimit).
+			WithStrategy(appsv1ac.DeploymentStrategy().
+				WithType("RollingUpdate").
+				WithRollingUpdate(appsv1ac.RollingUpdateDeployment().
+					WithMaxUnavailable(intstr.FromInt32(0)).
+					WithMaxSurge(intstr.FromInt32(cfg.MaxSurge)))).
+			WithTemplate(corev1ac.PodTemplateSpec().
+				WithLabels(podLabels).
+				WithSpec(pod)))
+	return dep
+}
+
+// service is the apply configuration of the app's Service: port 80 to PORT of the
+// web pods. Its EndpointSlices list the ready web pods, which the edge routes to.
+func service(cfg Config, app *appv1.App) *corev1ac.ServiceApplyConfiguration {
+	return corev1ac.Service(ServiceName(app.Name), app.Namespace).
+		WithLabels(map[string]string{LabelApp: app.Name}).
+		WithOwnerReferences(ownerReference(app)).
+		WithSpec(corev1ac.ServiceSpec().
+			WithSelector(map[string]string{LabelApp: app.Name, LabelProcess: WebProcess}).
+			WithPorts(corev1ac.ServicePort().
+				WithName("http").
+				WithProtocol(corev1.ProtocolTCP).
+				WithPort(80).
+				WithTargetPort(intstr.FromInt32(cfg.Port))))
+}

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -84,6 +85,8 @@ func start(t *testing.T, cfg Config) *env {
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             controllerConfig(),
+		// Only this test's namespace: Apps of earlier tests stay out of its way.
+		Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
 	})
 	if err != nil {
 		t.Fatal(err)

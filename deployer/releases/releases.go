@@ -55,6 +55,13 @@ func (r *Recorder) Record(ctx context.Context, app string, ch Change) (int64, er
 		if !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) {
 			return 0, err
 		}
+		// Someone else wrote the App in between (the deployer's status, another
+		// release): read it again after a short, growing pause.
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(time.Duration(attempt+1) * 20 * time.Millisecond):
+		}
 	}
 	return 0, fmt.Errorf("app %s changed too often while its release was recorded: try again", app)
 }
@@ -64,7 +71,16 @@ func (r *Recorder) record(ctx context.Context, name string, ch Change) (int64, e
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: name}, app); err != nil {
 		return 0, fmt.Errorf("app %s: %w", name, err)
 	}
+	// The next number follows both the App and the Releases that exist, so that a
+	// Release left by an attempt that could not finish never blocks the count.
 	n := app.Spec.Release + 1
+	existing, err := r.List(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	if len(existing) > 0 && existing[0].Spec.Number >= n {
+		n = existing[0].Spec.Number + 1
+	}
 	spec := app.Spec.DeepCopy()
 	spec.Release = n
 	if ch.Image != "" {
@@ -104,9 +120,12 @@ func (r *Recorder) record(ctx context.Context, name string, ch Change) (int64, e
 	}
 	app.Spec = *spec
 	// Update carries the resourceVersion read above: a concurrent change of the App
-	// is a conflict, not lost. The Release just created then stays as a record of an
-	// attempt that never ran; the retry takes the next number.
+	// is a conflict, not lost. The Release just created is then removed again, so
+	// that the retry can take its number.
 	if err := r.Client.Update(ctx, app); err != nil {
+		if derr := r.Client.Delete(ctx, rel); derr != nil && !apierrors.IsNotFound(derr) {
+			return 0, errors.Join(err, derr)
+		}
 		return 0, err
 	}
 	return n, nil

@@ -1,0 +1,133 @@
+package local
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config configures a Runtime. The zero value of a field means its default (see
+// Defaults); Validate checks the result.
+type Config struct {
+	// Address is containerd's gRPC socket. Default /run/containerd/containerd.sock.
+	Address string
+	// Namespace is the containerd namespace the instances live in. Default "bex".
+	Namespace string
+	// Snapshotter unpacks images and holds the instances' root filesystems.
+	// Default "overlayfs".
+	Snapshotter string
+	// StateDir holds the state file (port allocations, what serves) and the
+	// instances' logs. Required: it must survive a restart of bex, or running
+	// containers could not be adopted with their ports.
+	StateDir string
+
+	// PortMin and PortMax bound the ports given to instances as PORT (inclusive).
+	// Default 20000-29999.
+	PortMin, PortMax int
+
+	// Drain is how long the instances of a release keep running after the
+	// endpoints moved away from them, for requests already routed to them.
+	// Default 5s.
+	Drain time.Duration
+	// StopTimeout is how long a stopped instance gets between SIGTERM and SIGKILL.
+	// Default 10s.
+	StopTimeout time.Duration
+	// BootTimeout is how long a new web instance may take to become ready when the
+	// App's healthCheck does not say. Default 60s (appv1.DefaultBootTimeoutSeconds).
+	BootTimeout time.Duration
+
+	// LogMaxBytes is the size at which an instance's log is rotated; one previous
+	// file is kept, so an instance uses at most twice this. Default 10 MiB.
+	LogMaxBytes int64
+	// LogKeepStopped is how many log files of instances that are gone are kept per
+	// app, for `logs` after a failed release. Default 10.
+	LogKeepStopped int
+
+	// RestartBackoff is the wait before the first restart of an exited instance;
+	// it doubles up to RestartBackoffMax. Defaults 1s and 30s.
+	RestartBackoff, RestartBackoffMax time.Duration
+	// CrashLoopRestarts exits within CrashLoopWindow make an instance crash-looping.
+	// Defaults 3 and 1 minute.
+	CrashLoopRestarts int
+	CrashLoopWindow   time.Duration
+}
+
+// Defaults returns cfg with every unset field set to its default.
+func (cfg Config) Defaults() Config {
+	if cfg.Address == "" {
+		cfg.Address = "/run/containerd/containerd.sock"
+	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = "bex"
+	}
+	if cfg.Snapshotter == "" {
+		cfg.Snapshotter = "overlayfs"
+	}
+	if cfg.PortMin == 0 && cfg.PortMax == 0 {
+		cfg.PortMin, cfg.PortMax = 20000, 29999
+	}
+	if cfg.Drain == 0 {
+		cfg.Drain = 5 * time.Second
+	}
+	if cfg.StopTimeout == 0 {
+		cfg.StopTimeout = 10 * time.Second
+	}
+	if cfg.BootTimeout == 0 {
+		cfg.BootTimeout = 60 * time.Second
+	}
+	if cfg.LogMaxBytes == 0 {
+		cfg.LogMaxBytes = 10 << 20
+	}
+	if cfg.LogKeepStopped == 0 {
+		cfg.LogKeepStopped = 10
+	}
+	if cfg.RestartBackoff == 0 {
+		cfg.RestartBackoff = time.Second
+	}
+	if cfg.RestartBackoffMax == 0 {
+		cfg.RestartBackoffMax = 30 * time.Second
+	}
+	if cfg.CrashLoopRestarts == 0 {
+		cfg.CrashLoopRestarts = 3
+	}
+	if cfg.CrashLoopWindow == 0 {
+		cfg.CrashLoopWindow = time.Minute
+	}
+	return cfg
+}
+
+// Validate reports every field that is out of range, after defaults.
+func (cfg Config) Validate() error {
+	var errs []error
+	if cfg.StateDir == "" {
+		errs = append(errs, errors.New("state dir: required (port allocations and logs live there)"))
+	}
+	if cfg.PortMin < 1024 || cfg.PortMax > 65535 || cfg.PortMin > cfg.PortMax {
+		errs = append(errs, fmt.Errorf("port range %d-%d: want 1024 <= min <= max <= 65535", cfg.PortMin, cfg.PortMax))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"drain", cfg.Drain}, {"stop timeout", cfg.StopTimeout}, {"boot timeout", cfg.BootTimeout},
+		{"restart backoff", cfg.RestartBackoff}, {"max restart backoff", cfg.RestartBackoffMax},
+		{"crash-loop window", cfg.CrashLoopWindow},
+	} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("%s: %v is negative", d.name, d.v))
+		}
+	}
+	if cfg.RestartBackoffMax < cfg.RestartBackoff {
+		errs = append(errs, fmt.Errorf("max restart backoff %v is less than the restart backoff %v", cfg.RestartBackoffMax, cfg.RestartBackoff))
+	}
+	if cfg.LogMaxBytes < 4096 {
+		errs = append(errs, fmt.Errorf("log size limit %d: want at least 4096 bytes", cfg.LogMaxBytes))
+	}
+	if cfg.LogKeepStopped < 0 {
+		errs = append(errs, fmt.Errorf("stopped logs kept %d: negative", cfg.LogKeepStopped))
+	}
+	if cfg.CrashLoopRestarts < 1 {
+		errs = append(errs, fmt.Errorf("crash-loop restarts %d: want at least 1", cfg.CrashLoopRestarts))
+	}
+	return errors.Join(errs...)
+}

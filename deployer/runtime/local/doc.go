@@ -1,0 +1,65 @@
+// Package local is the single-node runtime: it runs an app's processes as
+// containerd containers (runc) on this host and publishes the web instances as the
+// app's EndpointSlices. It implements bex.co/bex/deployer/runtime.Runtime.
+//
+// What it owns:
+//
+//   - the containers labelled app.bex.co/runtime=local in its containerd namespace,
+//     one per instance, named <namespace>-<app>-<process>-r<release>-<n>-<random>;
+//   - the state file <state dir>/state.json: reserved ports (port → container) and
+//     the release that serves each app;
+//   - the instances' logs under <state dir>/logs/<namespace>/<app>/;
+//   - the Service <app> (headless, no selector) and the EndpointSlices labelled
+//     endpointslice.kubernetes.io/managed-by=local.runtime.bex.co, owned by the App.
+//
+// Instances share the host's network (there is no CNI on a bex node) and each gets
+// its own PORT from the configured range. A port is reserved in the state file
+// before the container exists, is checked with a bind on 127.0.0.1 before it is
+// given out, is not reused at once (the search continues after the last port
+// given), and is freed when the container is deleted.
+//
+// Endpoints: an EndpointSlice carries its ports for all its endpoints, and the
+// instances' ports differ, so there is one EndpointSlice per ready web instance
+// (named <app>-<port>), each with one endpoint 127.0.0.1 and one port "http".
+// The slices' addressType is FQDN, not IPv4: the API server refuses loopback
+// addresses in IPv4 and IPv6 slices ("may not be in the loopback range"), while
+// "127.0.0.1" is a valid FQDN address that any dialer takes as the IP literal it
+// is. Readers of the slices (the edge) must therefore accept FQDN slices. A
+// rollout writes the new slices first and deletes the old ones after, so the edge
+// sees the new backends before the old ones leave; the old instances then keep
+// running for the drain period before SIGTERM (SIGKILL after the stop timeout).
+//
+// What an instance runs is its gen: the release number and a hash of what reaches
+// the container (image, commands, resolved env including Secret values, health
+// check). A config change without a new release number therefore rolls out new
+// instances like a release would. Replicas are not in the gen: scaling adds or
+// removes instances of the same gen.
+//
+// Supervision: a goroutine per instance waits on its task and restarts it after
+// an exit with exponential backoff (RestartBackoff doubling to RestartBackoffMax,
+// reset after a run longer than the crash-loop window). CrashLoopRestarts exits
+// within CrashLoopWindow make the instance crash-looping. A prober per task start
+// marks the instance ready: a web instance when GET healthCheck.path on its PORT
+// answers 2xx or 3xx (redirects are not followed), or when PORT accepts a TCP
+// connection without a health check; other processes once running. Readiness is
+// checked until the first success of each task start, not afterwards; an exited
+// instance leaves the endpoints at once.
+//
+// A release that fails (image missing, crash loop, not healthy within the boot
+// timeout) has its instances stopped while the serving release keeps its instances
+// and endpoints. The failure is remembered for that release, config and scale, so
+// Sync reports it again without retrying; a new release, a config change or a scale
+// change tries again. The memory does not survive a restart of bex, which retries
+// once.
+//
+// Adoption: New lists the containers labelled as this runtime's, rebuilds their
+// instances from the labels (app, namespace, process, release, config hash, index,
+// port, log file, restarts), reserves their ports, frees the ports of containers
+// that are gone, watches the running tasks and restarts the others. Which release
+// serves comes from the state file, so the first Sync after a restart finds the
+// instances it wants already there and starts nothing.
+//
+// Commands may use $(NAME) references to the instance's environment, expanded as
+// the kubelet does ($$ is a literal $; unknown references stay as written). A
+// config var whose Secret or key is missing makes Sync return an error naming it.
+package local

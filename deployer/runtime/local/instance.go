@@ -1,0 +1,484 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"k8s.io/apimachinery/pkg/types"
+
+	"bex.co/bex/deployer/runtime"
+)
+
+// instance is one container running one process of one gen. Its mutable fields
+// are guarded by Runtime.mu.
+type instance struct {
+	id      string
+	app     types.NamespacedName
+	process string
+	index   int
+	gen     gen
+	port    int
+	logPath string
+	ctr     containerd.Container
+	// healthPath is the HTTP check of a web instance ("" = TCP connect).
+	healthPath  string
+	bootTimeout time.Duration
+
+	ctx     context.Context // ends when the instance is stopped or the runtime closes
+	cancel  context.CancelFunc
+	supDone chan struct{} // closed when the supervisor returned
+	gone    chan struct{} // closed when the container is deleted
+
+	running      bool
+	ready        bool
+	startSeq     int       // counts task starts, so a stale prober stops
+	lastStart    time.Time // of the current task
+	healthFailed bool      // not ready within the boot timeout of the current task
+	lastProbe    string    // the last health check's error
+	restarts     int32
+	exits        []time.Time
+	lastExit     string
+	retireAt     time.Time // set: draining, stops then
+	stopNow      bool      // stop at the next reap
+	stopping     bool      // being stopped
+}
+
+// name is the instance as people call it: "web.1".
+func (i *instance) name() string { return fmt.Sprintf("%s.%d", i.process, i.index) }
+
+func (i *instance) web() bool { return i.process == webProcess }
+
+// leaving reports an instance on its way out: it takes no traffic and does not
+// count for its gen.
+func (i *instance) leaving() bool { return i.stopping || i.stopNow || !i.retireAt.IsZero() }
+
+func (i *instance) exitsWithin(now time.Time, window time.Duration) int {
+	n := 0
+	for _, t := range i.exits {
+		if now.Sub(t) <= window {
+			n++
+		}
+	}
+	return n
+}
+
+func (i *instance) healthFailure() string {
+	what := fmt.Sprintf("accept a TCP connection on port %d", i.port)
+	if i.healthPath != "" {
+		what = fmt.Sprintf("answer GET %s on port %d", i.healthPath, i.port)
+	}
+	msg := fmt.Sprintf("%s did not %s within %v", i.name(), what, i.bootTimeout)
+	if i.lastProbe != "" {
+		msg += " (last try: " + i.lastProbe + ")"
+	}
+	return msg
+}
+
+// create makes the container of one instance and starts supervising it.
+func (r *Runtime) create(ctx context.Context, a *appState, d runtime.Desired, g gen, process string, index int, img containerd.Image, env []envVar) (*instance, error) {
+	id := containerID(a.key, process, g.Release, index)
+	port, err := r.store.allocate(id)
+	if err != nil {
+		return nil, err
+	}
+	inst := &instance{id: id, app: a.key, process: process, index: index, gen: g, port: port,
+		bootTimeout: r.cfg.BootTimeout}
+	inst.logPath = filepath.Join(r.logDir(a.key), fmt.Sprintf("%s.%d-r%d-%s.log", process, index, g.Release, id[len(id)-6:]))
+	if inst.web() && d.HealthCheck != nil {
+		inst.healthPath = d.HealthCheck.Path
+		if d.HealthCheck.BootTimeoutSeconds > 0 {
+			inst.bootTimeout = time.Duration(d.HealthCheck.BootTimeoutSeconds) * time.Second
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(inst.logPath), 0o700); err != nil {
+		_ = r.store.free(port, id)
+		return nil, err
+	}
+
+	vars := map[string]string{}
+	envList := make([]string, 0, len(env)+1)
+	for _, e := range env {
+		if e.name == "PORT" {
+			continue // the runtime owns PORT
+		}
+		vars[e.name] = e.value
+		envList = append(envList, e.name+"="+e.value)
+	}
+	vars["PORT"] = strconv.Itoa(port)
+	envList = append(envList, "PORT="+strconv.Itoa(port))
+
+	opts := []oci.SpecOpts{
+		oci.WithImageConfig(img),
+		// Host network: no CNI on a bex node; each instance has its own PORT.
+		oci.WithHostNamespace(specs.NetworkNamespace),
+		oci.WithHostResolvconf,
+		oci.WithHostHostsFile,
+		oci.WithEnv(envList),
+	}
+	if cmd := d.Processes[process].Command; len(cmd) > 0 {
+		args := make([]string, len(cmd))
+		for i, c := range cmd {
+			args[i] = expand(c, vars)
+		}
+		opts = append(opts, oci.WithProcessArgs(args...))
+	}
+	labels := map[string]string{
+		labelRuntime:   runtimeName,
+		labelNamespace: a.key.Namespace,
+		labelApp:       a.key.Name,
+		labelProcess:   process,
+		labelRelease:   strconv.FormatInt(g.Release, 10),
+		labelConfig:    g.Config,
+		labelIndex:     strconv.Itoa(index),
+		labelPort:      strconv.Itoa(port),
+		labelLog:       inst.logPath,
+		labelBoot:      inst.bootTimeout.String(),
+		labelHealth:    inst.healthPath,
+	}
+	ctr, err := r.cd.NewContainer(ctx, id,
+		containerd.WithImage(img),
+		containerd.WithSnapshotter(r.cfg.Snapshotter),
+		containerd.WithNewSnapshot(id, img),
+		containerd.WithContainerLabels(labels),
+		containerd.WithNewSpec(opts...))
+	if err != nil {
+		_ = r.store.free(port, id)
+		return nil, fmt.Errorf("create container %s: %w", id, err)
+	}
+	inst.ctr = ctr
+	r.mu.Lock()
+	a.instances[id] = inst
+	r.mu.Unlock()
+	r.supervise(inst, nil)
+	return inst, nil
+}
+
+// instanceFromLabels rebuilds an adopted container's instance.
+func instanceFromLabels(ctr containerd.Container, l map[string]string, cfg Config) (*instance, error) {
+	inst := &instance{id: ctr.ID(), ctr: ctr, process: l[labelProcess], logPath: l[labelLog], healthPath: l[labelHealth],
+		app: types.NamespacedName{Namespace: l[labelNamespace], Name: l[labelApp]}}
+	var err error
+	var errs []error
+	if inst.gen.Release, err = strconv.ParseInt(l[labelRelease], 10, 64); err != nil {
+		errs = append(errs, fmt.Errorf("release: %w", err))
+	}
+	inst.gen.Config = l[labelConfig]
+	if inst.index, err = strconv.Atoi(l[labelIndex]); err != nil {
+		errs = append(errs, fmt.Errorf("index: %w", err))
+	}
+	if inst.port, err = strconv.Atoi(l[labelPort]); err != nil {
+		errs = append(errs, fmt.Errorf("port: %w", err))
+	}
+	if inst.bootTimeout, err = time.ParseDuration(l[labelBoot]); err != nil {
+		inst.bootTimeout = cfg.BootTimeout
+	}
+	if n, err := strconv.Atoi(l[labelRestarts]); err == nil {
+		inst.restarts = int32(n)
+	}
+	if inst.app.Name == "" || inst.app.Namespace == "" || inst.process == "" || inst.logPath == "" {
+		errs = append(errs, errors.New("app, namespace, process or log missing"))
+	}
+	return inst, errors.Join(errs...)
+}
+
+// supervise starts the goroutine that keeps inst running: it (re)starts the task,
+// waits for it to exit and restarts it with exponential backoff, counting exits for
+// the crash-loop check. task is an adopted task, or nil to create one.
+func (r *Runtime) supervise(inst *instance, task containerd.Task) {
+	inst.ctx, inst.cancel = context.WithCancel(r.ctx)
+	inst.supDone = make(chan struct{})
+	inst.gone = make(chan struct{})
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		defer close(inst.supDone)
+		r.superviseLoop(inst, task)
+	}()
+}
+
+func (r *Runtime) superviseLoop(inst *instance, task containerd.Task) {
+	ctx := inst.ctx
+	log := r.log.With("app", inst.app.String(), "release", inst.gen.Release, "instance", inst.name())
+	backoff := r.cfg.RestartBackoff
+	first := true
+	for {
+		var statusC <-chan containerd.ExitStatus
+		var err error
+		if task != nil {
+			// Adopted: a running task is watched; any other state is replaced.
+			if st, serr := task.Status(ctx); serr == nil && st.Status == containerd.Running {
+				statusC, err = task.Wait(ctx)
+			} else {
+				task = nil
+			}
+		}
+		if task == nil {
+			task, statusC, err = r.runTask(ctx, inst)
+			if ctx.Err() != nil {
+				return
+			}
+			if err == nil && !first {
+				r.mu.Lock()
+				inst.restarts++
+				n := inst.restarts
+				r.mu.Unlock()
+				// Kept on the container, so an adopting bex continues the count.
+				_, _ = inst.ctr.SetLabels(ctx, map[string]string{labelRestarts: strconv.Itoa(int(n))})
+			}
+		}
+		first = false
+		if err == nil {
+			r.mu.Lock()
+			inst.running = true
+			inst.ready = false
+			inst.healthFailed = false
+			inst.lastStart = time.Now()
+			inst.startSeq++
+			seq := inst.startSeq
+			r.mu.Unlock()
+			r.wg.Add(1)
+			go func() {
+				defer r.wg.Done()
+				r.probe(inst, seq)
+			}()
+			var st containerd.ExitStatus
+			select {
+			case st = <-statusC:
+			case <-ctx.Done():
+				return
+			}
+			code, _, _ := st.Result()
+			err = fmt.Errorf("exited with code %d", code)
+			if code > 128 {
+				err = fmt.Errorf("exited with code %d (signal %d)", code, code-128)
+			}
+		}
+		r.mu.Lock()
+		if inst.stopping {
+			r.mu.Unlock()
+			return
+		}
+		wasReady := inst.ready
+		ranFor := time.Since(inst.lastStart)
+		inst.running, inst.ready = false, false
+		now := time.Now()
+		inst.exits = append(inst.exits, now)
+		if len(inst.exits) > 32 {
+			inst.exits = inst.exits[len(inst.exits)-32:]
+		}
+		inst.lastExit = err.Error()
+		r.mu.Unlock()
+		log.Warn("instance exited; restarting", "err", err, "backoff", backoff)
+		if wasReady && inst.web() {
+			// Out of the endpoints at once, not at the next Sync.
+			if a := r.existingApp(inst.app); a != nil {
+				if perr := r.publish(ctx, a); perr != nil {
+					log.Warn("update endpoints", "err", perr)
+				}
+			}
+		}
+		if ranFor > r.cfg.CrashLoopWindow {
+			backoff = r.cfg.RestartBackoff
+		}
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return
+		}
+		backoff = min(backoff*2, r.cfg.RestartBackoffMax)
+		task = nil
+	}
+}
+
+func (r *Runtime) existingApp(key types.NamespacedName) *appState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.apps[key]
+}
+
+// runTask replaces any task of the container with a new one and starts it; the
+// process's stdout and stderr go to the instance's log file.
+func (r *Runtime) runTask(ctx context.Context, inst *instance) (containerd.Task, <-chan containerd.ExitStatus, error) {
+	if old, err := inst.ctr.Task(ctx, nil); err == nil {
+		if _, err := old.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+			return nil, nil, fmt.Errorf("delete old task: %w", err)
+		}
+	}
+	task, err := inst.ctr.NewTask(ctx, cio.LogFile(inst.logPath))
+	if err != nil {
+		r.noteLog(inst, "bex: cannot start: "+err.Error())
+		return nil, nil, fmt.Errorf("cannot start: %w", err)
+	}
+	statusC, err := task.Wait(ctx)
+	if err != nil {
+		_, _ = task.Delete(context.WithoutCancel(ctx), containerd.WithProcessKill)
+		return nil, nil, err
+	}
+	if err := task.Start(ctx); err != nil {
+		_, _ = task.Delete(context.WithoutCancel(ctx), containerd.WithProcessKill)
+		r.noteLog(inst, "bex: cannot start: "+err.Error())
+		return nil, nil, fmt.Errorf("cannot start: %w", err)
+	}
+	return task, statusC, nil
+}
+
+// noteLog appends a line of the runtime's own to the instance's log, so that a
+// command that cannot even start says why in `logs`.
+func (r *Runtime) noteLog(inst *instance, line string) {
+	f, err := os.OpenFile(inst.logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	fmt.Fprintln(f, line)
+}
+
+var probeClient = &http.Client{
+	Timeout:       2 * time.Second,
+	Transport:     &http.Transport{DisableKeepAlives: true, Proxy: nil},
+	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+}
+
+// check is one health check of inst.
+func check(ctx context.Context, inst *instance) error {
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(inst.port))
+	if inst.healthPath == "" {
+		conn, err := (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return err
+		}
+		return conn.Close()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+inst.healthPath, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := probeClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode >= 400 {
+		return fmt.Errorf("HTTP %s", resp.Status)
+	}
+	return nil
+}
+
+// probe checks a started task until it is ready. Non-web instances are ready once
+// running. Checks start fast and slow down, so a quick app is noticed within
+// milliseconds and a slow one is not hammered.
+func (r *Runtime) probe(inst *instance, seq int) {
+	log := r.log.With("app", inst.app.String(), "release", inst.gen.Release, "instance", inst.name())
+	interval := 5 * time.Millisecond
+	for {
+		r.mu.Lock()
+		current := inst.startSeq == seq && inst.running && !inst.stopping
+		deadline := inst.lastStart.Add(inst.bootTimeout)
+		r.mu.Unlock()
+		if !current || inst.ctx.Err() != nil {
+			return
+		}
+		var err error
+		if inst.web() {
+			err = check(inst.ctx, inst)
+		}
+		r.mu.Lock()
+		if inst.startSeq != seq || !inst.running {
+			r.mu.Unlock()
+			return
+		}
+		if err == nil {
+			inst.ready = true
+			inst.lastProbe = ""
+			r.mu.Unlock()
+			log.Info("instance ready", "port", inst.port)
+			if inst.web() {
+				if a := r.existingApp(inst.app); a != nil {
+					if perr := r.publish(inst.ctx, a); perr != nil && inst.ctx.Err() == nil {
+						log.Warn("update endpoints", "err", perr)
+					}
+				}
+			}
+			return
+		}
+		inst.lastProbe = err.Error()
+		if time.Now().After(deadline) && !inst.healthFailed {
+			inst.healthFailed = true
+			r.mu.Unlock()
+			log.Warn("instance not ready within the boot timeout", "err", err, "timeout", inst.bootTimeout)
+		} else {
+			r.mu.Unlock()
+		}
+		select {
+		case <-time.After(interval):
+		case <-inst.ctx.Done():
+			return
+		}
+		interval = min(interval*2, 250*time.Millisecond)
+	}
+}
+
+// stop ends inst: out of the endpoints, SIGTERM, SIGKILL after StopTimeout, task
+// and container (with its snapshot) deleted, port freed.
+func (r *Runtime) stop(inst *instance) {
+	log := r.log.With("app", inst.app.String(), "release", inst.gen.Release, "instance", inst.name())
+	a := r.existingApp(inst.app)
+	if a != nil {
+		if err := r.publish(r.ctx, a); err != nil {
+			log.Warn("update endpoints", "err", err)
+		}
+	}
+	inst.cancel()
+	<-inst.supDone
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), r.cfg.StopTimeout+30*time.Second)
+	defer cancel()
+	if task, err := inst.ctr.Task(ctx, nil); err == nil {
+		if st, err := task.Status(ctx); err == nil && st.Status == containerd.Running {
+			if statusC, err := task.Wait(ctx); err == nil {
+				_ = task.Kill(ctx, syscall.SIGTERM)
+				select {
+				case <-statusC:
+				case <-time.After(r.cfg.StopTimeout):
+					log.Info("instance ignored SIGTERM; killing it", "timeout", r.cfg.StopTimeout)
+					_ = task.Kill(ctx, syscall.SIGKILL, containerd.WithKillAll)
+					select {
+					case <-statusC:
+					case <-ctx.Done():
+					}
+				}
+			}
+		}
+		if _, err := task.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+			log.Warn("delete task", "err", err)
+		}
+	}
+	if err := inst.ctr.Delete(ctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+		log.Warn("delete container", "container", inst.id, "err", err)
+	}
+	if err := r.store.free(inst.port, inst.id); err != nil {
+		log.Warn("free port", "port", inst.port, "err", err)
+	}
+	r.mu.Lock()
+	if a != nil {
+		delete(a.instances, inst.id)
+	}
+	r.mu.Unlock()
+	close(inst.gone)
+	log.Info("instance stopped", "container", inst.id)
+	if a != nil {
+		r.pruneLogs(a)
+	}
+}

@@ -1,0 +1,833 @@
+package local
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	bkclient "github.com/moby/buildkit/client"
+	"github.com/tonistiigi/fsutil"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/deployer/runtime"
+	"bex.co/bex/internal/testenv"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.Run(m)) }
+
+// The test app: busybox httpd serving /www, whose index says the version. At start
+// it writes $GREETING into /www/greeting.txt, so a GET shows that env vars arrived.
+const appDockerfile = `FROM busybox
+RUN mkdir -p /www && echo "version %s" > /www/index.html
+CMD ["sh", "-c", "echo \"$GREETING\" > /www/greeting.txt; echo booting %s on $PORT; exec httpd -f -p 127.0.0.1:$PORT -h /www"]
+`
+
+var images struct {
+	once   sync.Once
+	v1, v2 string
+	err    error
+}
+
+// testImages builds the v1 and v2 images once per test binary and returns their
+// digest references, as the builder would hand them to the deployer.
+func testImages(t testing.TB) (v1, v2 string) {
+	t.Helper()
+	bk := testenv.SharedBuildkitd(t)
+	testenv.SharedBusybox(t)
+	images.once.Do(func() {
+		images.v1, images.err = buildImage(bk, "v1")
+		if images.err == nil {
+			images.v2, images.err = buildImage(bk, "v2")
+		}
+	})
+	if images.err != nil {
+		t.Fatal(images.err)
+	}
+	return images.v1, images.v2
+}
+
+func buildImage(bk *testenv.Buildkitd, version string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "bex-local-build-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
+	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), fmt.Appendf(nil, appDockerfile, version, version), 0o644); err != nil {
+		return "", err
+	}
+	c, err := bk.Client(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	fs, err := fsutil.NewFS(dir)
+	if err != nil {
+		return "", err
+	}
+	const repo = "docker.io/library/bex-local-test"
+	ch := make(chan *bkclient.SolveStatus)
+	go func() {
+		for range ch {
+		}
+	}()
+	resp, err := c.Solve(ctx, nil, bkclient.SolveOpt{
+		Frontend:      "dockerfile.v0",
+		FrontendAttrs: map[string]string{"filename": "Dockerfile", "image-resolve-mode": "local"},
+		LocalMounts:   map[string]fsutil.FS{"context": fs, "dockerfile": fs},
+		Exports: []bkclient.ExportEntry{{Type: bkclient.ExporterImage,
+			Attrs: map[string]string{"name": repo + ":" + version, "unpack": "true"}}},
+	}, ch)
+	if err != nil {
+		return "", fmt.Errorf("build %s: %w", version, err)
+	}
+	digest := resp.ExporterResponse["containerimage.digest"]
+	if !strings.HasPrefix(digest, "sha256:") {
+		return "", fmt.Errorf("build %s: no digest in %v", version, resp.ExporterResponse)
+	}
+	// The digest reference, like the builder's result: not a name in containerd.
+	return repo + "@" + digest, nil
+}
+
+var portBase atomic.Int32
+
+// fixture is one test's runtime, namespace and App.
+type fixture struct {
+	t        testing.TB
+	cd       *testenv.Containerd
+	cp       *testenv.ControlPlane
+	rt       *Runtime
+	cfg      Config
+	app      *appv1.App
+	v1, v2   string
+	logs     *bytes.Buffer
+	logMu    *sync.Mutex
+	k8s      client.Client
+	released bool
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func newFixture(t testing.TB, name string) *fixture {
+	t.Helper()
+	f := &fixture{t: t, cd: testenv.SharedContainerd(t), cp: testenv.SharedControlPlane(t), logs: &bytes.Buffer{}, logMu: &sync.Mutex{}}
+	f.v1, f.v2 = testImages(t)
+	f.k8s = f.cp.Client
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := f.k8s.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	f.app = &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: "shop", Namespace: name}}
+	if err := f.k8s.Create(ctx, f.app); err != nil {
+		t.Fatal(err)
+	}
+	base := 21000 + 200*int(portBase.Add(1))
+	f.cfg = Config{
+		Address: f.cd.Address, Namespace: testenv.Namespace, StateDir: t.TempDir(),
+		PortMin: base, PortMax: base + 199,
+		Drain: 500 * time.Millisecond, StopTimeout: 2 * time.Second, BootTimeout: 20 * time.Second,
+		RestartBackoff: 50 * time.Millisecond, RestartBackoffMax: 500 * time.Millisecond,
+	}
+	f.rt = f.newRuntime()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := f.rt.Delete(ctx, f.key()); err != nil {
+			t.Errorf("cleanup: Delete: %v", err)
+		}
+		f.rt.Close()
+		if t.Failed() {
+			f.logMu.Lock()
+			t.Logf("runtime log:\n%s", f.logs.String())
+			f.logMu.Unlock()
+		}
+	})
+	return f
+}
+
+func (f *fixture) newRuntime() *Runtime {
+	f.t.Helper()
+	log := slog.New(slog.NewTextHandler(lockedWriter{f.logMu, f.logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	rt, err := New(f.cfg, f.k8s, log)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return rt
+}
+
+func (f *fixture) key() types.NamespacedName {
+	return types.NamespacedName{Namespace: f.app.Namespace, Name: f.app.Name}
+}
+
+func (f *fixture) desired(release int64, image string, web int32) runtime.Desired {
+	return runtime.Desired{App: f.app, Release: release, Image: image,
+		Processes: map[string]appv1.ProcessSpec{"web": {Replicas: web}},
+		Env:       []appv1.EnvVar{{Name: "GREETING", Value: "hello"}}}
+}
+
+// syncUntil calls Sync, as the reconciler does, until done says so.
+func (f *fixture) syncUntil(d runtime.Desired, timeout time.Duration, what string, done func(runtime.Status) bool) runtime.Status {
+	f.t.Helper()
+	deadline := time.Now().Add(timeout)
+	var st runtime.Status
+	for {
+		var err error
+		st, err = f.rt.Sync(context.Background(), d)
+		if err != nil {
+			f.t.Fatalf("Sync: %v", err)
+		}
+		if done(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("after %v: want %s, last status %+v", timeout, what, st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func rolledOut(st runtime.Status) bool { return st.RolledOut }
+
+func failed(st runtime.Status) bool { return st.Failure != "" }
+
+// endpoints reads the app's EndpointSlices from the API: the URLs of the ready
+// endpoints, sorted.
+func (f *fixture) endpoints() []string {
+	f.t.Helper()
+	urls, err := readEndpoints(f.k8s, f.key())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return urls
+}
+
+func readEndpoints(c client.Client, key types.NamespacedName) ([]string, error) {
+	list := &discoveryv1.EndpointSliceList{}
+	if err := c.List(context.Background(), list, client.InNamespace(key.Namespace),
+		client.MatchingLabels{discoveryv1.LabelServiceName: key.Name}); err != nil {
+		return nil, err
+	}
+	var urls []string
+	for _, s := range list.Items {
+		if s.AddressType != discoveryv1.AddressTypeFQDN || len(s.Ports) != 1 || s.Ports[0].Port == nil {
+			continue
+		}
+		for _, e := range s.Endpoints {
+			if e.Conditions.Ready != nil && *e.Conditions.Ready {
+				for _, a := range e.Addresses {
+					urls = append(urls, fmt.Sprintf("http://%s:%d", a, *s.Ports[0].Port))
+				}
+			}
+		}
+	}
+	sort.Strings(urls)
+	return urls, nil
+}
+
+var httpClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+
+func get(url string) (string, error) {
+	resp, err := httpClient.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != 200 {
+		return "", fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return strings.TrimSpace(string(body)), nil
+}
+
+func (f *fixture) mustGet(url, want string) {
+	f.t.Helper()
+	got, err := get(url)
+	if err != nil || got != want {
+		f.t.Fatalf("GET %s = %q, %v; want %q", url, got, err, want)
+	}
+}
+
+// containers lists the app's containers in containerd: id -> labels.
+func (f *fixture) containers() map[string]map[string]string {
+	f.t.Helper()
+	cl, err := f.cd.Client()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	ctrs, err := cl.Containers(ctx, fmt.Sprintf("labels.%q==%s,labels.%q==%s", labelNamespace, f.app.Namespace, labelApp, f.app.Name))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	out := map[string]map[string]string{}
+	for _, c := range ctrs {
+		l, err := c.Labels(ctx)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		out[c.ID()] = l
+	}
+	return out
+}
+
+// eventually polls cond until it holds or the timeout passes.
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// deployV1 rolls out release 1 (v1) and returns its endpoint.
+func (f *fixture) deployV1() (runtime.Desired, string) {
+	f.t.Helper()
+	d := f.desired(1, f.v1, 1)
+	st := f.syncUntil(d, time.Minute, "release 1 rolled out", rolledOut)
+	if st.Serving != 1 || st.Failure != "" {
+		f.t.Fatalf("release 1: %+v", st)
+	}
+	eps := f.endpoints()
+	if len(eps) != 1 {
+		f.t.Fatalf("endpoints of release 1: %v", eps)
+	}
+	f.mustGet(eps[0], "version v1")
+	return d, eps[0]
+}
+
+func TestReleaseServesOnItsPortWithEnvAndLogs(t *testing.T) {
+	f := newFixture(t, "serve")
+	ctx := context.Background()
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "creds", Namespace: f.app.Namespace},
+		Data: map[string][]byte{"greeting": []byte("hello-from-secret")}}
+	if err := f.k8s.Create(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	d := runtime.Desired{App: f.app, Release: 1, Image: f.v1,
+		Processes: map[string]appv1.ProcessSpec{
+			"web": {Replicas: 1},
+			// $(GREETING) and $(PORT) are expanded by the runtime, $$GREETING becomes
+			// $GREETING for the shell.
+			"worker": {Replicas: 1, Command: []string{"sh", "-c", "echo worker says $(GREETING) and $$GREETING on $(PORT); exec sleep 3600"}},
+		},
+		Env: []appv1.EnvVar{
+			{Name: "GREETING", ValueFrom: &appv1.SecretKeySelector{Name: "creds", Key: "greeting"}},
+			{Name: "PORT", Value: "1"}, // the runtime's PORT wins
+		}}
+	st := f.syncUntil(d, time.Minute, "rolled out", rolledOut)
+	if st.Serving != 1 || st.Processes["web"] != (runtime.ProcessStatus{Desired: 1, Ready: 1}) ||
+		st.Processes["worker"] != (runtime.ProcessStatus{Desired: 1, Ready: 1}) {
+		t.Fatalf("status: %+v", st)
+	}
+
+	ctrs := f.containers()
+	if len(ctrs) != 2 {
+		t.Fatalf("containers: %v", ctrs)
+	}
+	var webPort, workerPort string
+	for id, l := range ctrs {
+		if !strings.HasPrefix(id, "serve-shop-"+l[labelProcess]+"-r1-1-") || l[labelRelease] != "1" || l[labelIndex] != "1" {
+			t.Errorf("container %s labels %v", id, l)
+		}
+		if l[labelProcess] == "web" {
+			webPort = l[labelPort]
+		} else {
+			workerPort = l[labelPort]
+		}
+	}
+	if webPort == "" || workerPort == "" || webPort == workerPort {
+		t.Fatalf("ports: web %q worker %q", webPort, workerPort)
+	}
+
+	// The EndpointSlice lists the web instance on its allocated port.
+	want := "http://127.0.0.1:" + webPort
+	if eps := f.endpoints(); len(eps) != 1 || eps[0] != want {
+		t.Fatalf("endpoints %v, want [%s]", eps, want)
+	}
+	list := &discoveryv1.EndpointSliceList{}
+	if err := f.k8s.List(ctx, list, client.InNamespace(f.app.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 || list.Items[0].Name != "shop-"+webPort || len(list.Items[0].OwnerReferences) != 1 ||
+		list.Items[0].OwnerReferences[0].UID != f.app.UID || *list.Items[0].Ports[0].Name != "http" {
+		t.Fatalf("endpointslices: %+v", list.Items)
+	}
+	svc := &corev1.Service{}
+	if err := f.k8s.Get(ctx, f.key(), svc); err != nil {
+		t.Fatal(err)
+	}
+	if svc.Spec.ClusterIP != corev1.ClusterIPNone || len(svc.OwnerReferences) != 1 || svc.OwnerReferences[0].Kind != "App" {
+		t.Fatalf("service: %+v", svc)
+	}
+
+	f.mustGet(want, "version v1")
+	f.mustGet(want+"/greeting.txt", "hello-from-secret")
+
+	// Logs: recent lines of both instances, prefixed with the instance.
+	wantLines := []string{"web.1[r1]: booting v1 on " + webPort,
+		"worker.1[r1]: worker says hello-from-secret and hello-from-secret on " + workerPort}
+	eventually(t, 10*time.Second, "logs show "+strings.Join(wantLines, " | "), func() bool {
+		var buf bytes.Buffer
+		if err := f.rt.Logs(ctx, f.key(), false, &buf); err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range wantLines {
+			if !strings.Contains(buf.String(), l+"\n") {
+				return false
+			}
+		}
+		return true
+	})
+
+	// Following shows the lines that come later.
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pr, pw := io.Pipe()
+	go func() { _ = f.rt.Logs(fctx, f.key(), true, pw); pw.Close() }()
+	found := make(chan bool, 1)
+	go func() {
+		buf := make([]byte, 0, 4096)
+		tmp := make([]byte, 1024)
+		for {
+			n, err := pr.Read(tmp)
+			buf = append(buf, tmp[:n]...)
+			if strings.Contains(string(buf), "web.1[r1]: followed line") {
+				found <- true
+				return
+			}
+			if err != nil {
+				found <- false
+				return
+			}
+		}
+	}()
+	// A line the runtime itself appends, as it does when a command cannot start.
+	var web *instance
+	f.rt.mu.Lock()
+	for _, inst := range f.rt.apps[f.key()].instances {
+		if inst.web() {
+			web = inst
+		}
+	}
+	f.rt.mu.Unlock()
+	time.Sleep(300 * time.Millisecond) // let the follower take its offsets first
+	f.rt.noteLog(web, "followed line")
+	select {
+	case ok := <-found:
+		if !ok {
+			t.Fatal("follow ended without the new line")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("follow did not show the new line within 10s")
+	}
+}
+
+func TestNewReleaseReplacesOldWithoutFailedRequests(t *testing.T) {
+	f := newFixture(t, "rollout")
+	_, oldURL := f.deployV1()
+
+	// Requests as the edge makes them: read the slices, pick a ready endpoint, GET.
+	type result struct {
+		body string
+		err  error
+	}
+	var mu sync.Mutex
+	var results []result
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		deadline := time.Now().Add(30 * time.Second)
+		for i := 0; time.Now().Before(deadline); i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			urls, err := readEndpoints(f.k8s, f.key())
+			var r result
+			if err != nil {
+				r.err = err
+			} else if len(urls) == 0 {
+				r.err = fmt.Errorf("no ready endpoint")
+			} else {
+				r.body, r.err = get(urls[i%len(urls)])
+			}
+			mu.Lock()
+			results = append(results, r)
+			mu.Unlock()
+		}
+	}()
+	count := func(body string) (n int) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, r := range results {
+			if r.body == body {
+				n++
+			}
+		}
+		return n
+	}
+	eventually(t, 10*time.Second, "requests reach v1", func() bool { return count("version v1") >= 5 })
+
+	d2 := f.desired(2, f.v2, 1)
+	st := f.syncUntil(d2, time.Minute, "release 2 rolled out", rolledOut)
+	if st.Serving != 2 || st.Failure != "" {
+		t.Fatalf("release 2: %+v", st)
+	}
+	eventually(t, 10*time.Second, "requests reach v2", func() bool { return count("version v2") >= 20 })
+	close(stop)
+	<-done
+
+	var failures []string
+	firstV2 := -1
+	for i, r := range results {
+		if r.err != nil {
+			failures = append(failures, fmt.Sprintf("request %d: %v", i, r.err))
+		}
+		if r.body == "version v2" && firstV2 < 0 {
+			firstV2 = i
+		}
+	}
+	if len(failures) > 0 {
+		t.Fatalf("%d of %d requests failed during the rollout: %v", len(failures), len(results), failures)
+	}
+	if firstV2 <= 0 || results[0].body != "version v1" || results[len(results)-1].body != "version v2" {
+		t.Fatalf("responses did not move from v1 to v2 (first v2 at %d of %d)", firstV2, len(results))
+	}
+	t.Logf("%d requests, all answered; v2 from request %d", len(results), firstV2)
+
+	// The old instance is gone, its port no longer answers.
+	ctrs := f.containers()
+	if len(ctrs) != 1 {
+		t.Fatalf("containers after the rollout: %v", ctrs)
+	}
+	for _, l := range ctrs {
+		if l[labelRelease] != "2" {
+			t.Fatalf("the remaining container is of release %s", l[labelRelease])
+		}
+	}
+	if _, err := get(oldURL); err == nil {
+		t.Fatalf("the old instance %s still answers", oldURL)
+	}
+}
+
+func TestUnhealthyReleaseFailsAndOldKeepsServing(t *testing.T) {
+	f := newFixture(t, "unhealthy")
+	_, url := f.deployV1()
+
+	d2 := f.desired(2, f.v2, 1)
+	d2.Processes = map[string]appv1.ProcessSpec{"web": {Replicas: 1, Command: []string{"sleep", "3600"}}}
+	d2.HealthCheck = &appv1.HealthCheck{Path: "/healthz", BootTimeoutSeconds: 2}
+	st := f.syncUntil(d2, 30*time.Second, "a failure", failed)
+	if st.Failure != appv1.HealthCheckFailedReason || st.Serving != 1 || st.RolledOut {
+		t.Fatalf("status: %+v", st)
+	}
+	wantMsg := regexpish("web.1 did not answer GET /healthz on port ", " within 2s (last try: ")
+	if !wantMsg(st.Message) || !strings.Contains(st.Message, "connection refused") {
+		t.Fatalf("message %q", st.Message)
+	}
+	// The old release keeps its endpoint and answers.
+	if eps := f.endpoints(); len(eps) != 1 || eps[0] != url {
+		t.Fatalf("endpoints %v, want [%s]", eps, url)
+	}
+	f.mustGet(url, "version v1")
+	// The failed release's instance is stopped and not started again.
+	eventually(t, 20*time.Second, "the failed instance is removed", func() bool { return len(f.containers()) == 1 })
+	for range 5 {
+		st2, err := f.rt.Sync(context.Background(), d2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st2.Failure != st.Failure || st2.Message != st.Message || st2.Serving != 1 {
+			t.Fatalf("repeated Sync: %+v", st2)
+		}
+		if n := len(f.containers()); n != 1 {
+			t.Fatalf("the failed release was retried: %d containers", n)
+		}
+	}
+	f.mustGet(url, "version v1")
+
+	// A new release (here: the same image, healthy) is tried again and replaces v1.
+	d3 := f.desired(3, f.v2, 1)
+	d3.HealthCheck = &appv1.HealthCheck{Path: "/index.html", BootTimeoutSeconds: 5}
+	f.syncUntil(d3, time.Minute, "release 3 rolled out", rolledOut)
+	eps := f.endpoints()
+	if len(eps) != 1 {
+		t.Fatalf("endpoints %v", eps)
+	}
+	f.mustGet(eps[0], "version v2")
+}
+
+// regexpish reports whether s contains the parts in order.
+func regexpish(parts ...string) func(string) bool {
+	return func(s string) bool {
+		for _, p := range parts {
+			i := strings.Index(s, p)
+			if i < 0 {
+				return false
+			}
+			s = s[i+len(p):]
+		}
+		return true
+	}
+}
+
+func TestCrashLoopAndRestartAfterKill(t *testing.T) {
+	f := newFixture(t, "crash")
+	d1, url := f.deployV1()
+
+	// Killed from outside: restarted, counted, back in the endpoints on its port.
+	cl, err := f.cd.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	var id string
+	for cid := range f.containers() {
+		id = cid
+	}
+	ctr, err := cl.LoadContainer(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err := ctr.Task(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := task.Kill(ctx, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	st := f.syncUntil(d1, 30*time.Second, "web restarted once and ready", func(st runtime.Status) bool {
+		return st.Processes["web"].Restarts == 1 && st.Processes["web"].Ready == 1
+	})
+	if st.Failure != "" || !st.RolledOut || st.Serving != 1 {
+		t.Fatalf("after the kill: %+v", st)
+	}
+	eventually(t, 10*time.Second, "the endpoint is back", func() bool {
+		eps := f.endpoints()
+		return len(eps) == 1 && eps[0] == url
+	})
+	f.mustGet(url, "version v1")
+	if ctrs := f.containers(); len(ctrs) != 1 || ctrs[id] == nil {
+		t.Fatalf("the instance was replaced rather than restarted: %v", ctrs)
+	}
+
+	// A command that exits at once: crash loop, the old release untouched.
+	d2 := f.desired(2, f.v2, 1)
+	d2.Processes = map[string]appv1.ProcessSpec{"web": {Replicas: 1, Command: []string{"sh", "-c", "echo cannot connect to the database; exit 3"}}}
+	st = f.syncUntil(d2, 30*time.Second, "a failure", failed)
+	if st.Failure != appv1.CrashLoopReason || st.Serving != 1 {
+		t.Fatalf("status: %+v", st)
+	}
+	if !regexpish("web.1 keeps exiting: 3 exits within 1m0s (last: exited with code 3)", "last log lines:\n", "cannot connect to the database")(st.Message) {
+		t.Fatalf("message %q", st.Message)
+	}
+	if st.Processes["web"].Restarts < 2 {
+		t.Fatalf("restarts of the crashing release: %+v", st.Processes)
+	}
+	if eps := f.endpoints(); len(eps) != 1 || eps[0] != url {
+		t.Fatalf("endpoints %v, want [%s]", eps, url)
+	}
+	f.mustGet(url, "version v1")
+	eventually(t, 20*time.Second, "the crashing instance is removed", func() bool { return len(f.containers()) == 1 })
+}
+
+func TestMissingImageIsReported(t *testing.T) {
+	f := newFixture(t, "noimage")
+	image := "docker.io/library/never-built@sha256:" + strings.Repeat("0", 64)
+	st := f.syncUntil(f.desired(1, image, 1), 10*time.Second, "a failure", failed)
+	want := "image " + image + " is not in containerd: push again to rebuild it"
+	if st.Failure != appv1.ImageNotFoundReason || st.Message != want || st.Serving != 0 {
+		t.Fatalf("status %+v, want ImageNotFound %q", st, want)
+	}
+	if n := len(f.containers()); n != 0 {
+		t.Fatalf("%d containers for a missing image", n)
+	}
+}
+
+func TestSuspendAndResume(t *testing.T) {
+	f := newFixture(t, "suspend")
+	d, _ := f.deployV1()
+	d.Suspended = true
+	st := f.syncUntil(d, 30*time.Second, "suspended", rolledOut)
+	if st.Serving != 0 || st.Failure != "" {
+		t.Fatalf("suspended: %+v", st)
+	}
+	if n := len(f.containers()); n != 0 {
+		t.Fatalf("%d containers while suspended", n)
+	}
+	if eps := f.endpoints(); len(eps) != 0 {
+		t.Fatalf("endpoints while suspended: %v", eps)
+	}
+	d.Suspended = false
+	st = f.syncUntil(d, time.Minute, "resumed", rolledOut)
+	if st.Serving != 1 {
+		t.Fatalf("resumed: %+v", st)
+	}
+	eps := f.endpoints()
+	if len(eps) != 1 {
+		t.Fatalf("endpoints %v", eps)
+	}
+	f.mustGet(eps[0], "version v1")
+}
+
+func TestReplicasGetDistinctPortsAndEndpoints(t *testing.T) {
+	f := newFixture(t, "replicas")
+	d := f.desired(1, f.v1, 2)
+	st := f.syncUntil(d, time.Minute, "two replicas", rolledOut)
+	if st.Processes["web"] != (runtime.ProcessStatus{Desired: 2, Ready: 2}) {
+		t.Fatalf("status %+v", st)
+	}
+	eps := f.endpoints()
+	if len(eps) != 2 || eps[0] == eps[1] {
+		t.Fatalf("endpoints %v: want two distinct ports", eps)
+	}
+	for _, u := range eps {
+		f.mustGet(u, "version v1")
+	}
+	// Scale down within the release: one instance drains and goes.
+	d.Processes = map[string]appv1.ProcessSpec{"web": {Replicas: 1}}
+	f.syncUntil(d, 30*time.Second, "one replica", rolledOut)
+	if got := f.endpoints(); len(got) != 1 || (got[0] != eps[0] && got[0] != eps[1]) {
+		t.Fatalf("endpoints after scaling down: %v (before %v)", got, eps)
+	}
+	if n := len(f.containers()); n != 1 {
+		t.Fatalf("%d containers after scaling down to 1", n)
+	}
+}
+
+func TestRestartedRuntimeAdoptsRunningContainers(t *testing.T) {
+	f := newFixture(t, "adopt")
+	d := f.desired(1, f.v1, 2)
+	f.syncUntil(d, time.Minute, "rolled out", rolledOut)
+	before := f.containers()
+	eps := f.endpoints()
+	if err := f.rt.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	f.rt = f.newRuntime() // bex restarted, same state dir
+	for id, l := range before {
+		port, _ := strconv.Atoi(l[labelPort])
+		if owner, ok := f.rt.store.owner(port); !ok || owner != id {
+			t.Fatalf("port %d is not reserved for %s after the restart (owner %q)", port, id, owner)
+		}
+	}
+	st := f.syncUntil(d, 30*time.Second, "rolled out after the restart", rolledOut)
+	if st.Serving != 1 || st.Processes["web"] != (runtime.ProcessStatus{Desired: 2, Ready: 2}) {
+		t.Fatalf("status after the restart: %+v", st)
+	}
+	after := f.containers()
+	if len(after) != len(before) {
+		t.Fatalf("containers before %v, after %v", before, after)
+	}
+	for id := range before {
+		if after[id] == nil {
+			t.Fatalf("container %s was replaced after the restart: %v", id, after)
+		}
+	}
+	if got := f.endpoints(); strings.Join(got, " ") != strings.Join(eps, " ") {
+		t.Fatalf("endpoints after the restart %v, before %v", got, eps)
+	}
+	// New allocations avoid the adopted ports.
+	p, err := f.rt.store.allocate("probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range before {
+		if strconv.Itoa(p) == l[labelPort] {
+			t.Fatalf("port %d given out twice", p)
+		}
+	}
+	_ = f.rt.store.free(p, "probe")
+	for _, u := range eps {
+		f.mustGet(u, "version v1")
+	}
+	// Supervision works on adopted instances: a kill is a restart.
+	cl, err := f.cd.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for id := range before {
+		ctr, err := cl.LoadContainer(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		task, err := ctr.Task(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = task.Kill(context.Background(), syscall.SIGKILL)
+		break
+	}
+	f.syncUntil(d, 30*time.Second, "the adopted instance restarted", func(st runtime.Status) bool {
+		return st.Processes["web"].Restarts == 1 && st.Processes["web"].Ready == 2
+	})
+}
+
+func TestDeleteRemovesEverything(t *testing.T) {
+	f := newFixture(t, "delete")
+	f.deployV1()
+	ctx := context.Background()
+	if err := f.rt.Delete(ctx, f.key()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.containers()); n != 0 {
+		t.Fatalf("%d containers after Delete", n)
+	}
+	if n := f.rt.store.reserved(); n != 0 {
+		t.Fatalf("%d ports reserved after Delete", n)
+	}
+	if eps := f.endpoints(); len(eps) != 0 {
+		t.Fatalf("endpoints after Delete: %v", eps)
+	}
+	if err := f.k8s.Get(ctx, f.key(), &corev1.Service{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("service after Delete: %v", err)
+	}
+	if _, err := os.Stat(f.rt.logDir(f.key())); !os.IsNotExist(err) {
+		t.Fatalf("logs after Delete: %v", err)
+	}
+	if err := f.rt.Delete(ctx, f.key()); err != nil {
+		t.Fatalf("second Delete: %v", err)
+	}
+}

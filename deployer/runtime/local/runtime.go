@@ -1,0 +1,723 @@
+package local
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/errdefs"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/deployer/runtime"
+)
+
+// Labels on every container this runtime creates. They are the record that lets a
+// restarted bex adopt its containers: everything needed to supervise an instance
+// again is here, nothing lives only in memory.
+const (
+	labelRuntime   = "app.bex.co/runtime" // always runtimeName
+	labelNamespace = "app.bex.co/namespace"
+	labelApp       = "app.bex.co/app"
+	labelProcess   = "app.bex.co/process"
+	labelRelease   = "app.bex.co/release"
+	labelConfig    = "app.bex.co/config"
+	labelIndex     = "app.bex.co/index"
+	labelPort      = "app.bex.co/port"
+	labelLog       = "app.bex.co/log"
+	labelBoot      = "app.bex.co/boot-timeout"
+	labelHealth    = "app.bex.co/health-path"
+	labelRestarts  = "app.bex.co/restarts"
+	runtimeName    = "local"
+)
+
+// webProcess is the process type that gets the app's route.
+const webProcess = "web"
+
+// Runtime runs apps as containerd containers on this host. It implements
+// runtime.Runtime.
+type Runtime struct {
+	cfg   Config
+	cd    *containerd.Client
+	kube  client.Client
+	log   *slog.Logger
+	store *store
+
+	// ctx lives as long as the Runtime and carries the containerd namespace; the
+	// supervisors run under it.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	// mu guards apps and every mutable field of appState and instance.
+	mu   sync.Mutex
+	apps map[types.NamespacedName]*appState
+}
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// appState is what the runtime knows of one app.
+type appState struct {
+	key types.NamespacedName
+	// syncMu makes Sync and Delete of one app take turns.
+	syncMu sync.Mutex
+	// pubMu makes endpoint publications of one app take turns.
+	pubMu sync.Mutex
+
+	// Guarded by Runtime.mu.
+	instances map[string]*instance
+	serving   gen
+	owner     *metav1.OwnerReference
+	failed    map[string]failure
+	published string // what the endpoints were last written with
+}
+
+// failure is a release that could not come up. It is remembered so that the same
+// release with the same config and scale is not retried in a tight loop; only a
+// change of those retries it.
+type failure struct {
+	reason, message string
+	processes       map[string]runtime.ProcessStatus
+}
+
+// New connects to containerd, adopts the containers a previous run left (see
+// doc.go) and starts supervising them. c reads Secrets and writes Services and
+// EndpointSlices; log gets the runtime's events. Close stops the supervision, not
+// the containers.
+func New(cfg Config, c client.Client, log *slog.Logger) (*Runtime, error) {
+	cfg = cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("local runtime: %w", err)
+	}
+	if c == nil {
+		return nil, errors.New("local runtime: a Kubernetes client is required")
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "logs"), 0o700); err != nil {
+		return nil, fmt.Errorf("local runtime: state dir: %w", err)
+	}
+	st, err := openStore(filepath.Join(cfg.StateDir, "state.json"), cfg.PortMin, cfg.PortMax)
+	if err != nil {
+		return nil, fmt.Errorf("local runtime: %w", err)
+	}
+	cd, err := containerd.New(cfg.Address, containerd.WithDefaultNamespace(cfg.Namespace), containerd.WithTimeout(10*time.Second))
+	if err != nil {
+		return nil, fmt.Errorf("local runtime: cannot reach containerd at %s: %w", cfg.Address, err)
+	}
+	ctx, cancel := context.WithCancel(namespaces.WithNamespace(context.Background(), cfg.Namespace))
+	r := &Runtime{cfg: cfg, cd: cd, kube: c, log: log.With("component", "runtime/local"), store: st,
+		ctx: ctx, cancel: cancel, apps: map[types.NamespacedName]*appState{}}
+	if err := r.adopt(); err != nil {
+		cancel()
+		cd.Close()
+		return nil, fmt.Errorf("local runtime: adopt running containers: %w", err)
+	}
+	r.wg.Add(1)
+	go r.rotateLogs()
+	return r, nil
+}
+
+// Close stops supervising and closes the containerd connection. The containers keep
+// running: the next Runtime on the same state dir adopts them.
+func (r *Runtime) Close() error {
+	r.cancel()
+	r.wg.Wait()
+	return r.cd.Close()
+}
+
+// app returns the state of key, creating it.
+func (r *Runtime) app(key types.NamespacedName) *appState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.appLocked(key)
+}
+
+func (r *Runtime) appLocked(key types.NamespacedName) *appState {
+	a := r.apps[key]
+	if a == nil {
+		a = &appState{key: key, instances: map[string]*instance{}, failed: map[string]failure{},
+			serving: r.store.serving(key.String()), published: "<never>"}
+		r.apps[key] = a
+	}
+	return a
+}
+
+// adopt lists the containers of this runtime and supervises them again, reserving
+// their ports; ports of containers that are gone are freed.
+func (r *Runtime) adopt() error {
+	ctx, cancel := context.WithTimeout(r.ctx, time.Minute)
+	defer cancel()
+	ctrs, err := r.cd.Containers(ctx, fmt.Sprintf("labels.%q==%s", labelRuntime, runtimeName))
+	if err != nil {
+		return err
+	}
+	live := map[string]bool{}
+	for _, ctr := range ctrs {
+		labels, err := ctr.Labels(ctx)
+		if err != nil {
+			return err
+		}
+		inst, err := instanceFromLabels(ctr, labels, r.cfg)
+		if err != nil {
+			// Not ours to guess about: leave it, say so.
+			r.log.Warn("container with unreadable labels left alone", "container", ctr.ID(), "err", err)
+			continue
+		}
+		if err := r.store.reserve(inst.port, inst.id); err != nil {
+			return err
+		}
+		live[inst.id] = true
+		task, err := ctr.Task(ctx, nil)
+		if err != nil {
+			task = nil
+		}
+		r.mu.Lock()
+		a := r.appLocked(inst.app)
+		a.instances[inst.id] = inst
+		r.mu.Unlock()
+		r.log.Info("adopted instance", "app", inst.app.String(), "release", inst.gen.Release, "instance", inst.name(), "container", inst.id, "port", inst.port)
+		r.supervise(inst, task)
+	}
+	return r.store.retain(live)
+}
+
+// Sync implements runtime.Runtime.
+func (r *Runtime) Sync(ctx context.Context, d runtime.Desired) (runtime.Status, error) {
+	if d.App == nil {
+		return runtime.Status{}, errors.New("local runtime: Sync without an App")
+	}
+	ctx = namespaces.WithNamespace(ctx, r.cfg.Namespace)
+	key := d.Key()
+	a := r.app(key)
+	a.syncMu.Lock()
+	defer a.syncMu.Unlock()
+	log := r.log.With("app", key.String(), "release", d.Release)
+
+	owner := metav1.OwnerReference{APIVersion: appv1.GroupVersion.String(), Kind: "App", Name: d.App.Name, UID: d.App.UID}
+	r.mu.Lock()
+	a.owner = &owner
+	r.mu.Unlock()
+	if err := r.ensureService(ctx, a.key, owner); err != nil {
+		return runtime.Status{}, err
+	}
+
+	if d.Suspended {
+		return r.suspend(ctx, a, log)
+	}
+
+	env, err := r.resolveEnv(ctx, d)
+	if err != nil {
+		return runtime.Status{}, err
+	}
+	g := gen{Release: d.Release, Config: configHash(d, env)}
+	fk := failKey(g, d.Processes)
+
+	r.mu.Lock()
+	f, failed := a.failed[fk]
+	r.mu.Unlock()
+	if failed {
+		r.stopUnserved(a, g)
+		r.reap(a)
+		return r.status(a, d, g, &f), nil
+	}
+
+	img, err := r.image(ctx, d.Image)
+	if errdefs.IsNotFound(err) {
+		f := failure{reason: appv1.ImageNotFoundReason,
+			message: fmt.Sprintf("image %s is not in containerd: push again to rebuild it", d.Image)}
+		log.Warn("release failed", "reason", f.reason, "err", err)
+		r.mu.Lock()
+		a.failed[fk] = f
+		r.mu.Unlock()
+		return r.status(a, d, g, &f), nil
+	}
+	if err != nil {
+		return runtime.Status{}, fmt.Errorf("image %s: %w", d.Image, err)
+	}
+
+	if err := r.ensureInstances(ctx, a, d, g, img, env, log); err != nil {
+		return runtime.Status{}, err
+	}
+
+	if f := r.assess(a, g); f != nil {
+		r.mu.Lock()
+		serving := a.serving == g
+		if !serving {
+			f.processes = r.processStatusLocked(a, d, g)
+			a.failed[fk] = *f
+		}
+		r.mu.Unlock()
+		log.Warn("release failed", "reason", f.reason, "err", f.message)
+		if !serving {
+			// Its instances go; the serving release and its endpoints stay.
+			r.stopUnserved(a, g)
+			r.reap(a)
+		}
+		return r.status(a, d, g, f), nil
+	}
+
+	r.mu.Lock()
+	switchNow := a.serving != g && r.allReadyLocked(a, d, g)
+	r.mu.Unlock()
+	if switchNow {
+		if err := r.switchTo(ctx, a, g, log); err != nil {
+			return runtime.Status{}, err
+		}
+	}
+	// The status is taken before the endpoints are written: readiness only grows
+	// between the two, so a status that says RolledOut never runs ahead of the
+	// endpoints.
+	st := r.status(a, d, g, nil)
+	if err := r.publish(ctx, a); err != nil {
+		return runtime.Status{}, err
+	}
+	r.reap(a)
+	return st, nil
+}
+
+// switchTo makes g the serving gen: its ready web instances become the endpoints
+// (written before the old ones are removed, so the edge always has a backend) and
+// every other instance drains, then stops.
+func (r *Runtime) switchTo(ctx context.Context, a *appState, g gen, log *slog.Logger) error {
+	r.mu.Lock()
+	old := a.serving
+	a.serving = g
+	r.mu.Unlock()
+	if err := r.store.setServing(a.key.String(), g); err != nil {
+		return fmt.Errorf("save serving release: %w", err)
+	}
+	if err := r.publish(ctx, a); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	retireAt := time.Now().Add(r.cfg.Drain)
+	var retired int
+	for _, inst := range a.instances {
+		if inst.gen != g && inst.retireAt.IsZero() {
+			inst.retireAt = retireAt
+			retired++
+		}
+	}
+	r.mu.Unlock()
+	if retired > 0 {
+		// The drain ends on time even if nobody calls Sync meanwhile.
+		time.AfterFunc(r.cfg.Drain, func() { r.reap(a) })
+	}
+	log.Info("release serves", "previous", old.Release, "draining", retired, "drain", r.cfg.Drain)
+	return nil
+}
+
+// suspend empties the endpoints, then stops every instance.
+func (r *Runtime) suspend(ctx context.Context, a *appState, log *slog.Logger) (runtime.Status, error) {
+	r.mu.Lock()
+	wasServing := !a.serving.isZero()
+	a.serving = gen{}
+	for _, inst := range a.instances {
+		inst.stopNow = true
+	}
+	r.mu.Unlock()
+	if err := r.store.setServing(a.key.String(), gen{}); err != nil {
+		return runtime.Status{}, err
+	}
+	if err := r.publish(ctx, a); err != nil {
+		return runtime.Status{}, err
+	}
+	if wasServing {
+		log.Info("suspended")
+	}
+	r.reap(a)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return runtime.Status{RolledOut: len(a.instances) == 0, Processes: map[string]runtime.ProcessStatus{}}, nil
+}
+
+// ensureInstances starts the missing instances of g and retires those beyond the
+// desired replicas.
+func (r *Runtime) ensureInstances(ctx context.Context, a *appState, d runtime.Desired, g gen, img containerd.Image, env []envVar, log *slog.Logger) error {
+	type slot struct {
+		process string
+		index   int
+	}
+	var missing []slot
+	r.mu.Lock()
+	have := map[slot]bool{}
+	now := time.Now()
+	for _, inst := range a.instances {
+		if inst.gen != g || inst.leaving() {
+			continue
+		}
+		spec, ok := d.Processes[inst.process]
+		if !ok || inst.index > int(spec.Replicas) {
+			// Scaled down: an instance in the endpoints drains first.
+			if a.serving == g && inst.ready {
+				inst.retireAt = now.Add(r.cfg.Drain)
+				time.AfterFunc(r.cfg.Drain, func() { r.reap(a) })
+			} else {
+				inst.stopNow = true
+			}
+			continue
+		}
+		have[slot{inst.process, inst.index}] = true
+	}
+	for _, p := range sortedKeys(d.Processes) {
+		for i := 1; i <= int(d.Processes[p].Replicas); i++ {
+			if !have[slot{p, i}] {
+				missing = append(missing, slot{p, i})
+			}
+		}
+	}
+	r.mu.Unlock()
+	for _, s := range missing {
+		inst, err := r.create(ctx, a, d, g, s.process, s.index, img, env)
+		if err != nil {
+			return err
+		}
+		log.Info("instance started", "instance", inst.name(), "container", inst.id, "port", inst.port)
+	}
+	return nil
+}
+
+// stopUnserved stops the instances of g that are not in the endpoints.
+func (r *Runtime) stopUnserved(a *appState, g gen) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, inst := range a.instances {
+		if inst.gen == g && a.serving != g {
+			inst.stopNow = true
+		}
+	}
+}
+
+// reap stops, in the background, the instances marked to stop now, those whose
+// drain is over, and leftovers of gens that neither serve nor are wanted.
+func (r *Runtime) reap(a *appState) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	for _, inst := range a.instances {
+		if inst.stopping {
+			continue
+		}
+		if inst.stopNow || (!inst.retireAt.IsZero() && !now.Before(inst.retireAt)) {
+			inst.stopping = true
+			inst.ready = false
+			r.wg.Add(1)
+			go func() {
+				defer r.wg.Done()
+				r.stop(inst)
+			}()
+		}
+	}
+}
+
+// assess reports why g cannot come up, if it cannot: an instance crash-looping, or
+// a web instance not ready within its boot timeout.
+func (r *Runtime) assess(a *appState, g gen) *failure {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	var insts []*instance
+	for _, inst := range a.instances {
+		if inst.gen == g && !inst.leaving() {
+			insts = append(insts, inst)
+		}
+	}
+	sort.Slice(insts, func(i, j int) bool { return insts[i].name() < insts[j].name() })
+	for _, inst := range insts {
+		if n := inst.exitsWithin(now, r.cfg.CrashLoopWindow); n >= r.cfg.CrashLoopRestarts {
+			msg := fmt.Sprintf("%s keeps exiting: %d exits within %v (last: %s)", inst.name(), n, r.cfg.CrashLoopWindow, inst.lastExit)
+			if lines := tailLines(inst.logPath, 10); len(lines) > 0 {
+				msg += "; last log lines:\n" + strings.Join(lines, "\n")
+			}
+			return &failure{reason: appv1.CrashLoopReason, message: msg}
+		}
+	}
+	for _, inst := range insts {
+		if inst.healthFailed && !inst.ready {
+			return &failure{reason: appv1.HealthCheckFailedReason, message: inst.healthFailure()}
+		}
+	}
+	return nil
+}
+
+func (r *Runtime) allReadyLocked(a *appState, d runtime.Desired, g gen) bool {
+	ready := map[string]int32{}
+	for _, inst := range a.instances {
+		if inst.gen == g && !inst.leaving() && inst.ready {
+			ready[inst.process]++
+		}
+	}
+	for p, spec := range d.Processes {
+		if ready[p] < spec.Replicas {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *Runtime) processStatusLocked(a *appState, d runtime.Desired, g gen) map[string]runtime.ProcessStatus {
+	ps := map[string]runtime.ProcessStatus{}
+	for p, spec := range d.Processes {
+		ps[p] = runtime.ProcessStatus{Desired: spec.Replicas}
+	}
+	for _, inst := range a.instances {
+		if inst.gen != g || inst.leaving() {
+			continue
+		}
+		s, ok := ps[inst.process]
+		if !ok {
+			continue
+		}
+		if inst.ready {
+			s.Ready++
+		}
+		s.Restarts += inst.restarts
+		ps[inst.process] = s
+	}
+	return ps
+}
+
+// status reports a, for the desired gen g.
+func (r *Runtime) status(a *appState, d runtime.Desired, g gen, f *failure) runtime.Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := runtime.Status{Serving: a.serving.Release, Processes: r.processStatusLocked(a, d, g)}
+	if f != nil {
+		st.Failure, st.Message = f.reason, f.message
+		if f.processes != nil && a.serving != g {
+			st.Processes = f.processes
+		}
+		return st
+	}
+	if a.serving != g {
+		return st
+	}
+	for _, inst := range a.instances {
+		if inst.gen != g || inst.leaving() {
+			return st // something else still runs
+		}
+	}
+	for _, s := range st.Processes {
+		if s.Ready < s.Desired {
+			return st
+		}
+	}
+	st.RolledOut = true
+	return st
+}
+
+// Delete implements runtime.Runtime: every instance of the app stops (SIGTERM,
+// then SIGKILL), its ports are freed, its Service and EndpointSlices and logs go.
+func (r *Runtime) Delete(ctx context.Context, key types.NamespacedName) error {
+	ctx = namespaces.WithNamespace(ctx, r.cfg.Namespace)
+	a := r.app(key)
+	a.syncMu.Lock()
+	defer a.syncMu.Unlock()
+	r.mu.Lock()
+	a.serving = gen{}
+	var insts []*instance
+	for _, inst := range a.instances {
+		inst.stopNow = true
+		insts = append(insts, inst)
+	}
+	r.mu.Unlock()
+	if err := r.store.setServing(key.String(), gen{}); err != nil {
+		return err
+	}
+	if err := r.deleteEndpoints(ctx, key); err != nil {
+		return err
+	}
+	r.reap(a)
+	for _, inst := range insts {
+		select {
+		case <-inst.gone:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	// Containers this process never knew (created by another bex on the same
+	// containerd and namespace): stop them too, so Delete leaves nothing.
+	ctrs, err := r.cd.Containers(ctx,
+		fmt.Sprintf("labels.%q==%s,labels.%q==%s,labels.%q==%s", labelRuntime, runtimeName, labelNamespace, key.Namespace, labelApp, key.Name))
+	if err != nil {
+		return fmt.Errorf("list containers of %s: %w", key, err)
+	}
+	for _, ctr := range ctrs {
+		if task, err := ctr.Task(ctx, nil); err == nil {
+			_, _ = task.Delete(ctx, containerd.WithProcessKill)
+		}
+		if err := ctr.Delete(ctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+			return fmt.Errorf("delete container %s: %w", ctr.ID(), err)
+		}
+		if labels, err := ctr.Labels(ctx); err == nil {
+			if p, err := strconv.Atoi(labels[labelPort]); err == nil {
+				_ = r.store.free(p, ctr.ID())
+			}
+		}
+	}
+	r.mu.Lock()
+	delete(r.apps, key)
+	r.mu.Unlock()
+	if err := os.RemoveAll(r.logDir(key)); err != nil {
+		return err
+	}
+	r.log.Info("app deleted", "app", key.String())
+	return nil
+}
+
+// image finds the image in containerd. Images are named by tag when BuildKit
+// stores them ("repo/app:commit") while Desired names them by digest
+// ("repo/app@sha256:..."), so a digest reference that is not a name of its own is
+// looked up by its manifest digest. The image is unpacked if it is not.
+func (r *Runtime) image(ctx context.Context, ref string) (containerd.Image, error) {
+	img, err := r.cd.GetImage(ctx, ref)
+	if errdefs.IsNotFound(err) {
+		if i := strings.LastIndex(ref, "@"); i > 0 {
+			repo, dgst := ref[:i], ref[i+1:]
+			list, lerr := r.cd.ImageService().List(ctx, fmt.Sprintf("target.digest==%s", dgst))
+			if lerr != nil {
+				return nil, lerr
+			}
+			sort.Slice(list, func(i, j int) bool {
+				return strings.HasPrefix(list[i].Name, repo+":") && !strings.HasPrefix(list[j].Name, repo+":")
+			})
+			if len(list) > 0 {
+				img, err = containerd.NewImage(r.cd, list[0]), nil
+			}
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	ok, err := img.IsUnpacked(ctx, r.cfg.Snapshotter)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		if err := img.Unpack(ctx, r.cfg.Snapshotter); err != nil {
+			return nil, fmt.Errorf("unpack: %w", err)
+		}
+	}
+	return img, nil
+}
+
+// envVar is one resolved config var.
+type envVar struct{ name, value string }
+
+// resolveEnv resolves the config vars, reading Secret keys. A missing Secret or key
+// is returned as an error: the reconciler retries with its backoff, and the error
+// names what is missing.
+func (r *Runtime) resolveEnv(ctx context.Context, d runtime.Desired) ([]envVar, error) {
+	secrets := map[string]*corev1.Secret{}
+	out := make([]envVar, 0, len(d.Env))
+	for _, e := range d.Env {
+		if e.ValueFrom == nil {
+			out = append(out, envVar{e.Name, e.Value})
+			continue
+		}
+		s := secrets[e.ValueFrom.Name]
+		if s == nil {
+			s = &corev1.Secret{}
+			if err := r.kube.Get(ctx, types.NamespacedName{Namespace: d.App.Namespace, Name: e.ValueFrom.Name}, s); err != nil {
+				return nil, fmt.Errorf("config var %s: secret %s/%s: %w", e.Name, d.App.Namespace, e.ValueFrom.Name, err)
+			}
+			secrets[e.ValueFrom.Name] = s
+		}
+		v, ok := s.Data[e.ValueFrom.Key]
+		if !ok {
+			return nil, fmt.Errorf("config var %s: secret %s/%s has no key %q", e.Name, d.App.Namespace, e.ValueFrom.Name, e.ValueFrom.Key)
+		}
+		out = append(out, envVar{e.Name, string(v)})
+	}
+	return out, nil
+}
+
+// configHash hashes what reaches an instance besides its release number and
+// replicas: image, commands, resolved env (Secret values included, so rotating a
+// Secret rolls the instances) and the health check.
+func configHash(d runtime.Desired, env []envVar) string {
+	cmds := map[string][]string{}
+	for p, s := range d.Processes {
+		cmds[p] = s.Command
+	}
+	envs := make([][2]string, len(env))
+	for i, e := range env {
+		envs[i] = [2]string{e.name, e.value}
+	}
+	data, _ := json.Marshal(struct {
+		Image       string
+		Commands    map[string][]string
+		Env         [][2]string
+		HealthCheck *appv1.HealthCheck
+	}{d.Image, cmds, envs, d.HealthCheck})
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:6])
+}
+
+// failKey is a gen plus its scale: a failure is retried when either changes.
+func failKey(g gen, procs map[string]appv1.ProcessSpec) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d/%s", g.Release, g.Config)
+	for _, p := range sortedKeys(procs) {
+		fmt.Fprintf(&b, "/%s=%d", p, procs[p].Replicas)
+	}
+	return b.String()
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// containerID is "<namespace>-<app>-<process>-r<release>-<n>-<random>", shortened
+// at the front part when it would pass containerd's 76 characters, with runs of
+// '-' collapsed (containerd allows one separator at a time).
+func containerID(key types.NamespacedName, process string, release int64, index int) string {
+	var rnd [3]byte
+	_, _ = rand.Read(rnd[:])
+	tail := fmt.Sprintf("-%s-r%d-%d-%s", process, release, index, hex.EncodeToString(rnd[:]))
+	head := key.Namespace + "-" + key.Name
+	id := collapseDashes(head + tail)
+	if len(id) > 76 {
+		tail = collapseDashes(tail)
+		head = collapseDashes(head)
+		if keep := 76 - len(tail); keep > 0 && keep < len(head) {
+			head = strings.TrimRight(head[:keep], "-")
+		}
+		id = collapseDashes(head + tail)
+		if len(id) > 76 {
+			id = strings.TrimLeft(id[len(id)-76:], "-")
+		}
+	}
+	return id
+}
+
+func collapseDashes(s string) string {
+	for strings.Contains(s, "--") {
+		s = strings.ReplaceAll(s, "--", "-")
+	}
+	return s
+}

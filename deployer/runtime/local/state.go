@@ -1,0 +1,206 @@
+package local
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+)
+
+// gen identifies what an instance runs: a release and a hash of the configuration
+// that reached its container (image, commands, resolved env, health check). Two
+// instances of the same gen are interchangeable; a config change without a new
+// release number still gets new instances.
+type gen struct {
+	Release int64  `json:"release"`
+	Config  string `json:"config"`
+}
+
+func (g gen) isZero() bool { return g == gen{} }
+
+// stateFile is the JSON persisted in the state dir. It is small and rewritten whole
+// (write to a temporary file, fsync, rename) on every change.
+type stateFile struct {
+	// Ports maps each reserved port to the container that holds it.
+	Ports map[string]string `json:"ports"`
+	// Serving maps "namespace/app" to the gen whose instances are in the endpoints,
+	// so that a restarted bex knows which adopted instances serve.
+	Serving map[string]gen `json:"serving"`
+}
+
+// store owns the state file and the port allocations.
+type store struct {
+	mu       sync.Mutex
+	path     string
+	min, max int
+	next     int // where the next search starts: ports are not reused at once
+	st       stateFile
+	// bindable reports whether a port can be bound now; tests may replace it.
+	bindable func(port int) bool
+}
+
+func openStore(path string, min, max int) (*store, error) {
+	s := &store{path: path, min: min, max: max, next: min, bindable: portBindable,
+		st: stateFile{Ports: map[string]string{}, Serving: map[string]gen{}}}
+	data, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return nil, err
+	default:
+		if err := json.Unmarshal(data, &s.st); err != nil {
+			return nil, fmt.Errorf("state file %s: %w", path, err)
+		}
+		if s.st.Ports == nil {
+			s.st.Ports = map[string]string{}
+		}
+		if s.st.Serving == nil {
+			s.st.Serving = map[string]gen{}
+		}
+	}
+	return s, nil
+}
+
+// portBindable tries to listen on the port on loopback. A port held on any address
+// (including the wildcard) fails this bind on Linux.
+func portBindable(port int) bool {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
+}
+
+// save writes the state; the caller holds s.mu.
+func (s *store) save() error {
+	data, err := json.MarshalIndent(s.st, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := s.path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Clean(s.path))
+}
+
+// allocate reserves a free port for the container id and persists it before
+// returning, so that a crash between here and the container's creation leaks at
+// most a reservation that the next start frees (no container holds it).
+func (s *store) allocate(id string) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.max - s.min + 1
+	for i := 0; i < n; i++ {
+		p := s.min + (s.next-s.min+i)%n
+		if _, taken := s.st.Ports[strconv.Itoa(p)]; taken {
+			continue
+		}
+		if !s.bindable(p) {
+			continue
+		}
+		s.st.Ports[strconv.Itoa(p)] = id
+		s.next = p + 1
+		if s.next > s.max {
+			s.next = s.min
+		}
+		if err := s.save(); err != nil {
+			delete(s.st.Ports, strconv.Itoa(p))
+			return 0, fmt.Errorf("save port allocation: %w", err)
+		}
+		return p, nil
+	}
+	return 0, fmt.Errorf("no free port in %d-%d: every port is reserved or in use", s.min, s.max)
+}
+
+// reserve records that id holds port (an adopted container).
+func (s *store) reserve(port int, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.st.Ports[strconv.Itoa(port)] == id {
+		return nil
+	}
+	s.st.Ports[strconv.Itoa(port)] = id
+	return s.save()
+}
+
+// free releases port if id holds it.
+func (s *store) free(port int, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.st.Ports[strconv.Itoa(port)] != id {
+		return nil
+	}
+	delete(s.st.Ports, strconv.Itoa(port))
+	return s.save()
+}
+
+// retain frees every port whose container is not in live.
+func (s *store) retain(live map[string]bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	changed := false
+	for p, id := range s.st.Ports {
+		if !live[id] {
+			delete(s.st.Ports, p)
+			changed = true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	return s.save()
+}
+
+// owner returns the container holding port, if any.
+func (s *store) owner(port int) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id, ok := s.st.Ports[strconv.Itoa(port)]
+	return id, ok
+}
+
+// reserved returns how many ports are reserved.
+func (s *store) reserved() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.st.Ports)
+}
+
+func (s *store) serving(app string) gen {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st.Serving[app]
+}
+
+func (s *store) setServing(app string, g gen) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.st.Serving[app] == g {
+		return nil
+	}
+	if g.isZero() {
+		delete(s.st.Serving, app)
+	} else {
+		s.st.Serving[app] = g
+	}
+	return s.save()
+}

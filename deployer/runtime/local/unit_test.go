@@ -1,0 +1,175 @@
+package local
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// The cases are the kubelet's (third_party/forked/golang/expansion tests).
+func TestExpandFollowsKubeletRules(t *testing.T) {
+	vars := map[string]string{"VAR_A": "A", "VAR_B": "B", "VAR_C": "C", "VAR_EMPTY": "", "PORT": "20001"}
+	for _, tc := range []struct{ in, want string }{
+		{"$(VAR_A)", "A"},
+		{"___$(VAR_B)___", "___B___"},
+		{"$(VAR_A)-$(VAR_B)-$(VAR_C)", "A-B-C"},
+		{"foo$(VAR_EMPTY)bar", "foobar"},
+		{"$(VAR_DOES_NOT_EXIST)", "$(VAR_DOES_NOT_EXIST)"},
+		{"$$(VAR_A)", "$(VAR_A)"},
+		{"$$$(VAR_A)", "$A"},
+		{"$$$$(VAR_A)", "$$(VAR_A)"},
+		{"$$", "$"},
+		{"$", "$"},
+		{"foo$", "foo$"},
+		{"$(VAR_A", "$(VAR_A"},
+		{"$VAR_A", "$VAR_A"},
+		{"${VAR_A}", "${VAR_A}"},
+		{"$()", "$()"},
+		{"httpd -p $(PORT) && echo $$HOME", "httpd -p 20001 && echo $HOME"},
+		{"\n$(VAR_A)\t", "\nA\t"},
+	} {
+		if got := expand(tc.in, vars); got != tc.want {
+			t.Errorf("expand(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestConfigDefaultsAndValidate(t *testing.T) {
+	cfg := Config{StateDir: t.TempDir()}.Defaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("defaults do not validate: %v", err)
+	}
+	if cfg.Namespace != "bex" || cfg.PortMin != 20000 || cfg.PortMax != 29999 || cfg.Drain.Seconds() != 5 ||
+		cfg.BootTimeout.Seconds() != 60 || cfg.RestartBackoff.Seconds() != 1 || cfg.RestartBackoffMax.Seconds() != 30 ||
+		cfg.CrashLoopRestarts != 3 || cfg.CrashLoopWindow.Minutes() != 1 {
+		t.Errorf("unexpected defaults: %+v", cfg)
+	}
+	bad := Config{PortMin: 30000, PortMax: 20000, RestartBackoff: 10, RestartBackoffMax: 5, LogMaxBytes: 10}.Defaults()
+	err := bad.Validate()
+	for _, want := range []string{"state dir: required", "port range 30000-20000", "max restart backoff", "log size limit 10"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v, want it to mention %q", err, want)
+		}
+	}
+}
+
+func TestContainerIDIsValidForContainerd(t *testing.T) {
+	long := strings.Repeat("a", 63)
+	for _, key := range []types.NamespacedName{
+		{Namespace: "default", Name: "myapp"},
+		{Namespace: "a--b", Name: "x--y"},
+		{Namespace: long, Name: strings.Repeat("b", 40)},
+	} {
+		id := containerID(key, "web", 12, 3)
+		if len(id) > 76 || strings.Contains(id, "--") || strings.HasPrefix(id, "-") {
+			t.Errorf("containerID(%v) = %q: not a containerd identifier", key, id)
+		}
+		if !strings.Contains(id, "-web-r12-3-") {
+			t.Errorf("containerID(%v) = %q: lost the process, release or index", key, id)
+		}
+	}
+	if a, b := containerID(types.NamespacedName{Namespace: "n", Name: "a"}, "web", 1, 1), containerID(types.NamespacedName{Namespace: "n", Name: "a"}, "web", 1, 1); a == b {
+		t.Errorf("two ids of the same slot are equal: %q", a)
+	}
+}
+
+func TestPortsArePersistedNeverSharedAndBindChecked(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.json")
+	// Hold a port of the range: the allocator must skip it.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	held := l.Addr().(*net.TCPAddr).Port
+	s, err := openStore(path, held, held+2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1, err := s.allocate("c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p1 == held {
+		t.Fatalf("allocated port %d that another process listens on", held)
+	}
+	p2, err := s.allocate("c2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p1 == p2 {
+		t.Fatalf("two instances got port %d", p1)
+	}
+	if _, err := s.allocate("c3"); err == nil || !strings.Contains(err.Error(), "no free port in "+strconv.Itoa(held)) {
+		t.Fatalf("allocation from an exhausted range: %v", err)
+	}
+	// Another store on the same file (a restart) sees the reservations.
+	s2, err := openStore(path, held, held+2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, _ := s2.owner(p1); id != "c1" {
+		t.Fatalf("after reopen, port %d is held by %q, want c1", p1, id)
+	}
+	// Freeing needs the owner; retain frees what no live container holds.
+	if err := s2.free(p1, "someone-else"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s2.owner(p1); !ok {
+		t.Fatal("a port was freed by a container that does not hold it")
+	}
+	if err := s2.retain(map[string]bool{"c2": true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s2.owner(p1); ok || s2.reserved() != 1 {
+		t.Fatalf("retain kept the port of a gone container: reserved %d", s2.reserved())
+	}
+}
+
+func TestLogPrefix(t *testing.T) {
+	if got := logPrefix("/x/web.1-r3-a1b2c3.log"); got != "web.1[r3]" {
+		t.Errorf("logPrefix = %q", got)
+	}
+	if got := logPrefix("/x/my-worker.2-r10-a1b2c3.log"); got != "my-worker.2[r10]" {
+		t.Errorf("logPrefix = %q", got)
+	}
+}
+
+func TestRotateKeepsOnePreviousFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "web.1-r1-abcdef.log")
+	big := strings.Repeat("old line\n", 1000)
+	if err := os.WriteFile(path, []byte(big), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := rotate(path, 4096); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(path); fi.Size() != 0 {
+		t.Fatalf("current log is %d bytes after rotation", fi.Size())
+	}
+	if prev, _ := os.ReadFile(path + ".1"); string(prev) != big {
+		t.Fatalf("previous log has %d bytes, want %d", len(prev), len(big))
+	}
+	// An appending writer (as the shim is) continues at the start of the file.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("new line\n")
+	f.Close()
+	if got := tailLines(path, 2); len(got) != 2 || got[0] != "old line" || got[1] != "new line" {
+		t.Fatalf("tail across the rotation: %q", got)
+	}
+	// Small files are left alone.
+	if err := rotate(path, 4096); err != nil {
+		t.Fatal(err)
+	}
+	if prev, _ := os.ReadFile(path + ".1"); string(prev) != big {
+		t.Fatal("a small log was rotated")
+	}
+}

@@ -50,6 +50,7 @@ func newRoot(out, errOut io.Writer) *cobra.Command {
 		&versionCmd{out: out},
 		&planCmd{out: out},
 		&gitserverCmd{errOut: errOut, log: log},
+		&deployerCmd{errOut: errOut, log: log},
 	} {
 		root.AddCommand(wire(s))
 	}

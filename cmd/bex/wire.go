@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"bex.co/bex/builder"
@@ -73,4 +74,10 @@ func (p pushDeployer) Release(ctx context.Context, req gitserver.ReleaseRequest)
 
 func (p pushDeployer) WaitRollout(ctx context.Context, app string, n int64, progress io.Writer) (string, error) {
 	return p.r.Wait(ctx, app, n, func(msg string) { fmt.Fprintf(progress, "       %s\n", msg) })
+}
+
+// newDirectClient reads from the API server, not from the manager's cache, for
+// components that must read before the cache has started.
+func newDirectClient(mgr ctrl.Manager) (client.Client, error) {
+	return client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
 }

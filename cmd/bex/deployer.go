@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"bex.co/bex/deployer"
+	"bex.co/bex/deployer/runtime"
+	"bex.co/bex/deployer/runtime/kube"
+	"bex.co/bex/deployer/runtime/local"
+)
+
+// deployerCmd runs the App reconciler ("bex-api") with a runtime: containerd on this
+// host, or Deployments on a cluster.
+type deployerCmd struct {
+	errOut io.Writer
+	log    *slog.Logger
+
+	stateDir       string
+	kubeconfig     string
+	namespace      string
+	runtimeName    string
+	containerdAddr string
+	containerdNS   string
+	baseDomain     string
+	httpsPort      int
+	keepReleases   int
+	leaderElect    bool
+	metricsAddr    string
+	healthAddr     string
+
+	closeRuntime func() error
+}
+
+func (c *deployerCmd) command() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "deployer",
+		Short: "Run the App controller: make each App's release run, and report what serves",
+		Long: "deployer reconciles Apps into running processes with a runtime: local (containerd on\n" +
+			"this host, one node) or kubernetes (a Deployment per process type). Every flag can also\n" +
+			"be set as BEX_<FLAG>, e.g. BEX_RUNTIME.",
+		Args:    cobra.NoArgs,
+		PreRunE: func(cmd *cobra.Command, _ []string) error { return bindEnv(cmd) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&c.stateDir, "state-dir", "/var/lib/bex", "directory for the local runtime's ports and logs")
+	f.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig of the API (default: $KUBECONFIG, else STATE_DIR/kubeconfig; in a pod, its service account)")
+	f.StringVar(&c.namespace, "namespace", "", "only reconcile Apps of this namespace (default: all)")
+	f.StringVar(&c.runtimeName, "runtime", "local", "where processes run: local (containerd on this host) or kubernetes")
+	f.StringVar(&c.containerdAddr, "containerd-addr", "", "containerd socket for the local runtime (default: STATE_DIR/containerd/containerd.sock)")
+	f.StringVar(&c.containerdNS, "containerd-namespace", "bex", "containerd namespace of the local runtime")
+	f.StringVar(&c.baseDomain, "base-domain", "localhost", "apps answer at <app>.<base-domain>")
+	f.IntVar(&c.httpsPort, "https-port", 443, "the edge's HTTPS port, shown in app URLs when not 443")
+	f.IntVar(&c.keepReleases, "keep-releases", 20, "releases kept per app (the current one is never pruned)")
+	f.BoolVar(&c.leaderElect, "leader-elect", false, "elect a leader, for several deployer replicas on a cluster")
+	f.StringVar(&c.metricsAddr, "metrics-addr", "127.0.0.1:9091", "Prometheus metrics address (0 turns it off)")
+	f.StringVar(&c.healthAddr, "health-addr", "127.0.0.1:9092", "health and readiness probes address (0 turns it off)")
+	return cmd
+}
+
+func (c *deployerCmd) run(ctx context.Context) error {
+	restCfg, err := c.restConfig()
+	if err != nil {
+		return err
+	}
+	s, err := scheme()
+	if err != nil {
+		return err
+	}
+	opts := ctrl.Options{
+		Scheme:                  s,
+		Metrics:                 metricsserver.Options{BindAddress: c.metricsAddr},
+		HealthProbeBindAddress:  c.healthAddr,
+		LeaderElection:          c.leaderElect,
+		LeaderElectionID:        "bex-deployer.app.bex.co",
+		LeaderElectionNamespace: c.namespace,
+	}
+	if c.namespace != "" {
+		opts.Cache = cache.Options{DefaultNamespaces: map[string]cache.Config{c.namespace: {}}}
+	} else if c.leaderElect {
+		opts.LeaderElectionNamespace = "default"
+	}
+	mgr, err := ctrl.NewManager(restCfg, opts)
+	if err != nil {
+		return err
+	}
+	rt, err := c.newRuntime(mgr)
+	if err != nil {
+		return err
+	}
+	cfg := deployer.DefaultConfig()
+	cfg.BaseDomain, cfg.HTTPSPort, cfg.KeepReleases = c.baseDomain, c.httpsPort, c.keepReleases
+	r := &deployer.AppReconciler{Client: mgr.GetClient(), Runtime: rt, Events: mgr.GetEventRecorder("bex-deployer"), Config: cfg}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.errOut, "bex deployer: reconciling Apps with the %s runtime\n", c.runtimeName)
+	return mgr.Start(ctx)
+}
+
+func (c *deployerCmd) restConfig() (*rest.Config, error) {
+	kubeconfig := c.kubeconfig
+	if kubeconfig == "" {
+		kubeconfig = os.Getenv("KUBECONFIG")
+	}
+	if kubeconfig == "" {
+		if cfg, err := rest.InClusterConfig(); err == nil {
+			return cfg, nil
+		}
+		kubeconfig = filepath.Join(c.stateDir, "kubeconfig")
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w (start the API with `bex up`, or pass --kubeconfig)", kubeconfig, err)
+	}
+	return cfg, nil
+}
+
+func (c *deployerCmd) newRuntime(mgr ctrl.Manager) (runtime.Runtime, error) {
+	switch c.runtimeName {
+	case "kubernetes":
+		return kube.New(kube.Config{}, mgr.GetClient())
+	case "local":
+		addr := c.containerdAddr
+		if addr == "" {
+			addr = filepath.Join(c.stateDir, "containerd", "containerd.sock")
+		}
+		cfg := local.Config{Address: addr, Namespace: c.containerdNS, StateDir: filepath.Join(c.stateDir, "runtime")}.Defaults()
+		// The local runtime adopts what runs before the manager's cache starts, so it
+		// reads through a direct client.
+		direct, err := newDirectClient(mgr)
+		if err != nil {
+			return nil, err
+		}
+		rt, err := local.New(cfg, direct, c.log)
+		if err != nil {
+			return nil, err
+		}
+		c.closeRuntime = rt.Close
+		return rt, nil
+	}
+	return nil, fmt.Errorf("runtime %q: choose local or kubernetes", c.runtimeName)
+}
+
+func (c *deployerCmd) close() error {
+	if c.closeRuntime != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- c.closeRuntime() }()
+		select {
+		case err := <-done:
+			return err
+		case <-ctx.Done():
+			return errors.New("the local runtime did not stop within 10s")
+		}
+	}
+	return nil
+}

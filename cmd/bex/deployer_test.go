@@ -1,0 +1,116 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/deployer/releases"
+	"bex.co/bex/internal/testenv"
+)
+
+// TestDeployerRunsAReleaseOnContainerd runs `bex deployer` in process with the
+// local runtime against the real API server and containerd: a release of a busybox
+// httpd image comes up, is published as an EndpointSlice, and answers HTTP; deleting
+// the App stops it.
+func TestDeployerRunsAReleaseOnContainerd(t *testing.T) {
+	cp := testenv.SharedControlPlane(t)
+	bk := testenv.SharedBuildkitd(t)
+	testenv.SharedBusybox(t)
+	ns := cp.Namespace(t, "deployer-e2e")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	src := t.TempDir()
+	os.WriteFile(filepath.Join(src, "Dockerfile"), []byte("FROM busybox\nRUN mkdir /www && echo 'hello from release 1' > /www/index.html\n"), 0o644)
+	bctx, bcancel := context.WithTimeout(ctx, 2*time.Minute)
+	digest, log, err := bk.BuildImage(bctx, src, src, "bex.local/web:1")
+	bcancel()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log)
+	}
+
+	var stderr bytes.Buffer
+	d := &deployerCmd{errOut: &stderr, log: slog.New(slog.NewTextHandler(io.MultiWriter(&stderr), nil))}
+	cmd := wire(d)
+	cmd.SetArgs([]string{"--state-dir", t.TempDir(), "--kubeconfig", cp.Kubeconfig, "--namespace", ns,
+		"--containerd-addr", bk.Containerd.Address, "--containerd-namespace", testenv.Namespace,
+		"--metrics-addr", "0", "--health-addr", "0", "--https-port", "8443"})
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(ctx) }()
+
+	if err := cp.Client.Create(ctx, &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	rec := &releases.Recorder{Client: cp.Client, Namespace: ns}
+	n, err := rec.Record(ctx, "web", releases.Change{Image: "bex.local/web@" + digest, Cause: appv1.ReleaseCauseDeploy,
+		Processes: map[string][]string{"web": {"httpd", "-f", "-p", "$(PORT)", "-h", "/www"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 90*time.Second)
+	defer wcancel()
+	url, err := rec.Wait(wctx, "web", n, nil)
+	if err != nil {
+		t.Fatalf("Wait: %v\n%s", err, stderr.String())
+	}
+	if url != "https://web.localhost:8443" {
+		t.Fatalf("url %s", url)
+	}
+
+	var slices discoveryv1.EndpointSliceList
+	if err := cp.Client.List(ctx, &slices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: "web"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(slices.Items) != 1 || len(slices.Items[0].Endpoints) != 1 || len(slices.Items[0].Ports) != 1 {
+		t.Fatalf("endpoint slices %+v", slices.Items)
+	}
+	ep := slices.Items[0]
+	resp, err := http.Get(fmt.Sprintf("http://%s:%d/", ep.Endpoints[0].Addresses[0], *ep.Ports[0].Port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "hello from release 1") {
+		t.Fatalf("GET = %q", body)
+	}
+
+	// Deleting the App stops its processes and removes its endpoints.
+	app := &appv1.App{}
+	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, app); err != nil {
+		t.Fatal(err)
+	}
+	if err := cp.Client.Delete(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &appv1.App{})
+		_ = cp.Client.List(ctx, &slices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: "web"})
+		if client.IgnoreNotFound(err) == nil && err != nil && len(slices.Items) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the App or its endpoints are still there: %v, %d slices", err, len(slices.Items))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("bex deployer ended with %v", err)
+	}
+}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
@@ -68,7 +70,10 @@ func (c Config) Validate() error {
 
 // AppReconciler reconciles Apps with a runtime.
 type AppReconciler struct {
-	Client  client.Client
+	Client client.Client
+	// APIReader reads around the cache, for release numbering (a Release just
+	// recorded by a push may not be in the cache yet).
+	APIReader client.Reader
 	Runtime runtime.Runtime
 	Events  events.EventRecorder
 	Config  Config
@@ -79,6 +84,9 @@ type scope struct {
 	app *appv1.App
 	// synced is set after reconcileRuntime ran the runtime.
 	synced bool
+	// recorded is set when reconcileRelease recorded a release: the App's spec has
+	// moved on, and the next reconcile runs it.
+	recorded bool
 	status runtime.Status
 }
 
@@ -86,8 +94,8 @@ type phaseFunc func(context.Context, *scope) (ctrl.Result, error)
 
 // SetupWithManager registers the reconciler.
 func (r *AppReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.Client == nil || r.Runtime == nil {
-		return errors.New("deployer: the reconciler needs a Client and a Runtime")
+	if r.Client == nil || r.APIReader == nil || r.Runtime == nil {
+		return errors.New("deployer: the reconciler needs a Client, an APIReader and a Runtime")
 	}
 	if err := r.Config.Validate(); err != nil {
 		return err
@@ -129,7 +137,7 @@ func (r *AppReconciler) Reconcile(ctx context.Context, req ctrl.Request) (retRes
 			r.Events.Eventf(app, nil, kind, string(app.Status.Phase), "Reconcile", "%s", phaseMessage(app))
 		}
 	}()
-	return doReconcile(ctx, s, []phaseFunc{r.reconcileRuntime, r.reconcileReleases})
+	return doReconcile(ctx, s, []phaseFunc{r.reconcileRelease, r.reconcileRuntime, r.reconcileReleases})
 }
 
 // doReconcile runs the phases, collecting their errors and the soonest requeue.
@@ -149,10 +157,76 @@ func doReconcile(ctx context.Context, s *scope, phases []phaseFunc) (ctrl.Result
 	return res, kerrors.NewAggregate(errs)
 }
 
+// reconcileRelease records a release when the App's spec no longer matches the
+// release it names: an image set through the API directly (cause Deploy), or config
+// vars or process commands changed (cause Config or Scale). So every change that
+// restarts processes has a number in the history, whoever made it. Replicas alone
+// are not a release: scaling restarts nothing.
+func (r *AppReconciler) reconcileRelease(ctx context.Context, s *scope) (ctrl.Result, error) {
+	app := s.app
+	if app.Spec.Image == "" {
+		return ctrl.Result{}, nil
+	}
+	var current *appv1.Release
+	if app.Spec.Release > 0 {
+		rel := &appv1.Release{}
+		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: fmt.Sprintf("%s-v%d", app.Name, app.Spec.Release)}, rel)
+		switch {
+		case err == nil:
+			current = rel
+		case !apierrors.IsNotFound(err):
+			return ctrl.Result{}, err
+		}
+	}
+	ch := releases.Change{Actor: "api"}
+	switch {
+	case current == nil || current.Spec.Image != app.Spec.Image:
+		ch.Cause, ch.Description = appv1.ReleaseCauseDeploy, "Deploy "+app.Spec.Image
+	case !sameEnv(current.Spec.Config.Env, app.Spec.Env):
+		ch.Cause, ch.Description = appv1.ReleaseCauseConfig, "Change config vars"
+	case !sameCommands(current.Spec.Config.Processes, app.Spec.Processes):
+		ch.Cause, ch.Description = appv1.ReleaseCauseScale, "Change process types"
+	default:
+		return ctrl.Result{}, nil
+	}
+	rec := &releases.Recorder{Client: r.Client, Reader: r.APIReader, Namespace: app.Namespace}
+	n, err := rec.Record(ctx, app.Name, ch)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("recording a release for the change of %s: %w", app.Name, err)
+	}
+	s.recorded = true
+	if r.Events != nil {
+		r.Events.Eventf(app, nil, "Normal", "Released", "Release", "Release v%d: %s", n, ch.Description)
+	}
+	return ctrl.Result{}, nil
+}
+
+// sameEnv compares config vars, nil and empty alike.
+func sameEnv(a, b []appv1.EnvVar) bool {
+	if len(a) == 0 && len(b) == 0 {
+		return true
+	}
+	return equality.Semantic.DeepEqual(a, b)
+}
+
+// sameCommands compares the process types and their commands, not their scale.
+func sameCommands(a, b map[string]appv1.ProcessSpec) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for name, p := range a {
+		q, ok := b[name]
+		if !ok || !slices.Equal(p.Command, q.Command) {
+			return false
+		}
+	}
+	return true
+}
+
 // reconcileRuntime asks the runtime to run the App's release.
 func (r *AppReconciler) reconcileRuntime(ctx context.Context, s *scope) (ctrl.Result, error) {
 	app := s.app
-	if app.Spec.Image == "" {
+	if app.Spec.Image == "" || s.recorded {
 		return ctrl.Result{}, nil
 	}
 	st, err := r.Runtime.Sync(ctx, runtime.Desired{

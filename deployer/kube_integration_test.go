@@ -37,7 +37,7 @@ func TestReconcilerWithTheKubernetesRuntime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := (&AppReconciler{Client: mgr.GetClient(), Runtime: rt, Events: mgr.GetEventRecorder("bex-deployer"), Config: DefaultConfig()}).SetupWithManager(mgr); err != nil {
+	if err := (&AppReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Runtime: rt, Events: mgr.GetEventRecorder("bex-deployer"), Config: DefaultConfig()}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
 	go func() { _ = mgr.Start(ctx) }()
@@ -65,8 +65,11 @@ func TestReconcilerWithTheKubernetesRuntime(t *testing.T) {
 	if c := dep.Spec.Template.Spec.Containers[0]; c.Image != image(1) || fmt.Sprint(c.Command) != "[./server]" || len(dep.OwnerReferences) != 1 {
 		t.Fatalf("deployment %+v owners %+v", c, dep.OwnerReferences)
 	}
-	if p := getPhase(t, cp.Client, ns); p != appv1.AppPhaseDeploying {
-		t.Fatalf("phase %s before the rollout completed", p)
+	for p := getPhase(t, cp.Client, ns); p != appv1.AppPhaseDeploying; p = getPhase(t, cp.Client, ns) {
+		if time.Now().After(deadline) {
+			t.Fatalf("phase %s before the rollout completed, want Deploying", p)
+		}
+		time.Sleep(25 * time.Millisecond)
 	}
 
 	// The cluster's part: the rollout completes.

@@ -92,7 +92,7 @@ func start(t *testing.T, cfg Config) *env {
 		t.Fatal(err)
 	}
 	rt := newFakeRuntime()
-	r := &AppReconciler{Client: mgr.GetClient(), Runtime: rt, Events: mgr.GetEventRecorder("bex-deployer"), Config: cfg}
+	r := &AppReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Runtime: rt, Events: mgr.GetEventRecorder("bex-deployer"), Config: cfg}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
@@ -311,4 +311,75 @@ func (e *env) lastSync(app string) runtime.Desired {
 	e.rt.mu.Lock()
 	defer e.rt.mu.Unlock()
 	return e.rt.synced[app]
+}
+
+func TestChangesMadeThroughTheAPIBecomeReleases(t *testing.T) {
+	e := start(t, DefaultConfig())
+	ctx := context.Background()
+	// An image set directly on the App (an agent deploying through the API).
+	app := &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: e.ns}, Spec: appv1.AppSpec{Image: image(7),
+		Processes: map[string]appv1.ProcessSpec{"web": {Command: []string{"./server"}, Replicas: 1}}}}
+	if err := e.c.Create(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually("release 1 recorded for the direct deploy", func() error {
+		rels, err := e.rec.List(ctx, "hello")
+		if err != nil || len(rels) != 1 || rels[0].Spec.Cause != appv1.ReleaseCauseDeploy || rels[0].Spec.Image != image(7) {
+			return fmt.Errorf("releases %v, %v", rels, err)
+		}
+		if a := e.app("hello"); a.Spec.Release != 1 || a.Status.Phase != appv1.AppPhaseRunning || e.lastSync("hello").Release != 1 {
+			return fmt.Errorf("release %d phase %s", a.Spec.Release, a.Status.Phase)
+		}
+		return nil
+	})
+
+	// A config var changed with kubectl edit: release 2, cause Config, run by the runtime.
+	app = e.app("hello")
+	app.Spec.Env = []appv1.EnvVar{{Name: "GREETING", Value: "hello"}}
+	if err := e.c.Update(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually("release 2 for the config change", func() error {
+		rels, _ := e.rec.List(ctx, "hello")
+		if len(rels) != 2 || rels[0].Spec.Cause != appv1.ReleaseCauseConfig || len(rels[0].Spec.Config.Env) != 1 {
+			return fmt.Errorf("releases %d", len(rels))
+		}
+		if d := e.lastSync("hello"); d.Release != 2 || len(d.Env) != 1 {
+			return fmt.Errorf("the runtime runs %+v", d)
+		}
+		return nil
+	})
+
+	// Scaling is not a release.
+	app = e.app("hello")
+	app.Spec.Processes["web"] = appv1.ProcessSpec{Command: []string{"./server"}, Replicas: 3}
+	if err := e.c.Update(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually("scaled without a release", func() error {
+		if d := e.lastSync("hello"); d.Processes["web"].Replicas != 3 {
+			return fmt.Errorf("replicas %d", d.Processes["web"].Replicas)
+		}
+		return nil
+	})
+	rels, _ := e.rec.List(ctx, "hello")
+	if len(rels) != 2 || e.app("hello").Spec.Release != 2 {
+		t.Fatalf("scaling made a release: %d releases", len(rels))
+	}
+
+	// A rollback is a new release with the old image and config.
+	n, err := e.rec.Rollback(ctx, "hello", 1, "ana")
+	if err != nil || n != 3 {
+		t.Fatalf("Rollback = %d, %v", n, err)
+	}
+	e.eventually("rolled back", func() error {
+		d := e.lastSync("hello")
+		if d.Release != 3 || len(d.Env) != 0 || d.Image != image(7) || d.Processes["web"].Replicas != 3 {
+			return fmt.Errorf("the runtime runs %+v", d)
+		}
+		return nil
+	})
+	if rels, _ := e.rec.List(ctx, "hello"); len(rels) != 3 {
+		t.Fatalf("%d releases after the rollback, want 3 (no extra release from the reconciler)", len(rels))
+	}
 }

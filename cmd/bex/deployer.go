@@ -104,7 +104,7 @@ func (c *deployerCmd) run(ctx context.Context) error {
 	}
 	cfg := deployer.DefaultConfig()
 	cfg.BaseDomain, cfg.HTTPSPort, cfg.KeepReleases = c.baseDomain, c.httpsPort, c.keepReleases
-	r := &deployer.AppReconciler{Client: mgr.GetClient(), Runtime: rt, Events: mgr.GetEventRecorder("bex-deployer"), Config: cfg}
+	r := &deployer.AppReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Runtime: rt, Events: mgr.GetEventRecorder("bex-deployer"), Config: cfg}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return err
 	}

@@ -21,7 +21,10 @@ const LabelApp = "app.bex.co/app"
 
 // Recorder writes releases through a Kubernetes client.
 type Recorder struct {
-	Client    client.Client
+	Client client.Client
+	// Reader, when set, is used for reads instead of Client: a controller gives its
+	// uncached reader, so that numbering never works from a stale cache.
+	Reader    client.Reader
 	Namespace string
 	// PollInterval is how often Wait reads the App's status.
 	PollInterval time.Duration
@@ -37,10 +40,18 @@ type Change struct {
 	// the image when a type has none, and replicas default to 1 for web, 0 for
 	// others on the first release (as Heroku scales a new app).
 	Processes map[string][]string
-	Cause     appv1.ReleaseCause
-	Actor     string
+	// CommandsOf, when not nil, sets each process type's command and keeps its
+	// scale (a rollback brings back the old commands, not the old scale).
+	CommandsOf map[string]appv1.ProcessSpec
+	// Env, when SetEnv, replaces the config vars.
+	Env    []appv1.EnvVar
+	SetEnv bool
+	Cause  appv1.ReleaseCause
+	Actor  string
 	// Description is one line for people; a default is made from the change.
 	Description string
+	// RollbackOf is the release brought back, for cause Rollback.
+	RollbackOf int64
 }
 
 // Record creates the next Release of app and points the App at it. It returns the
@@ -66,9 +77,16 @@ func (r *Recorder) Record(ctx context.Context, app string, ch Change) (int64, er
 	return 0, fmt.Errorf("app %s changed too often while its release was recorded: try again", app)
 }
 
+func (r *Recorder) reader() client.Reader {
+	if r.Reader != nil {
+		return r.Reader
+	}
+	return r.Client
+}
+
 func (r *Recorder) record(ctx context.Context, name string, ch Change) (int64, error) {
 	app := &appv1.App{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: name}, app); err != nil {
+	if err := r.reader().Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: name}, app); err != nil {
 		return 0, fmt.Errorf("app %s: %w", name, err)
 	}
 	// The next number follows both the App and the Releases that exist, so that a
@@ -89,6 +107,19 @@ func (r *Recorder) record(ctx context.Context, name string, ch Change) (int64, e
 	if ch.Processes != nil {
 		spec.Processes = mergeProcesses(app.Spec.Processes, ch.Processes)
 	}
+	if ch.CommandsOf != nil {
+		procs := make(map[string]appv1.ProcessSpec, len(ch.CommandsOf))
+		for name, p := range ch.CommandsOf {
+			if cur, ok := app.Spec.Processes[name]; ok {
+				p.Replicas = cur.Replicas
+			}
+			procs[name] = p
+		}
+		spec.Processes = procs
+	}
+	if ch.SetEnv {
+		spec.Env = ch.Env
+	}
 	if spec.Image == "" {
 		return 0, fmt.Errorf("app %s has no image yet: push code first", name)
 	}
@@ -107,6 +138,7 @@ func (r *Recorder) record(ctx context.Context, name string, ch Change) (int64, e
 			Cause:       ch.Cause,
 			Actor:       ch.Actor,
 			Description: ch.Description,
+			RollbackOf:  ch.RollbackOf,
 		},
 	}
 	if rel.Spec.Description == "" {
@@ -153,12 +185,31 @@ func mergeProcesses(old map[string]appv1.ProcessSpec, found map[string][]string)
 
 func describe(ch Change) string {
 	switch {
+	case ch.Cause == appv1.ReleaseCauseRollback:
+		return fmt.Sprintf("Rollback to v%d", ch.RollbackOf)
 	case ch.Cause == appv1.ReleaseCausePush && len(ch.Commit) >= 7:
 		return "Deploy " + ch.Commit[:7]
 	case ch.Image != "":
 		return "Deploy " + ch.Image
 	}
 	return string(ch.Cause)
+}
+
+// Rollback records a new release that runs the image, commands and config vars of
+// release `to`, keeping the current scale, as Heroku's rollback does. The history
+// only grows: the old release stays as it was.
+func (r *Recorder) Rollback(ctx context.Context, app string, to int64, actor string) (int64, error) {
+	old := &appv1.Release{}
+	if err := r.reader().Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: fmt.Sprintf("%s-v%d", app, to)}, old); err != nil {
+		if apierrors.IsNotFound(err) {
+			return 0, fmt.Errorf("app %s has no release v%d to roll back to (old releases are pruned)", app, to)
+		}
+		return 0, err
+	}
+	return r.Record(ctx, app, Change{
+		Image: old.Spec.Image, Commit: old.Spec.Commit, CommandsOf: old.Spec.Config.Processes,
+		Env: old.Spec.Config.Env, SetEnv: true, Cause: appv1.ReleaseCauseRollback, Actor: actor, RollbackOf: to,
+	})
 }
 
 // ErrRolloutFailed wraps the reason a release did not come to serve.
@@ -207,7 +258,7 @@ func (r *Recorder) Wait(ctx context.Context, name string, n int64, progress func
 // List returns app's releases, newest first.
 func (r *Recorder) List(ctx context.Context, app string) ([]appv1.Release, error) {
 	var list appv1.ReleaseList
-	if err := r.Client.List(ctx, &list, client.InNamespace(r.Namespace), client.MatchingLabels{LabelApp: app}); err != nil {
+	if err := r.reader().List(ctx, &list, client.InNamespace(r.Namespace), client.MatchingLabels{LabelApp: app}); err != nil {
 		return nil, err
 	}
 	items := list.Items

@@ -191,3 +191,38 @@ func TestWaitReportsAFailedRollout(t *testing.T) {
 		t.Fatalf("Wait without a deployer = %v", err)
 	}
 }
+
+func TestRollbackBringsBackImageCommandsAndConfigButNotScale(t *testing.T) {
+	r, c := setup(t)
+	ctx := context.Background()
+	if _, err := r.Record(ctx, "hello", releases.Change{Image: "bex.local/hello@" + digestA, Cause: appv1.ReleaseCausePush,
+		Processes: map[string][]string{"web": {"./v1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	app := getApp(t, c, r.Namespace)
+	app.Spec.Env = []appv1.EnvVar{{Name: "GREETING", Value: "changed"}}
+	app.Spec.Processes["web"] = appv1.ProcessSpec{Command: []string{"./v1"}, Replicas: 3}
+	if err := c.Update(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Record(ctx, "hello", releases.Change{Image: "bex.local/hello@" + digestB, Cause: appv1.ReleaseCausePush,
+		Processes: map[string][]string{"web": {"./v2"}}}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := r.Rollback(ctx, "hello", 1, "ana")
+	if err != nil || n != 3 {
+		t.Fatalf("Rollback = %d, %v", n, err)
+	}
+	app = getApp(t, c, r.Namespace)
+	if app.Spec.Image != "bex.local/hello@"+digestA || app.Spec.Release != 3 || app.Spec.Env[0].Value != "hi" ||
+		strings.Join(app.Spec.Processes["web"].Command, " ") != "./v1" || app.Spec.Processes["web"].Replicas != 3 {
+		t.Fatalf("after rollback: %+v", app.Spec)
+	}
+	rels, _ := r.List(ctx, "hello")
+	if rels[0].Spec.Cause != appv1.ReleaseCauseRollback || rels[0].Spec.RollbackOf != 1 || rels[0].Spec.Description != "Rollback to v1" || rels[0].Spec.Actor != "ana" {
+		t.Fatalf("rollback release %+v", rels[0].Spec)
+	}
+	if _, err := r.Rollback(ctx, "hello", 42, "ana"); err == nil || !strings.Contains(err.Error(), "has no release v42") {
+		t.Fatalf("rollback to a missing release: %v", err)
+	}
+}

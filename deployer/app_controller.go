@@ -74,9 +74,9 @@ type AppReconciler struct {
 	// APIReader reads around the cache, for release numbering (a Release just
 	// recorded by a push may not be in the cache yet).
 	APIReader client.Reader
-	Runtime runtime.Runtime
-	Events  events.EventRecorder
-	Config  Config
+	Runtime   runtime.Runtime
+	Events    events.EventRecorder
+	Config    Config
 }
 
 // scope carries what the phases learn, for the status computed at the end.
@@ -87,7 +87,7 @@ type scope struct {
 	// recorded is set when reconcileRelease recorded a release: the App's spec has
 	// moved on, and the next reconcile runs it.
 	recorded bool
-	status runtime.Status
+	status   runtime.Status
 }
 
 type phaseFunc func(context.Context, *scope) (ctrl.Result, error)

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
@@ -38,11 +40,17 @@ type Config struct {
 	KeepReleases int
 	// RequeueWhileRolling is how soon a rollout in progress is looked at again.
 	RequeueWhileRolling time.Duration
+	// Concurrency is how many Apps are reconciled at once.
+	Concurrency int
+	// WatchDeployments reconciles an App when one of its Deployments changes (the
+	// Kubernetes runtime): rollouts are then followed by events, and
+	// RequeueWhileRolling can be long.
+	WatchDeployments bool
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{BaseDomain: "localhost", URLScheme: "https", HTTPSPort: 443, KeepReleases: 20, RequeueWhileRolling: time.Second}
+	return Config{BaseDomain: "localhost", URLScheme: "https", HTTPSPort: 443, KeepReleases: 20, RequeueWhileRolling: time.Second, Concurrency: 4}
 }
 
 // Validate reports every problem of c.
@@ -56,6 +64,9 @@ func (c Config) Validate() error {
 	}
 	if c.KeepReleases < 1 {
 		errs = append(errs, errors.New("deployer: at least one release must be kept"))
+	}
+	if c.Concurrency < 1 {
+		errs = append(errs, errors.New("deployer: the concurrency must be at least 1"))
 	}
 	if c.RequeueWhileRolling <= 0 {
 		errs = append(errs, errors.New("deployer: the rollout requeue interval must be positive"))
@@ -100,7 +111,12 @@ func (r *AppReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := r.Config.Validate(); err != nil {
 		return err
 	}
-	return ctrl.NewControllerManagedBy(mgr).For(&appv1.App{}).Named("app").Complete(r)
+	b := ctrl.NewControllerManagedBy(mgr).For(&appv1.App{}).Named("app").
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.Config.Concurrency})
+	if r.Config.WatchDeployments {
+		b = b.Owns(&appsv1.Deployment{})
+	}
+	return b.Complete(r)
 }
 
 // Reconcile makes one App's processes match its spec and reports what serves.

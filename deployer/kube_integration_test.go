@@ -37,7 +37,7 @@ func TestReconcilerWithTheKubernetesRuntime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := (&AppReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Runtime: rt, Events: mgr.GetEventRecorder("bex-deployer"), Config: DefaultConfig()}).SetupWithManager(mgr); err != nil {
+	if err := (&AppReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Runtime: rt, Events: mgr.GetEventRecorder("bex-deployer"), Config: kubeConfig()}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
 	go func() { _ = mgr.Start(ctx) }()
@@ -95,4 +95,12 @@ func getPhase(t *testing.T, c client.Client, ns string) appv1.AppPhase {
 		t.Fatal(err)
 	}
 	return app.Status.Phase
+}
+
+// kubeConfig is the reconciler's configuration with the Kubernetes runtime, as bex
+// deployer sets it: Deployment events drive the rollout.
+func kubeConfig() Config {
+	cfg := DefaultConfig()
+	cfg.WatchDeployments, cfg.RequeueWhileRolling = true, 30*time.Second
+	return cfg
 }

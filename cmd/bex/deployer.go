@@ -104,6 +104,10 @@ func (c *deployerCmd) run(ctx context.Context) error {
 	}
 	cfg := deployer.DefaultConfig()
 	cfg.BaseDomain, cfg.HTTPSPort, cfg.KeepReleases = c.baseDomain, c.httpsPort, c.keepReleases
+	if c.runtimeName == "kubernetes" {
+		// Deployment events say when a rollout moves; no need to poll often.
+		cfg.WatchDeployments, cfg.RequeueWhileRolling = true, 30*time.Second
+	}
 	r := &deployer.AppReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Runtime: rt, Events: mgr.GetEventRecorder("bex-deployer"), Config: cfg}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return err

@@ -72,6 +72,9 @@ func StartControlPlane(dir string) (*ControlPlane, error) {
 		Scheme:                scheme,
 	}
 	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: filepath.Join(dir, "etcd")}
+	// envtest's default service range is a /24: too small for tests with a Service
+	// per app by the thousand. A real cluster's is larger too.
+	env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", "10.96.0.0/16")
 	cfg, err := env.Start()
 	if err != nil {
 		return nil, fmt.Errorf("envtest: %w", err)

@@ -6,13 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -73,7 +70,7 @@ func (c *deployerCmd) command() *cobra.Command {
 }
 
 func (c *deployerCmd) run(ctx context.Context) error {
-	restCfg, err := c.restConfig()
+	restCfg, err := restConfig(c.kubeconfig, c.stateDir)
 	if err != nil {
 		return err
 	}
@@ -120,24 +117,6 @@ func (c *deployerCmd) run(ctx context.Context) error {
 	}
 	fmt.Fprintf(c.errOut, "bex deployer: reconciling Apps with the %s runtime\n", c.runtimeName)
 	return mgr.Start(ctx)
-}
-
-func (c *deployerCmd) restConfig() (*rest.Config, error) {
-	kubeconfig := c.kubeconfig
-	if kubeconfig == "" {
-		kubeconfig = os.Getenv("KUBECONFIG")
-	}
-	if kubeconfig == "" {
-		if cfg, err := rest.InClusterConfig(); err == nil {
-			return cfg, nil
-		}
-		kubeconfig = filepath.Join(c.stateDir, "kubeconfig")
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("kubeconfig %s: %w (start the API with `bex up`, or pass --kubeconfig)", kubeconfig, err)
-	}
-	return cfg, nil
 }
 
 func (c *deployerCmd) newRuntime(mgr ctrl.Manager) (runtime.Runtime, error) {

@@ -7,14 +7,11 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	gossh "golang.org/x/crypto/ssh"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -57,7 +54,7 @@ func (c *gitserverCmd) command() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&c.stateDir, "state-dir", "/var/lib/bex", "directory for the host key, repositories and build logs")
 	f.StringVar(&c.sshAddr, "ssh-addr", ":2222", "SSH listen address")
-	f.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig of the API that holds Apps and Users (default: $KUBECONFIG, else STATE_DIR/kubeconfig)")
+	f.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig of the API that holds Apps and Users (default: $KUBECONFIG, else the pod's service account, else STATE_DIR/kubeconfig)")
 	f.StringVar(&c.namespace, "namespace", "default", "namespace of the Apps")
 	f.StringVar(&c.buildkitAddr, "buildkit-addr", "", "buildkitd address (default: unix://STATE_DIR/buildkitd/buildkitd.sock)")
 	f.StringVar(&c.imageRepo, "image-repo", "bex.local", "repository that names the built images")
@@ -67,16 +64,9 @@ func (c *gitserverCmd) command() *cobra.Command {
 
 func (c *gitserverCmd) run(ctx context.Context) error {
 	ctx, c.cancel = context.WithCancel(ctx)
-	kubeconfig := c.kubeconfig
-	if kubeconfig == "" {
-		kubeconfig = os.Getenv("KUBECONFIG")
-	}
-	if kubeconfig == "" {
-		kubeconfig = filepath.Join(c.stateDir, "kubeconfig")
-	}
-	restCfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	restCfg, err := restConfig(c.kubeconfig, c.stateDir)
 	if err != nil {
-		return fmt.Errorf("kubeconfig %s: %w (start the API with `bex up`, or pass --kubeconfig)", kubeconfig, err)
+		return err
 	}
 	s, err := scheme()
 	if err != nil {

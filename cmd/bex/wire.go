@@ -4,9 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -80,4 +84,24 @@ func (p pushDeployer) WaitRollout(ctx context.Context, app string, n int64, prog
 // components that must read before the cache has started.
 func newDirectClient(mgr ctrl.Manager) (client.Client, error) {
 	return client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+}
+
+// restConfig finds the API: the kubeconfig given, else $KUBECONFIG, else the
+// service account of the pod bex runs in, else the kubeconfig `bex up` writes into
+// the state directory.
+func restConfig(kubeconfig, stateDir string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		kubeconfig = os.Getenv("KUBECONFIG")
+	}
+	if kubeconfig == "" {
+		if cfg, err := rest.InClusterConfig(); err == nil {
+			return cfg, nil
+		}
+		kubeconfig = filepath.Join(stateDir, "kubeconfig")
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w (start the API with `bex up`, or pass --kubeconfig)", kubeconfig, err)
+	}
+	return cfg, nil
 }

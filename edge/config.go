@@ -1,0 +1,117 @@
+package edge
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Config is the edge's configuration. The zero value is usable after WithDefaults.
+type Config struct {
+	// BaseDomain is the domain under which every app answers at <app>.<BaseDomain>.
+	BaseDomain string
+	// Namespace is the namespace of the Apps and their EndpointSlices.
+	Namespace string
+
+	// DialTimeout bounds a TCP connect to a backend. Backends are on the same host or
+	// cluster, so a slow dial means a dead backend: better fail fast and answer 502.
+	DialTimeout time.Duration
+	// ResponseHeaderTimeout bounds the wait for a backend's response headers after the
+	// request is written (504 past it). Streams are unaffected once headers arrive.
+	ResponseHeaderTimeout time.Duration
+	// IdleConnTimeout is how long an idle kept-alive connection to a backend is kept.
+	IdleConnTimeout time.Duration
+	// MaxIdleConns and MaxIdleConnsPerHost bound the pool of idle backend connections.
+	// Per host is well above net/http's default of 2: all of an app's traffic goes to
+	// few backends, and a small pool would dial a new connection per burst.
+	MaxIdleConns        int
+	MaxIdleConnsPerHost int
+
+	// MaxHeaderBytes bounds a client's request headers and a backend's response
+	// headers.
+	MaxHeaderBytes int
+	// ReadHeaderTimeout bounds the wait for a client's request headers (slowloris).
+	ReadHeaderTimeout time.Duration
+	// ClientIdleTimeout is how long an idle kept-alive client connection is kept.
+	ClientIdleTimeout time.Duration
+}
+
+// Defaults.
+const (
+	DefaultBaseDomain            = "localhost"
+	DefaultNamespace             = "default"
+	DefaultDialTimeout           = 5 * time.Second
+	DefaultResponseHeaderTimeout = 60 * time.Second
+	DefaultIdleConnTimeout       = 90 * time.Second
+	DefaultMaxIdleConns          = 1024
+	DefaultMaxIdleConnsPerHost   = 64
+	DefaultMaxHeaderBytes        = 1 << 20
+	DefaultReadHeaderTimeout     = 10 * time.Second
+	DefaultClientIdleTimeout     = 120 * time.Second
+)
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	set := func(p *time.Duration, d time.Duration) {
+		if *p == 0 {
+			*p = d
+		}
+	}
+	if c.BaseDomain == "" {
+		c.BaseDomain = DefaultBaseDomain
+	}
+	if c.Namespace == "" {
+		c.Namespace = DefaultNamespace
+	}
+	set(&c.DialTimeout, DefaultDialTimeout)
+	set(&c.ResponseHeaderTimeout, DefaultResponseHeaderTimeout)
+	set(&c.IdleConnTimeout, DefaultIdleConnTimeout)
+	set(&c.ReadHeaderTimeout, DefaultReadHeaderTimeout)
+	set(&c.ClientIdleTimeout, DefaultClientIdleTimeout)
+	if c.MaxIdleConns == 0 {
+		c.MaxIdleConns = DefaultMaxIdleConns
+	}
+	if c.MaxIdleConnsPerHost == 0 {
+		c.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
+	}
+	if c.MaxHeaderBytes == 0 {
+		c.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	return c
+}
+
+// Validate reports what is wrong with c (after WithDefaults).
+func (c Config) Validate() error {
+	var errs []error
+	bd := strings.TrimSuffix(c.BaseDomain, ".")
+	if bd != strings.ToLower(bd) {
+		errs = append(errs, fmt.Errorf("base domain %q: must be lower case", c.BaseDomain))
+	} else if msgs := validation.IsDNS1123Subdomain(bd); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("base domain %q: %s", c.BaseDomain, strings.Join(msgs, "; ")))
+	}
+	if msgs := validation.IsDNS1123Label(c.Namespace); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("namespace %q: %s", c.Namespace, strings.Join(msgs, "; ")))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"dial timeout", c.DialTimeout}, {"response header timeout", c.ResponseHeaderTimeout},
+		{"idle conn timeout", c.IdleConnTimeout}, {"read header timeout", c.ReadHeaderTimeout},
+		{"client idle timeout", c.ClientIdleTimeout},
+	} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive, got %s", d.name, d.v))
+		}
+	}
+	if c.MaxIdleConns < 0 || c.MaxIdleConnsPerHost < 0 {
+		errs = append(errs, errors.New("idle connection limits must not be negative"))
+	}
+	if c.MaxHeaderBytes < 4096 {
+		errs = append(errs, fmt.Errorf("max header bytes must be at least 4096, got %d", c.MaxHeaderBytes))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,40 @@
+package edge
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the edge's Prometheus series. The app label is the app's name, or
+// "" for requests no app answered (unknown hosts).
+type metrics struct {
+	requests    *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+	bytesOut    *prometheus.CounterVec
+	bytesIn     *prometheus.CounterVec
+	connections prometheus.Gauge
+	inFlight    prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	const ns, sub = "bex", "edge"
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "requests_total", Help: "Requests answered, by app and HTTP status code."}, []string{"app", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
+			Name: "request_duration_seconds", Help: "Time from request to the end of the response, by app.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}},
+			[]string{"app"}),
+		bytesOut: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "response_bytes_total", Help: "Response body bytes sent to clients, by app."}, []string{"app"}),
+		bytesIn: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "request_bytes_total", Help: "Request body bytes read from clients, by app."}, []string{"app"}),
+		connections: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "connections_active", Help: "Open client connections (needs Proxy.ConfigureServer)."}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "requests_in_flight", Help: "Requests being proxied now."}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.requests, m.duration, m.bytesOut, m.bytesIn, m.connections, m.inFlight)
+	}
+	return m
+}

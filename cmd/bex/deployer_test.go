@@ -89,6 +89,38 @@ func TestDeployerRunsAReleaseOnContainerd(t *testing.T) {
 		t.Fatalf("GET = %q", body)
 	}
 
+	// The edge routes web.localhost to the instance the deployer published.
+	ready := make(chan string, 1)
+	ed := &edgeCmd{errOut: &stderr, log: slog.New(slog.NewTextHandler(&stderr, nil)), ready: ready}
+	edgeCommand := wire(ed)
+	edgeCommand.SetArgs([]string{"--kubeconfig", cp.Kubeconfig, "--namespace", ns, "--http-addr", "127.0.0.1:0"})
+	edgeDone := make(chan error, 1)
+	edgeCtx, stopEdge := context.WithCancel(ctx)
+	go func() { edgeDone <- edgeCommand.ExecuteContext(edgeCtx) }()
+	edgeAddr := <-ready
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+edgeAddr+"/", nil)
+		req.Host = "web.localhost"
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK && strings.Contains(string(body), "hello from release 1") {
+				break
+			}
+			err = fmt.Errorf("%s: %s", resp.Status, body)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("through the edge: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stopEdge()
+	if err := <-edgeDone; err != nil {
+		t.Fatalf("bex edge ended with %v", err)
+	}
+
 	// Deleting the App stops its processes and removes its endpoints.
 	app := &appv1.App{}
 	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, app); err != nil {
@@ -97,7 +129,7 @@ func TestDeployerRunsAReleaseOnContainerd(t *testing.T) {
 	if err := cp.Client.Delete(ctx, app); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	deadline = time.Now().Add(30 * time.Second)
 	for {
 		err := cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &appv1.App{})
 		_ = cp.Client.List(ctx, &slices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: "web"})

@@ -51,6 +51,7 @@ func newRoot(out, errOut io.Writer) *cobra.Command {
 		&planCmd{out: out},
 		&gitserverCmd{errOut: errOut, log: log},
 		&deployerCmd{errOut: errOut, log: log},
+		&edgeCmd{errOut: errOut, log: log},
 	} {
 		root.AddCommand(wire(s))
 	}

@@ -27,8 +27,7 @@ type deployerCmd struct {
 	errOut io.Writer
 	log    *slog.Logger
 
-	stateDir       string
-	kubeconfig     string
+	apiFlags
 	namespace      string
 	runtimeName    string
 	containerdAddr string
@@ -54,8 +53,7 @@ func (c *deployerCmd) command() *cobra.Command {
 		PreRunE: func(cmd *cobra.Command, _ []string) error { return bindEnv(cmd) },
 	}
 	f := cmd.Flags()
-	f.StringVar(&c.stateDir, "state-dir", "/var/lib/bex", "directory for the local runtime's ports and logs")
-	f.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig of the API (default: $KUBECONFIG, else STATE_DIR/kubeconfig; in a pod, its service account)")
+	c.apiFlags.bind(f, "directory for the local runtime's ports and logs")
 	f.StringVar(&c.namespace, "namespace", "", "only reconcile Apps of this namespace (default: all)")
 	f.StringVar(&c.runtimeName, "runtime", "local", "where processes run: local (containerd on this host) or kubernetes")
 	f.StringVar(&c.containerdAddr, "containerd-addr", "", "containerd socket for the local runtime (default: STATE_DIR/containerd/containerd.sock)")
@@ -70,11 +68,7 @@ func (c *deployerCmd) command() *cobra.Command {
 }
 
 func (c *deployerCmd) run(ctx context.Context) error {
-	restCfg, err := restConfig(c.kubeconfig, c.stateDir)
-	if err != nil {
-		return err
-	}
-	s, err := scheme()
+	restCfg, s, err := c.connect()
 	if err != nil {
 		return err
 	}

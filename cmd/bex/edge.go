@@ -23,8 +23,7 @@ type edgeCmd struct {
 	errOut io.Writer
 	log    *slog.Logger
 
-	stateDir   string
-	kubeconfig string
+	apiFlags
 	namespace  string
 	baseDomain string
 	httpAddr   string
@@ -43,8 +42,7 @@ func (c *edgeCmd) command() *cobra.Command {
 		PreRunE: func(cmd *cobra.Command, _ []string) error { return bindEnv(cmd) },
 	}
 	f := cmd.Flags()
-	f.StringVar(&c.stateDir, "state-dir", "/var/lib/bex", "state directory (for the default kubeconfig)")
-	f.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig of the API (default: $KUBECONFIG, else the pod's service account, else STATE_DIR/kubeconfig)")
+	c.apiFlags.bind(f, "state directory (for the default kubeconfig)")
 	f.StringVar(&c.namespace, "namespace", "default", "namespace of the Apps")
 	f.StringVar(&c.baseDomain, "base-domain", "localhost", "apps answer at <app>.<base-domain>")
 	f.StringVar(&c.httpAddr, "http-addr", ":80", "HTTP listen address")
@@ -52,11 +50,7 @@ func (c *edgeCmd) command() *cobra.Command {
 }
 
 func (c *edgeCmd) run(ctx context.Context) error {
-	restCfg, err := restConfig(c.kubeconfig, c.stateDir)
-	if err != nil {
-		return err
-	}
-	s, err := scheme()
+	restCfg, s, err := c.connect()
 	if err != nil {
 		return err
 	}

@@ -27,9 +27,8 @@ type gitserverCmd struct {
 	errOut io.Writer
 	log    *slog.Logger
 
-	stateDir         string
+	apiFlags
 	sshAddr          string
-	kubeconfig       string
 	namespace        string
 	buildkitAddr     string
 	imageRepo        string
@@ -52,9 +51,8 @@ func (c *gitserverCmd) command() *cobra.Command {
 		PreRunE: func(cmd *cobra.Command, _ []string) error { return bindEnv(cmd) },
 	}
 	f := cmd.Flags()
-	f.StringVar(&c.stateDir, "state-dir", "/var/lib/bex", "directory for the host key, repositories and build logs")
+	c.apiFlags.bind(f, "directory for the host key, repositories and build logs")
 	f.StringVar(&c.sshAddr, "ssh-addr", ":2222", "SSH listen address")
-	f.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig of the API that holds Apps and Users (default: $KUBECONFIG, else the pod's service account, else STATE_DIR/kubeconfig)")
 	f.StringVar(&c.namespace, "namespace", "default", "namespace of the Apps")
 	f.StringVar(&c.buildkitAddr, "buildkit-addr", "", "buildkitd address (default: unix://STATE_DIR/buildkitd/buildkitd.sock)")
 	f.StringVar(&c.imageRepo, "image-repo", "bex.local", "repository that names the built images")
@@ -64,11 +62,7 @@ func (c *gitserverCmd) command() *cobra.Command {
 
 func (c *gitserverCmd) run(ctx context.Context) error {
 	ctx, c.cancel = context.WithCancel(ctx)
-	restCfg, err := restConfig(c.kubeconfig, c.stateDir)
-	if err != nil {
-		return err
-	}
-	s, err := scheme()
+	restCfg, s, err := c.connect()
 	if err != nil {
 		return err
 	}

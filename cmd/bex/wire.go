@@ -7,7 +7,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"k8s.io/apimachinery/pkg/runtime"
+	"github.com/spf13/pflag"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -24,8 +25,8 @@ import (
 // and only this package knows both sides.
 
 // scheme knows Kubernetes' kinds and bex's.
-func scheme() (*runtime.Scheme, error) {
-	s := runtime.NewScheme()
+func scheme() (*k8sruntime.Scheme, error) {
+	s := k8sruntime.NewScheme()
 	if err := clientgoscheme.AddToScheme(s); err != nil {
 		return nil, err
 	}
@@ -101,7 +102,28 @@ func restConfig(kubeconfig, stateDir string) (*rest.Config, error) {
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("kubeconfig %s: %w (start the API with `bex up`, or pass --kubeconfig)", kubeconfig, err)
+		return nil, fmt.Errorf("kubeconfig %s: %w (pass --kubeconfig or set KUBECONFIG)", kubeconfig, err)
 	}
 	return cfg, nil
+}
+
+// apiFlags are the flags of every subcommand that talks to the API.
+type apiFlags struct {
+	stateDir   string
+	kubeconfig string
+}
+
+func (a *apiFlags) bind(f *pflag.FlagSet, stateDirUse string) {
+	f.StringVar(&a.stateDir, "state-dir", "/var/lib/bex", stateDirUse)
+	f.StringVar(&a.kubeconfig, "kubeconfig", "", "kubeconfig of the API (default: $KUBECONFIG, else the pod's service account, else STATE_DIR/kubeconfig)")
+}
+
+// connect finds the API and returns its config with bex's scheme.
+func (a *apiFlags) connect() (*rest.Config, *k8sruntime.Scheme, error) {
+	cfg, err := restConfig(a.kubeconfig, a.stateDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := scheme()
+	return cfg, s, err
 }

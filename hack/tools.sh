@@ -33,7 +33,7 @@ go1.2[6-9]* | go1.[3-9][0-9]* | go[2-9]*) ;;
 esac
 
 # --- Debian packages --------------------------------------------------------------
-packages=(git openssh-client openssh-server runc containerd busybox-static ca-certificates curl iproute2 nginx-light)
+packages=(git openssh-client openssh-server runc containerd busybox-static ca-certificates curl iproute2 nginx-light util-linux)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")

@@ -71,7 +71,19 @@ func StartControlPlane(dir string) (*ControlPlane, error) {
 		CRDInstallOptions:     envtest.CRDInstallOptions{CRDs: crdObjs, Scheme: scheme},
 		Scheme:                scheme,
 	}
-	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: filepath.Join(dir, "etcd")}
+	// etcd and kube-apiserver die with the test binary, even when it is killed (a
+	// test timeout, ^C): envtest starts them without a parent-death signal, so they
+	// are started through setpriv, which sets one and then execs the daemon.
+	etcdPath, err := withParentDeathSignal(dir, filepath.Join(filepath.Dir(apiserver), "etcd"))
+	if err != nil {
+		return nil, err
+	}
+	apiserverPath, err := withParentDeathSignal(dir, apiserver)
+	if err != nil {
+		return nil, err
+	}
+	env.ControlPlane.Etcd = &envtest.Etcd{DataDir: filepath.Join(dir, "etcd"), Path: etcdPath}
+	env.ControlPlane.GetAPIServer().Path = apiserverPath
 	// envtest's default service range is a /24: too small for tests with a Service
 	// per app by the thousand. A real cluster's is larger too.
 	env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", "10.96.0.0/16")
@@ -100,6 +112,18 @@ func StartControlPlane(dir string) (*ControlPlane, error) {
 		return nil, err
 	}
 	return cp, nil
+}
+
+// withParentDeathSignal writes a script that runs bin with SIGKILL as its
+// parent-death signal, and returns the script's path.
+func withParentDeathSignal(dir, bin string) (string, error) {
+	setpriv, err := Binary("setpriv")
+	if err != nil {
+		return "", err
+	}
+	script := filepath.Join(dir, filepath.Base(bin)+"-pdeathsig")
+	content := fmt.Sprintf("#!/bin/sh\nexec %s --pdeathsig KILL -- %s \"$@\"\n", setpriv, bin)
+	return script, os.WriteFile(script, []byte(content), 0o755)
 }
 
 // SharedControlPlane returns the control plane of this test binary, started on first

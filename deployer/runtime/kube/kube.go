@@ -68,6 +68,24 @@ func (r *Runtime) Sync(ctx context.Context, d runtime.Desired) (runtime.Status, 
 		}
 	}
 
+	// Deployment names join app and process with "-", so app a-b's process c and
+	// app a's process b-c would share a-b-c. Applying would take the other app's
+	// Deployment over; refuse with a sentence instead.
+	for _, p := range processOrder(d.Processes) {
+		if _, ours := existing[p]; ours {
+			continue
+		}
+		other := &appsv1.Deployment{}
+		err := r.c.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: DeploymentName(key.Name, p)}, other)
+		if err == nil && other.Labels[LabelApp] != key.Name {
+			return runtime.Status{}, fmt.Errorf("app %s: the Deployment %s for its %q process already belongs to %s; rename the process type or the app",
+				key, other.Name, p, describeOwner(other))
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			return runtime.Status{}, fmt.Errorf("app %s: get deployment %s: %w", key, DeploymentName(key.Name, p), err)
+		}
+	}
+
 	applied := make(map[string]*appsv1.Deployment, len(d.Processes))
 	for _, p := range processOrder(d.Processes) {
 		// The release the old pods serve is read before the template changes, and
@@ -102,6 +120,13 @@ func (r *Runtime) Sync(ctx context.Context, d runtime.Desired) (runtime.Status, 
 		}
 	}
 	return statusOf(d, applied), nil
+}
+
+func describeOwner(dep *appsv1.Deployment) string {
+	if app := dep.Labels[LabelApp]; app != "" {
+		return "app " + app
+	}
+	return "something other than bex"
 }
 
 // Delete deletes the app's Deployments and Service. Deleting the App also removes

@@ -2,11 +2,9 @@ package kube_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -29,11 +27,6 @@ const (
 	imageB = "registry.example/hello@sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
 )
 
-var nsSeq struct {
-	sync.Mutex
-	n int
-}
-
 // fixture is one test's namespace, App and runtime on the shared control plane.
 //
 // No kube-controller-manager or kubelet runs in envtest: nothing creates ReplicaSets
@@ -51,14 +44,8 @@ type fixture struct {
 func setup(t *testing.T) *fixture {
 	t.Helper()
 	cp := testenv.SharedControlPlane(t)
-	nsSeq.Lock()
-	nsSeq.n++
-	ns := fmt.Sprintf("kube-%d", nsSeq.n)
-	nsSeq.Unlock()
+	ns := cp.Namespace(t, "kube")
 	ctx := context.Background()
-	if err := cp.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
 	// The App exists first: Sync writes owner references to its UID.
 	app := &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: ns}}
 	if err := cp.Client.Create(ctx, app); err != nil {
@@ -543,5 +530,23 @@ func TestSyncNeedsTheAppFromTheAPIServer(t *testing.T) {
 	}
 	if _, err := f.rt.Sync(f.ctx, f.desired(1, "", nil)); err == nil {
 		t.Fatal("Sync without an image succeeded")
+	}
+}
+
+func TestDeploymentNameCollisionIsRefused(t *testing.T) {
+	f := setup(t)
+	// App "hello" has a process "web-api": its Deployment is hello-web-api.
+	f.sync(f.desired(1, imageA, map[string]appv1.ProcessSpec{"web-api": {Replicas: 1}}))
+	// App "hello-web" with a process "api" would want the same name.
+	other := &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: "hello-web", Namespace: f.ns}}
+	if err := f.c.Create(f.ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.rt.Sync(f.ctx, runtime.Desired{App: other, Release: 1, Image: imageA, Processes: map[string]appv1.ProcessSpec{"api": {Replicas: 1}}})
+	if err == nil || !strings.Contains(err.Error(), "already belongs to app hello; rename the process type or the app") {
+		t.Fatalf("Sync of a colliding process: %v", err)
+	}
+	if dep := f.deployment("hello-web-api"); dep.Labels[kube.LabelApp] != "hello" {
+		t.Fatalf("the other app's Deployment was taken over: %v", dep.Labels)
 	}
 }

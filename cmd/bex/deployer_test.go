@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -89,20 +92,41 @@ func TestDeployerRunsAReleaseOnContainerd(t *testing.T) {
 		t.Fatalf("GET = %q", body)
 	}
 
-	// The edge routes web.localhost to the instance the deployer published.
+	// The edge routes https://web.localhost to the instance the deployer published,
+	// with a certificate of its local CA, and redirects HTTP there.
+	httpsPort, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	edgeState := t.TempDir()
 	ready := make(chan string, 1)
 	ed := &edgeCmd{errOut: &stderr, log: slog.New(slog.NewTextHandler(&stderr, nil)), ready: ready}
 	edgeCommand := wire(ed)
-	edgeCommand.SetArgs([]string{"--kubeconfig", cp.Kubeconfig, "--namespace", ns, "--http-addr", "127.0.0.1:0"})
+	edgeCommand.SetArgs([]string{"--kubeconfig", cp.Kubeconfig, "--namespace", ns, "--state-dir", edgeState,
+		"--http-addr", "127.0.0.1:0", "--https-addr", fmt.Sprintf("127.0.0.1:%d", httpsPort)})
 	edgeDone := make(chan error, 1)
 	edgeCtx, stopEdge := context.WithCancel(ctx)
 	go func() { edgeDone <- edgeCommand.ExecuteContext(edgeCtx) }()
-	edgeAddr := <-ready
+	httpAddr := <-ready
+	caPEM, err := os.ReadFile(filepath.Join(edgeState, "edge", "ca", "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	edgeClient := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: roots},
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if strings.HasPrefix(addr, "web.localhost:") {
+				addr = "127.0.0.1:" + strings.TrimPrefix(addr, "web.localhost:")
+			}
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		},
+	}}
+	appURL := fmt.Sprintf("https://web.localhost:%d/", httpsPort)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		req, _ := http.NewRequest(http.MethodGet, "http://"+edgeAddr+"/", nil)
-		req.Host = "web.localhost"
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := edgeClient.Get(appURL)
 		if err == nil {
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
@@ -112,9 +136,19 @@ func TestDeployerRunsAReleaseOnContainerd(t *testing.T) {
 			err = fmt.Errorf("%s: %s", resp.Status, body)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("through the edge: %v", err)
+			t.Fatalf("through the edge: %v\n%s", err, stderr.String())
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	req, _ := http.NewRequest(http.MethodGet, "http://"+httpAddr+"/", nil)
+	req.Host = "web.localhost"
+	redirect, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	redirect.Body.Close()
+	if redirect.StatusCode != http.StatusPermanentRedirect || redirect.Header.Get("Location") != appURL {
+		t.Fatalf("HTTP answered %s, Location %q; want a redirect to %s", redirect.Status, redirect.Header.Get("Location"), appURL)
 	}
 	stopEdge()
 	if err := <-edgeDone; err != nil {

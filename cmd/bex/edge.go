@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,8 +19,9 @@ import (
 	"bex.co/bex/edge"
 )
 
-// edgeCmd serves every app over HTTP from the routing table. HTTPS with automatic
-// certificates is the next step of the edge; until then this listener is what routes.
+// edgeCmd serves every app from the routing table: over HTTPS with certificates of
+// a local CA (ACME comes next), HTTP redirecting to it; or over HTTP alone when
+// HTTPS is off.
 type edgeCmd struct {
 	errOut io.Writer
 	log    *slog.Logger
@@ -27,6 +30,7 @@ type edgeCmd struct {
 	namespace  string
 	baseDomain string
 	httpAddr   string
+	httpsAddr  string
 
 	// ready, when set, receives the listen address once the edge accepts.
 	ready chan<- string
@@ -45,7 +49,8 @@ func (c *edgeCmd) command() *cobra.Command {
 	c.apiFlags.bind(f, "state directory (for the default kubeconfig)")
 	f.StringVar(&c.namespace, "namespace", "default", "namespace of the Apps")
 	f.StringVar(&c.baseDomain, "base-domain", "localhost", "apps answer at <app>.<base-domain>")
-	f.StringVar(&c.httpAddr, "http-addr", ":80", "HTTP listen address")
+	f.StringVar(&c.httpAddr, "http-addr", ":80", "HTTP listen address: redirects to HTTPS, or serves the apps when HTTPS is off")
+	f.StringVar(&c.httpsAddr, "https-addr", ":443", "HTTPS listen address, with certificates from the local CA in STATE_DIR/edge/ca (empty: no HTTPS)")
 	return cmd
 }
 
@@ -75,18 +80,42 @@ func (c *edgeCmd) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: proxy}
-	proxy.ConfigureServer(srv)
+	var servers []*http.Server
+	errc := make(chan error, 2)
+	serve := func(srv *http.Server, l net.Listener) {
+		servers = append(servers, srv)
+		go func() { errc <- srv.Serve(l) }()
+	}
+
+	httpHandler := http.Handler(proxy)
+	if c.httpsAddr != "" {
+		ca, err := edge.LoadOrCreateLocalCA(filepath.Join(c.stateDir, "edge", "ca"))
+		if err != nil {
+			return err
+		}
+		tl, err := net.Listen("tcp", c.httpsAddr)
+		if err != nil {
+			return err
+		}
+		srv := &http.Server{Handler: proxy, TLSConfig: edge.TLSConfig(table, filepath.Join(c.stateDir, "edge", "certificates"), ca)}
+		proxy.ConfigureServer(srv)
+		serve(srv, tls.NewListener(tl, srv.TLSConfig))
+		_, httpsPort, _ := net.SplitHostPort(tl.Addr().String())
+		httpHandler = redirectToHTTPS(httpsPort)
+		fmt.Fprintf(c.errOut, "bex edge: serving https://<app>.%s on %s; trust %s\n", c.baseDomain, tl.Addr(),
+			filepath.Join(c.stateDir, "edge", "ca", "ca.pem"))
+	}
 	l, err := net.Listen("tcp", c.httpAddr)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.errOut, "bex edge: serving http://<app>.%s on %s\n", c.baseDomain, l.Addr())
+	srv := &http.Server{Handler: httpHandler}
+	proxy.ConfigureServer(srv)
+	serve(srv, l)
+	fmt.Fprintf(c.errOut, "bex edge: HTTP on %s\n", l.Addr())
 	if c.ready != nil {
 		c.ready <- l.Addr().String()
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(l) }()
 	select {
 	case err := <-errc:
 		return err
@@ -94,10 +123,26 @@ func (c *edgeCmd) run(ctx context.Context) error {
 	}
 	shutdown, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return err
+	for _, srv := range servers {
+		if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
 	}
 	return nil
+}
+
+// redirectToHTTPS sends every HTTP request to the same URL over HTTPS.
+func redirectToHTTPS(httpsPort string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		if httpsPort != "443" {
+			host = net.JoinHostPort(host, httpsPort)
+		}
+		http.Redirect(w, r, "https://"+host+r.URL.RequestURI(), http.StatusPermanentRedirect)
+	})
 }
 
 func (c *edgeCmd) close() error { return nil }

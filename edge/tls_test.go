@@ -1,0 +1,100 @@
+package edge
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLocalCAIsCreatedOnceAndKept(t *testing.T) {
+	dir := t.TempDir()
+	a, err := LoadOrCreateLocalCA(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := LoadOrCreateLocalCA(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a.CertPEM(), b.CertPEM()) || a.IssuerKey() != b.IssuerKey() {
+		t.Fatal("the local CA changed between two loads")
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "ca-key.pem")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("CA key file: %v %v", fi, err)
+	}
+	os.WriteFile(filepath.Join(dir, "ca.pem"), []byte("garbage"), 0o644)
+	if _, err := LoadOrCreateLocalCA(dir); err == nil || !strings.Contains(err.Error(), "remove ca.pem and ca-key.pem") {
+		t.Fatalf("damaged CA: %v", err)
+	}
+}
+
+// TestHTTPSWithTheLocalCA serves the proxy over TLS with certificates of the local
+// CA obtained on demand: a routed name gets one that a client trusting ca.pem
+// accepts (as `curl --cacert ca.pem` would); a name no app serves gets none, and
+// nothing is issued for it.
+func TestHTTPSWithTheLocalCA(t *testing.T) {
+	e := newEnv(t, Config{})
+	e.createApp("web", nil)
+	_, p := backend(t, "hello over https")
+	e.createSlice("web", "web-1", nil, p)
+	e.waitBackends("web.localhost", 1)
+
+	ca, err := LoadOrCreateLocalCA(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	storage := t.TempDir()
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", TLSConfig(e.table, storage, ca))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: e.proxy}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca.CertPEM())
+	addr := ln.Addr().String()
+	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: roots},
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		},
+		ForceAttemptHTTP2: true,
+	}}
+	resp, err := client.Get("https://web.localhost/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(body) != "hello over https" {
+		t.Fatalf("GET https://web.localhost/ = %s %q", resp.Status, body)
+	}
+	if resp.Proto != "HTTP/2.0" {
+		t.Errorf("protocol %s, want HTTP/2.0", resp.Proto)
+	}
+
+	if _, err := client.Get("https://nobody.localhost/"); err == nil {
+		t.Fatal("a name no app serves got a certificate")
+	}
+	var issued []string
+	filepath.WalkDir(storage, func(path string, d os.DirEntry, err error) error {
+		if err == nil && strings.HasSuffix(path, ".crt") {
+			issued = append(issued, filepath.Base(path))
+		}
+		return nil
+	})
+	if len(issued) != 1 || issued[0] != "web.localhost.crt" {
+		t.Fatalf("certificates issued: %v, want only web.localhost.crt", issued)
+	}
+}

@@ -171,5 +171,6 @@ require (
 
 tool (
 	github.com/letsencrypt/pebble/v2/cmd/pebble
+	github.com/letsencrypt/pebble/v2/cmd/pebble-challtestsrv
 	sigs.k8s.io/controller-tools/cmd/controller-gen
 )

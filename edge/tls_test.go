@@ -53,7 +53,11 @@ func TestHTTPSWithTheLocalCA(t *testing.T) {
 		t.Fatal(err)
 	}
 	storage := t.TempDir()
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", TLSConfig(e.table, storage, ca))
+	certs, err := NewCertificates(e.table, storage, ca, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", certs.TLSConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@
 #      stable links bin/<binary> -> <name>-<version>/<binary>:
 #        buildkitd, buildctl                (hack/tools/buildkit)
 #        kube-apiserver, etcd, kubectl      (hack/tools/kube)
-#        pebble                             (the bex module's tool directive)
+#        pebble, pebble-challtestsrv        (the bex module's tool directives)
 #
 # The first run on a machine builds for about 10 minutes; the Go build cache makes
 # later ones take seconds.
@@ -50,13 +50,16 @@ fi
 # --- Daemons from Go modules ------------------------------------------------------
 mkdir -p bin
 
-# build NAME DIR MODULE_DIR LDFLAGS PKG... : builds PKGs in MODULE_DIR into
-# bin/DIR unless bin/DIR/.complete exists. The stamp is written last, so an
-# interrupted build is redone.
+# build NAME DIR MODULE_DIR LDFLAGS "BINARIES" PKG... : builds PKGs in MODULE_DIR
+# into bin/DIR unless bin/DIR/.complete exists and holds every one of BINARIES. The
+# stamp is written last, so an interrupted build is redone.
 build() {
-	local name=$1 dir=$2 moddir=$3 ldflags=$4
-	shift 4
-	if [ -f "bin/$dir/.complete" ]; then
+	local name=$1 dir=$2 moddir=$3 ldflags=$4 bins=$5
+	shift 5
+	local complete=yes b
+	[ -f "bin/$dir/.complete" ] || complete=no
+	for b in $bins; do [ -x "bin/$dir/$b" ] || complete=no; done
+	if [ $complete = yes ]; then
 		say "$name: bin/$dir is built"
 		return
 	fi
@@ -71,17 +74,18 @@ build() {
 }
 
 build "buildkit $BUILDKIT_VERSION" "buildkit-$BUILDKIT_VERSION" hack/tools/buildkit \
-	"-s -w -X github.com/moby/buildkit/version.Version=$BUILDKIT_VERSION" \
+	"-s -w -X github.com/moby/buildkit/version.Version=$BUILDKIT_VERSION" "buildkitd buildctl" \
 	github.com/moby/buildkit/cmd/buildkitd github.com/moby/buildkit/cmd/buildctl
 
 kube_minor=${KUBE_VERSION#v1.}
 kube_minor=${kube_minor%%.*}
 build "kube-apiserver, kubectl and etcd $KUBE_VERSION" "kube-$KUBE_VERSION" hack/tools/kube \
 	"-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$kube_minor" \
+	"kube-apiserver kubectl etcd" \
 	k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl go.etcd.io/etcd/server/v3
 
-build "pebble $PEBBLE_VERSION" "pebble-$PEBBLE_VERSION" . "-s -w" \
-	github.com/letsencrypt/pebble/v2/cmd/pebble
+build "pebble $PEBBLE_VERSION" "pebble-$PEBBLE_VERSION" . "-s -w" "pebble pebble-challtestsrv" \
+	github.com/letsencrypt/pebble/v2/cmd/pebble github.com/letsencrypt/pebble/v2/cmd/pebble-challtestsrv
 
 link() { ln -sfn "$1/$2" "bin/$2"; }
 link "buildkit-$BUILDKIT_VERSION" buildkitd
@@ -90,8 +94,9 @@ link "kube-$KUBE_VERSION" kube-apiserver
 link "kube-$KUBE_VERSION" etcd
 link "kube-$KUBE_VERSION" kubectl
 link "pebble-$PEBBLE_VERSION" pebble
+link "pebble-$PEBBLE_VERSION" pebble-challtestsrv
 
-for b in buildkitd buildctl kube-apiserver etcd kubectl pebble; do
+for b in buildkitd buildctl kube-apiserver etcd kubectl pebble pebble-challtestsrv; do
 	[ -x "bin/$b" ] || die "bin/$b is missing after the build: remove bin/ and run make tools again"
 done
 say "tools ready in bin/"

@@ -19,9 +19,9 @@ import (
 	"bex.co/bex/edge"
 )
 
-// edgeCmd serves every app from the routing table: over HTTPS with certificates of
-// a local CA (ACME comes next), HTTP redirecting to it; or over HTTP alone when
-// HTTPS is off.
+// edgeCmd serves every app from the routing table: over HTTPS with certificates
+// from an ACME CA or a local CA, HTTP answering ACME challenges and redirecting to
+// HTTPS; or over HTTP alone when HTTPS is off.
 type edgeCmd struct {
 	errOut io.Writer
 	log    *slog.Logger
@@ -31,6 +31,8 @@ type edgeCmd struct {
 	baseDomain string
 	httpAddr   string
 	httpsAddr  string
+	acmeCA     string
+	acmeEmail  string
 
 	// ready, when set, receives the listen address once the edge accepts.
 	ready chan<- string
@@ -50,7 +52,9 @@ func (c *edgeCmd) command() *cobra.Command {
 	f.StringVar(&c.namespace, "namespace", "default", "namespace of the Apps")
 	f.StringVar(&c.baseDomain, "base-domain", "localhost", "apps answer at <app>.<base-domain>")
 	f.StringVar(&c.httpAddr, "http-addr", ":80", "HTTP listen address: redirects to HTTPS, or serves the apps when HTTPS is off")
-	f.StringVar(&c.httpsAddr, "https-addr", ":443", "HTTPS listen address, with certificates from the local CA in STATE_DIR/edge/ca (empty: no HTTPS)")
+	f.StringVar(&c.httpsAddr, "https-addr", ":443", "HTTPS listen address (empty: no HTTPS)")
+	f.StringVar(&c.acmeCA, "acme-ca", "", "ACME directory URL (default: Let's Encrypt when --acme-email is given)")
+	f.StringVar(&c.acmeEmail, "acme-email", "", "ACME account email; without it and --acme-ca, or for the base domain localhost, a local CA in STATE_DIR/edge/ca issues certificates")
 	return cmd
 }
 
@@ -89,7 +93,21 @@ func (c *edgeCmd) run(ctx context.Context) error {
 
 	httpHandler := http.Handler(proxy)
 	if c.httpsAddr != "" {
-		ca, err := edge.LoadOrCreateLocalCA(filepath.Join(c.stateDir, "edge", "ca"))
+		var ca *edge.LocalCA
+		var acme *edge.ACME
+		trust := "a certificate from " + c.acmeCA
+		if (c.acmeCA == "" && c.acmeEmail == "") || c.baseDomain == "localhost" {
+			if ca, err = edge.LoadOrCreateLocalCA(filepath.Join(c.stateDir, "edge", "ca")); err != nil {
+				return err
+			}
+			trust = "trust " + filepath.Join(c.stateDir, "edge", "ca", "ca.pem")
+		} else {
+			acme = &edge.ACME{DirectoryURL: c.acmeCA, Email: c.acmeEmail}
+			if c.acmeCA == "" {
+				trust = "certificates from Let's Encrypt"
+			}
+		}
+		certs, err := edge.NewCertificates(table, filepath.Join(c.stateDir, "edge", "certificates"), ca, acme)
 		if err != nil {
 			return err
 		}
@@ -97,13 +115,12 @@ func (c *edgeCmd) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		srv := &http.Server{Handler: proxy, TLSConfig: edge.TLSConfig(table, filepath.Join(c.stateDir, "edge", "certificates"), ca)}
+		srv := &http.Server{Handler: proxy, TLSConfig: certs.TLSConfig()}
 		proxy.ConfigureServer(srv)
 		serve(srv, tls.NewListener(tl, srv.TLSConfig))
 		_, httpsPort, _ := net.SplitHostPort(tl.Addr().String())
-		httpHandler = redirectToHTTPS(httpsPort)
-		fmt.Fprintf(c.errOut, "bex edge: serving https://<app>.%s on %s; trust %s\n", c.baseDomain, tl.Addr(),
-			filepath.Join(c.stateDir, "edge", "ca", "ca.pem"))
+		httpHandler = certs.HTTPHandler(redirectToHTTPS(httpsPort))
+		fmt.Fprintf(c.errOut, "bex edge: serving https://<app>.%s on %s (%s)\n", c.baseDomain, tl.Addr(), trust)
 	}
 	l, err := net.Listen("tcp", c.httpAddr)
 	if err != nil {

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -34,7 +35,7 @@ type Pebble struct {
 	// TLS-ALPN-01 challenges: the edge under test listens there.
 	HTTPPort, TLSPort int
 
-	proc *process
+	proc, dns *process
 }
 
 // StartPebble starts Pebble from bin/ with a fresh listener certificate, a config
@@ -58,7 +59,7 @@ func StartPebble(dir string) (*Pebble, error) {
 	if err := os.WriteFile(keyPath, keyPEM, 0o600); err != nil {
 		return nil, err
 	}
-	var ports [4]int
+	var ports [5]int
 	for i := range ports {
 		if ports[i], err = FreePort(); err != nil {
 			return nil, err
@@ -89,9 +90,25 @@ func StartPebble(dir string) (*Pebble, error) {
 	if err := os.WriteFile(configPath, data, 0o600); err != nil {
 		return nil, err
 	}
-	p.proc, err = startProcess(dir, "pebble", bin, []string{"-config", configPath},
+	// Pebble's validator resolves names through pebble-challtestsrv's DNS server,
+	// which answers 127.0.0.1 for every name: any domain an edge test uses is
+	// validated against the edge on loopback.
+	dnsBin, err := Binary("pebble-challtestsrv")
+	if err != nil {
+		return nil, err
+	}
+	dnsAddr := fmt.Sprintf("127.0.0.1:%d", ports[4])
+	p.dns, err = startProcess(dir, "pebble-challtestsrv", dnsBin, []string{
+		"-dnsserver", dnsAddr, "-defaultIPv4", "127.0.0.1", "-defaultIPv6", "",
+		"-http01", "", "-https01", "", "-doh", "", "-tlsalpn01", "", "-management", "",
+	})
+	if err != nil {
+		return nil, err
+	}
+	p.proc, err = startProcess(dir, "pebble", bin, []string{"-config", configPath, "-dnsserver", dnsAddr},
 		"PEBBLE_VA_NOSLEEP=1", "PEBBLE_WFE_NONCEREJECT=0")
 	if err != nil {
+		_ = p.dns.stop(5 * time.Second)
 		return nil, err
 	}
 	err = p.proc.waitReady(30*time.Second, func(ctx context.Context) error {
@@ -135,8 +152,33 @@ func (p *Pebble) Directory(ctx context.Context) (map[string]any, error) {
 	return dir, nil
 }
 
-// Stop stops Pebble.
-func (p *Pebble) Stop() error { return p.proc.stop(5 * time.Second) }
+// Stop stops Pebble and its DNS server.
+func (p *Pebble) Stop() error {
+	return errors.Join(p.proc.stop(5*time.Second), p.dns.stop(5*time.Second))
+}
+
+// Roots fetches the root certificate that signs Pebble's certificates, for clients
+// of what was issued to trust.
+func (p *Pebble) Roots(ctx context.Context) (*x509.CertPool, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.ManagementURL+"/roots/0", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := p.Client().Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(data) {
+		return nil, fmt.Errorf("GET /roots/0: no certificate in %q", data)
+	}
+	return pool, nil
+}
 
 // selfSignedLoopbackCert makes a certificate for 127.0.0.1, ::1 and localhost.
 func selfSignedLoopbackCert() (certPEM, keyPEM []byte, err error) {

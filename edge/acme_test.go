@@ -1,0 +1,96 @@
+package edge
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"bex.co/bex/internal/testenv"
+)
+
+// TestACMECertificatesFromPebble obtains real ACME certificates from Pebble on
+// loopback, once through HTTP-01 (Pebble fetches the token from the edge's HTTP
+// listener) and once through TLS-ALPN-01 (Pebble handshakes with the edge's HTTPS
+// listener), and serves them to a client that trusts Pebble's root. Pebble's DNS
+// answers 127.0.0.1 for every name.
+func TestACMECertificatesFromPebble(t *testing.T) {
+	pebble := testenv.SharedPebble(t)
+	roots, err := pebble.Roots(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, challenge := range []string{"http-01", "tls-alpn-01"} {
+		t.Run(challenge, func(t *testing.T) {
+			e := newEnv(t, Config{BaseDomain: "bex.example"})
+			e.createApp("web", nil)
+			_, p := backend(t, "hello from acme")
+			e.createSlice("web", "web-1", nil, p)
+			e.waitBackends("web.bex.example", 1)
+
+			storage := t.TempDir()
+			certs, err := NewCertificates(e.table, storage, nil, &ACME{
+				DirectoryURL: pebble.DirectoryURL, Email: "ops@bex.example", TrustedRoots: pebble.TLSConfig.RootCAs,
+				DisableHTTPChallenge: challenge != "http-01", DisableTLSALPNChallenge: challenge != "tls-alpn-01",
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The listeners sit where Pebble's validator connects.
+			httpLn, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", pebble.HTTPPort))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tlsLn, err := tls.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", pebble.TLSPort), certs.TLSConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			httpSrv := &http.Server{Handler: certs.HTTPHandler(http.NotFoundHandler())}
+			tlsSrv := &http.Server{Handler: e.proxy}
+			go httpSrv.Serve(httpLn)
+			go tlsSrv.Serve(tlsLn)
+			t.Cleanup(func() { httpSrv.Close(); tlsSrv.Close() })
+
+			client := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{
+				TLSClientConfig: &tls.Config{RootCAs: roots},
+				DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+					return (&net.Dialer{}).DialContext(ctx, network, tlsLn.Addr().String())
+				},
+			}}
+			resp, err := client.Get("https://web.bex.example/")
+			if err != nil {
+				t.Fatalf("GET over a certificate from Pebble (%s): %v", challenge, err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || string(body) != "hello from acme" {
+				t.Fatalf("GET = %s %q", resp.Status, body)
+			}
+			if resp.TLS == nil || len(resp.TLS.PeerCertificates) == 0 || !strings.Contains(resp.TLS.PeerCertificates[0].Issuer.CommonName, "Pebble") {
+				t.Fatalf("the certificate was not issued by Pebble: %+v", resp.TLS)
+			}
+
+			// A name no app serves: no order, no certificate.
+			if _, err := client.Get("https://nobody.bex.example/"); err == nil {
+				t.Fatal("a name no app serves got a certificate")
+			}
+			var issued []string
+			filepath.WalkDir(storage, func(path string, d os.DirEntry, err error) error {
+				if err == nil && strings.HasSuffix(path, ".crt") {
+					issued = append(issued, filepath.Base(path))
+				}
+				return nil
+			})
+			if len(issued) != 1 || issued[0] != "web.bex.example.crt" {
+				t.Fatalf("certificates stored: %v, want only web.bex.example.crt", issued)
+			}
+		})
+	}
+}

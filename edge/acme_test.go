@@ -36,7 +36,7 @@ func TestACMECertificatesFromPebble(t *testing.T) {
 			e.waitBackends("web.bex.example", 1)
 
 			storage := t.TempDir()
-			certs, err := NewCertificates(e.table, storage, nil, &ACME{
+			certs, err := NewCertificates(e.table, FileStorage(storage), nil, &ACME{
 				DirectoryURL: pebble.DirectoryURL, Email: "ops@bex.example", TrustedRoots: pebble.TLSConfig.RootCAs,
 				DisableHTTPChallenge: challenge != "http-01", DisableTLSALPNChallenge: challenge != "tls-alpn-01",
 			})

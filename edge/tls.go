@@ -38,9 +38,13 @@ type Certificates struct {
 	acme  *certmagic.ACMEIssuer
 }
 
-// NewCertificates stores certificates under storageDir. Exactly one of local and
-// acme is set.
-func NewCertificates(table *Table, storageDir string, local *LocalCA, acme *ACME) (*Certificates, error) {
+// FileStorage keeps certificates in a directory: one edge on one node.
+func FileStorage(dir string) certmagic.Storage { return &certmagic.FileStorage{Path: dir} }
+
+// NewCertificates keeps certificates and ACME accounts in storage: FileStorage on
+// one node, edge/secretstore for several replicas. Exactly one of local and acme is
+// set.
+func NewCertificates(table *Table, storage certmagic.Storage, local *LocalCA, acme *ACME) (*Certificates, error) {
 	if (local == nil) == (acme == nil) {
 		return nil, errors.New("edge: certificates come from either the local CA or an ACME CA")
 	}
@@ -50,7 +54,7 @@ func NewCertificates(table *Table, storageDir string, local *LocalCA, acme *ACME
 		Logger:           zap.NewNop(),
 	})
 	c.magic = certmagic.New(cache, certmagic.Config{
-		Storage: &certmagic.FileStorage{Path: storageDir},
+		Storage: storage,
 		OnDemand: &certmagic.OnDemandConfig{DecisionFunc: func(_ context.Context, name string) error {
 			if table.Known(name) {
 				return nil

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"bex.co/bex/edge/secretstore"
 )
 
 func TestLocalCAIsCreatedOnceAndKept(t *testing.T) {
@@ -42,6 +44,11 @@ func TestLocalCAIsCreatedOnceAndKept(t *testing.T) {
 // accepts (as `curl --cacert ca.pem` would); a name no app serves gets none, and
 // nothing is issued for it.
 func TestHTTPSWithTheLocalCA(t *testing.T) {
+	t.Run("file storage", func(t *testing.T) { testHTTPSWithTheLocalCA(t, false) })
+	t.Run("secret storage", func(t *testing.T) { testHTTPSWithTheLocalCA(t, true) })
+}
+
+func testHTTPSWithTheLocalCA(t *testing.T, secrets bool) {
 	e := newEnv(t, Config{})
 	e.createApp("web", nil)
 	_, p := backend(t, "hello over https")
@@ -53,7 +60,13 @@ func TestHTTPSWithTheLocalCA(t *testing.T) {
 		t.Fatal(err)
 	}
 	storage := t.TempDir()
-	certs, err := NewCertificates(e.table, storage, ca, nil)
+	store := FileStorage(storage)
+	if secrets {
+		if store, err = secretstore.New(secretstore.Config{Namespace: e.ns}, e.kube); err != nil {
+			t.Fatal(err)
+		}
+	}
+	certs, err := NewCertificates(e.table, store, ca, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,12 +105,12 @@ func TestHTTPSWithTheLocalCA(t *testing.T) {
 		t.Fatal("a name no app serves got a certificate")
 	}
 	var issued []string
-	filepath.WalkDir(storage, func(path string, d os.DirEntry, err error) error {
-		if err == nil && strings.HasSuffix(path, ".crt") {
-			issued = append(issued, filepath.Base(path))
+	keys, _ := store.List(context.Background(), "", true)
+	for _, k := range keys {
+		if strings.HasSuffix(k, ".crt") {
+			issued = append(issued, filepath.Base(k))
 		}
-		return nil
-	})
+	}
 	if len(issued) != 1 || issued[0] != "web.localhost.crt" {
 		t.Fatalf("certificates issued: %v, want only web.localhost.crt", issued)
 	}

@@ -12,11 +12,15 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/caddyserver/certmagic"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"bex.co/bex/edge"
+	"bex.co/bex/edge/secretstore"
 )
 
 // edgeCmd serves every app from the routing table: over HTTPS with certificates
@@ -33,6 +37,7 @@ type edgeCmd struct {
 	httpsAddr  string
 	acmeCA     string
 	acmeEmail  string
+	certStore  string
 
 	// ready, when set, receives the listen address once the edge accepts.
 	ready chan<- string
@@ -54,6 +59,7 @@ func (c *edgeCmd) command() *cobra.Command {
 	f.StringVar(&c.httpAddr, "http-addr", ":80", "HTTP listen address: redirects to HTTPS, or serves the apps when HTTPS is off")
 	f.StringVar(&c.httpsAddr, "https-addr", ":443", "HTTPS listen address (empty: no HTTPS)")
 	f.StringVar(&c.acmeCA, "acme-ca", "", "ACME directory URL (default: Let's Encrypt when --acme-email is given)")
+	f.StringVar(&c.certStore, "certificate-storage", "file", "where certificates are kept: file (STATE_DIR/edge/certificates, one edge) or secrets (Kubernetes Secrets in --namespace, shared by several edges)")
 	f.StringVar(&c.acmeEmail, "acme-email", "", "ACME account email; without it and --acme-ca, or for the base domain localhost, a local CA in STATE_DIR/edge/ca issues certificates")
 	return cmd
 }
@@ -107,7 +113,11 @@ func (c *edgeCmd) run(ctx context.Context) error {
 				trust = "certificates from Let's Encrypt"
 			}
 		}
-		certs, err := edge.NewCertificates(table, filepath.Join(c.stateDir, "edge", "certificates"), ca, acme)
+		storage, err := c.certificateStorage(restCfg)
+		if err != nil {
+			return err
+		}
+		certs, err := edge.NewCertificates(table, storage, ca, acme)
 		if err != nil {
 			return err
 		}
@@ -146,6 +156,24 @@ func (c *edgeCmd) run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+func (c *edgeCmd) certificateStorage(restCfg *rest.Config) (certmagic.Storage, error) {
+	switch c.certStore {
+	case "file":
+		return edge.FileStorage(filepath.Join(c.stateDir, "edge", "certificates")), nil
+	case "secrets":
+		s, err := scheme()
+		if err != nil {
+			return nil, err
+		}
+		kc, err := client.New(restCfg, client.Options{Scheme: s})
+		if err != nil {
+			return nil, err
+		}
+		return secretstore.New(secretstore.Config{Namespace: c.namespace}, kc)
+	}
+	return nil, fmt.Errorf("certificate storage %q: choose file or secrets", c.certStore)
 }
 
 // redirectToHTTPS sends every HTTP request to the same URL over HTTPS.

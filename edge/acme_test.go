@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -39,7 +40,7 @@ func TestACMECertificatesFromPebble(t *testing.T) {
 			certs, err := NewCertificates(e.table, FileStorage(storage), nil, &ACME{
 				DirectoryURL: pebble.DirectoryURL, Email: "ops@bex.example", TrustedRoots: pebble.TLSConfig.RootCAs,
 				DisableHTTPChallenge: challenge != "http-01", DisableTLSALPNChallenge: challenge != "tls-alpn-01",
-			})
+			}, slog.New(slog.NewTextHandler(e.log, &slog.HandlerOptions{Level: slog.LevelDebug})))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 
 	"github.com/caddyserver/certmagic"
@@ -44,7 +45,10 @@ func FileStorage(dir string) certmagic.Storage { return &certmagic.FileStorage{P
 // NewCertificates keeps certificates and ACME accounts in storage: FileStorage on
 // one node, edge/secretstore for several replicas. Exactly one of local and acme is
 // set.
-func NewCertificates(table *Table, storage certmagic.Storage, local *LocalCA, acme *ACME) (*Certificates, error) {
+func NewCertificates(table *Table, storage certmagic.Storage, local *LocalCA, acme *ACME, log *slog.Logger) (*Certificates, error) {
+	if log == nil {
+		log = slog.Default()
+	}
 	if (local == nil) == (acme == nil) {
 		return nil, errors.New("edge: certificates come from either the local CA or an ACME CA")
 	}
@@ -59,6 +63,8 @@ func NewCertificates(table *Table, storage certmagic.Storage, local *LocalCA, ac
 			if table.Known(name) {
 				return nil
 			}
+			// Said at debug level: scanners ask for names all day long.
+			log.Debug("no certificate for an unrouted name", "host", name, "reason", ErrNotRouted)
 			return fmt.Errorf("%w: %s", ErrNotRouted, name)
 		}},
 		Logger: zap.NewNop(),

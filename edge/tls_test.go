@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -66,7 +67,7 @@ func testHTTPSWithTheLocalCA(t *testing.T, secrets bool) {
 			t.Fatal(err)
 		}
 	}
-	certs, err := NewCertificates(e.table, store, ca, nil)
+	certs, err := NewCertificates(e.table, store, ca, nil, slog.New(slog.NewTextHandler(e.log, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,6 +104,9 @@ func testHTTPSWithTheLocalCA(t *testing.T, secrets bool) {
 
 	if _, err := client.Get("https://nobody.localhost/"); err == nil {
 		t.Fatal("a name no app serves got a certificate")
+	}
+	if !strings.Contains(e.log.String(), "no certificate for an unrouted name") || !strings.Contains(e.log.String(), "host=nobody.localhost") {
+		t.Fatalf("the log does not say why nobody.localhost got no certificate:\n%s", e.log.String())
 	}
 	var issued []string
 	keys, _ := store.List(context.Background(), "", true)

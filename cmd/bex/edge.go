@@ -117,7 +117,7 @@ func (c *edgeCmd) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		certs, err := edge.NewCertificates(table, storage, ca, acme)
+		certs, err := edge.NewCertificates(table, storage, ca, acme, c.log)
 		if err != nil {
 			return err
 		}

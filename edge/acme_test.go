@@ -8,11 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"bex.co/bex/internal/testenv"
 )
@@ -59,12 +56,7 @@ func TestACMECertificatesFromPebble(t *testing.T) {
 			go tlsSrv.Serve(tlsLn)
 			t.Cleanup(func() { httpSrv.Close(); tlsSrv.Close() })
 
-			client := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{
-				TLSClientConfig: &tls.Config{RootCAs: roots},
-				DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
-					return (&net.Dialer{}).DialContext(ctx, network, tlsLn.Addr().String())
-				},
-			}}
+			client := clientTo(tlsLn.Addr().String(), roots)
 			resp, err := client.Get("https://web.bex.example/")
 			if err != nil {
 				t.Fatalf("GET over a certificate from Pebble (%s): %v", challenge, err)
@@ -82,14 +74,7 @@ func TestACMECertificatesFromPebble(t *testing.T) {
 			if _, err := client.Get("https://nobody.bex.example/"); err == nil {
 				t.Fatal("a name no app serves got a certificate")
 			}
-			var issued []string
-			filepath.WalkDir(storage, func(path string, d os.DirEntry, err error) error {
-				if err == nil && strings.HasSuffix(path, ".crt") {
-					issued = append(issued, filepath.Base(path))
-				}
-				return nil
-			})
-			if len(issued) != 1 || issued[0] != "web.bex.example.crt" {
+			if issued := storedCertificates(FileStorage(storage)); len(issued) != 1 || issued[0] != "web.bex.example.crt" {
 				t.Fatalf("certificates stored: %v, want only web.bex.example.crt", issued)
 			}
 		})

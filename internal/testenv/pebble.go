@@ -127,9 +127,9 @@ func (p *Pebble) Client() *http.Client {
 	return &http.Client{Transport: &http.Transport{TLSClientConfig: p.TLSConfig}, Timeout: 10 * time.Second}
 }
 
-// Directory fetches and decodes the ACME directory.
-func (p *Pebble) Directory(ctx context.Context) (map[string]any, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.DirectoryURL, nil)
+// get fetches url from Pebble and returns the body of a 200 answer.
+func (p *Pebble) get(ctx context.Context, url string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +143,16 @@ func (p *Pebble) Directory(ctx context.Context) (map[string]any, error) {
 		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", p.DirectoryURL, resp.Status)
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return body, nil
+}
+
+// Directory fetches and decodes the ACME directory.
+func (p *Pebble) Directory(ctx context.Context) (map[string]any, error) {
+	body, err := p.get(ctx, p.DirectoryURL)
+	if err != nil {
+		return nil, err
 	}
 	dir := map[string]any{}
 	if err := json.Unmarshal(body, &dir); err != nil {
@@ -160,16 +169,7 @@ func (p *Pebble) Stop() error {
 // Roots fetches the root certificate that signs Pebble's certificates, for clients
 // of what was issued to trust.
 func (p *Pebble) Roots(ctx context.Context) (*x509.CertPool, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.ManagementURL+"/roots/0", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := p.Client().Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
+	data, err := p.get(ctx, p.ManagementURL+"/roots/0")
 	if err != nil {
 		return nil, err
 	}

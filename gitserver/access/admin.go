@@ -92,4 +92,3 @@ func uniqueKeyName(keys []appv1.SSHKey, name string) string {
 		n = fmt.Sprintf("%s-%d", name, i)
 	}
 }
-

@@ -2,16 +2,15 @@ package testenv
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	bkclient "github.com/moby/buildkit/client"
 	"github.com/tonistiigi/fsutil"
+
+	"bex.co/bex/internal/daemons"
 )
 
 // Buildkitd is a buildkitd whose containerd worker builds into a Containerd, in
@@ -25,33 +24,13 @@ type Buildkitd struct {
 	proc *process
 }
 
-// RUN steps share the host's network: there is no CNI on a bex node, and builds
-// that fetch dependencies need the network the host has.
-const buildkitdConfig = `root = %[1]q
-
-[grpc]
-  address = [%[2]q]
-
-[worker.oci]
-  enabled = false
-
-[worker.containerd]
-  enabled = true
-  address = %[3]q
-  namespace = %[4]q
-  networkMode = "host"
-  gc = true
-`
-
 // BuildkitdOption changes how StartBuildkitd configures the daemon.
-type BuildkitdOption func(*strings.Builder)
+type BuildkitdOption func(*daemons.Buildkitd)
 
 // WithHTTPRegistry lets buildkitd push to and pull from host (e.g. 127.0.0.1:5000)
 // over plain HTTP: a test registry on loopback has no TLS.
 func WithHTTPRegistry(host string) BuildkitdOption {
-	return func(b *strings.Builder) {
-		fmt.Fprintf(b, "\n[registry.%q]\n  http = true\n", host)
-	}
+	return func(b *daemons.Buildkitd) { b.HTTPRegistries = append(b.HTTPRegistries, host) }
 }
 
 // StartBuildkitd starts buildkitd from bin/ with its state under dir, building into c.
@@ -60,43 +39,20 @@ func StartBuildkitd(dir string, c *Containerd, opts ...BuildkitdOption) (*Buildk
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	b := &Buildkitd{Address: "unix://" + filepath.Join(dir, "buildkitd.sock"), Containerd: c}
-	config := filepath.Join(dir, "buildkitd.toml")
-	var content strings.Builder
-	fmt.Fprintf(&content, buildkitdConfig, filepath.Join(dir, "root"), b.Address, c.Address, Namespace)
+	d := daemons.Buildkitd{Dir: dir, ContainerdAddress: c.Address, Namespace: Namespace}
 	for _, opt := range opts {
-		opt(&content)
+		opt(&d)
 	}
-	if err := os.WriteFile(config, []byte(content.String()), 0o644); err != nil {
-		return nil, err
-	}
-	// Without --otel-socket-path buildkitd creates /run/buildkit/otel-grpc.sock,
-	// which two daemons on one machine would fight over.
-	b.proc, err = startProcess(dir, "buildkitd", bin, []string{
-		"--config", config,
-		"--otel-socket-path", filepath.Join(dir, "otel.sock"),
-	})
+	args, err := d.WriteConfig()
 	if err != nil {
 		return nil, err
 	}
-	err = b.proc.waitReady(30*time.Second, func(ctx context.Context) error {
-		cl, err := b.Client(ctx)
-		if err != nil {
-			return err
-		}
-		defer cl.Close()
-		workers, err := cl.ListWorkers(ctx)
-		if err != nil {
-			return err
-		}
-		if len(workers) == 0 {
-			return errors.New("no workers yet")
-		}
-		return nil
-	})
+	b := &Buildkitd{Address: d.Address(), Containerd: c}
+	b.proc, err = startProcess(dir, "buildkitd", bin, args)
+	if err != nil {
+		return nil, err
+	}
+	err = b.proc.waitReady(30*time.Second, d.Ready)
 	if err != nil {
 		_ = b.Stop()
 		return nil, err

@@ -1,17 +1,13 @@
 package testenv
 
 import (
-	"context"
 	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
-	"github.com/containerd/containerd/v2/pkg/namespaces"
+
+	"bex.co/bex/internal/daemons"
 )
 
 // Namespace is the containerd namespace that the harness's buildkitd builds into and
@@ -28,32 +24,6 @@ type Containerd struct {
 	proc *process
 }
 
-const containerdConfig = `version = 2
-root = %[1]q
-state = %[2]q
-disabled_plugins = [
-  "io.containerd.grpc.v1.cri",
-  "io.containerd.snapshotter.v1.aufs",
-  "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.devmapper",
-  "io.containerd.snapshotter.v1.zfs",
-  "io.containerd.tracing.processor.v1.otlp",
-  "io.containerd.internal.v1.tracing",
-]
-
-[grpc]
-  address = %[3]q
-
-[ttrpc]
-  address = "%[3]s.ttrpc"
-
-[debug]
-  address = "%[3]s.debug"
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = %[4]q
-`
-
 // StartContainerd starts containerd (Debian's package) with everything under dir.
 func StartContainerd(dir string) (*Containerd, error) {
 	bin, err := Binary("containerd")
@@ -66,31 +36,17 @@ func StartContainerd(dir string) (*Containerd, error) {
 	if _, err := Binary("containerd-shim-runc-v2"); err != nil {
 		return nil, err
 	}
-	c := &Containerd{
-		Address: filepath.Join(dir, "containerd.sock"),
-		Root:    filepath.Join(dir, "root"),
-	}
-	config := filepath.Join(dir, "config.toml")
-	if err := os.MkdirAll(dir, 0o711); err != nil {
-		return nil, err
-	}
-	content := fmt.Sprintf(containerdConfig, c.Root, filepath.Join(dir, "state"), c.Address, filepath.Join(dir, "opt"))
-	if err := os.WriteFile(config, []byte(content), 0o644); err != nil {
-		return nil, err
-	}
-	c.proc, err = startProcess(dir, "containerd", bin, []string{"--config", config})
+	d := daemons.Containerd{Dir: dir}
+	c := &Containerd{Address: d.Address(), Root: d.Root()}
+	args, err := d.WriteConfig()
 	if err != nil {
 		return nil, err
 	}
-	err = c.proc.waitReady(30*time.Second, func(ctx context.Context) error {
-		cl, err := c.Client()
-		if err != nil {
-			return err
-		}
-		defer cl.Close()
-		_, err = cl.Version(ctx)
-		return err
-	})
+	c.proc, err = startProcess(dir, "containerd", bin, args)
+	if err != nil {
+		return nil, err
+	}
+	err = c.proc.waitReady(30*time.Second, d.Ready)
 	if err != nil {
 		_ = c.Stop()
 		return nil, err
@@ -100,47 +56,14 @@ func StartContainerd(dir string) (*Containerd, error) {
 
 // Client connects to the daemon, with Namespace as the default namespace.
 func (c *Containerd) Client() (*containerd.Client, error) {
-	return containerd.New(c.Address, containerd.WithDefaultNamespace(Namespace), containerd.WithTimeout(5*time.Second))
+	return daemons.ContainerdClient(c.Address, Namespace)
 }
 
 // Stop kills the tasks that tests left running, stops containerd, ends its shims and
 // unmounts their snapshots.
 func (c *Containerd) Stop() error {
-	var errs []error
-	if cl, err := c.Client(); err == nil {
-		errs = append(errs, killAllTasks(cl))
-		cl.Close()
-	}
-	errs = append(errs, c.proc.stop(10*time.Second))
-	killProcessesWithArg(c.Address)
-	return errors.Join(errs...)
-}
-
-// killAllTasks ends every task in every namespace, so that their shims exit and
-// their mounts go away.
-func killAllTasks(cl *containerd.Client) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	nss, err := cl.NamespaceService().List(ctx)
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, ns := range nss {
-		nctx := namespaces.WithNamespace(ctx, ns)
-		containers, err := cl.Containers(nctx)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		for _, ctr := range containers {
-			if task, err := ctr.Task(nctx, nil); err == nil {
-				_ = task.Kill(nctx, syscall.SIGKILL)
-				_, _ = task.Delete(nctx, containerd.WithProcessKill)
-			}
-			_ = ctr.Delete(nctx, containerd.WithSnapshotCleanup)
-		}
-	}
+	errs := []error{daemons.KillAllTasks(c.Address), c.proc.stop(10 * time.Second)}
+	daemons.KillProcessesWithArg(c.Address)
 	return errors.Join(errs...)
 }
 

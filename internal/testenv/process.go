@@ -104,29 +104,6 @@ func (p *process) logTail(n int) string {
 	return "    " + strings.Join(lines, "\n    ")
 }
 
-// killProcessesWithArg kills the processes whose command line contains arg. The
-// harness uses it for containerd's shims, which daemonise away from containerd by
-// design and are found by the private socket address they were given.
-func killProcessesWithArg(arg string) {
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid := 0
-		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil || pid == os.Getpid() {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		for _, a := range strings.Split(string(cmdline), "\x00") {
-			if a == arg {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-				break
-			}
-		}
-	}
-}
-
 // removeAll unmounts whatever is still mounted below dir (overlay snapshots of a
 // container that outlived its test), then removes dir.
 func removeAll(dir string) error {

@@ -1,0 +1,248 @@
+package controlplane
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"bex.co/bex/internal/supervise"
+)
+
+// ServiceCIDR is the range Services get their (unused, on one machine) cluster IPs
+// from; large enough for a Service per app by the thousand.
+const ServiceCIDR = "10.96.0.0/16"
+
+// Config says where the control plane keeps its data and finds its programs.
+type Config struct {
+	// Dir holds the PKI, etcd's data, the ports and the logs.
+	Dir string
+	// Etcd and APIServer are the paths of the etcd and kube-apiserver binaries.
+	Etcd, APIServer string
+}
+
+// ControlPlane is a prepared control plane: its PKI and ports exist; Processes
+// says how to run it.
+type ControlPlane struct {
+	cfg   Config
+	pki   pki
+	ports ports
+}
+
+// ports are the loopback ports, chosen free on the first start and kept, because
+// the kubeconfig names the API server's.
+type ports struct {
+	EtcdClient int `json:"etcdClient"`
+	EtcdPeer   int `json:"etcdPeer"`
+	APIServer  int `json:"apiServer"`
+}
+
+// Prepare makes whatever is missing under cfg.Dir (keys, certificates, ports) and
+// checks that the kept ports are free.
+func Prepare(cfg Config) (*ControlPlane, error) {
+	cp := &ControlPlane{cfg: cfg, pki: pki{dir: filepath.Join(cfg.Dir, "pki")}}
+	if err := cp.pki.ensure(); err != nil {
+		return nil, fmt.Errorf("control plane keys in %s: %w", cp.pki.dir, err)
+	}
+	if err := cp.loadPorts(); err != nil {
+		return nil, err
+	}
+	for name, port := range map[string]int{"etcd": cp.ports.EtcdClient, "etcd peer": cp.ports.EtcdPeer, "kube-apiserver": cp.ports.APIServer} {
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			return nil, fmt.Errorf("%s port 127.0.0.1:%d (kept in %s) is taken: is another bex up running on this state dir? (%v)", name, port, cp.portsPath(), err)
+		}
+		l.Close()
+	}
+	return cp, nil
+}
+
+func (cp *ControlPlane) portsPath() string { return filepath.Join(cp.cfg.Dir, "ports.json") }
+
+func (cp *ControlPlane) loadPorts() error {
+	data, err := os.ReadFile(cp.portsPath())
+	if err == nil {
+		if err := json.Unmarshal(data, &cp.ports); err != nil {
+			return fmt.Errorf("%s: %w (remove it to choose new ports)", cp.portsPath(), err)
+		}
+		return nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	for _, p := range []*int{&cp.ports.EtcdClient, &cp.ports.EtcdPeer, &cp.ports.APIServer} {
+		if *p, err = freePort(); err != nil {
+			return err
+		}
+	}
+	data, _ = json.Marshal(cp.ports)
+	return writeAtomic(cp.portsPath(), data, 0o644)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Host is the API server's URL.
+func (cp *ControlPlane) Host() string { return fmt.Sprintf("https://127.0.0.1:%d", cp.ports.APIServer) }
+
+func (cp *ControlPlane) etcdURL() string { return fmt.Sprintf("http://127.0.0.1:%d", cp.ports.EtcdClient) }
+
+// Etcd is the etcd process.
+func (cp *ControlPlane) Etcd() supervise.Process {
+	peer := fmt.Sprintf("http://127.0.0.1:%d", cp.ports.EtcdPeer)
+	return supervise.Process{
+		Name: "etcd",
+		Path: cp.cfg.Etcd,
+		Args: []string{
+			"--name", "bex",
+			"--data-dir", filepath.Join(cp.cfg.Dir, "etcd"),
+			"--listen-client-urls", cp.etcdURL(),
+			"--advertise-client-urls", cp.etcdURL(),
+			"--listen-peer-urls", peer,
+			"--initial-advertise-peer-urls", peer,
+			"--initial-cluster", "bex=" + peer,
+			"--log-level", "warn",
+		},
+		LogPath: filepath.Join(cp.cfg.Dir, "etcd.log"),
+		Ready: func(ctx context.Context) error {
+			return get(ctx, http.DefaultClient, cp.etcdURL()+"/health")
+		},
+		// etcd fsyncs its WAL on shutdown; give it time rather than corrupt it.
+		Grace: 20 * time.Second,
+	}
+}
+
+// APIServer is the kube-apiserver process.
+func (cp *ControlPlane) APIServer() supervise.Process {
+	return supervise.Process{
+		Name: "kube-apiserver",
+		Path: cp.cfg.APIServer,
+		Args: []string{
+			"--etcd-servers", cp.etcdURL(),
+			"--bind-address", "127.0.0.1",
+			"--advertise-address", "127.0.0.1",
+			"--secure-port", strconv.Itoa(cp.ports.APIServer),
+			"--cert-dir", filepath.Join(cp.cfg.Dir, "apiserver"),
+			"--tls-cert-file", cp.pki.path(servingCert),
+			"--tls-private-key-file", cp.pki.path(servingKey),
+			"--client-ca-file", cp.pki.path(caCert),
+			"--service-account-issuer", "https://kubernetes.default.svc",
+			"--service-account-key-file", cp.pki.path(serviceAcctKy),
+			"--service-account-signing-key-file", cp.pki.path(serviceAcctKy),
+			"--service-cluster-ip-range", ServiceCIDR,
+			"--authorization-mode", "RBAC",
+			// No token controller runs here to make service-account tokens.
+			"--disable-admission-plugins", "ServiceAccount",
+			"--profiling=false",
+			// The "kubernetes" Service's endpoints would point at a loopback address,
+			// which the API server refuses; nothing on one machine uses them.
+			"--endpoint-reconciler-type", "none",
+		},
+		LogPath:      filepath.Join(cp.cfg.Dir, "kube-apiserver.log"),
+		ReadyTimeout: 2 * time.Minute,
+		Ready: func(ctx context.Context) error {
+			hc, err := cp.httpClient()
+			if err != nil {
+				return err
+			}
+			return get(ctx, hc, cp.Host()+"/readyz")
+		},
+	}
+}
+
+func (cp *ControlPlane) httpClient() (*http.Client, error) {
+	cfg, err := cp.RESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	return rest.HTTPClientFor(cfg)
+}
+
+// RESTConfig reaches the API server as the admin.
+func (cp *ControlPlane) RESTConfig() (*rest.Config, error) {
+	return &rest.Config{
+		Host: cp.Host(),
+		TLSClientConfig: rest.TLSClientConfig{
+			CAFile:   cp.pki.path(caCert),
+			CertFile: cp.pki.path(adminCert),
+			KeyFile:  cp.pki.path(adminKey),
+		},
+		QPS: 50, Burst: 100,
+	}, nil
+}
+
+// WriteKubeconfig writes a kubeconfig for the admin to path, certificates inline, so
+// that it works when copied elsewhere on the machine.
+func (cp *ControlPlane) WriteKubeconfig(path string) error {
+	read := func(name string) ([]byte, error) { return os.ReadFile(cp.pki.path(name)) }
+	ca, err := read(caCert)
+	if err != nil {
+		return err
+	}
+	cert, err := read(adminCert)
+	if err != nil {
+		return err
+	}
+	key, err := read(adminKey)
+	if err != nil {
+		return err
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["bex"] = &clientcmdapi.Cluster{Server: cp.Host(), CertificateAuthorityData: ca}
+	kc.AuthInfos["bex-admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: cert, ClientKeyData: key}
+	kc.Contexts["bex"] = &clientcmdapi.Context{Cluster: "bex", AuthInfo: "bex-admin", Namespace: "default"}
+	kc.CurrentContext = "bex"
+	data, err := clientcmd.Write(*kc)
+	if err != nil {
+		return err
+	}
+	return writeAtomic(path, data, 0o600)
+}
+
+// CACertPool is the pool that verifies the API server.
+func (cp *ControlPlane) CACertPool() (*x509.CertPool, error) {
+	data, err := os.ReadFile(cp.pki.path(caCert))
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(data)
+	return pool, nil
+}
+
+// get succeeds when url answers 200.
+func get(ctx context.Context, hc *http.Client, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s: %s", url, resp.Status, body)
+	}
+	return nil
+}
+

@@ -1,0 +1,11 @@
+// Package controlplane is the Kubernetes API of a single bex machine: etcd and
+// kube-apiserver, run by `bex up` with their data under one directory.
+//
+// Everything they need is made once and kept: a CA, the API server's serving
+// certificate, an admin client certificate (group system:masters), the
+// service-account signing key, and the loopback ports, so that the kubeconfig
+// written beside them stays valid across restarts and `kubectl get apps` keeps
+// working. There is no kube-controller-manager: bex's own controllers do all the
+// work its objects need, so nothing that relies on garbage collection or the
+// namespace controller may be assumed.
+package controlplane

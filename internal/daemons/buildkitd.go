@@ -1,0 +1,80 @@
+package daemons
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	bkclient "github.com/moby/buildkit/client"
+)
+
+// RUN steps share the host's network: there is no CNI on a bex node, and builds
+// that fetch dependencies need the network the host has.
+const buildkitdConfig = `root = %[1]q
+
+[grpc]
+  address = [%[2]q]
+
+[worker.oci]
+  enabled = false
+
+[worker.containerd]
+  enabled = true
+  address = %[3]q
+  namespace = %[4]q
+  networkMode = "host"
+  gc = true
+`
+
+// Buildkitd is a buildkitd whose containerd worker builds into the containerd at
+// ContainerdAddress, in containerd namespace Namespace, with its state under Dir.
+type Buildkitd struct {
+	Dir               string
+	ContainerdAddress string
+	Namespace         string
+	// HTTPRegistries are registries (host:port) reached over plain HTTP, such as a
+	// test registry on loopback.
+	HTTPRegistries []string
+}
+
+// Address is its gRPC address, "unix://<path>".
+func (b Buildkitd) Address() string { return "unix://" + filepath.Join(b.Dir, "buildkitd.sock") }
+
+// WriteConfig writes buildkitd.toml and returns the daemon's arguments.
+func (b Buildkitd) WriteConfig() ([]string, error) {
+	if err := os.MkdirAll(b.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	config := filepath.Join(b.Dir, "buildkitd.toml")
+	var content strings.Builder
+	fmt.Fprintf(&content, buildkitdConfig, filepath.Join(b.Dir, "root"), b.Address(), b.ContainerdAddress, b.Namespace)
+	for _, host := range b.HTTPRegistries {
+		fmt.Fprintf(&content, "\n[registry.%q]\n  http = true\n", host)
+	}
+	if err := os.WriteFile(config, []byte(content.String()), 0o644); err != nil {
+		return nil, err
+	}
+	// Without --otel-socket-path buildkitd creates /run/buildkit/otel-grpc.sock,
+	// which two daemons on one machine would fight over.
+	return []string{"--config", config, "--otel-socket-path", filepath.Join(b.Dir, "otel.sock")}, nil
+}
+
+// Ready succeeds once the daemon answers with a worker.
+func (b Buildkitd) Ready(ctx context.Context) error {
+	cl, err := bkclient.New(ctx, b.Address())
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	workers, err := cl.ListWorkers(ctx)
+	if err != nil {
+		return err
+	}
+	if len(workers) == 0 {
+		return errors.New("no workers yet")
+	}
+	return nil
+}

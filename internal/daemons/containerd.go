@@ -1,0 +1,142 @@
+package daemons
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+)
+
+const containerdConfig = `version = 2
+root = %[1]q
+state = %[2]q
+disabled_plugins = [
+  "io.containerd.grpc.v1.cri",
+  "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.tracing.processor.v1.otlp",
+  "io.containerd.internal.v1.tracing",
+]
+
+[grpc]
+  address = %[3]q
+
+[ttrpc]
+  address = "%[3]s.ttrpc"
+
+[debug]
+  address = "%[3]s.debug"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = %[4]q
+`
+
+// Containerd is a containerd with everything under Dir.
+type Containerd struct {
+	Dir string
+}
+
+// Address is the path of its gRPC socket.
+func (c Containerd) Address() string { return filepath.Join(c.Dir, "containerd.sock") }
+
+// Root is its data directory (content, snapshots, metadata).
+func (c Containerd) Root() string { return filepath.Join(c.Dir, "root") }
+
+// WriteConfig writes its config.toml and returns the daemon's arguments.
+func (c Containerd) WriteConfig() ([]string, error) {
+	if err := os.MkdirAll(c.Dir, 0o711); err != nil {
+		return nil, err
+	}
+	config := filepath.Join(c.Dir, "config.toml")
+	content := fmt.Sprintf(containerdConfig, c.Root(), filepath.Join(c.Dir, "state"), c.Address(), filepath.Join(c.Dir, "opt"))
+	if err := os.WriteFile(config, []byte(content), 0o644); err != nil {
+		return nil, err
+	}
+	return []string{"--config", config}, nil
+}
+
+// Client connects to the daemon with namespace as the default.
+func (c Containerd) Client(namespace string) (*containerd.Client, error) {
+	return ContainerdClient(c.Address(), namespace)
+}
+
+// ContainerdClient connects to the containerd at address with namespace as the default.
+func ContainerdClient(address, namespace string) (*containerd.Client, error) {
+	return containerd.New(address, containerd.WithDefaultNamespace(namespace), containerd.WithTimeout(5*time.Second))
+}
+
+// Ready succeeds once the daemon answers.
+func (c Containerd) Ready(ctx context.Context) error {
+	cl, err := c.Client("default")
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	_, err = cl.Version(ctx)
+	return err
+}
+
+// KillAllTasks ends every task in every namespace of the containerd at address and
+// deletes the containers, so that their shims exit and their mounts go away.
+func KillAllTasks(address string) error {
+	cl, err := ContainerdClient(address, "default")
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	nss, err := cl.NamespaceService().List(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, ns := range nss {
+		nctx := namespaces.WithNamespace(ctx, ns)
+		containers, err := cl.Containers(nctx)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, ctr := range containers {
+			if task, err := ctr.Task(nctx, nil); err == nil {
+				_ = task.Kill(nctx, syscall.SIGKILL)
+				_, _ = task.Delete(nctx, containerd.WithProcessKill)
+			}
+			_ = ctr.Delete(nctx, containerd.WithSnapshotCleanup)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// KillProcessesWithArg kills the processes whose command line has arg as one of its
+// arguments: containerd's shims, found by the private socket address they were
+// given, which is why it is unique to one containerd.
+func KillProcessesWithArg(arg string) {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid := 0
+		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		for _, a := range strings.Split(string(cmdline), "\x00") {
+			if a == arg {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				break
+			}
+		}
+	}
+}

@@ -103,7 +103,9 @@ func freePort() (int, error) {
 // Host is the API server's URL.
 func (cp *ControlPlane) Host() string { return fmt.Sprintf("https://127.0.0.1:%d", cp.ports.APIServer) }
 
-func (cp *ControlPlane) etcdURL() string { return fmt.Sprintf("http://127.0.0.1:%d", cp.ports.EtcdClient) }
+func (cp *ControlPlane) etcdURL() string {
+	return fmt.Sprintf("http://127.0.0.1:%d", cp.ports.EtcdClient)
+}
 
 // Etcd is the etcd process.
 func (cp *ControlPlane) Etcd() supervise.Process {
@@ -245,4 +247,3 @@ func get(ctx context.Context, hc *http.Client, url string) error {
 	}
 	return nil
 }
-

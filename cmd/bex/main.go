@@ -52,6 +52,7 @@ func newRoot(out, errOut io.Writer) *cobra.Command {
 		&gitserverCmd{errOut: errOut, log: log},
 		&deployerCmd{errOut: errOut, log: log},
 		&edgeCmd{errOut: errOut, log: log},
+		&upCmd{out: out, errOut: errOut, log: log},
 	} {
 		root.AddCommand(wire(s))
 	}

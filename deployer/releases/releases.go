@@ -108,17 +108,15 @@ func (r *Recorder) record(ctx context.Context, name string, ch Change) (int64, e
 		spec.Processes = mergeProcesses(app.Spec.Processes, ch.Processes)
 	}
 	if ch.CommandsOf != nil {
-		procs := make(map[string]appv1.ProcessSpec, len(ch.CommandsOf))
-		for name, p := range ch.CommandsOf {
-			if cur, ok := app.Spec.Processes[name]; ok {
-				p.Replicas = cur.Replicas
-			}
-			procs[name] = p
-		}
-		spec.Processes = procs
+		spec.Processes = withScaleOf(ch.CommandsOf, app.Spec.Processes)
 	}
 	if ch.SetEnv {
 		spec.Env = ch.Env
+	}
+	if len(spec.Processes) == 0 && ch.Image != "" {
+		// The first image of an app without a Procfile: it runs its own command as
+		// web, as Heroku and Dokku run a Dockerfile's CMD.
+		spec.Processes = mergeProcesses(nil, nil)
 	}
 	if spec.Image == "" {
 		return 0, fmt.Errorf("app %s has no image yet: push code first", name)
@@ -264,4 +262,71 @@ func (r *Recorder) List(ctx context.Context, app string) ([]appv1.Release, error
 	items := list.Items
 	sort.Slice(items, func(i, j int) bool { return items[i].Spec.Number > items[j].Spec.Number })
 	return items, nil
+}
+
+// AnnotationFailed marks a Release that never served, with the reason; `releases`
+// listings show it.
+const AnnotationFailed = "app.bex.co/failed"
+
+// Revert withdraws release n of app after its rollout failed: the App goes back to
+// the image, commands and config vars of the release that serves (status.revision),
+// keeping the current scale, and Release n is annotated with why. Without it the App
+// would keep asking for the failed release, and the next start of the deployer (which
+// remembers failures in memory only) would try it again in place of the one that
+// served. It does nothing when the App has moved past n meanwhile, or when nothing
+// served before n (a first release that fails has nothing to go back to).
+func (r *Recorder) Revert(ctx context.Context, name string, n int64, reason string) error {
+	for attempt := 0; ; attempt++ {
+		err := r.revert(ctx, name, n, reason)
+		if !apierrors.IsConflict(err) || attempt == 4 {
+			return err
+		}
+	}
+}
+
+func (r *Recorder) revert(ctx context.Context, name string, n int64, reason string) error {
+	rel := &appv1.Release{}
+	if err := r.reader().Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: fmt.Sprintf("%s-v%d", name, n)}, rel); err == nil {
+		if rel.Annotations[AnnotationFailed] == "" {
+			patch := client.MergeFrom(rel.DeepCopy())
+			if rel.Annotations == nil {
+				rel.Annotations = map[string]string{}
+			}
+			rel.Annotations[AnnotationFailed] = reason
+			if err := r.Client.Patch(ctx, rel, patch); err != nil {
+				return fmt.Errorf("mark release v%d failed: %w", n, err)
+			}
+		}
+	}
+	app := &appv1.App{}
+	if err := r.reader().Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: name}, app); err != nil {
+		return fmt.Errorf("app %s: %w", name, err)
+	}
+	serving := app.Status.Revision
+	if app.Spec.Release != n || serving == 0 || serving == n {
+		return nil
+	}
+	good := &appv1.Release{}
+	if err := r.reader().Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: fmt.Sprintf("%s-v%d", name, serving)}, good); err != nil {
+		return fmt.Errorf("release v%d, which serves %s: %w", serving, name, err)
+	}
+	app.Spec.Release = serving
+	app.Spec.Image = good.Spec.Image
+	app.Spec.Env = good.Spec.Config.Env
+	app.Spec.Processes = withScaleOf(good.Spec.Config.Processes, app.Spec.Processes)
+	return r.Client.Update(ctx, app)
+}
+
+// withScaleOf returns the process types of commands, each with the replicas it has
+// in current when it is there: going back to an older release brings back its
+// commands, not its scale.
+func withScaleOf(commands, current map[string]appv1.ProcessSpec) map[string]appv1.ProcessSpec {
+	procs := make(map[string]appv1.ProcessSpec, len(commands))
+	for name, p := range commands {
+		if cur, ok := current[name]; ok {
+			p.Replicas = cur.Replicas
+		}
+		procs[name] = p
+	}
+	return procs
 }

@@ -226,3 +226,74 @@ func TestRollbackBringsBackImageCommandsAndConfigButNotScale(t *testing.T) {
 		t.Fatalf("rollback to a missing release: %v", err)
 	}
 }
+
+// An image built from a Dockerfile without a Procfile brings no process types; its
+// first release runs the image's own command as web, as Heroku and Dokku do, and a
+// later one keeps the scale.
+func TestFirstImageWithoutProcessTypesRunsWeb(t *testing.T) {
+	r, c := setup(t)
+	ctx := context.Background()
+	if _, err := r.Record(ctx, "hello", releases.Change{Image: "bex.local/hello@" + digestA, Cause: appv1.ReleaseCausePush}); err != nil {
+		t.Fatal(err)
+	}
+	app := getApp(t, c, r.Namespace)
+	if web, ok := app.Spec.Processes["web"]; len(app.Spec.Processes) != 1 || !ok || web.Replicas != 1 || web.Command != nil {
+		t.Fatalf("processes after the first image: %+v", app.Spec.Processes)
+	}
+	app.Spec.Processes["web"] = appv1.ProcessSpec{Replicas: 2}
+	if err := c.Update(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Record(ctx, "hello", releases.Change{Image: "bex.local/hello@" + digestB, Cause: appv1.ReleaseCausePush}); err != nil {
+		t.Fatal(err)
+	}
+	if app := getApp(t, c, r.Namespace); app.Spec.Processes["web"].Replicas != 2 {
+		t.Fatalf("scale lost: %+v", app.Spec.Processes)
+	}
+}
+
+// A failed release is withdrawn: the App asks again for the release that serves, with
+// its image, commands and config but the current scale, and the failed Release says
+// why. A revert that comes too late (the App moved on) changes nothing.
+func TestRevertGoesBackToTheServingRelease(t *testing.T) {
+	r, c := setup(t)
+	ctx := context.Background()
+	v1, err := r.Record(ctx, "hello", releases.Change{Image: "bex.local/hello@" + digestA, Cause: appv1.ReleaseCausePush,
+		Processes: map[string][]string{"web": {"./old"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	setStatus(t, c, r.Namespace, v1)
+	app := getApp(t, c, r.Namespace)
+	app.Spec.Processes["web"] = appv1.ProcessSpec{Command: []string{"./old"}, Replicas: 3}
+	if err := c.Update(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	v2, err := r.Record(ctx, "hello", releases.Change{Image: "bex.local/hello@" + digestB, Cause: appv1.ReleaseCausePush,
+		Processes: map[string][]string{"web": {"./new"}}, Env: []appv1.EnvVar{{Name: "NEW", Value: "1"}}, SetEnv: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Revert(ctx, "hello", v2, "web.1 did not answer"); err != nil {
+		t.Fatal(err)
+	}
+	app = getApp(t, c, r.Namespace)
+	if app.Spec.Release != v1 || app.Spec.Image != "bex.local/hello@"+digestA || app.Spec.Processes["web"].Command[0] != "./old" ||
+		app.Spec.Processes["web"].Replicas != 3 || len(app.Spec.Env) != 1 || app.Spec.Env[0].Name != "GREETING" {
+		t.Fatalf("after the revert: %+v", app.Spec)
+	}
+	rels, err := r.List(ctx, "hello")
+	if err != nil || len(rels) != 2 || rels[0].Annotations[releases.AnnotationFailed] != "web.1 did not answer" {
+		t.Fatalf("releases after the revert: %v, %v", rels, err)
+	}
+	// The next release takes the next number; the failed one stays in the history.
+	if v3, err := r.Record(ctx, "hello", releases.Change{Cause: appv1.ReleaseCauseConfig}); err != nil || v3 != v2+1 {
+		t.Fatalf("next release = %d, %v", v3, err)
+	}
+	if err := r.Revert(ctx, "hello", v2, "late"); err != nil {
+		t.Fatal(err)
+	}
+	if app := getApp(t, c, r.Namespace); app.Spec.Release != v2+1 {
+		t.Fatalf("a late revert moved the App to %d", app.Spec.Release)
+	}
+}

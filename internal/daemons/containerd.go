@@ -87,7 +87,10 @@ func (c Containerd) Ready(ctx context.Context) error {
 
 // KillAllTasks ends every task in every namespace of the containerd at address and
 // deletes the containers, so that their shims exit and their mounts go away.
-func KillAllTasks(address string) error {
+func KillAllTasks(address string) error { return KillTasks(address) }
+
+// KillTasks is KillAllTasks for the given containerd namespaces only; none means all.
+func KillTasks(address string, only ...string) error {
 	cl, err := ContainerdClient(address, "default")
 	if err != nil {
 		return err
@@ -95,9 +98,11 @@ func KillAllTasks(address string) error {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	nss, err := cl.NamespaceService().List(ctx)
-	if err != nil {
-		return err
+	nss := only
+	if len(nss) == 0 {
+		if nss, err = cl.NamespaceService().List(ctx); err != nil {
+			return err
+		}
 	}
 	var errs []error
 	for _, ns := range nss {

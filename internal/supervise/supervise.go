@@ -23,6 +23,9 @@ type Process struct {
 	Args []string
 	// Env is added to the supervisor's environment.
 	Env []string
+	// KeepEnv, when set, chooses which of the supervisor's variables ("NAME=value")
+	// the child inherits; nil passes them all.
+	KeepEnv func(string) bool
 	// Dir is the working directory; empty means the supervisor's.
 	Dir string
 	// LogPath receives the child's stdout and stderr, appended across restarts.
@@ -142,7 +145,12 @@ func (c *child) start() error {
 	cmd.Dir = c.p.Dir
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
-	cmd.Env = append(os.Environ(), c.p.Env...)
+	for _, kv := range os.Environ() {
+		if c.p.KeepEnv == nil || c.p.KeepEnv(kv) {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, c.p.Env...)
 	// Own process group: a ^C in the terminal reaches the supervisor alone, which
 	// then stops the children in order. Pdeathsig: a supervisor that dies takes
 	// its children along.

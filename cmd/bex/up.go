@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"bex.co/bex/up"
+)
+
+// upCmd runs the whole platform on this machine.
+type upCmd struct {
+	out, errOut io.Writer
+	log         *slog.Logger
+
+	cfg          up.Config
+	adminKeyFile string
+
+	// started, when set, receives the platform once it is up (tests).
+	started chan<- *up.Platform
+}
+
+func (c *upCmd) command() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Run bex on this machine: containerd, buildkitd, the API, the deployer, the edge and git push over SSH",
+		Long: "up starts and supervises everything bex needs on one machine, with all its data in\n" +
+			"--state-dir, and prints how to push. Ctrl-C (or SIGTERM) stops everything; starting\n" +
+			"again on the same state dir brings every app back without a rebuild. It runs as root.\n" +
+			"Every flag can also be set as BEX_<FLAG>, e.g. BEX_BASE_DOMAIN; BEX_ADMIN_KEYS may hold\n" +
+			"authorized_keys lines to make admin.",
+		Args:    cobra.NoArgs,
+		PreRunE: func(cmd *cobra.Command, _ []string) error { return bindEnv(cmd) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&c.cfg.StateDir, "state-dir", "/var/lib/bex", "directory for everything bex keeps")
+	f.StringVar(&c.cfg.SSHAddr, "ssh-addr", ":2222", "SSH address for git push and commands")
+	f.StringVar(&c.cfg.HTTPAddr, "http-addr", ":80", "HTTP address (ACME challenges, redirects to HTTPS)")
+	f.StringVar(&c.cfg.HTTPSAddr, "https-addr", ":443", "HTTPS address of the apps")
+	f.StringVar(&c.cfg.BaseDomain, "base-domain", "localhost", "apps answer at https://<app>.<base-domain>")
+	f.StringVar(&c.adminKeyFile, "admin-key", "", "OpenSSH public key file made admin on start (e.g. ~/.ssh/id_ed25519.pub)")
+	f.StringVar(&c.cfg.ACMEEmail, "acme-email", "", "ACME account email (certificates from Let's Encrypt, or --acme-ca)")
+	f.StringVar(&c.cfg.ACMECA, "acme-ca", "", "ACME directory URL; without it and --acme-email, or for the base domain localhost, a local CA issues certificates (STATE_DIR/ca.pem)")
+	f.StringVar(&c.cfg.ContainerdAddr, "containerd-addr", "", "an existing containerd's socket (default: start one in STATE_DIR/containerd)")
+	f.StringVar(&c.cfg.ImageResolveMode, "image-resolve-mode", "default", "how builds find base images: default, pull, or local (images already in containerd; no registry)")
+	return cmd
+}
+
+func (c *upCmd) run(ctx context.Context) error {
+	if c.adminKeyFile != "" {
+		key, err := os.ReadFile(c.adminKeyFile)
+		if err != nil {
+			return fmt.Errorf("--admin-key: %w", err)
+		}
+		c.cfg.AdminKeys = append(c.cfg.AdminKeys, key...)
+	}
+	if keys := os.Getenv("BEX_ADMIN_KEYS"); keys != "" {
+		c.cfg.AdminKeys = append(append(c.cfg.AdminKeys, '\n'), keys...)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	c.cfg.Bex, c.cfg.Out, c.cfg.Log = exe, c.out, c.log
+	p, err := up.Start(ctx, c.cfg)
+	if err != nil {
+		return err
+	}
+	if c.started != nil {
+		c.started <- p
+	}
+	<-ctx.Done()
+	return p.Stop()
+}
+
+func (c *upCmd) close() error { return nil }

@@ -1,0 +1,154 @@
+package e2e
+
+import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestPlatform is the user's path through bex, on one `bex up`, step by step; each
+// step needs the ones before it.
+func TestPlatform(t *testing.T) {
+	p := newPlatform(t)
+	t.Cleanup(p.kill)
+	p.start(t)
+	p.importBusybox(t)
+	shell := p.newRepo(t, "hello-shell", "hello-shell")
+	var firstCommit string
+
+	steps := []struct {
+		name string
+		run  func(t *testing.T)
+	}{
+		{"first push serves over HTTPS", func(t *testing.T) {
+			out, err := shell.push()
+			if err != nil {
+				t.Fatalf("push: %v\n%s", err, out)
+			}
+			t.Logf("first push:\n%s", out)
+			for _, want := range []string{"remote: ", "RUN mkdir -p /www/cgi-bin", "https://hello-shell.localhost:" + p.port(p.httpsAddr)} {
+				if !strings.Contains(out, want) {
+					t.Errorf("push output lacks %q", want)
+				}
+			}
+			firstCommit = strings.TrimSpace(shell.git(t, "rev-parse", "HEAD"))
+			// The real curl, trusting the CA bex up exported, as the instructions say.
+			url := fmt.Sprintf("https://hello-shell.localhost:%s/", p.port(p.httpsAddr))
+			began := time.Now()
+			var curl []byte
+			for time.Since(began) < 10*time.Second {
+				curl, err = exec.Command("curl", "-sS", "--fail", "--cacert", filepath.Join(p.dir, "ca.pem"),
+					"--resolve", "hello-shell.localhost:"+p.port(p.httpsAddr)+":127.0.0.1", url).CombinedOutput()
+				if err == nil {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if err != nil || !strings.Contains(string(curl), "hello from bex") {
+				t.Log(p.kubectl(t, "get", "endpointslices,services,apps", "-o", "yaml"))
+				o, _ := exec.Command("sh", "-c", "tail -30 "+p.dir+"/logs/edge.log; tail -30 "+p.dir+"/logs/deployer.log; curl -sk https://127.0.0.1:"+p.port(p.httpsAddr)+" -H 'Host: hello-shell.localhost'").CombinedOutput()
+				t.Log(string(o))
+				t.Fatalf("curl %s: %v\n%s", url, err, curl)
+			}
+			eventually(t, 10*time.Second, "the CGI page", p.answers("hello-shell", "/cgi-bin/greet", "hello from hello-shell"))
+		}},
+		{"a failing build is rejected and changes nothing", func(t *testing.T) {
+			shell.commit(t, "broken build", map[string]string{"Dockerfile": "FROM busybox\nRUN echo about to fail && false\n"})
+			out, err := shell.push()
+			if err == nil {
+				t.Fatalf("a push whose build fails was accepted:\n%s", out)
+			}
+			if !strings.Contains(out, "false") {
+				t.Errorf("the rejection does not show the failed step:\n%s", out)
+			}
+			if got := shell.remoteHead(t); got != firstCommit {
+				t.Fatalf("main moved to %s after a failed build; want %s", got, firstCommit)
+			}
+			if err := p.answers("hello-shell", "/", "hello from bex")(); err != nil {
+				t.Fatalf("the serving release stopped answering: %v", err)
+			}
+		}},
+		{"a release that never becomes healthy is rejected and the old one serves", func(t *testing.T) {
+			// A short boot timeout, so the test does not wait the default minute.
+			p.kubectl(t, "patch", "app", "hello-shell", "--type", "merge", "-p", `{"spec":{"healthCheck":{"path":"/","bootTimeoutSeconds":8}}}`)
+			shell.git(t, "reset", "-q", "--hard", firstCommit)
+			shell.commit(t, "never listens", map[string]string{"Dockerfile": "FROM busybox\nCMD [\"sleep\", \"3600\"]\n"})
+			out, err := shell.push()
+			if err == nil {
+				t.Fatalf("a push whose release never became healthy was accepted:\n%s", out)
+			}
+			t.Logf("rejected push:\n%s", out)
+			if got := shell.remoteHead(t); got != firstCommit {
+				t.Fatalf("main moved to %s after a failed rollout; want %s", got, firstCommit)
+			}
+			if err := p.answers("hello-shell", "/", "hello from bex")(); err != nil {
+				t.Fatalf("the serving release stopped answering: %v", err)
+			}
+			shell.git(t, "reset", "-q", "--hard", firstCommit)
+		}},
+		{"two apps pushed at once both come up", func(t *testing.T) {
+			procfile := p.newRepo(t, "hello-procfile", "hello-procfile")
+			second := p.newRepo(t, "hello-shell", "hello-second")
+			var wg sync.WaitGroup
+			errs := make([]error, 2)
+			outs := make([]string, 2)
+			for i, r := range []*repo{procfile, second} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					outs[i], errs[i] = r.push()
+				}()
+			}
+			wg.Wait()
+			for i, err := range errs {
+				if err != nil {
+					t.Fatalf("push %d: %v\n%s", i, err, outs[i])
+				}
+			}
+			eventually(t, 10*time.Second, "hello-procfile", p.answers("hello-procfile", "/", "hello from a Procfile app"))
+			eventually(t, 10*time.Second, "hello-second", p.answers("hello-second", "/", "hello from bex"))
+		}},
+		{"kubectl shows the apps", func(t *testing.T) {
+			// hello-shell shows Running once the containers of its failed release
+			// have stopped (a `sleep` as PID 1 ignores SIGTERM: it takes the stop
+			// timeout).
+			eventually(t, 30*time.Second, "kubectl get apps", func() error {
+				out := p.kubectl(t, "get", "apps")
+				for _, app := range []string{"hello-shell", "hello-procfile", "hello-second"} {
+					row := lines(out, app)
+					if len(row) != 1 || !strings.Contains(row[0], "Running") || !strings.Contains(row[0], "https://"+app+".localhost:"+p.port(p.httpsAddr)) {
+						return fmt.Errorf("row of %s: %q in\n%s", app, row, out)
+					}
+				}
+				return nil
+			})
+		}},
+		{"a restart brings every app back without a rebuild", func(t *testing.T) {
+			before := p.kubectl(t, "get", "apps", "-o", "custom-columns=NAME:.metadata.name,REVISION:.status.revision,IMAGE:.spec.image", "--no-headers")
+			releases := p.kubectl(t, "get", "releases", "--no-headers")
+			p.stop(t)
+			p.start(t)
+			for app, want := range map[string]string{"hello-shell": "hello from bex", "hello-procfile": "hello from a Procfile app", "hello-second": "hello from bex"} {
+				eventually(t, time.Minute, app+" after the restart", p.answers(app, "/", want))
+			}
+			after := p.kubectl(t, "get", "apps", "-o", "custom-columns=NAME:.metadata.name,REVISION:.status.revision,IMAGE:.spec.image", "--no-headers")
+			if after != before {
+				t.Errorf("apps changed across the restart:\nbefore:\n%s\nafter:\n%s", before, after)
+			}
+			if got := p.kubectl(t, "get", "releases", "--no-headers"); len(strings.Split(got, "\n")) != len(strings.Split(releases, "\n")) {
+				t.Errorf("releases changed across the restart:\nbefore:\n%s\nafter:\n%s", releases, got)
+			}
+		}},
+	}
+	for _, s := range steps {
+		if !t.Run(s.name, s.run) {
+			t.Logf("bex up's output:\n%s", p.out)
+			return
+		}
+	}
+	p.stop(t)
+}

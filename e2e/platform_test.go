@@ -1,0 +1,397 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"bex.co/bex/internal/testenv"
+)
+
+// bexBinary is bex built once for the whole package.
+var bexBinary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "bex-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bexBinary = filepath.Join(dir, "bex")
+	root, err := testenv.RepoRoot()
+	if err == nil {
+		cmd := exec.Command("go", "build", "-o", bexBinary, "./cmd/bex")
+		cmd.Dir = root
+		if out, berr := cmd.CombinedOutput(); berr != nil {
+			err = fmt.Errorf("go build ./cmd/bex: %v\n%s", berr, out)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(1)
+	}
+	code := testenv.Run(m)
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// platform is one `bex up` process on its own state dir and loopback ports.
+type platform struct {
+	dir                          string // the state dir
+	sshAddr, httpAddr, httpsAddr string
+	keyPath                      string // the admin's private key
+
+	cmd    *exec.Cmd
+	out    *syncBuffer
+	exited chan struct{}
+}
+
+// syncBuffer collects a process's output while tests read it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// newPlatform chooses the ports and makes the admin's key; start runs it.
+func newPlatform(t *testing.T) *platform {
+	t.Helper()
+	p := &platform{dir: t.TempDir()}
+	for _, a := range []*string{&p.sshAddr, &p.httpAddr, &p.httpsAddr} {
+		port, err := testenv.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		*a = fmt.Sprintf("127.0.0.1:%d", port)
+	}
+	p.keyPath = filepath.Join(t.TempDir(), "id_ed25519")
+	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "e2e@bex", "-f", p.keyPath).CombinedOutput(); err != nil {
+		t.Fatalf("ssh-keygen: %v\n%s", err, out)
+	}
+	return p
+}
+
+// start runs bex up and waits until it says it is up. The caller registers
+// t.Cleanup(p.kill) once, on the test that owns the platform.
+func (p *platform) start(t *testing.T) {
+	t.Helper()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd = exec.Command(bexBinary, "up",
+		"--state-dir", p.dir,
+		"--ssh-addr", p.sshAddr, "--http-addr", p.httpAddr, "--https-addr", p.httpsAddr,
+		"--base-domain", "localhost",
+		"--admin-key", p.keyPath+".pub",
+		// Nothing can be pulled here: builds use the busybox base imported below.
+		"--image-resolve-mode", "local")
+	// The daemons built by `make tools` are in bin/.
+	p.cmd.Env = append(os.Environ(), "PATH="+filepath.Join(root, "bin")+":"+os.Getenv("PATH"))
+	p.out = &syncBuffer{}
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p.exited = make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(p.exited) }()
+	deadline := time.After(3 * time.Minute)
+	for !strings.Contains(p.out.String(), "bex is up.") {
+		select {
+		case <-p.exited:
+			t.Fatalf("bex up exited (%v):\n%s", p.cmd.ProcessState, p.out)
+		case <-deadline:
+			p.kill()
+			t.Fatalf("bex up did not come up in 3 minutes:\n%s", p.out)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// kill ends bex up at once, for a test that failed midway.
+func (p *platform) kill() {
+	select {
+	case <-p.exited:
+	default:
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.exited:
+		case <-time.After(time.Minute):
+			_ = p.cmd.Process.Kill()
+			<-p.exited
+		}
+	}
+}
+
+// stop stops bex up as a user would, with SIGTERM, and checks that it exits cleanly
+// and leaves no process behind.
+func (p *platform) stop(t *testing.T) {
+	t.Helper()
+	began := time.Now()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(2 * time.Minute):
+		p.cmd.Process.Kill()
+		t.Fatalf("bex up did not stop within 2 minutes of SIGTERM:\n%s", p.out)
+	}
+	if !p.cmd.ProcessState.Success() {
+		t.Fatalf("bex up exited with %v:\n%s", p.cmd.ProcessState, p.out)
+	}
+	t.Logf("bex up stopped in %s", time.Since(began).Round(time.Millisecond))
+	// containerd's shims are the processes most likely to outlive it: they are
+	// found by the state dir in their command line, as is everything else bex up
+	// started.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		left := processesMentioning(p.dir)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("processes left after bex up stopped:\n%s", strings.Join(left, "\n"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// processesMentioning lists the live processes whose command line contains s.
+func processesMentioning(s string) []string {
+	var found []string
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !bytes.Contains(cmdline, []byte(s)) {
+			continue
+		}
+		if stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat")); err == nil && bytes.Contains(stat, []byte(") Z ")) {
+			continue // a zombie: it has exited
+		}
+		found = append(found, e.Name()+": "+strings.ReplaceAll(string(cmdline), "\x00", " "))
+	}
+	return found
+}
+
+// importBusybox puts the busybox base into bex up's containerd: `FROM busybox` with
+// --image-resolve-mode local finds it there.
+func (p *platform) importBusybox(t *testing.T) {
+	t.Helper()
+	c := &testenv.Containerd{Address: filepath.Join(p.dir, "containerd", "containerd.sock")}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := testenv.BusyboxImage(ctx, c, t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (p *platform) port(addr string) string {
+	_, port, _ := net.SplitHostPort(addr)
+	return port
+}
+
+// sshCommand is the ssh a user runs, with the admin's key.
+func (p *platform) sshCommand() string {
+	return "ssh -F /dev/null -i " + p.keyPath + " -o IdentitiesOnly=yes -o IdentityAgent=none -o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=no -o LogLevel=ERROR -o BatchMode=yes"
+}
+
+// remote is the git remote of app.
+func (p *platform) remote(app string) string {
+	return fmt.Sprintf("ssh://git@127.0.0.1:%s/%s", p.port(p.sshAddr), app)
+}
+
+// ssh runs a bex command over ssh as the admin and returns stdout, stderr and the
+// exit error.
+func (p *platform) ssh(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	fields := strings.Fields(p.sshCommand())
+	cmd := exec.Command(fields[0], append(append(fields[1:], "-p", p.port(p.sshAddr), "git@127.0.0.1"), args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	return stdout.String(), stderr.String(), err
+}
+
+// kubectl runs kubectl with bex up's kubeconfig.
+func (p *platform) kubectl(t *testing.T, args ...string) string {
+	t.Helper()
+	bin, err := testenv.Binary("kubectl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, append([]string{"--kubeconfig", filepath.Join(p.dir, "kubeconfig")}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// https GETs path of app through the edge, trusting only bex's ca.pem.
+func (p *platform) https(app, path string) (int, string, error) {
+	pem, err := os.ReadFile(filepath.Join(p.dir, "ca.pem"))
+	if err != nil {
+		return 0, "", err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return 0, "", fmt.Errorf("ca.pem holds no certificate")
+	}
+	hc := &http.Client{
+		Timeout: 10 * time.Second,
+		Transport: &http.Transport{
+			TLSClientConfig: &tls.Config{RootCAs: pool},
+			// <app>.localhost is loopback, as browsers and curl treat it.
+			DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, network, p.httpsAddr)
+			},
+			DisableKeepAlives: true,
+		},
+	}
+	resp, err := hc.Get(fmt.Sprintf("https://%s.localhost:%s%s", app, p.port(p.httpsAddr), path))
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), err
+}
+
+// eventually retries f until it succeeds or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still %v after %s", what, err, timeout)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// answers checks that app's path answers 200 with a body containing want.
+func (p *platform) answers(app, path, want string) func() error {
+	return func() error {
+		code, body, err := p.https(app, path)
+		if err != nil {
+			return err
+		}
+		if code != http.StatusOK || !strings.Contains(body, want) {
+			return fmt.Errorf("%s%s: %d %q, want 200 with %q", app, path, code, body, want)
+		}
+		return nil
+	}
+}
+
+// repo is a git working copy of an app, pushed to bex.
+type repo struct {
+	dir string
+	env []string
+}
+
+// newRepo copies sample (a directory of hack/samples) into a new repository with one
+// commit, its remote "bex" pointing at app.
+func (p *platform) newRepo(t *testing.T, sample, app string) *repo {
+	t.Helper()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &repo{dir: t.TempDir()}
+	home := t.TempDir()
+	r.env = append(os.Environ(), "HOME="+home, "GIT_CONFIG_NOSYSTEM=1",
+		"GIT_AUTHOR_NAME=e2e", "GIT_AUTHOR_EMAIL=e2e@bex", "GIT_COMMITTER_NAME=e2e", "GIT_COMMITTER_EMAIL=e2e@bex",
+		"GIT_SSH_COMMAND="+p.sshCommand())
+	if out, err := exec.Command("cp", "-a", filepath.Join(root, "hack", "samples", sample)+"/.", r.dir).CombinedOutput(); err != nil {
+		t.Fatalf("copy sample: %v\n%s", err, out)
+	}
+	r.git(t, "init", "-q", "-b", "main")
+	r.git(t, "add", "-A")
+	r.git(t, "commit", "-q", "-m", "first")
+	r.git(t, "remote", "add", "bex", p.remote(app))
+	return r
+}
+
+func (r *repo) git(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := r.tryGit(args...)
+	if err != nil {
+		t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+func (r *repo) tryGit(args ...string) (string, error) {
+	cmd := exec.Command("git", args...)
+	cmd.Dir, cmd.Env = r.dir, r.env
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// commit writes files and commits them.
+func (r *repo) commit(t *testing.T, msg string, files map[string]string) string {
+	t.Helper()
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(r.dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.git(t, "add", "-A")
+	r.git(t, "commit", "-q", "-m", msg)
+	return strings.TrimSpace(r.git(t, "rev-parse", "HEAD"))
+}
+
+// push pushes main and returns git's output.
+func (r *repo) push() (string, error) { return r.tryGit("push", "bex", "main") }
+
+// remoteHead is what bex's main points at.
+func (r *repo) remoteHead(t *testing.T) string {
+	t.Helper()
+	out := r.git(t, "ls-remote", "bex", "refs/heads/main")
+	f := strings.Fields(out)
+	if len(f) == 0 {
+		return ""
+	}
+	return f[0]
+}
+
+// lines returns the lines of s that contain sub, for messages.
+func lines(s, sub string) []string {
+	var out []string
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), sub) {
+			out = append(out, sc.Text())
+		}
+	}
+	return out
+}

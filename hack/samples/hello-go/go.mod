@@ -1,0 +1,3 @@
+module example.com/hello-go
+
+go 1.26

@@ -1,0 +1,78 @@
+package up
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+)
+
+// Config is what `bex up`'s flags say. The zero values of optional fields mean the
+// defaults of the flags.
+type Config struct {
+	// StateDir holds everything.
+	StateDir string
+	// SSHAddr, HTTPAddr and HTTPSAddr are the public listen addresses.
+	SSHAddr, HTTPAddr, HTTPSAddr string
+	// BaseDomain: apps answer at <app>.<BaseDomain>.
+	BaseDomain string
+	// AdminKeys are authorized_keys lines made keys of the admin user on start.
+	AdminKeys []byte
+	// ACMEEmail and ACMECA choose ACME certificates; without both, or with the base
+	// domain localhost, the local CA issues them.
+	ACMEEmail, ACMECA string
+	// ContainerdAddr is an existing containerd's socket; empty starts one.
+	ContainerdAddr string
+	// ImageResolveMode is how builds find base images: default, pull or local.
+	ImageResolveMode string
+	// Bex is the path of the bex binary that runs the components.
+	Bex string
+	// Out receives the progress lines and the final instructions.
+	Out io.Writer
+	// Log receives the supervisor's events (restarts).
+	Log *slog.Logger
+}
+
+// Namespace is where Apps live on one machine.
+const Namespace = "default"
+
+// ContainerdNamespace is the containerd namespace builds go to and apps run in.
+const ContainerdNamespace = "bex"
+
+// AdminUser is the user the admin keys are given to.
+const AdminUser = "admin"
+
+// Validate reports what is wrong with c.
+func (c Config) Validate() error {
+	if c.StateDir == "" {
+		return fmt.Errorf("--state-dir is empty")
+	}
+	for flag, addr := range map[string]string{"--ssh-addr": c.SSHAddr, "--http-addr": c.HTTPAddr, "--https-addr": c.HTTPSAddr} {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return fmt.Errorf("%s %q: want HOST:PORT or :PORT (%v)", flag, addr, err)
+		}
+	}
+	if c.BaseDomain == "" || strings.ContainsAny(c.BaseDomain, "/: ") {
+		return fmt.Errorf("--base-domain %q: want a domain such as localhost or apps.example.com", c.BaseDomain)
+	}
+	if c.Bex == "" || c.Out == nil {
+		return fmt.Errorf("up: Config.Bex and Config.Out are required")
+	}
+	return nil
+}
+
+// port returns the port of addr.
+func port(addr string) string {
+	_, p, _ := net.SplitHostPort(addr)
+	return p
+}
+
+// dialable turns a listen address into one to dial: ":2222" → "127.0.0.1:2222".
+func dialable(addr string) string {
+	host, p, _ := net.SplitHostPort(addr)
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, p)
+}

@@ -1,0 +1,379 @@
+package up
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/deployer/crds"
+	"bex.co/bex/gitserver/access"
+	"bex.co/bex/internal/controlplane"
+	"bex.co/bex/internal/daemons"
+	"bex.co/bex/internal/supervise"
+)
+
+// Platform is bex running on this machine.
+type Platform struct {
+	cfg  Config
+	bins Binaries
+	sup  *supervise.Supervisor
+	lock *os.File
+
+	containerdAddr string
+	kubeconfig     string
+	hasAdmin       bool
+}
+
+// Start checks the machine, then starts everything and returns once every part
+// answers. Stop ends it all. On error, what was started is stopped again.
+func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	bins, err := Preflight(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
+		return nil, err
+	}
+	p := &Platform{cfg: cfg, bins: bins, sup: supervise.New(cfg.Log), kubeconfig: filepath.Join(cfg.StateDir, "kubeconfig")}
+	if err := p.takeLock(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = p.Stop()
+		}
+	}()
+	fmt.Fprintf(cfg.Out, "bex up: state in %s, logs in %s\n", cfg.StateDir, p.logDir())
+	if err := p.startDaemons(ctx); err != nil {
+		return nil, err
+	}
+	if err := p.startAPI(ctx); err != nil {
+		return nil, err
+	}
+	if err := p.startComponents(ctx); err != nil {
+		return nil, err
+	}
+	p.printInstructions()
+	return p, nil
+}
+
+// Stop stops everything, the last started first, and releases the state dir.
+func (p *Platform) Stop() error {
+	fmt.Fprintln(p.cfg.Out, "bex up: stopping")
+	err := p.sup.Stop()
+	if p.lock != nil {
+		p.lock.Close()
+	}
+	return err
+}
+
+func (p *Platform) logDir() string { return filepath.Join(p.cfg.StateDir, "logs") }
+
+// takeLock makes sure one bex up uses a state dir at a time. The lock is a flock:
+// the kernel releases it when the process ends, however it ends.
+func (p *Platform) takeLock() error {
+	path := filepath.Join(p.cfg.StateDir, "up.lock")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		holder, _ := os.ReadFile(path)
+		f.Close()
+		return fmt.Errorf("another bex up (pid %s) is running on %s: stop it first, or pass another --state-dir", strings.TrimSpace(string(holder)), p.cfg.StateDir)
+	}
+	_ = f.Truncate(0)
+	fmt.Fprintf(f, "%d\n", os.Getpid())
+	p.lock = f
+	return nil
+}
+
+// start starts one child and says so.
+func (p *Platform) start(ctx context.Context, proc supervise.Process, what string) error {
+	if proc.LogPath == "" {
+		proc.LogPath = filepath.Join(p.logDir(), proc.Name+".log")
+	}
+	began := time.Now()
+	fmt.Fprintf(p.cfg.Out, "==> %-15s starting: %s\n", proc.Name, what)
+	pid, err := p.sup.Start(ctx, proc)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(p.cfg.Out, "    %-15s ready in %s (pid %d)\n", proc.Name, time.Since(began).Round(time.Millisecond), pid)
+	return nil
+}
+
+func (p *Platform) startDaemons(ctx context.Context) error {
+	p.containerdAddr = p.cfg.ContainerdAddr
+	if p.containerdAddr == "" {
+		d := daemons.Containerd{Dir: filepath.Join(p.cfg.StateDir, "containerd")}
+		args, err := d.WriteConfig()
+		if err != nil {
+			return err
+		}
+		p.containerdAddr = d.Address()
+		err = p.start(ctx, supervise.Process{
+			Name: "containerd", Path: p.bins["containerd"], Args: args, Ready: d.Ready,
+			// The shims of the apps' containers are stopped with the deployer; these
+			// are whatever is left (a build's), found by this containerd's socket.
+			AfterStop: func() { daemons.KillProcessesWithArg(d.Address()) },
+		}, "runs the apps' containers, "+d.Address())
+		if err != nil {
+			return err
+		}
+	}
+	b := daemons.Buildkitd{Dir: filepath.Join(p.cfg.StateDir, "buildkitd"), ContainerdAddress: p.containerdAddr, Namespace: ContainerdNamespace}
+	args, err := b.WriteConfig()
+	if err != nil {
+		return err
+	}
+	return p.start(ctx, supervise.Process{Name: "buildkitd", Path: p.bins["buildkitd"], Args: args, Ready: b.Ready}, "builds images into containerd")
+}
+
+func (p *Platform) startAPI(ctx context.Context) error {
+	cp, err := controlplane.Prepare(controlplane.Config{
+		Dir:  filepath.Join(p.cfg.StateDir, "controlplane"),
+		Etcd: p.bins["etcd"], APIServer: p.bins["kube-apiserver"],
+	})
+	if err != nil {
+		return err
+	}
+	if err := p.start(ctx, cp.Etcd(), "the API's storage"); err != nil {
+		return err
+	}
+	if err := p.start(ctx, cp.APIServer(), "the App API, "+cp.Host()); err != nil {
+		return err
+	}
+	if err := cp.WriteKubeconfig(p.kubeconfig); err != nil {
+		return err
+	}
+	rc, err := cp.RESTConfig()
+	if err != nil {
+		return err
+	}
+	s := k8sruntime.NewScheme()
+	for _, add := range []func(*k8sruntime.Scheme) error{clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, appv1.AddToScheme} {
+		if err := add(s); err != nil {
+			return err
+		}
+	}
+	c, err := client.New(rc, client.Options{Scheme: s})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := crds.Install(ctx, c); err != nil {
+		return err
+	}
+	fmt.Fprintf(p.cfg.Out, "    %-15s CRDs installed; kubectl --kubeconfig %s get apps\n", "", p.kubeconfig)
+	return p.ensureAdmins(ctx, c)
+}
+
+// ensureAdmins gives the admin keys to the admin user and finds out whether any
+// admin exists, for the instructions.
+func (p *Platform) ensureAdmins(ctx context.Context, c client.Client) error {
+	for _, line := range bytes.Split(p.cfg.AdminKeys, []byte("\n")) {
+		line = bytes.TrimSpace(line)
+		if len(line) == 0 || line[0] == '#' {
+			continue
+		}
+		changed, err := access.EnsureAdmin(ctx, c, AdminUser, line)
+		if err != nil {
+			return err
+		}
+		if changed {
+			fmt.Fprintf(p.cfg.Out, "    %-15s key added to user %s (admin)\n", "", AdminUser)
+		}
+	}
+	var users appv1.UserList
+	if err := c.List(ctx, &users); err != nil {
+		return err
+	}
+	for _, u := range users.Items {
+		if u.Spec.Role == appv1.RoleAdmin && len(u.Spec.Keys) > 0 {
+			p.hasAdmin = true
+		}
+	}
+	return nil
+}
+
+// component is a bex subcommand run as a child of bex up.
+func (p *Platform) component(name string, args []string, ready func(context.Context) error) supervise.Process {
+	common := []string{"--state-dir", p.cfg.StateDir, "--kubeconfig", p.kubeconfig, "--namespace", Namespace}
+	return supervise.Process{
+		Name:  name,
+		Path:  p.cfg.Bex,
+		Args:  append(append([]string{name}, common...), args...),
+		Ready: ready,
+		// bex up's own BEX_* settings are its flags; passing them on would set the
+		// children's flags of the same name behind bex up's back.
+		KeepEnv: func(kv string) bool { return !strings.HasPrefix(kv, "BEX_") && !strings.HasPrefix(kv, "KUBECONFIG=") },
+	}
+}
+
+func (p *Platform) startComponents(ctx context.Context) error {
+	health, err := freeLoopbackAddr()
+	if err != nil {
+		return err
+	}
+	deployer := p.component("deployer", []string{
+		"--runtime", "local",
+		"--containerd-addr", p.containerdAddr,
+		"--containerd-namespace", ContainerdNamespace,
+		"--base-domain", p.cfg.BaseDomain,
+		"--https-port", port(p.cfg.HTTPSAddr),
+		"--metrics-addr", "0",
+		"--health-addr", health,
+	}, httpReady("http://"+health+"/readyz"))
+	// Stopping the deployer leaves the apps' containers running (a restarted deployer
+	// adopts them); bex up is stopping everything, so it stops them too.
+	deployer.AfterStop = func() {
+		if err := daemons.KillTasks(p.containerdAddr, ContainerdNamespace); err != nil {
+			p.cfg.Log.Warn("stopping the apps' containers", "err", err)
+		}
+	}
+	if err := p.start(ctx, deployer, "runs each App's release with containerd"); err != nil {
+		return err
+	}
+
+	edgeArgs := []string{"--http-addr", p.cfg.HTTPAddr, "--https-addr", p.cfg.HTTPSAddr, "--base-domain", p.cfg.BaseDomain}
+	if p.cfg.ACMEEmail != "" {
+		edgeArgs = append(edgeArgs, "--acme-email", p.cfg.ACMEEmail)
+	}
+	if p.cfg.ACMECA != "" {
+		edgeArgs = append(edgeArgs, "--acme-ca", p.cfg.ACMECA)
+	}
+	if err := p.start(ctx, p.component("edge", edgeArgs, tcpReady(p.cfg.HTTPAddr, p.cfg.HTTPSAddr)), "HTTPS for every app"); err != nil {
+		return err
+	}
+	if p.localCA() {
+		if err := p.linkCA(); err != nil {
+			return err
+		}
+	}
+
+	gitArgs := []string{"--ssh-addr", p.cfg.SSHAddr, "--buildkit-addr", "unix://" + filepath.Join(p.cfg.StateDir, "buildkitd", "buildkitd.sock")}
+	if p.cfg.ImageResolveMode != "" {
+		gitArgs = append(gitArgs, "--image-resolve-mode", p.cfg.ImageResolveMode)
+	}
+	// A push waits for its build and rollout; give the pushes in flight time to end.
+	git := p.component("gitserver", gitArgs, tcpReady(p.cfg.SSHAddr))
+	git.Grace = 30 * time.Second
+	return p.start(ctx, git, "git push over SSH")
+}
+
+// localCA reports whether the edge issues certificates from its local CA, by the
+// same rule as bex edge.
+func (p *Platform) localCA() bool {
+	return (p.cfg.ACMECA == "" && p.cfg.ACMEEmail == "") || p.cfg.BaseDomain == "localhost"
+}
+
+// CAPath is where the local CA's certificate is, for curl --cacert and browsers.
+func (p *Platform) CAPath() string { return filepath.Join(p.cfg.StateDir, "ca.pem") }
+
+// linkCA puts the edge's CA certificate at STATE_DIR/ca.pem, where the docs say.
+func (p *Platform) linkCA() error {
+	target := filepath.Join("edge", "ca", "ca.pem")
+	if _, err := os.Stat(filepath.Join(p.cfg.StateDir, target)); err != nil {
+		return fmt.Errorf("the edge made no CA certificate: %w", err)
+	}
+	if cur, err := os.Readlink(p.CAPath()); err == nil && cur == target {
+		return nil
+	}
+	_ = os.Remove(p.CAPath())
+	return os.Symlink(target, p.CAPath())
+}
+
+func (p *Platform) printInstructions() {
+	host, sshPort, _ := net.SplitHostPort(p.cfg.SSHAddr)
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host, _ = os.Hostname()
+	}
+	remote := fmt.Sprintf("ssh://git@%s/<app>", net.JoinHostPort(host, sshPort))
+	if sshPort == "22" {
+		remote = fmt.Sprintf("git@%s:<app>", host)
+	}
+	url := "https://<app>." + p.cfg.BaseDomain
+	if hp := port(p.cfg.HTTPSAddr); hp != "443" {
+		url += ":" + hp
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nbex is up.\n")
+	if !p.hasAdmin {
+		fmt.Fprintf(&b, "  No admin yet. Add your key (once), then start again:\n")
+		fmt.Fprintf(&b, "      bex up --admin-key ~/.ssh/id_ed25519.pub ...\n")
+		fmt.Fprintf(&b, "  or, while it runs:\n")
+		fmt.Fprintf(&b, "      bex users add admin --admin --key ~/.ssh/id_ed25519.pub --state-dir %s\n", p.cfg.StateDir)
+	}
+	fmt.Fprintf(&b, "  Push an app from its git repository:\n")
+	fmt.Fprintf(&b, "      git remote add bex %s\n", remote)
+	fmt.Fprintf(&b, "      git push bex main\n")
+	fmt.Fprintf(&b, "  It answers at %s", url)
+	if p.localCA() {
+		fmt.Fprintf(&b, " (certificates from the local CA: curl --cacert %s)", p.CAPath())
+	}
+	fmt.Fprintf(&b, "\n  Manage apps: ssh -p %s git@%s help    kubectl --kubeconfig %s get apps\n", sshPort, host, p.kubeconfig)
+	fmt.Fprintf(&b, "  Ctrl-C stops everything; starting again brings every app back.\n")
+	fmt.Fprint(p.cfg.Out, b.String())
+}
+
+func freeLoopbackAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// tcpReady succeeds once every address accepts connections.
+func tcpReady(addrs ...string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		for _, a := range addrs {
+			var d net.Dialer
+			conn, err := d.DialContext(ctx, "tcp", dialable(a))
+			if err != nil {
+				return err
+			}
+			conn.Close()
+		}
+		return nil
+	}
+}
+
+// httpReady succeeds once url answers 200.
+func httpReady(url string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return errors.New(url + ": " + resp.Status)
+		}
+		return nil
+	}
+}

@@ -61,4 +61,3 @@ func lookPath(name, dir string) (string, error) {
 	}
 	return exec.LookPath(name)
 }
-

@@ -1,28 +1,34 @@
 #!/usr/bin/env bash
-# `make run`: starts bex on this machine with development defaults (unprivileged
-# ports, apps at https://<app>.localhost:8443, state in .state/). hack/tools.sh and
-# `make build` have run before this.
+# `make run`: starts bex on this machine with development defaults: unprivileged
+# ports (SSH 2222, HTTP 8080, HTTPS 8443), apps at https://<app>.localhost:8443,
+# certificates from a local CA (.state/ca.pem), everything kept in .state/.
+# hack/tools.sh and `make build` have run before this. Ctrl-C stops everything.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-bin/bex version
-if ! bin/bex up --help >/dev/null 2>&1; then
-	cat <<'MSG'
-
-bex is built (bin/bex) and its daemons are ready in bin/, but `bex up` — the command
-that runs the whole platform on this machine — is not there yet: it arrives with the
-issue "One machine, one command". Until then, `make test` exercises every part that
-exists against real daemons. See docs/architecture.md for what is built so far.
-MSG
-	exit 0
+state=${BEX_STATE_DIR:-$root/.state}
+args=(
+	--state-dir "$state"
+	--ssh-addr "${BEX_SSH_ADDR:-127.0.0.1:2222}"
+	--http-addr "${BEX_HTTP_ADDR:-127.0.0.1:8080}"
+	--https-addr "${BEX_HTTPS_ADDR:-127.0.0.1:8443}"
+	--base-domain "${BEX_BASE_DOMAIN:-localhost}"
+)
+# The first key found becomes the admin's, so that the first push just works.
+key=${ADMIN_KEY:-}
+if [[ -z $key ]]; then
+	for k in ~/.ssh/id_ed25519.pub ~/.ssh/id_ecdsa.pub ~/.ssh/id_rsa.pub; do
+		if [[ -f $k ]]; then key=$k; break; fi
+	done
 fi
-
-mkdir -p .state
-echo "==> starting bex up (state in .state/, Ctrl-C stops everything)"
-exec bin/bex up \
-	--state-dir "$root/.state" \
-	--ssh-addr 127.0.0.1:2222 \
-	--http-addr 127.0.0.1:8080 \
-	--https-addr 127.0.0.1:8443 \
-	--base-domain localhost
+if [[ -n $key ]]; then
+	echo "==> $key will be the admin's key (set ADMIN_KEY=FILE for another)"
+	args+=(--admin-key "$key")
+else
+	echo "==> no SSH key in ~/.ssh: make one with ssh-keygen -t ed25519, or set ADMIN_KEY=FILE"
+fi
+echo "==> $(bin/bex version): starting bex up (state in $state)"
+# Make the daemons that `make tools` built in bin/ findable next to bin/bex.
+export PATH="$root/bin:$PATH"
+exec bin/bex up "${args[@]}"

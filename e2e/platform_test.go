@@ -100,19 +100,12 @@ func newPlatform(t *testing.T) *platform {
 // t.Cleanup(p.kill) once, on the test that owns the platform.
 func (p *platform) start(t *testing.T) {
 	t.Helper()
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.cmd = exec.Command(bexBinary, "up",
-		"--state-dir", p.dir,
+	p.cmd = p.upCommand("--state-dir", p.dir,
 		"--ssh-addr", p.sshAddr, "--http-addr", p.httpAddr, "--https-addr", p.httpsAddr,
 		"--base-domain", "localhost",
 		"--admin-key", p.keyPath+".pub",
 		// Nothing can be pulled here: builds use the busybox base imported below.
 		"--image-resolve-mode", "local")
-	// The daemons built by `make tools` are in bin/.
-	p.cmd.Env = append(os.Environ(), "PATH="+filepath.Join(root, "bin")+":"+os.Getenv("PATH"))
 	p.out = &syncBuffer{}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -132,6 +125,15 @@ func (p *platform) start(t *testing.T) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// upCommand is `bex up args...`, finding the daemons `make tools` built in bin/.
+func (p *platform) upCommand(args ...string) *exec.Cmd {
+	cmd := exec.Command(bexBinary, append([]string{"up"}, args...)...)
+	if root, err := testenv.RepoRoot(); err == nil {
+		cmd.Env = append(os.Environ(), "PATH="+filepath.Join(root, "bin")+":"+os.Getenv("PATH"))
+	}
+	return cmd
 }
 
 // kill ends bex up at once, for a test that failed midway.

@@ -48,8 +48,13 @@ func Preflight(cfg Config) (Binaries, error) {
 		}
 	}
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("bex up needs %s, not found next to %s or in PATH: run `%s` (in the bex source tree, `make tools` does all of it)",
-			strings.Join(missing, ", "), cfg.Bex, strings.Join(fixes, "` and `"))
+		fix := "run `" + strings.Join(fixes, "` and `") + "`"
+		if len(fixes) > 1 || fixes[0] != "make tools" {
+			fix += " (or `make tools` in the bex source tree, which installs all of them)"
+		} else {
+			fix += " in the bex source tree"
+		}
+		return nil, fmt.Errorf("bex up needs %s, not found next to %s or in PATH: %s", strings.Join(missing, ", "), cfg.Bex, fix)
 	}
 	return found, nil
 }

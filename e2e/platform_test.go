@@ -79,7 +79,7 @@ func (s *syncBuffer) String() string {
 }
 
 // newPlatform chooses the ports and makes the admin's key; start runs it.
-func newPlatform(t *testing.T) *platform {
+func newPlatform(t testing.TB) *platform {
 	t.Helper()
 	p := &platform{dir: t.TempDir()}
 	for _, a := range []*string{&p.sshAddr, &p.httpAddr, &p.httpsAddr} {
@@ -98,7 +98,7 @@ func newPlatform(t *testing.T) *platform {
 
 // start runs bex up and waits until it says it is up. The caller registers
 // t.Cleanup(p.kill) once, on the test that owns the platform.
-func (p *platform) start(t *testing.T) {
+func (p *platform) start(t testing.TB) {
 	t.Helper()
 	p.cmd = p.upCommand("--state-dir", p.dir,
 		"--ssh-addr", p.sshAddr, "--http-addr", p.httpAddr, "--https-addr", p.httpsAddr,
@@ -153,7 +153,7 @@ func (p *platform) kill() {
 
 // stop stops bex up as a user would, with SIGTERM, and checks that it exits cleanly
 // and leaves no process behind.
-func (p *platform) stop(t *testing.T) {
+func (p *platform) stop(t testing.TB) {
 	t.Helper()
 	began := time.Now()
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
@@ -202,7 +202,7 @@ func processesMentioning(s string) []string {
 
 // importBusybox puts the busybox base into bex up's containerd: `FROM busybox` with
 // --image-resolve-mode local finds it there.
-func (p *platform) importBusybox(t *testing.T) {
+func (p *platform) importBusybox(t testing.TB) {
 	t.Helper()
 	c := &testenv.Containerd{Address: filepath.Join(p.dir, "containerd", "containerd.sock")}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -229,7 +229,7 @@ func (p *platform) remote(app string) string {
 
 // ssh runs a bex command over ssh as the admin and returns stdout, stderr and the
 // exit error.
-func (p *platform) ssh(t *testing.T, args ...string) (string, string, error) {
+func (p *platform) ssh(t testing.TB, args ...string) (string, string, error) {
 	t.Helper()
 	fields := strings.Fields(p.sshCommand())
 	cmd := exec.Command(fields[0], append(append(fields[1:], "-p", p.port(p.sshAddr), "git@127.0.0.1"), args...)...)
@@ -240,7 +240,7 @@ func (p *platform) ssh(t *testing.T, args ...string) (string, string, error) {
 }
 
 // kubectl runs kubectl with bex up's kubeconfig.
-func (p *platform) kubectl(t *testing.T, args ...string) string {
+func (p *platform) kubectl(t testing.TB, args ...string) string {
 	t.Helper()
 	bin, err := testenv.Binary("kubectl")
 	if err != nil {
@@ -285,7 +285,7 @@ func (p *platform) https(app, path string) (int, string, error) {
 }
 
 // eventually retries f until it succeeds or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, f func() error) {
+func eventually(t testing.TB, timeout time.Duration, what string, f func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -322,7 +322,7 @@ type repo struct {
 
 // newRepo copies sample (a directory of hack/samples) into a new repository with one
 // commit, its remote "bex" pointing at app.
-func (p *platform) newRepo(t *testing.T, sample, app string) *repo {
+func (p *platform) newRepo(t testing.TB, sample, app string) *repo {
 	t.Helper()
 	root, err := testenv.RepoRoot()
 	if err != nil {
@@ -343,7 +343,7 @@ func (p *platform) newRepo(t *testing.T, sample, app string) *repo {
 	return r
 }
 
-func (r *repo) git(t *testing.T, args ...string) string {
+func (r *repo) git(t testing.TB, args ...string) string {
 	t.Helper()
 	out, err := r.tryGit(args...)
 	if err != nil {
@@ -360,7 +360,7 @@ func (r *repo) tryGit(args ...string) (string, error) {
 }
 
 // commit writes files and commits them.
-func (r *repo) commit(t *testing.T, msg string, files map[string]string) string {
+func (r *repo) commit(t testing.TB, msg string, files map[string]string) string {
 	t.Helper()
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(r.dir, name), []byte(content), 0o644); err != nil {
@@ -376,7 +376,7 @@ func (r *repo) commit(t *testing.T, msg string, files map[string]string) string 
 func (r *repo) push() (string, error) { return r.tryGit("push", "bex", "main") }
 
 // remoteHead is what bex's main points at.
-func (r *repo) remoteHead(t *testing.T) string {
+func (r *repo) remoteHead(t testing.TB) string {
 	t.Helper()
 	out := r.git(t, "ls-remote", "bex", "refs/heads/main")
 	f := strings.Fields(out)

@@ -1,6 +1,9 @@
 package edge
 
 import (
+	"strconv"
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -13,6 +16,37 @@ type metrics struct {
 	bytesIn     *prometheus.CounterVec
 	connections prometheus.Gauge
 	inFlight    prometheus.Gauge
+
+	apps sync.Map // app name -> *appMetrics
+}
+
+// appMetrics are one app's series, looked up once: a label lookup hashes the label
+// values and takes a lock, four times per request otherwise.
+type appMetrics struct {
+	m                 *metrics
+	app               string
+	duration          prometheus.Observer
+	bytesOut, bytesIn prometheus.Counter
+	codes             sync.Map // int status -> prometheus.Counter
+}
+
+func (m *metrics) app(name string) *appMetrics {
+	if am, ok := m.apps.Load(name); ok {
+		return am.(*appMetrics)
+	}
+	am, _ := m.apps.LoadOrStore(name, &appMetrics{m: m, app: name,
+		duration: m.duration.WithLabelValues(name),
+		bytesOut: m.bytesOut.WithLabelValues(name),
+		bytesIn:  m.bytesIn.WithLabelValues(name)})
+	return am.(*appMetrics)
+}
+
+func (am *appMetrics) requests(status int) prometheus.Counter {
+	if c, ok := am.codes.Load(status); ok {
+		return c.(prometheus.Counter)
+	}
+	c, _ := am.codes.LoadOrStore(status, am.m.requests.WithLabelValues(am.app, strconv.Itoa(status)))
+	return c.(prometheus.Counter)
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {

@@ -86,7 +86,7 @@ func NewProxy(cfg Config, table *Table, log *slog.Logger, reg prometheus.Registe
 	}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite:   p.rewrite,
-		Transport: &transport{rt: base},
+		Transport: &transport{rt: newBackendTransport(cfg, base)},
 		// 0 lets ReverseProxy decide per response: server-sent events and bodies of
 		// unknown length (streams) are flushed after every write; a body of known
 		// length goes out with its headers in one write instead of two.

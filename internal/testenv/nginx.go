@@ -1,12 +1,15 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -78,6 +81,29 @@ http {
 	}
 	return n, nil
 }
+
+// CPUTime is the CPU time nginx has used (user and system), from /proc; 0 once it
+// has exited.
+func (n *Nginx) CPUTime() time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", n.proc.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name, which is in parentheses and may hold spaces:
+	// state is field 3, utime and stime are fields 14 and 15, in clock ticks.
+	rest := string(data[bytes.LastIndexByte(data, ')')+2:])
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / clockTicks
+}
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat's times: 100 on every Linux
+// architecture Go supports.
+const clockTicks = 100
 
 // Stop stops nginx (SIGTERM: fast shutdown).
 func (n *Nginx) Stop() error { return n.proc.stop(5 * time.Second) }

@@ -244,7 +244,7 @@ func newBenchFixture(b *testing.B) *benchFixture {
 	if err != nil {
 		b.Fatal(err)
 	}
-	certs, err := NewCertificates(table, FileStorage(filepath.Join(dir, "certificates")), ca, nil, log)
+	certs, err := NewCertificates(table, FileStorage(filepath.Join(dir, "certificates")), ca, nil, log, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -117,10 +117,11 @@ func (c *edgeCmd) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		certs, err := edge.NewCertificates(table, storage, ca, acme, c.log)
+		certs, err := edge.NewCertificates(table, storage, ca, acme, c.log, prometheus.DefaultRegisterer)
 		if err != nil {
 			return err
 		}
+		go certs.ManageKnownHosts(ctx)
 		tl, err := net.Listen("tcp", c.httpsAddr)
 		if err != nil {
 			return err

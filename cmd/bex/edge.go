@@ -50,6 +50,9 @@ type edgeCmd struct {
 
 	// ready, when set, receives the listen address once the edge accepts.
 	ready chan<- string
+	// reg is where the metrics go; nil means prometheus.DefaultRegisterer. Tests
+	// that run several edges in one process give each its own.
+	reg prometheus.Registerer
 }
 
 func (c *edgeCmd) command() *cobra.Command {
@@ -119,7 +122,11 @@ func (c *edgeCmd) run(ctx context.Context) error {
 			c.log.Error("API cache stopped", "err", err)
 		}
 	}()
-	proxy, err := edge.NewProxy(cfg, table, c.log, prometheus.DefaultRegisterer)
+	reg := c.reg
+	if reg == nil {
+		reg = prometheus.DefaultRegisterer
+	}
+	proxy, err := edge.NewProxy(cfg, table, c.log, reg)
 	if err != nil {
 		return err
 	}
@@ -150,7 +157,7 @@ func (c *edgeCmd) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		certs, err := edge.NewCertificates(table, storage, ca, acme, c.log, prometheus.DefaultRegisterer)
+		certs, err := edge.NewCertificates(table, storage, ca, acme, c.log, reg)
 		if err != nil {
 			return err
 		}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -85,7 +86,8 @@ func TestEdgeLimitsAndShutdown(t *testing.T) {
 
 	var stderr lockedBuffer
 	ready := make(chan string, 1)
-	ed := &edgeCmd{errOut: &stderr, log: slog.New(slog.NewTextHandler(&stderr, nil)), ready: ready}
+	ed := &edgeCmd{errOut: &stderr, log: slog.New(slog.NewTextHandler(&stderr, nil)), ready: ready,
+		reg: prometheus.NewRegistry()} // the deployer's test runs another edge in this process
 	cmd := wire(ed)
 	cmd.SetArgs([]string{"--kubeconfig", cp.Kubeconfig, "--namespace", ns, "--state-dir", t.TempDir(),
 		"--http-addr", "127.0.0.1:0", "--https-addr", "",

@@ -8,9 +8,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/internal/testenv"
 )
 
@@ -37,7 +40,7 @@ func TestACMECertificatesFromPebble(t *testing.T) {
 			certs, err := NewCertificates(e.table, FileStorage(storage), nil, &ACME{
 				DirectoryURL: pebble.DirectoryURL, Email: "ops@bex.example", TrustedRoots: pebble.TLSConfig.RootCAs,
 				DisableHTTPChallenge: challenge != "http-01", DisableTLSALPNChallenge: challenge != "tls-alpn-01",
-			}, slog.New(slog.NewTextHandler(e.log, &slog.HandlerOptions{Level: slog.LevelDebug})))
+			}, slog.New(slog.NewTextHandler(e.log, &slog.HandlerOptions{Level: slog.LevelDebug})), e.reg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -78,5 +81,64 @@ func TestACMECertificatesFromPebble(t *testing.T) {
 				t.Fatalf("certificates stored: %v, want only web.bex.example.crt", issued)
 			}
 		})
+	}
+}
+
+// TestCertificatesAheadOfTime: the certificates of the hosts the table routes are
+// obtained from Pebble (HTTP-01) as soon as the table has them, with no HTTPS
+// listener at all, so no client handshake: an app's default host and its custom
+// domain at once, an app created later when it appears. Wildcard domains and
+// names no app serves get nothing. Each issuance is counted in the metrics.
+func TestCertificatesAheadOfTime(t *testing.T) {
+	pebble := testenv.SharedPebble(t)
+	e := newEnv(t, Config{BaseDomain: "bex.example"})
+	e.createApp("early", func(a *appv1.App) { a.Spec.Domains = []string{"www.early.example", "*.shops.early.example"} })
+	eventually(t, "early in the table", func() bool { return e.table.Known("www.early.example") })
+
+	storage := FileStorage(t.TempDir())
+	certs, err := NewCertificates(e.table, storage, nil, &ACME{
+		DirectoryURL: pebble.DirectoryURL, Email: "ops@bex.example", TrustedRoots: pebble.TLSConfig.RootCAs,
+		DisableTLSALPNChallenge: true,
+	}, slog.New(slog.NewTextHandler(e.log, &slog.HandlerOptions{Level: slog.LevelDebug})), e.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpLn, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", pebble.HTTPPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpSrv := &http.Server{Handler: certs.HTTPHandler(http.NotFoundHandler())}
+	go httpSrv.Serve(httpLn)
+	t.Cleanup(func() { httpSrv.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go certs.ManageKnownHosts(ctx)
+
+	waitStored := func(want ...string) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			got := storedCertificates(storage)
+			slices.Sort(got)
+			if slices.Equal(got, want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("certificates stored: %v, want %v; log:\n%s", got, want, e.log.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitStored("early.bex.example.crt", "www.early.example.crt")
+
+	e.createApp("later", nil)
+	waitStored("early.bex.example.crt", "later.bex.example.crt", "www.early.example.crt")
+
+	issuer := certs.acme.IssuerKey()
+	eventually(t, "three issuances counted", func() bool {
+		return e.metric("bex_edge_certificates_total", issuer, "obtained") == 3
+	})
+	if failed := e.metric("bex_edge_certificates_total", issuer, "obtain_failed"); failed != 0 {
+		t.Errorf("%v failed issuances counted", failed)
 	}
 }

@@ -1,6 +1,11 @@
 package edge
 
 import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -13,6 +18,37 @@ type metrics struct {
 	bytesIn     *prometheus.CounterVec
 	connections prometheus.Gauge
 	inFlight    prometheus.Gauge
+
+	apps sync.Map // app name -> *appMetrics
+}
+
+// appMetrics are one app's series, looked up once: a label lookup hashes the label
+// values and takes a lock, four times per request otherwise.
+type appMetrics struct {
+	m                 *metrics
+	app               string
+	duration          prometheus.Observer
+	bytesOut, bytesIn prometheus.Counter
+	codes             sync.Map // int status -> prometheus.Counter
+}
+
+func (m *metrics) app(name string) *appMetrics {
+	if am, ok := m.apps.Load(name); ok {
+		return am.(*appMetrics)
+	}
+	am, _ := m.apps.LoadOrStore(name, &appMetrics{m: m, app: name,
+		duration: m.duration.WithLabelValues(name),
+		bytesOut: m.bytesOut.WithLabelValues(name),
+		bytesIn:  m.bytesIn.WithLabelValues(name)})
+	return am.(*appMetrics)
+}
+
+func (am *appMetrics) requests(status int) prometheus.Counter {
+	if c, ok := am.codes.Load(status); ok {
+		return c.(prometheus.Counter)
+	}
+	c, _ := am.codes.LoadOrStore(status, am.m.requests.WithLabelValues(am.app, strconv.Itoa(status)))
+	return c.(prometheus.Counter)
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -37,4 +73,50 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		reg.MustRegister(m.requests, m.duration, m.bytesOut, m.bytesIn, m.connections, m.inFlight)
 	}
 	return m
+}
+
+// certMetrics count certificate events from certmagic, by issuer (its storage key:
+// the ACME directory's host and path, or the local CA) and outcome: obtained,
+// renewed, obtain_failed, renew_failed.
+type certMetrics struct {
+	events *prometheus.CounterVec
+}
+
+func newCertMetrics(reg prometheus.Registerer) *certMetrics {
+	m := &certMetrics{events: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "bex", Subsystem: "edge",
+		Name: "certificates_total", Help: "Certificates obtained or renewed, and failures to, by issuer and outcome."},
+		[]string{"issuer", "outcome"})}
+	if reg != nil {
+		reg.MustRegister(m.events)
+	}
+	return m
+}
+
+// wants is certmagic's ShouldEmitFunc: without it every handshake would build an
+// event for onEvent to ignore.
+func (m *certMetrics) wants(event string) bool {
+	return event == "cert_obtained" || event == "cert_failed"
+}
+
+// onEvent is certmagic's OnEvent hook.
+func (m *certMetrics) onEvent(_ context.Context, event string, data map[string]any) error {
+	renewal, _ := data["renewal"].(bool)
+	switch event {
+	case "cert_obtained":
+		issuer, _ := data["issuer"].(string)
+		outcome := "obtained"
+		if renewal {
+			outcome = "renewed"
+		}
+		m.events.WithLabelValues(issuer, outcome).Inc()
+	case "cert_failed":
+		// Every issuer was tried; with one issuer per edge, it is that one.
+		issuers, _ := data["issuers"].([]string)
+		outcome := "obtain_failed"
+		if renewal {
+			outcome = "renew_failed"
+		}
+		m.events.WithLabelValues(strings.Join(issuers, ","), outcome).Inc()
+	}
+	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -48,6 +49,9 @@ type Table struct {
 	log  *slog.Logger
 	cur  atomic.Pointer[snapshot]
 	kick chan struct{}
+
+	mu      sync.Mutex
+	changed chan struct{} // closed when the next snapshot is stored
 }
 
 // NewTable registers the App and EndpointSlice informers of c and their event
@@ -62,7 +66,7 @@ func NewTable(ctx context.Context, cfg Config, c cache.Cache, log *slog.Logger) 
 	if log == nil {
 		log = slog.Default()
 	}
-	t := &Table{cfg: cfg, c: c, log: log, kick: make(chan struct{}, 1)}
+	t := &Table{cfg: cfg, c: c, log: log, kick: make(chan struct{}, 1), changed: make(chan struct{})}
 	// Every event only kicks the rebuilder: the rebuild lists the whole namespace
 	// from the cache, which the informer updates before it calls handlers, so the
 	// rebuild that follows a kick sees at least that event.
@@ -123,8 +127,42 @@ func (t *Table) rebuild(ctx context.Context) error {
 	for _, c := range conflicts {
 		t.log.Warn("edge: domain claimed twice", "host", c.host, "serving", c.winner, "ignored", c.loser)
 	}
-	t.cur.Store(s)
+	t.store(s)
 	return nil
+}
+
+func (t *Table) store(s *snapshot) {
+	t.cur.Store(s)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.changed != nil {
+		close(t.changed)
+	}
+	t.changed = make(chan struct{})
+}
+
+// Changed returns a channel that is closed when the table is next rebuilt. Take it
+// before reading the table, so that no rebuild goes unnoticed.
+func (t *Table) Changed() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.changed
+}
+
+// Hosts returns the exact host names the table routes, sorted: the names whose
+// certificates can be obtained ahead of the first visitor. Wildcard domains are
+// not in it (their names are only known when a client asks).
+func (t *Table) Hosts() []string {
+	s := t.cur.Load()
+	if s == nil {
+		return nil
+	}
+	hosts := make([]string, 0, len(s.exact))
+	for h := range s.exact {
+		hosts = append(hosts, h)
+	}
+	sort.Strings(hosts)
+	return hosts
 }
 
 // Ready reports whether the table has been built from a synced cache.

@@ -10,6 +10,7 @@ import (
 	"net/http"
 
 	"github.com/caddyserver/certmagic"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 )
 
@@ -31,12 +32,19 @@ type ACME struct {
 	DisableHTTPChallenge, DisableTLSALPNChallenge bool
 }
 
-// Certificates obtains and serves the edge's certificates: on demand during the
-// handshake, for the names the table routes — the decision is a map read of the
-// table — and for no other name; from a local CA or from an ACME CA.
+// Certificates obtains and serves the edge's certificates, from a local CA or from
+// an ACME CA, for the names the table routes and for no other name: ahead of time
+// for the table's exact hosts (ManageKnownHosts), and on demand during the
+// handshake for the rest (names under wildcard domains, or a host the edge has not
+// got to yet) — the decision is a map read of the table.
 type Certificates struct {
-	magic *certmagic.Config
+	magic *certmagic.Config // on demand, serves every handshake
+	ahead *certmagic.Config // same cache, storage and issuers; obtains known hosts' certificates
+	cache *certmagic.Cache
 	acme  *certmagic.ACMEIssuer
+	table *Table
+	log   *slog.Logger
+	m     *certMetrics
 }
 
 // FileStorage keeps certificates in a directory: one edge on one node.
@@ -44,20 +52,20 @@ func FileStorage(dir string) certmagic.Storage { return &certmagic.FileStorage{P
 
 // NewCertificates keeps certificates and ACME accounts in storage: FileStorage on
 // one node, edge/secretstore for several replicas. Exactly one of local and acme is
-// set.
-func NewCertificates(table *Table, storage certmagic.Storage, local *LocalCA, acme *ACME, log *slog.Logger) (*Certificates, error) {
+// set. Metrics are registered on reg unless it is nil.
+func NewCertificates(table *Table, storage certmagic.Storage, local *LocalCA, acme *ACME, log *slog.Logger, reg prometheus.Registerer) (*Certificates, error) {
 	if log == nil {
 		log = slog.Default()
 	}
 	if (local == nil) == (acme == nil) {
 		return nil, errors.New("edge: certificates come from either the local CA or an ACME CA")
 	}
-	c := &Certificates{}
-	cache := certmagic.NewCache(certmagic.CacheOptions{
+	c := &Certificates{table: table, log: log, m: newCertMetrics(reg)}
+	c.cache = certmagic.NewCache(certmagic.CacheOptions{
 		GetConfigForCert: func(certmagic.Certificate) (*certmagic.Config, error) { return c.magic, nil },
 		Logger:           zap.NewNop(),
 	})
-	c.magic = certmagic.New(cache, certmagic.Config{
+	c.magic = certmagic.New(c.cache, certmagic.Config{
 		Storage: storage,
 		OnDemand: &certmagic.OnDemandConfig{DecisionFunc: func(_ context.Context, name string) error {
 			if table.Known(name) {
@@ -67,10 +75,18 @@ func NewCertificates(table *Table, storage certmagic.Storage, local *LocalCA, ac
 			log.Debug("no certificate for an unrouted name", "host", name, "reason", ErrNotRouted)
 			return fmt.Errorf("%w: %s", ErrNotRouted, name)
 		}},
-		Logger: zap.NewNop(),
+		OnEvent:        c.m.onEvent,
+		ShouldEmitFunc: c.m.wants,
+		Logger:         zap.NewNop(),
+	})
+	// A config with OnDemand set only adds ManageAsync's names to an allowlist and
+	// waits for a handshake; this one, without, obtains them at once.
+	c.ahead = certmagic.New(c.cache, certmagic.Config{
+		Storage: storage, OnEvent: c.m.onEvent, ShouldEmitFunc: c.m.wants, Logger: zap.NewNop(),
 	})
 	if local != nil {
 		c.magic.Issuers = []certmagic.Issuer{local}
+		c.ahead.Issuers = c.magic.Issuers
 		return c, nil
 	}
 	ca := acme.DirectoryURL
@@ -83,7 +99,51 @@ func NewCertificates(table *Table, storage certmagic.Storage, local *LocalCA, ac
 		Logger: zap.NewNop(),
 	})
 	c.magic.Issuers = []certmagic.Issuer{c.acme}
+	c.ahead.Issuers = c.magic.Issuers
 	return c, nil
+}
+
+// ManageKnownHosts obtains, in the background, a certificate for every exact host
+// the table routes as soon as the table has it, so that an app's first visitor
+// does not wait for an ACME order; certmagic keeps them renewed. A host that
+// leaves the table is no longer renewed. Names the table does not route are never
+// asked for. It returns when ctx ends.
+func (c *Certificates) ManageKnownHosts(ctx context.Context) {
+	managed := map[string]bool{}
+	for {
+		changed := c.table.Changed()
+		hosts := c.table.Hosts()
+		var fresh []string
+		seen := make(map[string]bool, len(hosts))
+		for _, h := range hosts {
+			seen[h] = true
+			if !managed[h] {
+				managed[h] = true
+				fresh = append(fresh, h)
+			}
+		}
+		var gone []certmagic.SubjectIssuer
+		for h := range managed {
+			if !seen[h] {
+				delete(managed, h)
+				gone = append(gone, certmagic.SubjectIssuer{Subject: h})
+			}
+		}
+		if len(gone) > 0 {
+			c.cache.RemoveManaged(gone)
+		}
+		if len(fresh) > 0 {
+			c.log.Info("obtaining certificates ahead of time", "hosts", fresh)
+			if err := c.ahead.ManageAsync(ctx, fresh); err != nil {
+				c.log.Error("certificates ahead of time: on-demand issuance still covers these hosts", "hosts", fresh, "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
 }
 
 // TLSConfig is the HTTPS listener's configuration: HTTP/2, HTTP/1.1 and the

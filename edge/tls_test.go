@@ -70,7 +70,7 @@ func testHTTPSWithTheLocalCA(t *testing.T, secrets bool) {
 			t.Fatal(err)
 		}
 	}
-	certs, err := NewCertificates(e.table, store, ca, nil, slog.New(slog.NewTextHandler(e.log, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	certs, err := NewCertificates(e.table, store, ca, nil, slog.New(slog.NewTextHandler(e.log, &slog.HandlerOptions{Level: slog.LevelDebug})), e.reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,6 +106,9 @@ func testHTTPSWithTheLocalCA(t *testing.T, secrets bool) {
 	}
 	if issued := storedCertificates(store); len(issued) != 1 || issued[0] != "web.localhost.crt" {
 		t.Fatalf("certificates issued: %v, want only web.localhost.crt", issued)
+	}
+	if got := e.metric("bex_edge_certificates_total", ca.IssuerKey(), "obtained"); got != 1 {
+		t.Errorf("bex_edge_certificates_total{issuer=%s,outcome=obtained} = %v, want 1", ca.IssuerKey(), got)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/certmagic"
@@ -39,8 +40,19 @@ type edgeCmd struct {
 	acmeEmail  string
 	certStore  string
 
+	// Limits, bound into edge.Config.
+	dialTimeout       time.Duration
+	backendTimeout    time.Duration
+	readHeaderTimeout time.Duration
+	idleTimeout       time.Duration
+	maxHeaderBytes    int
+	shutdownTimeout   time.Duration
+
 	// ready, when set, receives the listen address once the edge accepts.
 	ready chan<- string
+	// reg is where the metrics go; nil means prometheus.DefaultRegisterer. Tests
+	// that run several edges in one process give each its own.
+	reg prometheus.Registerer
 }
 
 func (c *edgeCmd) command() *cobra.Command {
@@ -61,6 +73,12 @@ func (c *edgeCmd) command() *cobra.Command {
 	f.StringVar(&c.acmeCA, "acme-ca", "", "ACME directory URL (default: Let's Encrypt when --acme-email is given)")
 	f.StringVar(&c.certStore, "certificate-storage", "file", "where certificates are kept: file (STATE_DIR/edge/certificates, one edge) or secrets (Kubernetes Secrets in --namespace, shared by several edges)")
 	f.StringVar(&c.acmeEmail, "acme-email", "", "ACME account email; without it and --acme-ca, or for the base domain localhost, a local CA in STATE_DIR/edge/ca issues certificates")
+	f.DurationVar(&c.dialTimeout, "dial-timeout", edge.DefaultDialTimeout, "bound on connecting to an app's instance (502 past it)")
+	f.DurationVar(&c.backendTimeout, "backend-timeout", edge.DefaultResponseHeaderTimeout, "bound on the wait for an app's response headers (504 past it); streams are unaffected once headers arrive")
+	f.DurationVar(&c.readHeaderTimeout, "read-header-timeout", edge.DefaultReadHeaderTimeout, "bound on reading a client's request headers")
+	f.DurationVar(&c.idleTimeout, "idle-timeout", edge.DefaultClientIdleTimeout, "how long an idle kept-alive client connection stays open")
+	f.IntVar(&c.maxHeaderBytes, "max-header-bytes", edge.DefaultMaxHeaderBytes, "bound on a request's headers (431 past it) and on an app's response headers (502)")
+	f.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long requests in flight may take to finish before their connections are closed")
 	return cmd
 }
 
@@ -69,7 +87,25 @@ func (c *edgeCmd) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cfg := edge.Config{BaseDomain: c.baseDomain, Namespace: c.namespace}.WithDefaults()
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{
+		{"dial-timeout", c.dialTimeout}, {"backend-timeout", c.backendTimeout}, {"read-header-timeout", c.readHeaderTimeout},
+		{"idle-timeout", c.idleTimeout}, {"shutdown-timeout", c.shutdownTimeout},
+	} {
+		if d.v <= 0 {
+			return fmt.Errorf("--%s %s: give a positive duration, such as 30s", d.flag, d.v)
+		}
+	}
+	if c.maxHeaderBytes < 4096 {
+		return fmt.Errorf("--max-header-bytes %d: give at least 4096 (browsers send several KiB of cookies)", c.maxHeaderBytes)
+	}
+	cfg := edge.Config{
+		BaseDomain: c.baseDomain, Namespace: c.namespace,
+		DialTimeout: c.dialTimeout, ResponseHeaderTimeout: c.backendTimeout,
+		ReadHeaderTimeout: c.readHeaderTimeout, ClientIdleTimeout: c.idleTimeout, MaxHeaderBytes: c.maxHeaderBytes,
+	}.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -86,7 +122,11 @@ func (c *edgeCmd) run(ctx context.Context) error {
 			c.log.Error("API cache stopped", "err", err)
 		}
 	}()
-	proxy, err := edge.NewProxy(cfg, table, c.log, prometheus.DefaultRegisterer)
+	reg := c.reg
+	if reg == nil {
+		reg = prometheus.DefaultRegisterer
+	}
+	proxy, err := edge.NewProxy(cfg, table, c.log, reg)
 	if err != nil {
 		return err
 	}
@@ -117,10 +157,11 @@ func (c *edgeCmd) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		certs, err := edge.NewCertificates(table, storage, ca, acme, c.log)
+		certs, err := edge.NewCertificates(table, storage, ca, acme, c.log, reg)
 		if err != nil {
 			return err
 		}
+		go certs.ManageKnownHosts(ctx)
 		tl, err := net.Listen("tcp", c.httpsAddr)
 		if err != nil {
 			return err
@@ -148,12 +189,27 @@ func (c *edgeCmd) run(ctx context.Context) error {
 		return err
 	case <-ctx.Done():
 	}
-	shutdown, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// Draining: the listeners close at once, idle connections too; requests in
+	// flight finish (within --shutdown-timeout) and their connections close after
+	// them. The routing table keeps its last snapshot meanwhile.
+	c.log.Info("edge: shutting down, draining requests in flight", "timeout", c.shutdownTimeout)
+	shutdown, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
 	defer cancel()
-	for _, srv := range servers {
-		if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-			return err
+	var wg sync.WaitGroup
+	errs := make([]error, len(servers))
+	for i, srv := range servers {
+		wg.Go(func() { errs[i] = srv.Shutdown(shutdown) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			c.log.Warn("edge: requests still in flight after --shutdown-timeout were cut", "timeout", c.shutdownTimeout)
+			for _, srv := range servers {
+				srv.Close()
+			}
+			return nil
 		}
+		return err
 	}
 	return nil
 }

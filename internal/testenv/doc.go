@@ -8,7 +8,8 @@
 //   - buildkitd with the containerd worker, so builds land in that containerd;
 //   - a busybox base image made from Debian's busybox-static and imported into
 //     containerd, so Dockerfiles can say `FROM busybox` without a registry;
-//   - Pebble, a real ACME server.
+//   - Pebble, a real ACME server;
+//   - nginx (Debian's package), the reference proxy of the edge's benchmark.
 //
 // The binaries come from bin/ (built by `make tools`) and from Debian's packages. A
 // missing one fails the test with the command that installs it; nothing is skipped.

@@ -105,7 +105,7 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 
 	gcfg := gitserver.DefaultConfig(c.stateDir)
 	gcfg.Addr = c.sshAddr
-	srv, err := gitserver.New(gcfg, dir, pushBuilder{b: b, apps: kc, namespace: c.namespace}, pushDeployer{&releases.Recorder{Client: kc, Namespace: c.namespace}}, c.log, prometheus.DefaultRegisterer)
+	srv, err := gitserver.New(gcfg, dir, pushBuilder{b: b, apps: kc, namespace: c.namespace}, pushDeployer{&releases.Recorder{Client: kc, Namespace: c.namespace, PollInterval: 50 * time.Millisecond}}, c.log, prometheus.DefaultRegisterer)
 	if err != nil {
 		return err
 	}

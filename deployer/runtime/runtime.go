@@ -72,3 +72,13 @@ type Runtime interface {
 	// idempotent.
 	Delete(ctx context.Context, app types.NamespacedName) error
 }
+
+// Notifier is a Runtime that learns of changes between Syncs (an instance became
+// ready, exited or stopped) and names the app, so that the reconciler syncs it at
+// once instead of at its next requeue: a rollout then finishes when its last
+// instance is ready, not up to a requeue interval later.
+type Notifier interface {
+	// Changes receives the apps whose state changed. A slow reader loses nothing
+	// that matters: the reconciler's requeue still comes.
+	Changes() <-chan types.NamespacedName
+}

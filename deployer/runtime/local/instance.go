@@ -282,6 +282,7 @@ func (r *Runtime) superviseLoop(inst *instance, task containerd.Task) {
 		inst.lastExit = err.Error()
 		r.mu.Unlock()
 		log.Warn("instance exited; restarting", "err", err, "backoff", backoff)
+		r.notify(inst.app)
 		if wasReady && inst.web() {
 			// Out of the endpoints at once, not at the next Sync.
 			if a := r.existingApp(inst.app); a != nil {
@@ -412,6 +413,7 @@ func (r *Runtime) probe(inst *instance, seq int) {
 					}
 				}
 			}
+			r.notify(inst.app)
 			return
 		}
 		inst.lastProbe = err.Error()
@@ -478,6 +480,7 @@ func (r *Runtime) stop(inst *instance) {
 	r.mu.Unlock()
 	close(inst.gone)
 	log.Info("instance stopped", "container", inst.id)
+	r.notify(inst.app)
 	if a != nil {
 		r.pruneLogs(a)
 	}

@@ -534,7 +534,9 @@ func TestNewReleaseReplacesOldWithoutFailedRequests(t *testing.T) {
 	}
 	t.Logf("%d requests, all answered; v2 from request %d", len(results), firstV2)
 
-	// The old instance is gone, its port no longer answers.
+	// The old instance drains, then goes (after RolledOut: it no longer serves), and
+	// its port no longer answers.
+	eventually(t, 30*time.Second, "the old instance to stop", func() bool { return len(f.containers()) == 1 })
 	ctrs := f.containers()
 	if len(ctrs) != 1 {
 		t.Fatalf("containers after the rollout: %v", ctrs)
@@ -730,9 +732,8 @@ func TestReplicasGetDistinctPortsAndEndpoints(t *testing.T) {
 	if got := f.endpoints(); len(got) != 1 || (got[0] != eps[0] && got[0] != eps[1]) {
 		t.Fatalf("endpoints after scaling down: %v (before %v)", got, eps)
 	}
-	if n := len(f.containers()); n != 1 {
-		t.Fatalf("%d containers after scaling down to 1", n)
-	}
+	// The instance scaled away drains, then stops.
+	eventually(t, 30*time.Second, "one container after scaling down to 1", func() bool { return len(f.containers()) == 1 })
 }
 
 func TestRestartedRuntimeAdoptsRunningContainers(t *testing.T) {

@@ -69,9 +69,27 @@ type Runtime struct {
 	// mu guards apps and every mutable field of appState and instance.
 	mu   sync.Mutex
 	apps map[types.NamespacedName]*appState
+
+	// changes tells the reconciler which app changed between Syncs.
+	changes chan types.NamespacedName
 }
 
-var _ runtime.Runtime = (*Runtime)(nil)
+var (
+	_ runtime.Runtime  = (*Runtime)(nil)
+	_ runtime.Notifier = (*Runtime)(nil)
+)
+
+// Changes implements runtime.Notifier.
+func (r *Runtime) Changes() <-chan types.NamespacedName { return r.changes }
+
+// notify says that app changed, without ever blocking: when the reader is behind,
+// the change is dropped and the reconciler's requeue finds it.
+func (r *Runtime) notify(app types.NamespacedName) {
+	select {
+	case r.changes <- app:
+	default:
+	}
+}
 
 // appState is what the runtime knows of one app.
 type appState struct {
@@ -124,7 +142,7 @@ func New(cfg Config, c client.Client, log *slog.Logger) (*Runtime, error) {
 		return nil, fmt.Errorf("local runtime: cannot reach containerd at %s: %w", cfg.Address, err)
 	}
 	ctx, cancel := context.WithCancel(namespaces.WithNamespace(context.Background(), cfg.Namespace))
-	r := &Runtime{cfg: cfg, cd: cd, kube: c, log: log.With("component", "runtime/local"), store: st,
+	r := &Runtime{cfg: cfg, cd: cd, kube: c, log: log.With("component", "runtime/local"), store: st, changes: make(chan types.NamespacedName, 256),
 		ctx: ctx, cancel: cancel, apps: map[types.NamespacedName]*appState{}}
 	if err := r.adopt(); err != nil {
 		cancel()
@@ -511,9 +529,12 @@ func (r *Runtime) status(a *appState, d runtime.Desired, g gen, f *failure) runt
 	if a.serving != g {
 		return st
 	}
+	// Instances that are leaving (the previous release draining, a failed one
+	// stopping) no longer serve: they stop on their own timers, and waiting for
+	// them would add the drain and stop timeouts to every deploy.
 	for _, inst := range a.instances {
-		if inst.gen != g || inst.leaving() {
-			return st // something else still runs
+		if inst.gen != g && !inst.leaving() {
+			return st // another release still runs and is not on its way out
 		}
 	}
 	for _, s := range st.Processes {

@@ -1,0 +1,291 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/containerd/v2/pkg/oci"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"bex.co/bex/internal/daemons"
+	"bex.co/bex/internal/testenv"
+	"bex.co/bex/up"
+)
+
+// BenchmarkPushToLive measures, on one `bex up`, the time from the start of
+// `git push` to the first HTTPS 200 of the new release, for a first push (cold: a new
+// app) and a one-line change (warm), split into receive, build, rollout and route
+// by the moment each `remote:` line arrives. Beside it, in the same run, the raw
+// steps of the same change without bex: an ssh round trip to the same server, a
+// `buildctl build` of the change into the same containerd, and a containerd start of
+// the image to its first 200. Last, the memory of the whole platform idle with two
+// apps.
+func BenchmarkPushToLive(b *testing.B) {
+	p := newPlatform(b)
+	b.Cleanup(p.kill)
+	p.start(b)
+	p.importBusybox(b)
+	warm := p.newRepo(b, "hello-shell", "bench-warm")
+	if out, err := warm.push(); err != nil {
+		b.Fatalf("first push: %v\n%s", err, out)
+	}
+
+	var cold, hot, raw timings
+	for i := 0; i < b.N; i++ {
+		r := p.newRepo(b, "hello-shell", fmt.Sprintf("bench-cold-%d", i))
+		cold.add(p.timePush(b, r, fmt.Sprintf("bench-cold-%d", i), "hello from bex"))
+
+		body := fmt.Sprintf("change %d", i)
+		warm.commit(b, body, map[string]string{"Dockerfile": shellDockerfile(b, body)})
+		hot.add(p.timePush(b, warm, "bench-warm", body))
+
+		raw.add(p.rawSteps(b, warm.dir, i))
+	}
+	cold.report(b, "cold")
+	hot.report(b, "warm")
+	raw.report(b, "raw")
+	sum := raw.mean("ssh") + raw.mean("build") + raw.mean("start")
+	b.ReportMetric(sum, "raw-sum-s")
+	b.ReportMetric(hot.mean("total")/sum, "warm/raw-sum")
+	b.ReportMetric(p.residentMB(b), "platform-idle-MB")
+}
+
+// shellDockerfile is the hello-shell Dockerfile with its page saying body: a
+// one-line change of a RUN step.
+func shellDockerfile(b testing.TB, body string) string {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		b.Fatal(err)
+	}
+	df, err := os.ReadFile(filepath.Join(root, "hack", "samples", "hello-shell", "Dockerfile"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return strings.Replace(string(df), "echo 'hello from bex'", "echo '"+body+"'", 1)
+}
+
+// timings collects named durations, in seconds, over iterations.
+type timings map[string][]float64
+
+func (t *timings) add(m map[string]float64) {
+	if *t == nil {
+		*t = timings{}
+	}
+	for k, v := range m {
+		(*t)[k] = append((*t)[k], v)
+	}
+}
+
+func (t timings) mean(k string) float64 {
+	var s float64
+	for _, v := range t[k] {
+		s += v
+	}
+	return s / float64(len(t[k]))
+}
+
+func (t timings) report(b *testing.B, prefix string) {
+	for k := range t {
+		b.ReportMetric(t.mean(k), prefix+"-"+k+"-s")
+	}
+}
+
+// timePush pushes r and returns when app answers with want: the total and the split
+// by the arrival of the gitserver's lines.
+func (p *platform) timePush(b testing.TB, r *repo, app, want string) map[string]float64 {
+	cmd := exec.Command("git", "push", "bex", "main")
+	cmd.Dir, cmd.Env = r.dir, r.env
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	marks := map[string]time.Duration{}
+	var out strings.Builder
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		line := sc.Text()
+		out.WriteString(line + "\n")
+		for mark, prefix := range map[string]string{"received": "-----> Building", "built": "-----> Built", "deployed": "-----> Application deployed"} {
+			if _, seen := marks[mark]; !seen && strings.Contains(line, prefix) {
+				marks[mark] = time.Since(start)
+			}
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		b.Fatalf("push %s: %v\n%s", app, err, out.String())
+	}
+	for {
+		if p.answers(app, "/", want)() == nil {
+			break
+		}
+		if time.Since(start) > time.Minute {
+			b.Fatalf("%s did not answer %q within a minute of the push", app, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	live := time.Since(start)
+	if len(marks) != 3 {
+		b.Fatalf("push output lacks a step (%v):\n%s", marks, out.String())
+	}
+	return map[string]float64{
+		"total":   live.Seconds(),
+		"receive": marks["received"].Seconds(),
+		"build":   (marks["built"] - marks["received"]).Seconds(),
+		"rollout": (marks["deployed"] - marks["built"]).Seconds(),
+		"route":   (live - marks["deployed"]).Seconds(),
+	}
+}
+
+// rawSteps does what a push does, without bex: an ssh round trip to the same
+// server, buildctl building the app's directory into the same containerd, and a
+// containerd start of that image until it answers.
+func (p *platform) rawSteps(b testing.TB, dir string, i int) map[string]float64 {
+	ssh := time.Now()
+	fields := strings.Fields(p.sshCommand())
+	// Any command costs the handshake, the session and the exit status.
+	_ = exec.Command(fields[0], append(fields[1:], "-p", p.port(p.sshAddr), "git@127.0.0.1", "version")...).Run()
+	sshTook := time.Since(ssh)
+
+	buildctl, err := testenv.Binary("buildctl")
+	if err != nil {
+		b.Fatal(err)
+	}
+	image := fmt.Sprintf("bench.local/raw:%d", i)
+	// The same change as the push's, so that BuildKit's cache is as warm for both.
+	build := time.Now()
+	out, err := exec.Command(buildctl, "--addr", "unix://"+filepath.Join(p.dir, "buildkitd", "buildkitd.sock"), "build",
+		"--frontend", "dockerfile.v0", "--local", "context="+dir, "--local", "dockerfile="+dir,
+		"--opt", "image-resolve-mode=local", "--output", "type=image,name="+image+",unpack=true").CombinedOutput()
+	if err != nil {
+		b.Fatalf("buildctl: %v\n%s", err, out)
+	}
+	buildTook := time.Since(build)
+
+	startTook := p.startUntil200(b, image)
+	return map[string]float64{"ssh": sshTook.Seconds(), "build": buildTook.Seconds(), "start": startTook.Seconds()}
+}
+
+// startUntil200 runs image in bex up's containerd on the host network with a free
+// PORT and returns how long it took until it answered 200; then it removes it.
+func (p *platform) startUntil200(b testing.TB, image string) time.Duration {
+	cl, err := daemons.ContainerdClient(filepath.Join(p.dir, "containerd", "containerd.sock"), up.ContainerdNamespace)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	port, err := testenv.FreePort()
+	if err != nil {
+		b.Fatal(err)
+	}
+	id := fmt.Sprintf("bench-raw-%d", time.Now().UnixNano())
+	began := time.Now()
+	img, err := cl.GetImage(ctx, image)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctr, err := cl.NewContainer(ctx, id, containerd.WithImage(img), containerd.WithNewSnapshot(id, img),
+		containerd.WithNewSpec(oci.WithImageConfig(img), oci.WithHostNamespace(specs.NetworkNamespace), oci.WithEnv([]string{"PORT=" + strconv.Itoa(port)})))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ctr.Delete(context.WithoutCancel(ctx), containerd.WithSnapshotCleanup)
+	task, err := ctr.NewTask(ctx, cio.NullIO)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer task.Delete(context.WithoutCancel(ctx), containerd.WithProcessKill)
+	if err := task.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	url := fmt.Sprintf("http://127.0.0.1:%d/", port)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				took := time.Since(began)
+				_ = task.Kill(ctx, syscall.SIGKILL)
+				return took
+			}
+		}
+		if ctx.Err() != nil {
+			b.Fatalf("%s did not answer on %s", image, url)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// residentMB sums the resident memory of bex up and every process it started,
+// directly or through containerd (the shims and the apps' processes), in MiB.
+func (p *platform) residentMB(b testing.TB) float64 {
+	parent := map[int]int{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so split after the ')'.
+		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(f) > 1 {
+			parent[pid], _ = strconv.Atoi(f[1])
+		}
+	}
+	roots := map[int]bool{p.cmd.Process.Pid: true}
+	for _, line := range processesMentioning(p.dir) { // the shims, which daemonise away
+		pid, _ := strconv.Atoi(strings.SplitN(line, ":", 2)[0])
+		roots[pid] = true
+	}
+	in := func(pid int) bool {
+		for ; pid > 1; pid = parent[pid] {
+			if roots[pid] {
+				return true
+			}
+		}
+		return false
+	}
+	var kib float64
+	for pid := range parent {
+		if !in(pid) {
+			continue
+		}
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(status), "\n") {
+			if strings.HasPrefix(l, "VmRSS:") {
+				v, _ := strconv.ParseFloat(strings.Fields(l)[1], 64)
+				kib += v
+			}
+		}
+	}
+	if kib == 0 {
+		b.Fatal("found no process of bex up")
+	}
+	return kib / 1024
+}

@@ -54,6 +54,12 @@ type env struct {
 
 func newEnv(t testing.TB, tweak ...func(*gitserver.Config)) *env {
 	t.Helper()
+	return newEnvWith(t, nil, tweak...)
+}
+
+// newEnvWith is newEnv with server options.
+func newEnvWith(t testing.TB, opts []gitserver.Option, tweak ...func(*gitserver.Config)) *env {
+	t.Helper()
 	cp := testenv.SharedControlPlane(t)
 	ns := cp.Namespace(t, "git")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -78,7 +84,7 @@ func newEnv(t testing.TB, tweak ...func(*gitserver.Config)) *env {
 		f(&cfg)
 	}
 	log := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	e.srv, err = gitserver.New(cfg, dir, e.builder, e.deployer, log, nil)
+	e.srv, err = gitserver.New(cfg, dir, e.builder, e.deployer, log, nil, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

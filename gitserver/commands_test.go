@@ -161,4 +161,3 @@ func TestRemovingAKeyClosesItsSessions(t *testing.T) {
 		t.Fatalf("the removed key connected again: %d %q", code, errOut)
 	}
 }
-

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +15,7 @@ import (
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/gitserver"
+	"bex.co/bex/internal/testenv"
 )
 
 // echoCommands prints the session it got as JSON, reads stdin for "cat", blocks
@@ -53,10 +52,7 @@ func (c *echoCommands) Run(ctx context.Context, s gitserver.CommandSession) int 
 // ssh runs the real ssh client as u with the remote command args (joined by
 // spaces by ssh itself, as typed).
 func (u *user) ssh(stdin string, args ...string) (stdout, stderr string, code int) {
-	host, port, _ := net.SplitHostPort(u.env.addr)
-	cmd := exec.Command("ssh", append([]string{"-F", "/dev/null", "-p", port, "-i", u.keyPath, "-o", "IdentitiesOnly=yes",
-		"-o", "IdentityAgent=none", "-o", "BatchMode=yes", "-o", "UserKnownHostsFile=/dev/null",
-		"-o", "StrictHostKeyChecking=no", "-o", "LogLevel=ERROR", "bex@" + host}, args...)...)
+	cmd := testenv.SSHCommand(u.key, "bex", u.env.addr, args...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var o, e strings.Builder
 	cmd.Stdout, cmd.Stderr = &o, &e

@@ -2,10 +2,7 @@ package gitserver_test
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"crypto/sha256"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
@@ -110,6 +107,7 @@ type user struct {
 	name    string
 	keyPath string
 	signer  gossh.Signer
+	key     *testenv.SSHKey
 	env     *env
 }
 
@@ -138,23 +136,8 @@ func (e *env) addUser(name string, role appv1.UserRole, canCreateApps bool) *use
 // newKey makes a key pair for name without registering it anywhere.
 func (e *env) newKey(name string) *user {
 	e.t.Helper()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	signer, err := gossh.NewSignerFromKey(priv)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	block, err := gossh.MarshalPrivateKey(priv, "")
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	keyPath := filepath.Join(e.t.TempDir(), "id_ed25519")
-	if err := os.WriteFile(keyPath, pem.EncodeToMemory(block), 0o600); err != nil {
-		e.t.Fatal(err)
-	}
-	return &user{name: name + "-" + e.ns, keyPath: keyPath, signer: signer, env: e}
+	k := testenv.NewSSHKey(e.t)
+	return &user{name: name + "-" + e.ns, keyPath: k.Path, signer: k.Signer, key: k, env: e}
 }
 
 // grant lists u in app's members.

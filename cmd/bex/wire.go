@@ -17,11 +17,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"bex.co/bex/builder"
-	"bex.co/bex/deployer/runtime/local"
-	"bex.co/bex/sshcmd"
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/deployer/releases"
+	"bex.co/bex/deployer/runtime/local"
 	"bex.co/bex/gitserver"
+	"bex.co/bex/sshcmd"
 )
 
 // Adapters between components: each component declares the small interface it needs,

@@ -105,9 +105,6 @@ func (s *session) updateApp(name string, change func(*appv1.App) error) (*appv1.
 	})
 }
 
-// errNoChange tells updateApp there is nothing to write.
-var errNoChange = &exitError{code: 0}
-
 // waitCached waits until the cached app satisfies done (nil app: gone), for at
 // most Config.CacheWait. A watch delivers in milliseconds; past the bound the write
 // stands and the command says so.

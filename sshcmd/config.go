@@ -113,7 +113,8 @@ func (s *session) configCommands() []*cobra.Command {
 		if err != nil {
 			return err
 		}
-		env := slices.Clone(app.Spec.Env)
+		type pair struct{ k, v string }
+		var pairs []pair
 		var names []string
 		for _, kv := range a[1:] {
 			k, v, ok := strings.Cut(kv, "=")
@@ -126,16 +127,22 @@ func (s *session) configCommands() []*cobra.Command {
 			if len(v) > maxEnvValue {
 				return fail("the value of %s is %d bytes; at most %d fit", k, len(v), maxEnvValue)
 			}
-			if i := slices.IndexFunc(env, func(e appv1.EnvVar) bool { return e.Name == k }); i >= 0 {
-				env[i] = appv1.EnvVar{Name: k, Value: v}
-			} else {
-				env = append(env, appv1.EnvVar{Name: k, Value: v})
-			}
+			pairs = append(pairs, pair{k, v})
 			if !slices.Contains(names, k) {
 				names = append(names, k)
 			}
 		}
-		return s.changeConfig(app, env, "Set "+strings.Join(names, ", "), "config:set", names, setDetach)
+		edit := func(env []appv1.EnvVar) []appv1.EnvVar {
+			for _, p := range pairs {
+				if i := slices.IndexFunc(env, func(e appv1.EnvVar) bool { return e.Name == p.k }); i >= 0 {
+					env[i] = appv1.EnvVar{Name: p.k, Value: p.v}
+				} else {
+					env = append(env, appv1.EnvVar{Name: p.k, Value: p.v})
+				}
+			}
+			return env
+		}
+		return s.changeConfig(app, edit, "Set "+strings.Join(names, ", "), "config:set", names, setDetach)
 	})
 	flags(set).BoolVar(&setDetach, "detach", false, "return once the release is recorded, without waiting for it to serve")
 
@@ -145,15 +152,12 @@ func (s *session) configCommands() []*cobra.Command {
 		if err != nil {
 			return err
 		}
-		env := slices.Clone(app.Spec.Env)
 		var names []string
 		for _, k := range a[1:] {
 			if err := checkEnvName(k); err != nil {
 				return err
 			}
-			n := len(env)
-			env = slices.DeleteFunc(env, func(e appv1.EnvVar) bool { return e.Name == k })
-			if len(env) == n {
+			if !slices.ContainsFunc(app.Spec.Env, func(e appv1.EnvVar) bool { return e.Name == k }) {
 				fmt.Fprintf(s.errOut, "%s is not set on %s\n", k, app.Name)
 				continue
 			}
@@ -163,21 +167,25 @@ func (s *session) configCommands() []*cobra.Command {
 			fmt.Fprintln(s.out, "Nothing to change.")
 			return nil
 		}
-		return s.changeConfig(app, env, "Unset "+strings.Join(names, ", "), "config:unset", names, unsetDetach)
+		edit := func(env []appv1.EnvVar) []appv1.EnvVar {
+			return slices.DeleteFunc(env, func(e appv1.EnvVar) bool { return slices.Contains(names, e.Name) })
+		}
+		return s.changeConfig(app, edit, "Unset "+strings.Join(names, ", "), "config:unset", names, unsetDetach)
 	})
 	flags(unset).BoolVar(&unsetDetach, "detach", false, "return once the release is recorded, without waiting for it to serve")
 	return append([]*cobra.Command{list, get, set, unset}, s.domainCommands()...)
 }
 
-// changeConfig records env as a new release of app (cause Config), or, before the
-// app's first deploy, writes it to the spec for the first release to take. Then it
-// waits for the release to serve unless detach.
-func (s *session) changeConfig(app *appv1.App, env []appv1.EnvVar, desc, command string, names []string, detach bool) error {
+// changeConfig records a new release of app (cause Config) whose config vars are
+// edit of the current ones, or, before the app's first deploy, edits the spec for
+// the first release to take. Then it waits for the release to serve unless detach.
+// edit runs on the App as read for the write, so concurrent changes are not lost.
+func (s *session) changeConfig(app *appv1.App, edit func([]appv1.EnvVar) []appv1.EnvVar, desc, command string, names []string, detach bool) error {
 	if app.Spec.Image == "" {
 		// Nothing runs yet, so there is nothing to restart: the first push's
 		// release takes the config from the spec.
 		if _, err := s.updateApp(app.Name, func(a *appv1.App) error {
-			a.Spec.Env = env
+			a.Spec.Env = edit(a.Spec.Env)
 			return nil
 		}); err != nil {
 			return err
@@ -187,7 +195,8 @@ func (s *session) changeConfig(app *appv1.App, env []appv1.EnvVar, desc, command
 		return nil
 	}
 	n, err := s.cfg.Releases.Record(s.ctx, app.Name, releases.Change{
-		Env: env, SetEnv: true, Cause: appv1.ReleaseCauseConfig, Actor: s.user.Name, Description: desc,
+		EditEnv: func(env []appv1.EnvVar) ([]appv1.EnvVar, error) { return edit(env), nil },
+		Cause:   appv1.ReleaseCauseConfig, Actor: s.user.Name, Description: desc,
 	})
 	if err != nil {
 		return fmt.Errorf("recording the release of %s: %w", app.Name, err)

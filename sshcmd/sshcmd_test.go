@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -452,5 +453,25 @@ func TestLogsAndBuilds(t *testing.T) {
 	}
 	if out, _, _ := f.run(bob, "", "builds:logs", "shop", "1-aaa"); out != "build 1-aaa of shop\n" {
 		t.Fatalf("builds:logs 1-aaa = %q", out)
+	}
+}
+
+// Two config changes at once both land: each edits the config vars of the App as
+// read for its own write, not of an older read.
+func TestConcurrentConfigChangesBothLand(t *testing.T) {
+	f := newFixture(t, deployed(app("shop", "bob")))
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, errOut, code := f.run(bob, "", "config:set", "shop", fmt.Sprintf("K%d=%d", i, i), "--detach"); code != 0 {
+				t.Errorf("config:set K%d: %s", i, errOut)
+			}
+		}()
+	}
+	wg.Wait()
+	if env := f.app("shop").Spec.Env; len(env) != 8 {
+		t.Fatalf("after 8 concurrent config:set: %+v", env)
 	}
 }

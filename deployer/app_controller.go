@@ -274,6 +274,7 @@ func (r *AppReconciler) reconcileRuntime(ctx context.Context, s *scope) (ctrl.Re
 	st, err := r.Runtime.Sync(ctx, runtime.Desired{
 		App: app, Release: app.Spec.Release, Image: app.Spec.Image, Processes: app.Spec.Processes,
 		Env: app.Spec.Env, HealthCheck: app.Spec.HealthCheck, Suspended: app.Spec.Suspended,
+		Restarts: restarts(app),
 	})
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("runtime: %w", err)
@@ -283,6 +284,21 @@ func (r *AppReconciler) reconcileRuntime(ctx context.Context, s *scope) (ctrl.Re
 		return ctrl.Result{RequeueAfter: r.Config.RequeueWhileRolling}, nil
 	}
 	return ctrl.Result{}, nil
+}
+
+// restarts are the restart tokens of the app's process types (ps:restart): the
+// annotations the runtime acts on. nil when none was ever restarted.
+func restarts(app *appv1.App) map[string]string {
+	var out map[string]string
+	for p := range app.Spec.Processes {
+		if t := app.RestartToken(p); t != "" {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[p] = t
+		}
+	}
+	return out
 }
 
 // reconcileReleases prunes the oldest Releases beyond Config.KeepReleases. The

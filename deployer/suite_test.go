@@ -383,3 +383,42 @@ func TestChangesMadeThroughTheAPIBecomeReleases(t *testing.T) {
 		t.Fatalf("%d releases after the rollback, want 3 (no extra release from the reconciler)", len(rels))
 	}
 }
+
+// A config change recorded through the Recorder (ssh config:set) is one release:
+// the reconciler sees the spec match its release and records nothing more. A
+// restart annotation reaches the runtime as the process type's restart token.
+func TestRecordedChangeIsOneReleaseAndRestartsReachTheRuntime(t *testing.T) {
+	e := start(t, DefaultConfig())
+	ctx := context.Background()
+	app := &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: e.ns}}
+	if err := e.c.Create(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.rec.Record(ctx, "hello", releases.Change{Image: image(1), Processes: map[string][]string{"web": nil, "worker": {"./w"}}, Cause: appv1.ReleaseCausePush}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := e.rec.Record(ctx, "hello", releases.Change{Env: []appv1.EnvVar{{Name: "A", Value: "a b;$(x)"}}, SetEnv: true, Cause: appv1.ReleaseCauseConfig, Actor: "ana"})
+	if err != nil || n != 2 {
+		t.Fatalf("Record = %d, %v", n, err)
+	}
+	e.eventually("release 2 runs", func() error {
+		if d := e.lastSync("hello"); d.Release != 2 || len(d.Env) != 1 || d.Env[0].Value != "a b;$(x)" {
+			return fmt.Errorf("the runtime runs %+v", d)
+		}
+		return nil
+	})
+	app = e.app("hello")
+	app.Annotations = map[string]string{appv1.RestartedAtAnnotation + ".worker": "2026-01-01T00:00:00Z"}
+	if err := e.c.Update(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually("the restart reaches the runtime", func() error {
+		if r := e.lastSync("hello").Restarts; r["worker"] != "/2026-01-01T00:00:00Z" || r["web"] != "" {
+			return fmt.Errorf("restarts %v", r)
+		}
+		return nil
+	})
+	if rels, _ := e.rec.List(ctx, "hello"); len(rels) != 2 {
+		t.Fatalf("%d releases, want 2: the reconciler recorded one of its own", len(rels))
+	}
+}

@@ -39,6 +39,9 @@ type Config struct {
 	IdleTimeout time.Duration
 	// MaxPackBytes bounds one push's pack.
 	MaxPackBytes int64
+	// SessionRecheck is how often open sessions are looked up again by their key;
+	// a session whose key was removed is closed at the next check.
+	SessionRecheck time.Duration
 }
 
 // DefaultConfig returns the defaults, with state under stateDir.
@@ -56,6 +59,7 @@ func DefaultConfig(stateDir string) Config {
 		HandshakeTimeout:    30 * time.Second,
 		IdleTimeout:         10 * time.Minute,
 		MaxPackBytes:        2 << 30,
+		SessionRecheck:      time.Second,
 	}
 }
 
@@ -74,6 +78,7 @@ func (c Config) Validate() error {
 	for name, d := range map[string]time.Duration{
 		"lock wait": c.LockWait, "build timeout": c.BuildTimeout, "rollout timeout": c.RolloutTimeout,
 		"keep-alive": c.KeepAlive, "handshake timeout": c.HandshakeTimeout, "idle timeout": c.IdleTimeout,
+		"session recheck interval": c.SessionRecheck,
 	} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("gitserver: the %s must be positive, not %s", name, d))

@@ -2,10 +2,7 @@ package gitserver_test
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"crypto/sha256"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
@@ -54,6 +51,12 @@ type env struct {
 
 func newEnv(t testing.TB, tweak ...func(*gitserver.Config)) *env {
 	t.Helper()
+	return newEnvWith(t, nil, tweak...)
+}
+
+// newEnvWith is newEnv with server options.
+func newEnvWith(t testing.TB, opts []gitserver.Option, tweak ...func(*gitserver.Config)) *env {
+	t.Helper()
 	cp := testenv.SharedControlPlane(t)
 	ns := cp.Namespace(t, "git")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -78,7 +81,7 @@ func newEnv(t testing.TB, tweak ...func(*gitserver.Config)) *env {
 		f(&cfg)
 	}
 	log := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	e.srv, err = gitserver.New(cfg, dir, e.builder, e.deployer, log, nil)
+	e.srv, err = gitserver.New(cfg, dir, e.builder, e.deployer, log, nil, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,6 +107,7 @@ type user struct {
 	name    string
 	keyPath string
 	signer  gossh.Signer
+	key     *testenv.SSHKey
 	env     *env
 }
 
@@ -132,23 +136,8 @@ func (e *env) addUser(name string, role appv1.UserRole, canCreateApps bool) *use
 // newKey makes a key pair for name without registering it anywhere.
 func (e *env) newKey(name string) *user {
 	e.t.Helper()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	signer, err := gossh.NewSignerFromKey(priv)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	block, err := gossh.MarshalPrivateKey(priv, "")
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	keyPath := filepath.Join(e.t.TempDir(), "id_ed25519")
-	if err := os.WriteFile(keyPath, pem.EncodeToMemory(block), 0o600); err != nil {
-		e.t.Fatal(err)
-	}
-	return &user{name: name + "-" + e.ns, keyPath: keyPath, signer: signer, env: e}
+	k := testenv.NewSSHKey(e.t)
+	return &user{name: name + "-" + e.ns, keyPath: k.Path, signer: k.Signer, key: k, env: e}
 }
 
 // grant lists u in app's members.

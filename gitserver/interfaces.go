@@ -73,6 +73,29 @@ type Directory interface {
 	SetDeployBranch(ctx context.Context, app, branch string) error
 }
 
+// Commands runs the commands of `ssh bex@HOST <command>`: every session whose
+// command is not git's.
+type Commands interface {
+	// Run runs one session's command and returns its exit status. It returns when
+	// the command is done or ctx ends (the client left, the key was removed). It
+	// writes what went wrong to s.Stderr itself.
+	Run(ctx context.Context, s CommandSession) int
+}
+
+// CommandSession is one SSH session running a command.
+type CommandSession struct {
+	// User is who authenticated, looked up again inside the session.
+	User *User
+	// KeyFingerprint is the SHA256 fingerprint of the key the session was
+	// authenticated with ("SHA256:...").
+	KeyFingerprint string
+	// Args are the words of the command (SplitCommand); empty for `ssh bex@HOST`.
+	Args   []string
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+}
+
 // User is an authenticated person or agent.
 type User struct {
 	Name          string

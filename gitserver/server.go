@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +23,7 @@ type Server struct {
 	dir      Directory
 	builder  Builder
 	deployer Deployer
+	commands Commands // nil: only git
 	log      *slog.Logger
 	metrics  *metrics
 
@@ -30,7 +33,19 @@ type Server struct {
 
 	// background are the async deploys still running; Shutdown waits for them.
 	background sync.WaitGroup
+
+	sessions sessions
+	// stop ends the session recheck loop.
+	stop    context.CancelFunc
+	stopCtx context.Context
 }
+
+// Option configures a Server beyond its Config.
+type Option func(*Server)
+
+// WithCommands serves `ssh bex@HOST <command>`: sessions whose command is not git's
+// go to c. Without it such sessions get one line saying what the server takes.
+func WithCommands(c Commands) Option { return func(s *Server) { s.commands = c } }
 
 // context keys of a connection.
 type ctxKey string
@@ -42,7 +57,7 @@ const (
 )
 
 // New makes a server. reg receives its metrics (nil: not registered).
-func New(cfg Config, dir Directory, b Builder, d Deployer, log *slog.Logger, reg prometheus.Registerer) (*Server, error) {
+func New(cfg Config, dir Directory, b Builder, d Deployer, log *slog.Logger, reg prometheus.Registerer, opts ...Option) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -62,6 +77,10 @@ func New(cfg Config, dir Directory, b Builder, d Deployer, log *slog.Logger, reg
 		metrics: newMetrics(reg),
 		builds:  make(chan struct{}, cfg.MaxConcurrentBuilds),
 	}
+	for _, o := range opts {
+		o(s)
+	}
+	s.stopCtx, s.stop = context.WithCancel(context.Background())
 	s.ssh = &ssh.Server{
 		Addr:             cfg.Addr,
 		Handler:          s.handleSession,
@@ -86,6 +105,7 @@ func (s *Server) HostKey() gossh.PublicKey { return s.ssh.HostSigners[0].PublicK
 
 // Serve accepts connections on l until Shutdown.
 func (s *Server) Serve(l net.Listener) error {
+	go s.recheckSessions(s.stopCtx)
 	err := s.ssh.Serve(l)
 	if errors.Is(err, ssh.ErrServerClosed) {
 		return nil
@@ -96,6 +116,7 @@ func (s *Server) Serve(l net.Listener) error {
 // Shutdown stops accepting, waits for the sessions and background deploys to end
 // (or ctx to), then closes what is left.
 func (s *Server) Shutdown(ctx context.Context) error {
+	defer s.stop()
 	err := s.ssh.Shutdown(ctx)
 	done := make(chan struct{})
 	go func() { s.background.Wait(); close(done) }()
@@ -163,7 +184,8 @@ func (s *Server) authenticatedUser(sess ssh.Session) (*User, error) {
 	return user, nil
 }
 
-// handleSession runs one SSH session: a git command, or an explanation.
+// handleSession runs one SSH session: a git command, a bex command, or an
+// explanation.
 func (s *Server) handleSession(sess ssh.Session) {
 	if t, ok := sess.Context().Value(ctxHandshakeDone).(*time.Timer); ok {
 		t.Stop()
@@ -174,15 +196,35 @@ func (s *Server) handleSession(sess ssh.Session) {
 		fatal(sess, "access denied")
 		return
 	}
-	args := sess.Command()
+	fp := gossh.FingerprintSHA256(sess.PublicKey())
+	conn, _ := sess.Context().Value(ssh.ContextKeyConn).(gossh.Conn)
+	defer s.sessions.add(&openSession{key: sess.PublicKey(), user: user.Name, stderr: sess.Stderr(), close: func() error {
+		if conn != nil {
+			return conn.Close()
+		}
+		return sess.Close()
+	}})()
+	args, err := SplitCommand(sess.RawCommand())
+	if err != nil {
+		fmt.Fprintf(sess.Stderr(), "bex: %v: quote arguments for a POSIX shell\n", err)
+		_ = sess.Exit(2)
+		return
+	}
+	isGit := len(args) > 0 && (args[0] == "git-receive-pack" || args[0] == "git-upload-pack")
+	if !isGit && s.commands != nil {
+		code := s.commands.Run(sess.Context(), CommandSession{
+			User: user, KeyFingerprint: fp, Args: args,
+			Stdin: sess, Stdout: sess, Stderr: sess.Stderr(),
+		})
+		_ = sess.Exit(code)
+		return
+	}
 	if len(args) == 0 {
 		fmt.Fprintf(sess.Stderr(), "Hi %s! This is bex: push with `git push ssh://git@HOST:PORT/<app> main`.\n", user.Name)
 		_ = sess.Exit(1)
 		return
 	}
-	switch args[0] {
-	case "git-receive-pack", "git-upload-pack":
-	default:
+	if !isGit {
 		fmt.Fprintf(sess.Stderr(), "bex: unknown command %q: this server takes git push and git clone\n", args[0])
 		_ = sess.Exit(1)
 		return
@@ -196,13 +238,33 @@ func (s *Server) handleSession(sess ssh.Session) {
 		fatal(sess, err.Error())
 		return
 	}
-	log := s.log.With("app", app, "user", user.Name, "key", user.KeyName, "fingerprint", gossh.FingerprintSHA256(sess.PublicKey()))
+	log := s.log.With("app", app, "user", user.Name, "key", user.KeyName, "fingerprint", fp)
 	if args[0] == "git-upload-pack" {
 		s.uploadPack(sess, user, app, log)
 		return
 	}
 	code := s.receivePack(sess, user, app, log)
 	_ = sess.Exit(code)
+}
+
+// RemoveRepository deletes app's bare repository, for `apps:destroy`. It takes the
+// app's push lock first, so that it never pulls the directory from under a push; a
+// push that holds the lock longer than wait makes it fail, saying so.
+func (s *Server) RemoveRepository(ctx context.Context, app string, wait time.Duration) error {
+	if !validAppName(app) {
+		return fmt.Errorf("%q is not an app name", app)
+	}
+	lockCtx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	unlock, err := s.locks.acquire(lockCtx, app, "apps:destroy", nil)
+	if err != nil {
+		return fmt.Errorf("a push to %s is running: try again once it ends", app)
+	}
+	defer unlock()
+	if err := os.RemoveAll(filepath.Join(s.cfg.ReposDir, app+".git")); err != nil {
+		return fmt.Errorf("removing the repository of %s: %w", app, err)
+	}
+	return nil
 }
 
 // AppFromPath maps a repository path to an app name: "myapp", "/myapp", "myapp.git"

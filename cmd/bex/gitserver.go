@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,6 +20,7 @@ import (
 	"bex.co/bex/deployer/releases"
 	"bex.co/bex/gitserver"
 	"bex.co/bex/gitserver/access"
+	"bex.co/bex/sshcmd"
 )
 
 // gitserverCmd runs the SSH git endpoint against an existing Kubernetes API and
@@ -33,6 +35,9 @@ type gitserverCmd struct {
 	buildkitAddr     string
 	imageRepo        string
 	imageResolveMode string
+	runtime          string
+	sshURL           string
+	adminKeys        []string
 
 	// ready, when set, receives the listen address once the server accepts.
 	ready    chan<- string
@@ -57,6 +62,9 @@ func (c *gitserverCmd) command() *cobra.Command {
 	f.StringVar(&c.buildkitAddr, "buildkit-addr", "", "buildkitd address (default: unix://STATE_DIR/buildkitd/buildkitd.sock)")
 	f.StringVar(&c.imageRepo, "image-repo", "bex.local", "repository that names the built images")
 	f.StringVar(&c.imageResolveMode, "image-resolve-mode", "default", "how base images are found: default, pull, or local (no registry)")
+	f.StringVar(&c.runtime, "runtime", "local", "the deployer's runtime, for the logs command: local (read from STATE_DIR/runtime) or kubernetes")
+	f.StringSliceVar(&c.adminKeys, "admin-keys", nil, "OpenSSH public key files whose keys the user admin holds, made sure of at every start (BEX_ADMIN_KEYS=a.pub,b.pub)")
+	f.StringVar(&c.sshURL, "ssh-url", "", "how users reach this server, for the hints commands print (default ssh://git@HOST:PORT)")
 	return cmd
 }
 
@@ -89,6 +97,13 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 		return fmt.Errorf("cannot read Users and Apps from the API at %s: is it running, and are bex's CRDs installed?", restCfg.Host)
 	}
 
+	if err := ensureAdminKeys(ctx, kc, c.adminKeys); err != nil {
+		return err
+	}
+	if ok, err := hasAdmin(ctx, kc); err == nil && !ok {
+		fmt.Fprintf(c.errOut, "bex gitserver: no admin yet: run `bex users add NAME --admin --key ~/.ssh/id_ed25519.pub` on this machine, or start with --admin-keys FILE\n")
+	}
+
 	bcfg := builder.DefaultConfig(c.stateDir)
 	if c.buildkitAddr != "" {
 		bcfg.Address = c.buildkitAddr
@@ -103,9 +118,26 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 		return err
 	}
 
+	if c.runtime != "local" && c.runtime != "kubernetes" {
+		return fmt.Errorf("--runtime %q: use local or kubernetes", c.runtime)
+	}
+	recorder := &releases.Recorder{Client: kc, Namespace: c.namespace, PollInterval: 50 * time.Millisecond}
 	gcfg := gitserver.DefaultConfig(c.stateDir)
 	gcfg.Addr = c.sshAddr
-	srv, err := gitserver.New(gcfg, dir, pushBuilder{b: b, apps: kc, namespace: c.namespace}, pushDeployer{&releases.Recorder{Client: kc, Namespace: c.namespace, PollInterval: 50 * time.Millisecond}}, c.log, prometheus.DefaultRegisterer)
+	// The commands need the server (to remove a repository under its push lock) and
+	// the server takes the commands: the closure reads srv once it is set.
+	var srv *gitserver.Server
+	cmds, err := sshcmd.New(sshcmd.Config{
+		Client: kc, Reader: informers, Namespace: c.namespace, Releases: recorder,
+		Logs:   runtimeLogs{runtime: c.runtime, stateDir: filepath.Join(c.stateDir, "runtime"), namespace: c.namespace},
+		Builds: buildLogs{b}, Host: c.sshURL, Log: c.log, RolloutTimeout: gcfg.RolloutTimeout,
+		RemoveRepository: func(ctx context.Context, app string) error { return srv.RemoveRepository(ctx, app, 10*time.Second) },
+	})
+	if err != nil {
+		return err
+	}
+	srv, err = gitserver.New(gcfg, dir, pushBuilder{b: b, apps: kc, namespace: c.namespace}, pushDeployer{recorder}, c.log, prometheus.DefaultRegisterer,
+		gitserver.WithCommands(cmds))
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,9 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -49,7 +51,8 @@ func TestGitserverBuildsAPushAndRecordsItsRelease(t *testing.T) {
 	var stderr bytes.Buffer
 	g := &gitserverCmd{errOut: &stderr, log: slog.New(slog.NewTextHandler(&stderr, nil)), ready: ready}
 	cmd := wire(g)
-	cmd.SetArgs([]string{"--state-dir", t.TempDir(), "--ssh-addr", "127.0.0.1:0", "--kubeconfig", cp.Kubeconfig,
+	state := t.TempDir()
+	cmd.SetArgs([]string{"--state-dir", state, "--ssh-addr", "127.0.0.1:0", "--kubeconfig", cp.Kubeconfig,
 		"--namespace", ns, "--buildkit-addr", bk.Address, "--image-resolve-mode", "local"})
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(ctx) }()
@@ -152,8 +155,80 @@ func TestGitserverBuildsAPushAndRecordsItsRelease(t *testing.T) {
 		t.Fatalf("the second build ignored the App's build settings: %q %d %v", runOut, code, err)
 	}
 
+	// The ssh commands are wired: build logs from the builder, runtime logs from
+	// the local runtime's files in the shared state directory, the repository
+	// removed with the app.
+	sshCmd := func(args ...string) string {
+		t.Helper()
+		c := testenv.SSHCommand(&testenv.SSHKey{Path: keyPath}, "bex", addr, args...)
+		out, err := c.CombinedOutput()
+		if err != nil {
+			t.Fatalf("ssh %v: %v\n%s\nserver:\n%s", args, err, out, stderr.String())
+		}
+		return string(out)
+	}
+	var builds []struct{ ID, Commit string }
+	if err := json.Unmarshal([]byte(sshCmd("builds", "hello", "--json")), &builds); err != nil || len(builds) != 2 || builds[0].Commit != head {
+		t.Fatalf("builds --json: %v %+v", err, builds)
+	}
+	if out := sshCmd("builds:logs", "hello", builds[1].ID); !strings.Contains(out, "RUN echo built > /built") {
+		t.Fatalf("builds:logs of the first build:\n%s", out)
+	}
+	logDir := filepath.Join(state, "runtime", "logs", ns, "hello")
+	os.MkdirAll(logDir, 0o700)
+	os.WriteFile(filepath.Join(logDir, "web.1-r2-abcdef.log"), []byte("listening\n"), 0o600)
+	if out := sshCmd("logs", "hello"); out != "web.1[r2]: listening\n" {
+		t.Fatalf("logs: %q", out)
+	}
+	if _, err := os.Stat(filepath.Join(state, "repos", "hello.git")); err != nil {
+		t.Fatal(err)
+	}
+	sshCmd("apps:destroy", "hello", "--confirm", "hello")
+	if _, err := os.Stat(filepath.Join(state, "repos", "hello.git")); !os.IsNotExist(err) {
+		t.Fatalf("the repository is still there after apps:destroy: %v", err)
+	}
+
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("bex gitserver ended with %v", err)
+	}
+}
+
+func TestUsersAddMakesTheFirstAdmin(t *testing.T) {
+	cp := testenv.SharedControlPlane(t)
+	admin, member := testenv.NewSSHKey(t), testenv.NewSSHKey(t)
+	pub := func(k *testenv.SSHKey) string {
+		p := filepath.Join(t.TempDir(), "key.pub")
+		os.WriteFile(p, []byte(k.AuthorizedKey+"\n"), 0o644)
+		return p
+	}
+	api := []string{"--kubeconfig", cp.Kubeconfig}
+	out, err := runBex(t, append([]string{"users", "add", "first-admin", "--admin", "--key", pub(admin)}, api...)...)
+	if err != nil || !strings.Contains(out, "first-admin is an admin") {
+		t.Fatalf("users add --admin: %v\n%s", err, out)
+	}
+	if out, err := runBex(t, append([]string{"users", "add", "first-admin", "--admin", "--key", pub(admin)}, api...)...); err != nil || !strings.Contains(out, "already") {
+		t.Fatalf("users add --admin again: %v\n%s", err, out)
+	}
+	if out, err := runBex(t, append([]string{"users", "add", "first-member", "--key", pub(member)}, api...)...); err != nil || !strings.Contains(out, "Created member first-member") {
+		t.Fatalf("users add member: %v\n%s", err, out)
+	}
+	if out, err := runBex(t, append([]string{"users", "add", "second", "--key", pub(member)}, api...)...); err == nil || !strings.Contains(err.Error(), "belongs to another user") {
+		t.Fatalf("a key held twice: %v\n%s", err, out)
+	}
+	out, err = runBex(t, append([]string{"users", "list", "--json"}, api...)...)
+	var users []struct {
+		Name, Role string
+		Keys       int
+	}
+	if err != nil || json.Unmarshal([]byte(out), &users) != nil {
+		t.Fatalf("users list --json: %v\n%s", err, out)
+	}
+	got := map[string]string{}
+	for _, u := range users {
+		got[u.Name] = fmt.Sprintf("%s/%d", u.Role, u.Keys)
+	}
+	if got["first-admin"] != "admin/1" || got["first-member"] != "member/1" {
+		t.Fatalf("users list: %v", got)
 	}
 }

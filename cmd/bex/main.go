@@ -56,6 +56,9 @@ func newRoot(out, errOut io.Writer) *cobra.Command {
 	} {
 		root.AddCommand(wire(s))
 	}
+	users := &cobra.Command{Use: "users", Short: "Manage users on this server (the first admin); later: ssh bex@HOST users:add"}
+	users.AddCommand(wire(&usersAddCmd{out: out}), wire(&usersListCmd{out: out}))
+	root.AddCommand(users)
 	return root
 }
 

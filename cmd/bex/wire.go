@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/pflag"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -20,7 +21,9 @@ import (
 	"bex.co/bex/builder"
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/deployer/releases"
+	"bex.co/bex/deployer/runtime/local"
 	"bex.co/bex/gitserver"
+	"bex.co/bex/sshcmd"
 )
 
 // Adapters between components: each component declares the small interface it needs,
@@ -136,4 +139,38 @@ func (a *apiFlags) connect() (*rest.Config, *k8sruntime.Scheme, error) {
 	}
 	s, err := scheme()
 	return cfg, s, err
+}
+
+// buildLogs are the builder's stored build logs as the ssh commands read them.
+type buildLogs struct{ b *builder.Builder }
+
+func (l buildLogs) List(app string) ([]sshcmd.Build, error) {
+	logs, err := l.b.Logs(app)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]sshcmd.Build, len(logs))
+	for i, bl := range logs {
+		out[i] = sshcmd.Build{ID: bl.ID, Commit: bl.Commit, Time: bl.Time}
+	}
+	return out, nil
+}
+
+func (l buildLogs) Open(app, id string) (io.ReadCloser, error) { return os.Open(l.b.LogPath(app, id)) }
+
+// runtimeLogs reads the local runtime's log files from the state directory the
+// deployer shares with this process (`bex deployer --runtime local` on the same
+// machine). With the Kubernetes runtime the logs are the cluster's.
+type runtimeLogs struct {
+	runtime   string
+	stateDir  string // the local runtime's, STATE_DIR/runtime
+	namespace string
+}
+
+func (l runtimeLogs) Logs(ctx context.Context, app string, o sshcmd.LogOptions, w io.Writer) error {
+	if l.runtime == "kubernetes" {
+		return fmt.Errorf("on a cluster, read the logs with: kubectl logs -n %s -l %s=%s --prefix", l.namespace, releases.LabelApp, app)
+	}
+	return local.ReadLogs(ctx, l.stateDir, types.NamespacedName{Namespace: l.namespace, Name: app},
+		local.LogOptions{Follow: o.Follow, Lines: o.Lines, Process: o.Process}, w)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -46,8 +47,13 @@ type Change struct {
 	// Env, when SetEnv, replaces the config vars.
 	Env    []appv1.EnvVar
 	SetEnv bool
-	Cause  appv1.ReleaseCause
-	Actor  string
+	// EditEnv, when not nil, computes the config vars from the App's current ones.
+	// It runs on every attempt, on the App as just read, so that two changes made at
+	// once both land (config:set A and config:set B); Env would replace one with the
+	// other. An error from it ends Record with that error.
+	EditEnv func(current []appv1.EnvVar) ([]appv1.EnvVar, error)
+	Cause   appv1.ReleaseCause
+	Actor   string
 	// Description is one line for people; a default is made from the change.
 	Description string
 	// RollbackOf is the release brought back, for cause Rollback.
@@ -112,6 +118,13 @@ func (r *Recorder) record(ctx context.Context, name string, ch Change) (int64, e
 	}
 	if ch.SetEnv {
 		spec.Env = ch.Env
+	}
+	if ch.EditEnv != nil {
+		env, err := ch.EditEnv(slices.Clone(app.Spec.Env))
+		if err != nil {
+			return 0, err
+		}
+		spec.Env = env
 	}
 	if len(spec.Processes) == 0 && ch.Image != "" {
 		// The first image of an app without a Procfile: it runs its own command as

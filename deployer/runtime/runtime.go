@@ -26,6 +26,11 @@ type Desired struct {
 	HealthCheck *appv1.HealthCheck
 	// Suspended stops every instance; the endpoints become empty.
 	Suspended bool
+	// Restarts maps a process type to its restart token (App.RestartToken); a
+	// type missing here has none. When a type's token changes, its instances are
+	// replaced the way a rollout replaces them (new ones healthy first, then the old
+	// ones drain and stop); other types are left running.
+	Restarts map[string]string
 }
 
 // Key is the app's namespace and name.

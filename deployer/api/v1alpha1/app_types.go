@@ -20,6 +20,26 @@ const DefaultDeployBranch = "main"
 // check before the release fails (Heroku's R10 boot timeout).
 const DefaultBootTimeoutSeconds = 60
 
+// RestartedAtAnnotation on an App restarts its processes, the way
+// `kubectl rollout restart` does for a Deployment: set it to the current time
+// (RFC3339) to replace every instance of the app; set
+// RestartedAtAnnotation+"."+<process> to replace the instances of one process type
+// only. The deployer passes the value on to its runtime (RestartToken), which starts
+// new instances and stops the old ones once the new are healthy, as in a rollout.
+// It is an annotation, not spec: a restart changes nothing of what the app is, so it
+// makes no release.
+const RestartedAtAnnotation = "app.bex.co/restartedAt"
+
+// RestartToken is what marks the last restart of process: empty when it was never
+// restarted, and different after every restart of the app or of that process.
+func (a *App) RestartToken(process string) string {
+	all, one := a.Annotations[RestartedAtAnnotation], a.Annotations[RestartedAtAnnotation+"."+process]
+	if all == "" && one == "" {
+		return ""
+	}
+	return all + "/" + one
+}
+
 // App is one deployable application: the desired state (image, processes, config,
 // domains) in spec, the truth about what serves in status.
 //

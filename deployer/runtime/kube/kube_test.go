@@ -550,3 +550,24 @@ func TestDeploymentNameCollisionIsRefused(t *testing.T) {
 		t.Fatalf("the other app's Deployment was taken over: %v", dep.Labels)
 	}
 }
+
+// ps:restart is a pod-template annotation on the restarted type's Deployment only,
+// which makes the Deployment controller roll its pods (kubectl rollout restart).
+func TestRestartAnnotatesThePodTemplate(t *testing.T) {
+	f := setup(t)
+	d := f.desired(1, imageA, map[string]appv1.ProcessSpec{"web": {Replicas: 1}, "worker": {Replicas: 1}})
+	f.sync(d)
+	webGen, workerGen := f.deployment("hello-web").Generation, f.deployment("hello-worker").Generation
+	if a := f.deployment("hello-web").Spec.Template.Annotations; len(a) != 0 {
+		t.Fatalf("annotations before a restart: %v", a)
+	}
+	d.Restarts = map[string]string{"web": "2026-01-01T00:00:00Z/"}
+	f.sync(d)
+	web, worker := f.deployment("hello-web"), f.deployment("hello-worker")
+	if web.Spec.Template.Annotations[appv1.RestartedAtAnnotation] != "2026-01-01T00:00:00Z/" || web.Generation == webGen {
+		t.Fatalf("web after the restart: annotations %v, generation %d → %d", web.Spec.Template.Annotations, webGen, web.Generation)
+	}
+	if worker.Generation != workerGen || len(worker.Spec.Template.Annotations) != 0 {
+		t.Fatalf("the worker changed too: %v", worker.Spec.Template.Annotations)
+	}
+}

@@ -172,6 +172,12 @@ func deployment(cfg Config, d runtime.Desired, process string, serving int64) *a
 	if serving > 0 {
 		labels[LabelServingRelease] = strconv.FormatInt(serving, 10)
 	}
+	template := corev1ac.PodTemplateSpec().WithLabels(podLabels).WithSpec(pod)
+	if t := d.Restarts[process]; t != "" {
+		// A changed pod template is a rollout: ps:restart is `kubectl rollout
+		// restart`, which sets an annotation the same way.
+		template.WithAnnotations(map[string]string{appv1.RestartedAtAnnotation: t})
+	}
 	dep := appsv1ac.Deployment(DeploymentName(app.Name, process), app.Namespace).
 		WithLabels(labels).
 		WithOwnerReferences(ownerReference(app)).
@@ -185,9 +191,7 @@ func deployment(cfg Config, d runtime.Desired, process string, serving int64) *a
 				WithRollingUpdate(appsv1ac.RollingUpdateDeployment().
 					WithMaxUnavailable(intstr.FromInt32(0)).
 					WithMaxSurge(intstr.FromInt32(cfg.MaxSurge)))).
-			WithTemplate(corev1ac.PodTemplateSpec().
-				WithLabels(podLabels).
-				WithSpec(pod)))
+			WithTemplate(template))
 	return dep
 }
 

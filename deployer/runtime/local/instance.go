@@ -32,6 +32,9 @@ type instance struct {
 	gen     gen
 	port    int
 	logPath string
+	// restart is the process type's restart token when the instance was made
+	// (runtime.Desired.Restarts); a different token wants a fresh instance.
+	restart string
 	ctr     containerd.Container
 	// healthPath is the HTTP check of a web instance ("" = TCP connect).
 	healthPath  string
@@ -60,6 +63,9 @@ type instance struct {
 func (i *instance) name() string { return fmt.Sprintf("%s.%d", i.process, i.index) }
 
 func (i *instance) web() bool { return i.process == webProcess }
+
+// stale reports an instance that a restart of its process type replaces.
+func (i *instance) stale(d runtime.Desired) bool { return i.restart != d.Restarts[i.process] }
 
 // leaving reports an instance on its way out: it takes no traffic and does not
 // count for its gen.
@@ -95,7 +101,7 @@ func (r *Runtime) create(ctx context.Context, a *appState, d runtime.Desired, g 
 		return nil, err
 	}
 	inst := &instance{id: id, app: a.key, process: process, index: index, gen: g, port: port,
-		bootTimeout: r.cfg.BootTimeout}
+		bootTimeout: r.cfg.BootTimeout, restart: d.Restarts[process]}
 	inst.logPath = filepath.Join(r.logDir(a.key), fmt.Sprintf("%s.%d-r%d-%s.log", process, index, g.Release, id[len(id)-6:]))
 	if inst.web() && d.HealthCheck != nil {
 		inst.healthPath = d.HealthCheck.Path
@@ -147,6 +153,7 @@ func (r *Runtime) create(ctx context.Context, a *appState, d runtime.Desired, g 
 		labelLog:       inst.logPath,
 		labelBoot:      inst.bootTimeout.String(),
 		labelHealth:    inst.healthPath,
+		labelRestart:   inst.restart,
 	}
 	ctr, err := r.cd.NewContainer(ctx, id,
 		containerd.WithImage(img),
@@ -168,7 +175,7 @@ func (r *Runtime) create(ctx context.Context, a *appState, d runtime.Desired, g 
 
 // instanceFromLabels rebuilds an adopted container's instance.
 func instanceFromLabels(ctr containerd.Container, l map[string]string, cfg Config) (*instance, error) {
-	inst := &instance{id: ctr.ID(), ctr: ctr, process: l[labelProcess], logPath: l[labelLog], healthPath: l[labelHealth],
+	inst := &instance{id: ctr.ID(), ctr: ctr, process: l[labelProcess], logPath: l[labelLog], healthPath: l[labelHealth], restart: l[labelRestart],
 		app: types.NamespacedName{Namespace: l[labelNamespace], Name: l[labelApp]}}
 	var err error
 	var errs []error

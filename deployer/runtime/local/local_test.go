@@ -832,3 +832,57 @@ func TestDeleteRemovesEverything(t *testing.T) {
 		t.Fatalf("second Delete: %v", err)
 	}
 }
+
+// ps:restart of one process type replaces its instances the way a rollout does (the
+// new one ready before the old one leaves the endpoints) and leaves the other types
+// running; the token survives an adoption.
+func TestRestartReplacesOneProcessType(t *testing.T) {
+	f := newFixture(t, "restart")
+	d := f.desired(1, f.v1, 1)
+	d.Processes["worker"] = appv1.ProcessSpec{Command: []string{"sh", "-c", "echo working; exec sleep 600"}, Replicas: 1}
+	f.syncUntil(d, time.Minute, "release 1 rolled out", rolledOut)
+	ids := func() map[string]string {
+		out := map[string]string{}
+		for id, l := range f.containers() {
+			if prev, dup := out[l[labelProcess]]; dup {
+				out[l[labelProcess]] = prev + "," + id
+			} else {
+				out[l[labelProcess]] = id
+			}
+		}
+		return out
+	}
+	before := ids()
+
+	d.Restarts = map[string]string{"web": "2026-01-01T00:00:00Z/"}
+	var sawEmpty bool
+	st := f.syncUntil(d, time.Minute, "web restarted", func(st runtime.Status) bool {
+		if len(f.endpoints()) == 0 {
+			sawEmpty = true
+		}
+		return st.RolledOut && len(f.containers()) == 2
+	})
+	if sawEmpty {
+		t.Error("the endpoints were empty during the restart")
+	}
+	after := ids()
+	if after["web"] == before["web"] || after["worker"] != before["worker"] || strings.Contains(after["web"], ",") {
+		t.Fatalf("containers before %v, after %v: want a new web and the same worker", before, after)
+	}
+	if st.Serving != 1 || st.Processes["web"].Ready != 1 {
+		t.Fatalf("status after the restart: %+v", st)
+	}
+	eps := f.endpoints()
+	if len(eps) != 1 {
+		t.Fatalf("endpoints %v", eps)
+	}
+	f.mustGet(eps[0], "version v1")
+
+	// Adopted by a new runtime, the same token replaces nothing.
+	f.rt.Close()
+	f.rt = f.newRuntime()
+	f.syncUntil(d, 30*time.Second, "adopted", rolledOut)
+	if got := ids(); got["web"] != after["web"] || got["worker"] != after["worker"] {
+		t.Fatalf("adoption replaced instances: %v, want %v", got, after)
+	}
+}

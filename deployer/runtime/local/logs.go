@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -120,6 +121,15 @@ func logPrefix(path string) string {
 	return base
 }
 
+// logProcess is the process type of an instance's log file.
+func logProcess(path string) string {
+	base := filepath.Base(path)
+	if i := strings.IndexByte(base, '.'); i > 0 {
+		return base[:i]
+	}
+	return ""
+}
+
 // tailLines returns the last n lines of path (with its rotated file before it).
 func tailLines(path string, n int) []string {
 	var lines []string
@@ -145,9 +155,33 @@ func tailLines(path string, n int) []string {
 // With follow it then keeps writing new lines, of new instances too, until ctx
 // ends.
 func (r *Runtime) Logs(ctx context.Context, app types.NamespacedName, follow bool, w io.Writer) error {
-	dir := r.logDir(app)
+	return ReadLogs(ctx, r.cfg.StateDir, app, LogOptions{Follow: follow}, w)
+}
+
+// LogOptions select the lines ReadLogs writes.
+type LogOptions struct {
+	// Follow keeps writing new lines until ctx ends.
+	Follow bool
+	// Lines is how many recent lines of each instance come first; 0 means 100.
+	Lines int
+	// Process, when set, keeps the instances of that process type only.
+	Process string
+}
+
+// ReadLogs is Runtime.Logs for a reader that has only the runtime's state
+// directory (Config.StateDir): the log files are all it needs, so another process on
+// the same machine (the gitserver's `logs` command) reads them without a Runtime.
+func ReadLogs(ctx context.Context, stateDir string, app types.NamespacedName, opts LogOptions, w io.Writer) error {
+	tail := opts.Lines
+	if tail <= 0 {
+		tail = logTail
+	}
+	dir := filepath.Join(stateDir, "logs", app.Namespace, app.Name)
 	list := func() []string {
 		files, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+		if opts.Process != "" {
+			files = slices.DeleteFunc(files, func(p string) bool { return logProcess(p) != opts.Process })
+		}
 		sort.Slice(files, func(i, j int) bool {
 			fi, erri := os.Stat(files[i])
 			fj, errj := os.Stat(files[j])
@@ -169,13 +203,13 @@ func (r *Runtime) Logs(ctx context.Context, app types.NamespacedName, follow boo
 		// by the follow loop rather than lost.
 		offsets[p] = fi.Size()
 		prefix := logPrefix(p)
-		for _, l := range tailLines(p, logTail) {
+		for _, l := range tailLines(p, tail) {
 			if _, err := fmt.Fprintf(w, "%s: %s\n", prefix, l); err != nil {
 				return err
 			}
 		}
 	}
-	if !follow {
+	if !opts.Follow {
 		return nil
 	}
 	t := time.NewTicker(200 * time.Millisecond)

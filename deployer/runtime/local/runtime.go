@@ -45,6 +45,7 @@ const (
 	labelBoot      = "app.bex.co/boot-timeout"
 	labelHealth    = "app.bex.co/health-path"
 	labelRestarts  = "app.bex.co/restarts"
+	labelRestart   = "app.bex.co/restart-token"
 	runtimeName    = "local"
 )
 
@@ -247,7 +248,7 @@ func (r *Runtime) Sync(ctx context.Context, d runtime.Desired) (runtime.Status, 
 		return runtime.Status{}, err
 	}
 	g := gen{Release: d.Release, Config: configHash(d, env)}
-	fk := failKey(g, d.Processes)
+	fk := failKey(g, d.Processes, d.Restarts)
 
 	r.mu.Lock()
 	f, failed := a.failed[fk]
@@ -293,6 +294,7 @@ func (r *Runtime) Sync(ctx context.Context, d runtime.Desired) (runtime.Status, 
 		return r.status(a, d, g, f), nil
 	}
 
+	r.retireReplaced(a, d, g)
 	r.mu.Lock()
 	switchNow := a.serving != g && r.allReadyLocked(a, d, g)
 	r.mu.Unlock()
@@ -394,6 +396,14 @@ func (r *Runtime) ensureInstances(ctx context.Context, a *appState, d runtime.De
 			}
 			continue
 		}
+		if inst.stale(d) {
+			// ps:restart: a fresh instance takes the slot; this one stays until
+			// that one is ready (retireReplaced), unless it serves nothing.
+			if a.serving != g {
+				inst.stopNow = true
+			}
+			continue
+		}
 		have[slot{inst.process, inst.index}] = true
 	}
 	for _, p := range sortedKeys(d.Processes) {
@@ -412,6 +422,36 @@ func (r *Runtime) ensureInstances(ctx context.Context, a *appState, d runtime.De
 		log.Info("instance started", "instance", inst.name(), "container", inst.id, "port", inst.port)
 	}
 	return nil
+}
+
+// retireReplaced retires each instance of g that a restart replaced, once the
+// instance that took its slot is ready: drained first when it is in the
+// endpoints, as in a switch between releases.
+func (r *Runtime) retireReplaced(a *appState, d runtime.Desired, g gen) {
+	type slot struct {
+		process string
+		index   int
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	fresh := map[slot]bool{}
+	for _, inst := range a.instances {
+		if inst.gen == g && !inst.leaving() && !inst.stale(d) && inst.ready {
+			fresh[slot{inst.process, inst.index}] = true
+		}
+	}
+	now := time.Now()
+	for _, inst := range a.instances {
+		if inst.gen != g || inst.leaving() || !inst.stale(d) || !fresh[slot{inst.process, inst.index}] {
+			continue
+		}
+		if a.serving == g && inst.web() && inst.ready {
+			inst.retireAt = now.Add(r.cfg.Drain)
+			time.AfterFunc(r.cfg.Drain, func() { r.reap(a) })
+		} else {
+			inst.stopNow = true
+		}
+	}
 }
 
 // stopUnserved stops the instances of g that are not in the endpoints.
@@ -480,7 +520,7 @@ func (r *Runtime) assess(a *appState, g gen) *failure {
 func (r *Runtime) allReadyLocked(a *appState, d runtime.Desired, g gen) bool {
 	ready := map[string]int32{}
 	for _, inst := range a.instances {
-		if inst.gen == g && !inst.leaving() && inst.ready {
+		if inst.gen == g && !inst.leaving() && !inst.stale(d) && inst.ready {
 			ready[inst.process]++
 		}
 	}
@@ -498,7 +538,7 @@ func (r *Runtime) processStatusLocked(a *appState, d runtime.Desired, g gen) map
 		ps[p] = runtime.ProcessStatus{Desired: spec.Replicas}
 	}
 	for _, inst := range a.instances {
-		if inst.gen != g || inst.leaving() {
+		if inst.gen != g || inst.leaving() || inst.stale(d) {
 			continue
 		}
 		s, ok := ps[inst.process]
@@ -530,11 +570,14 @@ func (r *Runtime) status(a *appState, d runtime.Desired, g gen, f *failure) runt
 		return st
 	}
 	// Instances that are leaving (the previous release draining, a failed one
-	// stopping) no longer serve: they stop on their own timers, and waiting for
-	// them would add the drain and stop timeouts to every deploy.
+	// stopping, the replaced ones of a restart) no longer serve: they stop on their
+	// own timers, and waiting for them would add the drain and stop timeouts to
+	// every deploy.
 	for _, inst := range a.instances {
-		if inst.gen != g && !inst.leaving() {
-			return st // another release still runs and is not on its way out
+		if !inst.leaving() && (inst.gen != g || inst.stale(d)) {
+			// Another release, or an instance due for a restart, still runs and is
+			// not on its way out.
+			return st
 		}
 	}
 	for _, s := range st.Processes {
@@ -694,12 +737,13 @@ func configHash(d runtime.Desired, env []envVar) string {
 	return hex.EncodeToString(sum[:6])
 }
 
-// failKey is a gen plus its scale: a failure is retried when either changes.
-func failKey(g gen, procs map[string]appv1.ProcessSpec) string {
+// failKey is a gen plus its scale and restarts: a failure is retried when any of
+// them changes (ps:restart tries a failed release again).
+func failKey(g gen, procs map[string]appv1.ProcessSpec, restarts map[string]string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d/%s", g.Release, g.Config)
 	for _, p := range sortedKeys(procs) {
-		fmt.Fprintf(&b, "/%s=%d", p, procs[p].Replicas)
+		fmt.Fprintf(&b, "/%s=%d@%s", p, procs[p].Replicas, restarts[p])
 	}
 	return b.String()
 }

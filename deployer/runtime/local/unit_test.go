@@ -1,12 +1,17 @@
 package local
 
 import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -171,5 +176,59 @@ func TestRotateKeepsOnePreviousFile(t *testing.T) {
 	}
 	if prev, _ := os.ReadFile(path + ".1"); string(prev) != big {
 		t.Fatal("a small log was rotated")
+	}
+}
+
+// ReadLogs needs only the state directory: the last N lines of each instance, one
+// process type when asked, and with Follow the lines written afterwards.
+func TestReadLogs(t *testing.T) {
+	state := t.TempDir()
+	key := types.NamespacedName{Namespace: "ns", Name: "shop"}
+	dir := filepath.Join(state, "logs", "ns", "shop")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	web := filepath.Join(dir, "web.1-r3-aaaaaa.log")
+	os.WriteFile(web, []byte("w1\nw2\nw3\n"), 0o600)
+	os.WriteFile(filepath.Join(dir, "worker.1-r3-bbbbbb.log"), []byte("k1\nk2\n"), 0o600)
+	var buf bytes.Buffer
+	if err := ReadLogs(context.Background(), state, key, LogOptions{Lines: 2}, &buf); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"web.1[r3]: w2\nweb.1[r3]: w3\n", "worker.1[r3]: k1\nworker.1[r3]: k2\n"} {
+		if !strings.Contains(buf.String(), want) || strings.Contains(buf.String(), "w1") {
+			t.Fatalf("ReadLogs -n 2:\n%s", buf.String())
+		}
+	}
+	buf.Reset()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	pr, pw := io.Pipe()
+	go func() {
+		done <- ReadLogs(ctx, state, key, LogOptions{Follow: true, Lines: 1, Process: "web"}, pw)
+		pw.Close()
+	}()
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		f, _ := os.OpenFile(web, os.O_APPEND|os.O_WRONLY, 0)
+		f.WriteString("w4\n")
+		f.Close()
+	}()
+	sc := bufio.NewScanner(pr)
+	var got []string
+	for sc.Scan() {
+		got = append(got, sc.Text())
+		if len(got) == 2 {
+			cancel()
+			break
+		}
+	}
+	go io.Copy(io.Discard, pr)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(got, "|") != "web.1[r3]: w3|web.1[r3]: w4" {
+		t.Fatalf("ReadLogs -f --process web: %q", got)
 	}
 }

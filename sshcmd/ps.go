@@ -1,0 +1,277 @@
+package sshcmd
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
+)
+
+// ProcessInfo is one process type in `ps --json` and `apps:info --json`.
+type ProcessInfo struct {
+	Type     string   `json:"type"`
+	Command  []string `json:"command"`
+	Replicas int32    `json:"replicas"`
+	// RestartedAt is the last ps:restart of the type or the app (RFC3339), or "".
+	RestartedAt string `json:"restartedAt"`
+}
+
+// PsList is `ps --json`.
+type PsList struct {
+	App       string        `json:"app"`
+	Phase     string        `json:"phase"`
+	Revision  int64         `json:"revision"`
+	Suspended bool          `json:"suspended"`
+	Processes []ProcessInfo `json:"processes"`
+}
+
+func processes(a *appv1.App) []ProcessInfo {
+	out := []ProcessInfo{}
+	for _, name := range sortedKeys(a.Spec.Processes) {
+		p := a.Spec.Processes[name]
+		at := a.Annotations[appv1.RestartedAtAnnotation+"."+name]
+		if all := a.Annotations[appv1.RestartedAtAnnotation]; all > at {
+			at = all
+		}
+		out = append(out, ProcessInfo{Type: name, Command: nonNil(p.Command), Replicas: p.Replicas, RestartedAt: at})
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func commandLine(cmd []string) string {
+	if len(cmd) == 0 {
+		return "(the image's command)"
+	}
+	q := make([]string, len(cmd))
+	for i, c := range cmd {
+		q[i] = shellQuote(c)
+	}
+	return strings.Join(q, " ")
+}
+
+func (s *session) psCommands() []*cobra.Command {
+	var asJSON bool
+	ps := newCmd(groupRun, "ps APP", "Show an app's process types and their scale", args(1, 1), func(_ *cobra.Command, a []string) error {
+		app, err := s.app(a[0])
+		if err != nil {
+			return err
+		}
+		out := PsList{App: app.Name, Phase: phase(app), Revision: app.Status.Revision, Suspended: app.Spec.Suspended, Processes: processes(app)}
+		if asJSON {
+			return s.json(out)
+		}
+		if len(out.Processes) == 0 {
+			fmt.Fprintf(s.out, "%s has no processes yet: git push deploys it.\n", app.Name)
+			return nil
+		}
+		if out.Suspended {
+			fmt.Fprintf(s.out, "%s is suspended: nothing runs (resume %s).\n", app.Name, app.Name)
+		}
+		w := s.table()
+		fmt.Fprintln(w, "TYPE\tREPLICAS\tCOMMAND")
+		for _, p := range out.Processes {
+			fmt.Fprintf(w, "%s\t%d\t%s\n", p.Type, p.Replicas, commandLine(p.Command))
+		}
+		return w.Flush()
+	})
+	jsonFlag(ps, &asJSON)
+
+	scale := newCmd(groupRun, "ps:scale APP TYPE=N...", "Set how many instances of each process type run", args(2, -1), func(_ *cobra.Command, a []string) error {
+		want := map[string]int32{}
+		var order []string
+		for _, tn := range a[1:] {
+			t, n, ok := strings.Cut(tn, "=")
+			count, err := strconv.Atoi(n)
+			if !ok || err != nil || count < 0 || count > appv1.MaxReplicas {
+				return fail("%q is not TYPE=N with N from 0 to %d, e.g. ps:scale %s web=2", tn, appv1.MaxReplicas, a[0])
+			}
+			if _, dup := want[t]; !dup {
+				order = append(order, t)
+			}
+			want[t] = int32(count)
+		}
+		// Replicas only: no release, as on Heroku, since nothing the instances run
+		// changes.
+		_, err := s.updateApp(a[0], func(app *appv1.App) error {
+			for _, t := range order {
+				p, ok := app.Spec.Processes[t]
+				if !ok {
+					if len(app.Spec.Processes) == 0 {
+						return fail("%s has no process types yet: git push deploys it first", app.Name)
+					}
+					return fail("%s has no process type %q: its types are %s", app.Name, t, strings.Join(sortedKeys(app.Spec.Processes), ", "))
+				}
+				p.Replicas = want[t]
+				app.Spec.Processes[t] = p
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		var parts []string
+		for _, t := range order {
+			parts = append(parts, fmt.Sprintf("%s=%d", t, want[t]))
+		}
+		s.audit("ps:scale", a[0], "scale", strings.Join(parts, " "))
+		fmt.Fprintf(s.out, "Scaled %s to %s.\n", a[0], strings.Join(parts, ", "))
+		return nil
+	})
+
+	restart := newCmd(groupRun, "ps:restart APP [TYPE]", "Replace an app's instances (or one type's) with fresh ones", args(1, 2), func(_ *cobra.Command, a []string) error {
+		key, what := appv1.RestartedAtAnnotation, "every process of "+a[0]
+		if len(a) == 2 {
+			key, what = appv1.RestartedAtAnnotation+"."+a[1], a[1]+" of "+a[0]
+		}
+		now := time.Now().UTC().Format(time.RFC3339Nano)
+		_, err := s.updateApp(a[0], func(app *appv1.App) error {
+			if len(a) == 2 {
+				if _, ok := app.Spec.Processes[a[1]]; !ok {
+					return fail("%s has no process type %q: its types are %s", app.Name, a[1], strings.Join(sortedKeys(app.Spec.Processes), ", "))
+				}
+			}
+			if app.Annotations == nil {
+				app.Annotations = map[string]string{}
+			}
+			app.Annotations[key] = now
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		s.audit("ps:restart", a[0], "annotation", key)
+		fmt.Fprintf(s.out, "Restarting %s: new instances start, the old ones stop once the new are ready.\n", what)
+		return nil
+	})
+
+	suspend := newCmd(groupRun, "suspend APP", "Stop every process of an app (the edge answers 503)", args(1, 1), func(_ *cobra.Command, a []string) error {
+		return s.setSuspended(a[0], true)
+	})
+	resume := newCmd(groupRun, "resume APP", "Start a suspended app again, on the same release", args(1, 1), func(_ *cobra.Command, a []string) error {
+		return s.setSuspended(a[0], false)
+	})
+	return append([]*cobra.Command{ps, scale, restart, suspend, resume}, s.releaseCommands()...)
+}
+
+func (s *session) setSuspended(name string, suspended bool) error {
+	_, err := s.updateApp(name, func(app *appv1.App) error {
+		app.Spec.Suspended = suspended
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if suspended {
+		s.audit("suspend", name)
+		fmt.Fprintf(s.out, "Suspended %s: its processes stop.\n", name)
+	} else {
+		s.audit("resume", name)
+		fmt.Fprintf(s.out, "Resumed %s: its processes start again.\n", name)
+	}
+	return nil
+}
+
+// DomainList is `domains --json`.
+type DomainList struct {
+	App string `json:"app"`
+	// URL is where the app answers by default.
+	URL     string   `json:"url"`
+	Domains []string `json:"domains"`
+}
+
+var domainRE = regexp.MustCompile(`^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+
+func (s *session) domainCommands() []*cobra.Command {
+	var asJSON bool
+	list := newCmd(groupConfig, "domains APP", "List an app's custom domains", args(1, 1), func(_ *cobra.Command, a []string) error {
+		app, err := s.app(a[0])
+		if err != nil {
+			return err
+		}
+		out := DomainList{App: app.Name, URL: app.Status.URL, Domains: nonNil(app.Spec.Domains)}
+		if asJSON {
+			return s.json(out)
+		}
+		if len(out.Domains) == 0 {
+			fmt.Fprintf(s.out, "%s has no custom domains: domains:add %s www.example.com adds one.\n", app.Name, app.Name)
+		}
+		for _, d := range out.Domains {
+			fmt.Fprintln(s.out, d)
+		}
+		return nil
+	})
+	jsonFlag(list, &asJSON)
+
+	add := newCmd(groupConfig, "domains:add APP DOMAIN", "Serve an app on a domain too (point its DNS here)", args(2, 2), func(_ *cobra.Command, a []string) error {
+		d := strings.TrimSuffix(strings.ToLower(a[1]), ".")
+		if len(d) > 253 || !domainRE.MatchString(d) || !strings.Contains(d, ".") {
+			return fail("%q is not a domain name: use a name like www.example.com (or *.example.com)", a[1])
+		}
+		if _, err := s.app(a[0]); err != nil {
+			return err
+		}
+		// A domain routes to one app: refuse one another app has, without naming
+		// an app the user may not know of.
+		var apps appv1.AppList
+		if err := s.cfg.Reader.List(s.ctx, &apps, client.InNamespace(s.cfg.Namespace)); err != nil {
+			return err
+		}
+		for _, other := range apps.Items {
+			if other.Name != a[0] && slices.Contains(other.Spec.Domains, d) {
+				return fail("%s is served by another app already: remove it there first", d)
+			}
+		}
+		_, err := s.updateApp(a[0], func(app *appv1.App) error {
+			if slices.Contains(app.Spec.Domains, d) {
+				return fail("%s serves %s already", app.Name, d)
+			}
+			app.Spec.Domains = append(app.Spec.Domains, d)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		s.audit("domains:add", a[0], "domain", d)
+		fmt.Fprintf(s.out, "Added %s to %s: point its DNS at this server; the certificate comes on the first request.\n", d, a[0])
+		return nil
+	})
+
+	remove := newCmd(groupConfig, "domains:remove APP DOMAIN", "Stop serving an app on a domain", args(2, 2), func(_ *cobra.Command, a []string) error {
+		d := strings.TrimSuffix(strings.ToLower(a[1]), ".")
+		_, err := s.updateApp(a[0], func(app *appv1.App) error {
+			if !slices.Contains(app.Spec.Domains, d) {
+				return fail("%s does not serve %q (domains %s lists its domains)", app.Name, a[1], app.Name)
+			}
+			app.Spec.Domains = slices.DeleteFunc(app.Spec.Domains, func(x string) bool { return x == d })
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		s.audit("domains:remove", a[0], "domain", d)
+		fmt.Fprintf(s.out, "Removed %s from %s.\n", d, a[0])
+		return nil
+	})
+	return []*cobra.Command{list, add, remove}
+}
+
+// isNotFound is apierrors.IsNotFound, for the files that need nothing else of it.
+func isNotFound(err error) bool { return apierrors.IsNotFound(err) }

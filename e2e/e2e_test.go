@@ -96,6 +96,45 @@ func TestPlatform(t *testing.T) {
 			}
 			shell.git(t, "reset", "-q", "--hard", firstCommit)
 		}},
+		{"config, rollback, scale, suspend and resume over ssh", func(t *testing.T) {
+			run := func(args ...string) string {
+				t.Helper()
+				stdout, stderr, err := p.ssh(t, args...)
+				if err != nil {
+					t.Fatalf("ssh %s: %v\n%s%s", strings.Join(args, " "), err, stdout, stderr)
+				}
+				return stdout
+			}
+			// The value is data: quoted once for the remote word splitting.
+			run("config:set", "hello-shell", "'GREETING=hi there; $(not run)'")
+			if err := p.answers("hello-shell", "/cgi-bin/greet", "hi there; $(not run) from hello-shell")(); err != nil {
+				t.Fatalf("after config:set: %v", err)
+			}
+			run("rollback", "hello-shell")
+			if err := p.answers("hello-shell", "/cgi-bin/greet", "hello from hello-shell")(); err != nil {
+				t.Fatalf("after rollback: %v", err)
+			}
+			run("ps:scale", "hello-shell", "web=2")
+			eventually(t, 30*time.Second, "two backends", func() error {
+				out := p.kubectl(t, "get", "endpointslices", "-l", "kubernetes.io/service-name=hello-shell",
+					"-o", `jsonpath={range .items[*]}{.endpoints[0].conditions.ready}{"\n"}{end}`)
+				if n := strings.Count(out, "true"); n != 2 {
+					return fmt.Errorf("%d ready backends:\n%s", n, out)
+				}
+				return nil
+			})
+			run("suspend", "hello-shell")
+			eventually(t, 30*time.Second, "503 while suspended", func() error {
+				code, body, err := p.https("hello-shell", "/")
+				if err != nil || code != 503 {
+					return fmt.Errorf("%d %q %v", code, body, err)
+				}
+				return nil
+			})
+			run("resume", "hello-shell")
+			eventually(t, 30*time.Second, "200 after resume", p.answers("hello-shell", "/", "hello from bex"))
+			run("ps:scale", "hello-shell", "web=1")
+		}},
 		{"two apps pushed at once both come up", func(t *testing.T) {
 			procfile := p.newRepo(t, "hello-procfile", "hello-procfile")
 			second := p.newRepo(t, "hello-shell", "hello-second")

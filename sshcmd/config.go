@@ -215,7 +215,7 @@ func (s *session) await(app string, n int64, detach bool) error {
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.RolloutTimeout)
 	defer cancel()
 	fmt.Fprintf(s.errOut, "-----> Waiting for v%d to serve\n", n)
-	url, err := s.cfg.Releases.Wait(ctx, app, n, func(msg string) { fmt.Fprintf(s.errOut, "       %s\n", msg) })
+	url, err := s.cfg.Releases.Await(ctx, app, n, func(msg string) { fmt.Fprintf(s.errOut, "       %s\n", msg) })
 	switch {
 	case errors.Is(err, releases.ErrRolloutFailed):
 		return fail("release v%d of %s did not roll out: %s; the previous release keeps serving", n, app, strings.TrimPrefix(err.Error(), releases.ErrRolloutFailed.Error()+": "))

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/deployer/releases"
 )
 
 // ReleaseInfo is one release in `releases --json`, newest first.
@@ -25,6 +26,9 @@ type ReleaseInfo struct {
 	// Current is the release the app's spec names; Serving the one that serves.
 	Current bool `json:"current"`
 	Serving bool `json:"serving"`
+	// Failed says why the release never served (its rollout failed and it was
+	// withdrawn); empty for the others.
+	Failed string `json:"failed,omitempty"`
 }
 
 func (s *session) releaseCommands() []*cobra.Command {
@@ -42,7 +46,8 @@ func (s *session) releaseCommands() []*cobra.Command {
 		for _, r := range rels {
 			out = append(out, ReleaseInfo{Number: r.Spec.Number, Cause: string(r.Spec.Cause), Actor: r.Spec.Actor,
 				Description: r.Spec.Description, Image: r.Spec.Image, Commit: r.Spec.Commit, RollbackOf: r.Spec.RollbackOf,
-				Created: r.CreationTimestamp.UTC(), Current: r.Spec.Number == app.Spec.Release, Serving: r.Spec.Number == app.Status.Revision})
+				Created: r.CreationTimestamp.UTC(), Current: r.Spec.Number == app.Spec.Release, Serving: r.Spec.Number == app.Status.Revision,
+				Failed: r.Annotations[releases.AnnotationFailed]})
 		}
 		if asJSON {
 			return s.json(out)
@@ -57,6 +62,8 @@ func (s *session) releaseCommands() []*cobra.Command {
 			mark := ""
 			if r.Serving {
 				mark = " (serving)"
+			} else if r.Failed != "" {
+				mark = " (failed)"
 			}
 			fmt.Fprintf(w, "v%d%s\t%s\t%s\t%s\t%s\n", r.Number, mark, r.Cause, r.Actor, r.Created.Format(time.RFC3339), r.Description)
 		}
@@ -85,8 +92,8 @@ func (s *session) releaseCommands() []*cobra.Command {
 			}
 			to = n
 		} else {
-			for _, r := range rels { // newest first
-				if r.Spec.Number < app.Spec.Release {
+			for _, r := range rels { // newest first; a release that never served is no way back
+				if r.Spec.Number < app.Spec.Release && r.Annotations[releases.AnnotationFailed] == "" {
 					to = r.Spec.Number
 					break
 				}

@@ -270,7 +270,8 @@ func (p *Platform) startComponents(ctx context.Context) error {
 		}
 	}
 
-	gitArgs := []string{"--ssh-addr", p.cfg.SSHAddr, "--buildkit-addr", "unix://" + filepath.Join(p.cfg.StateDir, "buildkitd", "buildkitd.sock")}
+	gitArgs := []string{"--ssh-addr", p.cfg.SSHAddr, "--ssh-url", p.SSHURL(), "--runtime", "local",
+		"--buildkit-addr", "unix://" + filepath.Join(p.cfg.StateDir, "buildkitd", "buildkitd.sock")}
 	if p.cfg.ImageResolveMode != "" {
 		gitArgs = append(gitArgs, "--image-resolve-mode", p.cfg.ImageResolveMode)
 	}
@@ -302,12 +303,25 @@ func (p *Platform) linkCA() error {
 	return os.Symlink(target, p.CAPath())
 }
 
-func (p *Platform) printInstructions() {
-	host, sshPort, _ := net.SplitHostPort(p.cfg.SSHAddr)
+// sshHost is the host and port users reach the SSH server at: the listen address,
+// or this machine's name when it listens on every address.
+func (p *Platform) sshHost() (host, port string) {
+	host, port, _ = net.SplitHostPort(p.cfg.SSHAddr)
 	if host == "" || host == "0.0.0.0" || host == "::" {
 		host, _ = os.Hostname()
 	}
-	remote := fmt.Sprintf("ssh://git@%s/<app>", net.JoinHostPort(host, sshPort))
+	return host, port
+}
+
+// SSHURL is the server's address as git and ssh take it.
+func (p *Platform) SSHURL() string {
+	host, port := p.sshHost()
+	return "ssh://git@" + net.JoinHostPort(host, port)
+}
+
+func (p *Platform) printInstructions() {
+	host, sshPort := p.sshHost()
+	remote := p.SSHURL() + "/<app>"
 	if sshPort == "22" {
 		remote = fmt.Sprintf("git@%s:<app>", host)
 	}
@@ -330,7 +344,8 @@ func (p *Platform) printInstructions() {
 	if p.localCA() {
 		fmt.Fprintf(&b, " (certificates from the local CA: curl --cacert %s)", p.CAPath())
 	}
-	fmt.Fprintf(&b, "\n  Manage apps: ssh -p %s git@%s help    kubectl --kubeconfig %s get apps\n", sshPort, host, p.kubeconfig)
+	fmt.Fprintf(&b, "\n  Manage apps: ssh -p %s git@%s help        (docs/commands.md; --json for scripts)\n", sshPort, host)
+	fmt.Fprintf(&b, "  The API:     kubectl --kubeconfig %s get apps,releases\n", p.kubeconfig)
 	fmt.Fprintf(&b, "  Ctrl-C stops everything; starting again brings every app back.\n")
 	fmt.Fprint(p.cfg.Out, b.String())
 }

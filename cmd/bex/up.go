@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -31,8 +32,8 @@ func (c *upCmd) command() *cobra.Command {
 		Long: "up starts and supervises everything bex needs on one machine, with all its data in\n" +
 			"--state-dir, and prints how to push. Ctrl-C (or SIGTERM) stops everything; starting\n" +
 			"again on the same state dir brings every app back without a rebuild. It runs as root.\n" +
-			"Every flag can also be set as BEX_<FLAG>, e.g. BEX_BASE_DOMAIN; BEX_ADMIN_KEYS may hold\n" +
-			"authorized_keys lines to make admin.",
+			"Every flag can also be set as BEX_<FLAG>, e.g. BEX_BASE_DOMAIN; BEX_ADMIN_KEYS=a.pub,b.pub\n" +
+			"names more public key files to make admin.",
 		Args:    cobra.NoArgs,
 		PreRunE: func(cmd *cobra.Command, _ []string) error { return bindEnv(cmd) },
 	}
@@ -58,8 +59,16 @@ func (c *upCmd) run(ctx context.Context) error {
 		}
 		c.cfg.AdminKeys = append(c.cfg.AdminKeys, key...)
 	}
-	if keys := os.Getenv("BEX_ADMIN_KEYS"); keys != "" {
-		c.cfg.AdminKeys = append(append(c.cfg.AdminKeys, '\n'), keys...)
+	// BEX_ADMIN_KEYS=a.pub,b.pub, as for bex gitserver --admin-keys.
+	for _, file := range strings.Split(os.Getenv("BEX_ADMIN_KEYS"), ",") {
+		if file = strings.TrimSpace(file); file == "" {
+			continue
+		}
+		key, err := os.ReadFile(file)
+		if err != nil {
+			return fmt.Errorf("BEX_ADMIN_KEYS: %w", err)
+		}
+		c.cfg.AdminKeys = append(append(c.cfg.AdminKeys, '\n'), key...)
 	}
 	exe, err := os.Executable()
 	if err != nil {

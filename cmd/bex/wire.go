@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/spf13/pflag"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
@@ -83,15 +81,9 @@ func (p pushDeployer) Release(ctx context.Context, req gitserver.ReleaseRequest)
 }
 
 // WaitRollout waits for release n; when it fails, the release is withdrawn so that
-// the App asks again for the one that serves (see releases.Recorder.Revert).
+// the App asks again for the one that serves (releases.Recorder.Await).
 func (p pushDeployer) WaitRollout(ctx context.Context, app string, n int64, progress io.Writer) (string, error) {
-	url, err := p.r.Wait(ctx, app, n, func(msg string) { fmt.Fprintf(progress, "       %s\n", msg) })
-	if errors.Is(err, releases.ErrRolloutFailed) {
-		if rerr := p.r.Revert(context.WithoutCancel(ctx), app, n, strings.TrimPrefix(err.Error(), releases.ErrRolloutFailed.Error()+": ")); rerr != nil {
-			return "", errors.Join(err, fmt.Errorf("withdrawing release v%d: %w", n, rerr))
-		}
-	}
-	return url, err
+	return p.r.Await(ctx, app, n, func(msg string) { fmt.Fprintf(progress, "       %s\n", msg) })
 }
 
 // newDirectClient reads from the API server, not from the manager's cache, for

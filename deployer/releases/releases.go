@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -275,6 +276,20 @@ func (r *Recorder) List(ctx context.Context, app string) ([]appv1.Release, error
 	items := list.Items
 	sort.Slice(items, func(i, j int) bool { return items[i].Spec.Number > items[j].Spec.Number })
 	return items, nil
+}
+
+// Await is Wait for the one who recorded release n: when the rollout fails, the
+// release is withdrawn (Revert) before the failure is returned, so the App goes back
+// to the release that serves.
+func (r *Recorder) Await(ctx context.Context, name string, n int64, progress func(string)) (string, error) {
+	url, err := r.Wait(ctx, name, n, progress)
+	if errors.Is(err, ErrRolloutFailed) {
+		reason := strings.TrimPrefix(err.Error(), ErrRolloutFailed.Error()+": ")
+		if rerr := r.Revert(context.WithoutCancel(ctx), name, n, reason); rerr != nil {
+			return "", errors.Join(err, fmt.Errorf("withdrawing release v%d: %w", n, rerr))
+		}
+	}
+	return url, err
 }
 
 // AnnotationFailed marks a Release that never served, with the reason; `releases`

@@ -460,6 +460,11 @@ func (r *Runtime) stop(inst *instance) {
 				_ = task.Kill(ctx, syscall.SIGTERM)
 				select {
 				case <-statusC:
+				case <-r.ctx.Done():
+					// Closing: Close does not wait out a stop timeout. The container
+					// is adopted by the next Runtime on this state dir, which stops it.
+					log.Info("runtime closing; the instance is left to the next start")
+					return
 				case <-time.After(r.cfg.StopTimeout):
 					log.Info("instance ignored SIGTERM; killing it", "timeout", r.cfg.StopTimeout)
 					_ = task.Kill(ctx, syscall.SIGKILL, containerd.WithKillAll)

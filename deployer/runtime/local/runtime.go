@@ -470,6 +470,11 @@ func (r *Runtime) stopUnserved(a *appState, g gen) {
 func (r *Runtime) reap(a *appState) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.ctx.Err() != nil {
+		// Closed: what is left is adopted by the next Runtime on this state dir, which
+		// reaps it then.
+		return
+	}
 	now := time.Now()
 	for _, inst := range a.instances {
 		if inst.stopping {

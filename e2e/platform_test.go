@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -56,26 +55,8 @@ type platform struct {
 	keyPath                      string // the admin's private key
 
 	cmd    *exec.Cmd
-	out    *syncBuffer
+	out    *testenv.SyncBuffer
 	exited chan struct{}
-}
-
-// syncBuffer collects a process's output while tests read it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // newPlatform chooses the ports and makes the admin's key; start runs it.
@@ -106,7 +87,7 @@ func (p *platform) start(t testing.TB) {
 		"--admin-key", p.keyPath+".pub",
 		// Nothing can be pulled here: builds use the busybox base imported below.
 		"--image-resolve-mode", "local")
-	p.out = &syncBuffer{}
+	p.out = &testenv.SyncBuffer{}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {

@@ -2,7 +2,6 @@ package edge
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -34,24 +33,6 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(testenv.Run(m)) }
 
-// syncBuffer is an access log the test can read while the proxy writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type env struct {
 	t      *testing.T
 	ns     string
@@ -61,7 +42,7 @@ type env struct {
 	url    string // the proxy's base URL
 	addr   string // the proxy's host:port
 	client *http.Client
-	log    *syncBuffer
+	log    *testenv.SyncBuffer
 	reg    *prometheus.Registry
 }
 
@@ -78,7 +59,7 @@ func newEnv(t *testing.T, cfg Config) *env {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	logs := &syncBuffer{}
+	logs := &testenv.SyncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	table, err := NewTable(ctx, cfg, c, log)
 	if err != nil {

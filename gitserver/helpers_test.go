@@ -19,7 +19,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/gitserver"
@@ -45,7 +44,7 @@ type env struct {
 	cp       *testenv.ControlPlane
 	builder  *fakeBuilder
 	deployer *fakeDeployer
-	logs     *syncBuilder
+	logs     *testenv.SyncBuffer
 	dir      gitserver.Directory
 }
 
@@ -61,19 +60,11 @@ func newEnvWith(t testing.TB, opts []gitserver.Option, tweak ...func(*gitserver.
 	ns := cp.Namespace(t, "git")
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	c, err := cache.New(cp.Config, cache.Options{Scheme: cp.Scheme})
+	dir, _, err := access.Start(ctx, access.Config{Namespace: ns}, cp.Config, cp.Scheme, cp.Client)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, err := access.New(ctx, access.Config{Namespace: ns}, c, cp.Client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = c.Start(ctx) }()
-	if !c.WaitForCacheSync(ctx) {
-		t.Fatal("cache did not sync")
-	}
-	e := &env{t: t, ns: ns, cp: cp, state: t.TempDir(), builder: &fakeBuilder{}, deployer: &fakeDeployer{}, logs: &syncBuilder{}, dir: dir}
+	e := &env{t: t, ns: ns, cp: cp, state: t.TempDir(), builder: &fakeBuilder{}, deployer: &fakeDeployer{}, logs: &testenv.SyncBuffer{}, dir: dir}
 	cfg := gitserver.DefaultConfig(e.state)
 	cfg.Addr = "127.0.0.1:0"
 	cfg.KeepAlive = 200 * time.Millisecond

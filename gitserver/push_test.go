@@ -15,6 +15,7 @@ import (
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/gitserver"
+	"bex.co/bex/internal/testenv"
 )
 
 func TestFirstPushCreatesAppBuildsTheCommitAndMovesTheRef(t *testing.T) {
@@ -400,7 +401,7 @@ func TestTwoPushesToOneAppTakeTurns(t *testing.T) {
 	<-started
 	// The second push (another branch, force-deployed to main) waits for the first.
 	secondPush := admin.gitCmd(other, "push", "--force", "bex", "feature:main")
-	secondOut := &syncBuilder{}
+	secondOut := &testenv.SyncBuffer{}
 	secondPush.Stdout, secondPush.Stderr = secondOut, secondOut
 	if err := secondPush.Start(); err != nil {
 		t.Fatal(err)
@@ -510,21 +511,4 @@ func killSSHChildren(t *testing.T, keyPath string) {
 			}
 		}
 	}
-}
-
-type syncBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuilder) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuilder) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

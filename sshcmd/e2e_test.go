@@ -1,7 +1,6 @@
 package sshcmd_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,13 +9,11 @@ import (
 	"net"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
@@ -35,24 +32,7 @@ type server struct {
 	ns   string
 	addr string
 	dir  *access.Kube
-	log  *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	log  *testenv.SyncBuffer
 }
 
 func newServer(t testing.TB) *server {
@@ -61,19 +41,11 @@ func newServer(t testing.TB) *server {
 	ns := cp.Namespace(t, "sshcmd")
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	c, err := cache.New(cp.Config, cache.Options{Scheme: cp.Scheme})
+	dir, c, err := access.Start(ctx, access.Config{Namespace: ns}, cp.Config, cp.Scheme, cp.Client)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, err := access.New(ctx, access.Config{Namespace: ns}, c, cp.Client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = c.Start(ctx) }()
-	if !c.WaitForCacheSync(ctx) {
-		t.Fatal("cache did not sync")
-	}
-	s := &server{t: t, cp: cp, ns: ns, dir: dir, log: &syncBuffer{}}
+	s := &server{t: t, cp: cp, ns: ns, dir: dir, log: &testenv.SyncBuffer{}}
 	log := slog.New(slog.NewTextHandler(s.log, nil))
 	var srv *gitserver.Server
 	cmds, err := sshcmd.New(sshcmd.Config{Client: cp.Client, Reader: c, Namespace: ns,

@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	gossh "golang.org/x/crypto/ssh"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"bex.co/bex/builder"
@@ -78,23 +77,9 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	informers, err := cache.New(restCfg, cache.Options{Scheme: s})
+	dir, informers, err := access.Start(ctx, access.Config{Namespace: c.namespace}, restCfg, s, kc)
 	if err != nil {
 		return err
-	}
-	dir, err := access.New(ctx, access.Config{Namespace: c.namespace}, informers, kc)
-	if err != nil {
-		return err
-	}
-	go func() {
-		if err := informers.Start(ctx); err != nil {
-			c.log.Error("API cache stopped", "err", err)
-		}
-	}()
-	syncCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if !informers.WaitForCacheSync(syncCtx) {
-		return fmt.Errorf("cannot read Users and Apps from the API at %s: is it running, and are bex's CRDs installed?", restCfg.Host)
 	}
 
 	if err := ensureAdminKeys(ctx, kc, c.adminKeys); err != nil {

@@ -13,7 +13,9 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -241,4 +243,29 @@ func toApp(a *appv1.App) *gitserver.App {
 		DeployBranch: a.Spec.Git.DeployBranch,
 		Members:      slices.Clone(a.Spec.Members),
 	}
+}
+
+// SyncTimeout bounds how long Start waits for the cache to sync.
+const SyncTimeout = 30 * time.Second
+
+// Start is the set-up New asks for, in one call: a cache on restCfg (all namespaces:
+// Users are cluster-scoped), the directory on it, the cache started (it runs until
+// ctx ends) and synced. The cache is returned too, for other readers of the same
+// objects. It fails with a message saying what to check when the API cannot be read.
+func Start(ctx context.Context, cfg Config, restCfg *rest.Config, scheme *runtime.Scheme, w client.Writer) (*Kube, cache.Cache, error) {
+	c, err := cache.New(restCfg, cache.Options{Scheme: scheme})
+	if err != nil {
+		return nil, nil, err
+	}
+	dir, err := New(ctx, cfg, c, w)
+	if err != nil {
+		return nil, nil, err
+	}
+	go func() { _ = c.Start(ctx) }() // a failure to start shows as no sync below
+	syncCtx, cancel := context.WithTimeout(ctx, SyncTimeout)
+	defer cancel()
+	if !c.WaitForCacheSync(syncCtx) {
+		return nil, nil, fmt.Errorf("cannot read Users and Apps from the API at %s: is it running, and are bex's CRDs installed?", restCfg.Host)
+	}
+	return dir, c, nil
 }

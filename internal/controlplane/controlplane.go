@@ -2,7 +2,6 @@ package controlplane
 
 import (
 	"context"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -217,17 +216,6 @@ func (cp *ControlPlane) WriteKubeconfig(path string) error {
 		return err
 	}
 	return writeAtomic(path, data, 0o600)
-}
-
-// CACertPool is the pool that verifies the API server.
-func (cp *ControlPlane) CACertPool() (*x509.CertPool, error) {
-	data, err := os.ReadFile(cp.pki.path(caCert))
-	if err != nil {
-		return nil, err
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(data)
-	return pool, nil
 }
 
 // get succeeds when url answers 200.

@@ -204,6 +204,12 @@ const (
 	groupAccess = "access"
 )
 
+func init() {
+	cobra.AddTemplateFunc("sshLine", func(line string) string {
+		return "ssh bex@HOST" + strings.TrimPrefix(line, "bex")
+	})
+}
+
 func (s *session) tree() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "bex",
@@ -218,6 +224,11 @@ func (s *session) tree() *cobra.Command {
 			DisableDefaultCmd: true,
 		},
 	}
+	// Usage lines read as the user types them: "ssh bex@HOST apps:info APP".
+	root.SetUsageTemplate(strings.NewReplacer(
+		"{{.UseLine}}", "{{sshLine .UseLine}}",
+		"{{.CommandPath}}", "{{sshLine .CommandPath}}",
+	).Replace(root.UsageTemplate()))
 	root.SetIn(s.stdin)
 	root.SetOut(s.out)
 	root.SetErr(s.errOut)

@@ -255,7 +255,9 @@ func (r *Recorder) Wait(ctx context.Context, name string, n int64, progress func
 		if current && rolled != nil && rolled.Status == metav1.ConditionFalse && rolled.Reason != appv1.RollingOutReason {
 			return "", fmt.Errorf("%w: %s", ErrRolloutFailed, rolled.Message)
 		}
-		if rolled != nil && rolled.Message != last && progress != nil {
+		// Only what the deployer said about this generation: an older message (such
+		// as "nothing is deployed yet" before a first release) is not progress.
+		if current && rolled != nil && rolled.Message != last && progress != nil {
 			last = rolled.Message
 			progress(rolled.Message)
 		}

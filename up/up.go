@@ -337,6 +337,8 @@ func (p *Platform) printInstructions() {
 		fmt.Fprintf(&b, "  or, while it runs:\n")
 		fmt.Fprintf(&b, "      bex users add admin --admin --key ~/.ssh/id_ed25519.pub --state-dir %s\n", p.cfg.StateDir)
 	}
+	fmt.Fprintf(&b, "  Add more keys (a teammate's, a CI's):\n")
+	fmt.Fprintf(&b, "      ssh -p %s git@%s keys:add NAME < KEY.pub      (users:add NAME for another user)\n", sshPort, host)
 	fmt.Fprintf(&b, "  Push an app from its git repository:\n")
 	fmt.Fprintf(&b, "      git remote add bex %s\n", remote)
 	fmt.Fprintf(&b, "      git push bex main\n")

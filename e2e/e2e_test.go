@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -171,6 +173,20 @@ func TestPlatform(t *testing.T) {
 				}
 				return nil
 			})
+		}},
+		{"a component that dies is restarted", func(t *testing.T) {
+			edge := processesMentioning(bexBinary + "\x00edge\x00--state-dir\x00" + p.dir)
+			if len(edge) != 1 {
+				t.Fatalf("want one edge process, found %q", edge)
+			}
+			pid, _ := strconv.Atoi(strings.SplitN(edge[0], ":", 2)[0])
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 30*time.Second, "hello-shell through the restarted edge", p.answers("hello-shell", "/", "hello from bex"))
+			if !strings.Contains(p.out.String(), "exited; restarting") || !strings.Contains(p.out.String(), "process=edge") {
+				t.Errorf("bex up did not log the restart:\n%s", p.out)
+			}
 		}},
 		{"a restart brings every app back without a rebuild", func(t *testing.T) {
 			before := p.kubectl(t, "get", "apps", "-o", "custom-columns=NAME:.metadata.name,REVISION:.status.revision,IMAGE:.spec.image", "--no-headers")

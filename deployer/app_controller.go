@@ -331,6 +331,18 @@ func (r *AppReconciler) reconcileDelete(ctx context.Context, app *appv1.App) (ct
 	if err := r.Runtime.Delete(ctx, types.NamespacedName{Namespace: app.Namespace, Name: app.Name}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("removing the processes of %s: %w", app.Name, err)
 	}
+	// The Releases are owned by the App, but owner references only act where a
+	// garbage collector runs, and `bex up`'s API runs none: they are deleted here,
+	// so that an app made again under the same name starts a history of its own.
+	var list appv1.ReleaseList
+	if err := r.Client.List(ctx, &list, client.InNamespace(app.Namespace), client.MatchingLabels{releases.LabelApp: app.Name}); err != nil {
+		return ctrl.Result{}, err
+	}
+	for i := range list.Items {
+		if err := r.Client.Delete(ctx, &list.Items[i]); client.IgnoreNotFound(err) != nil {
+			return ctrl.Result{}, fmt.Errorf("removing release %s: %w", list.Items[i].Name, err)
+		}
+	}
 	patch := client.MergeFrom(app.DeepCopy())
 	controllerutil.RemoveFinalizer(app, Finalizer)
 	return ctrl.Result{}, client.IgnoreNotFound(r.Client.Patch(ctx, app, patch))

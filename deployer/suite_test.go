@@ -269,9 +269,16 @@ func TestDeletingAnAppRemovesItsProcesses(t *testing.T) {
 		return nil
 	})
 	e.rt.mu.Lock()
-	defer e.rt.mu.Unlock()
-	if !e.rt.deleted["hello"] {
+	deleted := e.rt.deleted["hello"]
+	e.rt.mu.Unlock()
+	if !deleted {
 		t.Fatal("the runtime was not asked to delete the app's processes")
+	}
+	// No garbage collector runs here, as in bex up: the deployer removes the
+	// Releases itself.
+	var rels appv1.ReleaseList
+	if err := e.c.List(ctx, &rels, client.InNamespace(e.ns)); err != nil || len(rels.Items) != 0 {
+		t.Fatalf("releases left after the app was deleted: %d, %v", len(rels.Items), err)
 	}
 }
 

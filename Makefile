@@ -9,7 +9,7 @@ GO_LDFLAGS := -X main.version=$(VERSION)
 # A whole `make test` runs envtest, containerd and buildkitd; cold it fits well inside CI's 90 minutes.
 TEST_TIMEOUT ?= 45m
 
-.PHONY: all run test bench build generate tools lint
+.PHONY: all run test bench build image generate tools lint
 
 all: build
 
@@ -21,6 +21,11 @@ tools:
 build:
 	@mkdir -p bin
 	go build -ldflags "$(GO_LDFLAGS)" -o bin/bex ./cmd/bex
+
+## image: build the bex container image (hack/image/Dockerfile) with the project's
+## BuildKit into bin/bex-image.tar (OCI archive); BUILDKIT_HOST=... uses a running buildkitd
+image: tools
+	go run ./hack/image --version $(VERSION) --output bin/bex-image.tar
 
 ## generate: regenerate the CRDs and deepcopy functions from deployer/api
 generate:

@@ -36,6 +36,7 @@ type deployerCmd struct {
 	httpsPort      int
 	keepReleases   int
 	leaderElect    bool
+	leaderElectNS  string
 	metricsAddr    string
 	healthAddr     string
 
@@ -62,6 +63,7 @@ func (c *deployerCmd) command() *cobra.Command {
 	f.IntVar(&c.httpsPort, "https-port", 443, "the edge's HTTPS port, shown in app URLs when not 443")
 	f.IntVar(&c.keepReleases, "keep-releases", 20, "releases kept per app (the current one is never pruned)")
 	f.BoolVar(&c.leaderElect, "leader-elect", false, "elect a leader, for several deployer replicas on a cluster")
+	f.StringVar(&c.leaderElectNS, "leader-election-namespace", "", "namespace of the leader election Lease (default: --namespace, else default)")
 	f.StringVar(&c.metricsAddr, "metrics-addr", "127.0.0.1:9091", "Prometheus metrics address (0 turns it off)")
 	f.StringVar(&c.healthAddr, "health-addr", "127.0.0.1:9092", "health and readiness probes address (0 turns it off)")
 	return cmd
@@ -84,6 +86,9 @@ func (c *deployerCmd) run(ctx context.Context) error {
 		opts.Cache = cache.Options{DefaultNamespaces: map[string]cache.Config{c.namespace: {}}}
 	} else if c.leaderElect {
 		opts.LeaderElectionNamespace = "default"
+	}
+	if c.leaderElectNS != "" {
+		opts.LeaderElectionNamespace = c.leaderElectNS
 	}
 	mgr, err := ctrl.NewManager(restCfg, opts)
 	if err != nil {

@@ -39,6 +39,7 @@ type edgeCmd struct {
 	acmeCA     string
 	acmeEmail  string
 	certStore  string
+	certNS     string
 
 	// Limits, bound into edge.Config.
 	dialTimeout       time.Duration
@@ -72,6 +73,7 @@ func (c *edgeCmd) command() *cobra.Command {
 	f.StringVar(&c.httpsAddr, "https-addr", ":443", "HTTPS listen address (empty: no HTTPS)")
 	f.StringVar(&c.acmeCA, "acme-ca", "", "ACME directory URL (default: Let's Encrypt when --acme-email is given)")
 	f.StringVar(&c.certStore, "certificate-storage", "file", "where certificates are kept: file (STATE_DIR/edge/certificates, one edge) or secrets (Kubernetes Secrets in --namespace, shared by several edges)")
+	f.StringVar(&c.certNS, "certificate-namespace", "", "namespace of the certificate Secrets and Leases with --certificate-storage secrets (default: --namespace)")
 	f.StringVar(&c.acmeEmail, "acme-email", "", "ACME account email; without it and --acme-ca, or for the base domain localhost, a local CA in STATE_DIR/edge/ca issues certificates")
 	f.DurationVar(&c.dialTimeout, "dial-timeout", edge.DefaultDialTimeout, "bound on connecting to an app's instance (502 past it)")
 	f.DurationVar(&c.backendTimeout, "backend-timeout", edge.DefaultResponseHeaderTimeout, "bound on the wait for an app's response headers (504 past it); streams are unaffected once headers arrive")
@@ -227,7 +229,11 @@ func (c *edgeCmd) certificateStorage(restCfg *rest.Config) (certmagic.Storage, e
 		if err != nil {
 			return nil, err
 		}
-		return secretstore.New(secretstore.Config{Namespace: c.namespace}, kc)
+		ns := c.certNS
+		if ns == "" {
+			ns = c.namespace
+		}
+		return secretstore.New(secretstore.Config{Namespace: ns}, kc)
 	}
 	return nil, fmt.Errorf("certificate storage %q: choose file or secrets", c.certStore)
 }

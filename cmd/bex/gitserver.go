@@ -33,6 +33,8 @@ type gitserverCmd struct {
 	namespace        string
 	buildkitAddr     string
 	imageRepo        string
+	push             bool
+	registryConfig   string
 	imageResolveMode string
 	runtime          string
 	sshURL           string
@@ -60,6 +62,8 @@ func (c *gitserverCmd) command() *cobra.Command {
 	f.StringVar(&c.namespace, "namespace", "default", "namespace of the Apps")
 	f.StringVar(&c.buildkitAddr, "buildkit-addr", "", "buildkitd address (default: unix://STATE_DIR/buildkitd/buildkitd.sock)")
 	f.StringVar(&c.imageRepo, "image-repo", "bex.local", "repository that names the built images")
+	f.BoolVar(&c.push, "push", false, "push the built images to --image-repo's registry (a cluster, where nodes pull them) instead of keeping them in buildkitd's containerd")
+	f.StringVar(&c.registryConfig, "registry-config", "", "Docker-style config.json with the credentials for pushing and for private base images (default: anonymous)")
 	f.StringVar(&c.imageResolveMode, "image-resolve-mode", "default", "how base images are found: default, pull, or local (no registry)")
 	f.StringVar(&c.runtime, "runtime", "local", "the deployer's runtime, for the logs command: local (read from STATE_DIR/runtime) or kubernetes")
 	f.StringSliceVar(&c.adminKeys, "admin-keys", nil, "OpenSSH public key files whose keys the user admin holds, made sure of at every start (BEX_ADMIN_KEYS=a.pub,b.pub)")
@@ -94,6 +98,7 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 		bcfg.Address = c.buildkitAddr
 	}
 	bcfg.ImageRepo = c.imageRepo
+	bcfg.Push, bcfg.RegistryConfig = c.push, c.registryConfig
 	bcfg.ImageResolveMode = c.imageResolveMode
 	b, err := builder.New(bcfg, c.log)
 	if err != nil {

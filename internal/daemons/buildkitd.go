@@ -29,8 +29,26 @@ const buildkitdConfig = `root = %[1]q
   gc = true
 `
 
+// buildkitdOCIConfig is the configuration without containerd: the OCI worker
+// (runc, overlayfs snapshots under root), for builds whose result is exported
+// rather than run here (`make image`).
+const buildkitdOCIConfig = `root = %[1]q
+
+[grpc]
+  address = [%[2]q]
+
+[worker.oci]
+  enabled = true
+  networkMode = "host"
+  gc = true
+
+[worker.containerd]
+  enabled = false
+`
+
 // Buildkitd is a buildkitd whose containerd worker builds into the containerd at
 // ContainerdAddress, in containerd namespace Namespace, with its state under Dir.
+// Without a ContainerdAddress it uses its OCI worker and keeps images to itself.
 type Buildkitd struct {
 	Dir               string
 	ContainerdAddress string
@@ -50,7 +68,11 @@ func (b Buildkitd) WriteConfig() ([]string, error) {
 	}
 	config := filepath.Join(b.Dir, "buildkitd.toml")
 	var content strings.Builder
-	fmt.Fprintf(&content, buildkitdConfig, filepath.Join(b.Dir, "root"), b.Address(), b.ContainerdAddress, b.Namespace)
+	if b.ContainerdAddress == "" {
+		fmt.Fprintf(&content, buildkitdOCIConfig, filepath.Join(b.Dir, "root"), b.Address())
+	} else {
+		fmt.Fprintf(&content, buildkitdConfig, filepath.Join(b.Dir, "root"), b.Address(), b.ContainerdAddress, b.Namespace)
+	}
 	for _, host := range b.HTTPRegistries {
 		fmt.Fprintf(&content, "\n[registry.%q]\n  http = true\n", host)
 	}

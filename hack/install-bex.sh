@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Installs bex (infra/bex) on the cluster of $KUBECONFIG: a workload cluster made by
+# hack/cluster-capd.sh or hack/cluster-hetzner.sh, or any other.
+#
+#   BASE_DOMAIN=apps.example.com ACME_EMAIL=me@example.com \
+#   BEX_IMAGE=registry.example.com/bex:v1 hack/install-bex.sh
+#
+# Settings (environment):
+#   BEX_IMAGE      the bex image the nodes pull (default bex.local/bex:dev, which
+#                  hack/cluster-capd.sh loads into the nodes from `make image`)
+#   BASE_DOMAIN    apps answer at <app>.BASE_DOMAIN; point *.BASE_DOMAIN at the nodes
+#   ACME_EMAIL     Let's Encrypt account (empty: a local CA per edge, for trying only)
+#   SSH_URL        how users reach the gitserver (default ssh://git@git.BASE_DOMAIN)
+#   ADMIN_KEY      the first admin's public key (default ~/.ssh/id_ed25519.pub)
+#   KUBECTL        the kubectl to use (default: bin/kubectl, else kubectl on PATH)
+#
+# --print writes the manifests it would apply to stdout and stops (infra's tests
+# dry-run them).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+say() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'hack/install-bex.sh: %s\n' "$*" >&2; exit 1; }
+
+kubectl=${KUBECTL:-}
+if [[ -z $kubectl ]]; then
+	if [[ -x $root/bin/kubectl ]]; then kubectl=$root/bin/kubectl; else kubectl=kubectl; fi
+fi
+image=${BEX_IMAGE:-bex.local/bex:dev}
+base_domain=${BASE_DOMAIN:-apps.example.com}
+acme_email=${ACME_EMAIL:-}
+ssh_url=${SSH_URL:-ssh://git@git.$base_domain}
+
+# name:tag, the tag after the last path element's colon (a registry's port is not
+# a tag).
+image_name=$image image_tag=latest
+if [[ ${image##*/} == *:* ]]; then image_name=${image%:*} image_tag=${image##*:}; fi
+
+# An overlay of infra/bex with this installation's image and settings, in a
+# temporary directory: nothing in the repository changes.
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+# kustomize takes bases by relative path only.
+rel=$(realpath --relative-to="$work" "$root/infra/bex" 2>/dev/null ||
+	python3 -c 'import os,sys; print(os.path.relpath(sys.argv[1], sys.argv[2]))' "$root/infra/bex" "$work")
+cat >"$work/kustomization.yaml" <<YAML
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - $rel
+images:
+  - name: bex.local/bex
+    newName: $image_name
+    newTag: "$image_tag"
+patches:
+  - patch: |
+      apiVersion: v1
+      kind: ConfigMap
+      metadata:
+        name: bex-config
+        namespace: bex-system
+      data:
+        BEX_BASE_DOMAIN: "$base_domain"
+        BEX_ACME_EMAIL: "$acme_email"
+        BEX_SSH_URL: "$ssh_url"
+YAML
+if [[ ${1:-} == --print ]]; then
+	"$kubectl" kustomize "$work"
+	exit 0
+fi
+
+key=${ADMIN_KEY:-$HOME/.ssh/id_ed25519.pub}
+[[ -f $key ]] || die "no admin key at $key: make one with ssh-keygen -t ed25519, or set ADMIN_KEY=FILE"
+
+say "applying infra/bex (image $image, apps at *.$base_domain)"
+"$kubectl" apply --server-side -k "$work"
+say "the first admin's key: $key (ConfigMap bex-system/bex-admin-keys)"
+"$kubectl" -n bex-system create configmap bex-admin-keys --from-file=admin.pub="$key" \
+	--dry-run=client -o yaml | "$kubectl" apply --server-side -f -
+
+say "waiting for the components"
+"$kubectl" -n bex-system rollout status deployment/bex-registry --timeout=5m
+"$kubectl" -n bex-system rollout status deployment/bex-buildkitd --timeout=5m
+"$kubectl" -n bex-system rollout status deployment/bex-deployer --timeout=5m
+"$kubectl" -n bex-system rollout status statefulset/bex-gitserver --timeout=5m
+"$kubectl" -n bex-system rollout status daemonset/bex-edge --timeout=5m
+
+addr=$("$kubectl" -n bex-system get service bex-gitserver -o jsonpath='{.status.loadBalancer.ingress[0].ip}')
+port=22
+if [[ -z $addr ]]; then
+	# No load balancer (a laptop cluster): the node port on a node.
+	addr=$("$kubectl" get nodes -o jsonpath='{.items[0].status.addresses[?(@.type=="InternalIP")].address}')
+	port=$("$kubectl" -n bex-system get service bex-gitserver -o jsonpath='{.spec.ports[0].nodePort}')
+fi
+cat <<TEXT
+
+bex is installed. Point DNS *.$base_domain (and git.$base_domain) at the nodes, then:
+
+  git remote add bex ssh://git@$addr:$port/myapp
+  git push bex main
+
+Apps answer at https://<app>.$base_domain. kubectl get apps shows them.
+TEXT

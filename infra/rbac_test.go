@@ -1,0 +1,219 @@
+package infra
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+)
+
+// A grant is what a component's code needs: verbs on group/resource[/subresource]
+// in a namespace ("*": every namespace and the cluster scope), of one object when
+// name is set.
+type grant struct {
+	verbs    []string
+	resource string
+	ns       string
+	name     string
+}
+
+// needs lists, per ServiceAccount of infra/bex, what its component calls (the
+// comments in infra/bex/rbac-*.yaml say where in the code). The test proves both
+// halves: each of these is allowed, and every other request of the grid below is
+// denied.
+var needs = map[string][]grant{
+	"bex-deployer": {
+		{[]string{"get", "list", "watch", "update", "patch"}, "app.bex.co/apps", "default", ""},
+		{[]string{"get", "update", "patch"}, "app.bex.co/apps/status", "default", ""},
+		{[]string{"update"}, "app.bex.co/apps/finalizers", "default", ""},
+		{[]string{"get", "list", "watch", "delete"}, "app.bex.co/releases", "default", ""},
+		{[]string{"get", "list", "watch", "create", "patch", "delete", "deletecollection"}, "apps/deployments", "default", ""},
+		{[]string{"get", "list", "watch", "create", "patch", "delete"}, "/services", "default", ""},
+		{[]string{"create", "patch"}, "events.k8s.io/events", "default", ""},
+		{[]string{"create"}, "coordination.k8s.io/leases", "bex-system", ""},
+		{[]string{"get", "update"}, "coordination.k8s.io/leases", "bex-system", "bex-deployer.app.bex.co"},
+		{[]string{"create", "patch"}, "/events", "bex-system", ""},
+	},
+	"bex-gitserver": {
+		{[]string{"get", "list", "watch", "create", "update", "patch", "delete"}, "app.bex.co/users", "*", ""},
+		{[]string{"get", "list", "watch", "create", "update", "patch", "delete"}, "app.bex.co/apps", "default", ""},
+		{[]string{"get", "list", "watch", "create", "patch", "delete"}, "app.bex.co/releases", "default", ""},
+	},
+	"bex-edge": {
+		{[]string{"get", "list", "watch"}, "app.bex.co/apps", "default", ""},
+		{[]string{"get", "list", "watch"}, "discovery.k8s.io/endpointslices", "default", ""},
+		{[]string{"get", "list", "create", "update", "delete"}, "/secrets", "bex-system", ""},
+		{[]string{"get", "create", "update", "delete"}, "coordination.k8s.io/leases", "bex-system", ""},
+	},
+	// buildkitd and the registry run with the namespace's default ServiceAccount
+	// and no token: it may do nothing.
+	"default": nil,
+}
+
+// The grid of requests checked for every ServiceAccount.
+var (
+	gridVerbs     = []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
+	gridResources = []string{
+		"app.bex.co/apps", "app.bex.co/apps/status", "app.bex.co/apps/finalizers", "app.bex.co/releases", "app.bex.co/users",
+		"/secrets", "/configmaps", "/pods", "/pods/exec", "/services", "/serviceaccounts/token", "/events", "/namespaces",
+		"events.k8s.io/events", "apps/deployments", "apps/daemonsets", "discovery.k8s.io/endpointslices", "coordination.k8s.io/leases",
+		"rbac.authorization.k8s.io/roles", "rbac.authorization.k8s.io/rolebindings", "rbac.authorization.k8s.io/clusterrolebindings",
+		"apiextensions.k8s.io/customresourcedefinitions",
+	}
+	gridNamespaces = []string{"default", "bex-system", "kube-system", ""}
+)
+
+func (g grant) allows(verb, resource, ns, name string) bool {
+	return slices.Contains(g.verbs, verb) && g.resource == resource && (g.ns == "*" || g.ns == ns) && (g.name == "" || g.name == name)
+}
+
+func allowed(sa, verb, resource, ns, name string) bool {
+	for _, g := range needs[sa] {
+		if g.allows(verb, resource, ns, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// applyBex applies infra/bex to the shared API server for real (no controller
+// runs there: the workloads stay objects).
+func applyBex(t *testing.T) {
+	t.Helper()
+	cp := controlPlane(t)
+	if _, err := kubectl(t, render(t, "bex"), "--kubeconfig", cp.Kubeconfig, "apply", "--server-side", "--force-conflicts",
+		"--field-manager=bex-infra-test", "-f", "-"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// can asks the API server whether ServiceAccount bex-system/sa may do it.
+func can(t *testing.T, sa, verb, resource, ns, name string) bool {
+	t.Helper()
+	group, rest, _ := strings.Cut(resource, "/")
+	res, sub, _ := strings.Cut(rest, "/")
+	review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User:   "system:serviceaccount:bex-system:" + sa,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:bex-system", "system:authenticated"},
+		ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: ns, Verb: verb, Group: group, Resource: res, Subresource: sub, Name: name,
+		},
+	}}
+	if err := controlPlane(t).Client.Create(context.Background(), review); err != nil {
+		t.Fatalf("SubjectAccessReview: %v", err)
+	}
+	return review.Status.Allowed
+}
+
+func describe(sa, verb, resource, ns, name string) string {
+	where := "cluster-wide"
+	if ns != "" {
+		where = "in " + ns
+	}
+	if name != "" {
+		where += " (" + name + ")"
+	}
+	return fmt.Sprintf("%s: %s %s %s", sa, verb, resource, where)
+}
+
+// TestRBACLeastPrivilege applies infra/bex and checks with SubjectAccessReviews
+// that each component may do what its code does, and nothing else on a grid of
+// verbs × resources × namespaces.
+func TestRBACLeastPrivilege(t *testing.T) {
+	applyBex(t)
+
+	// The API server authorizes with RBAC: an unknown ServiceAccount may not even
+	// read Apps (otherwise every check below would pass vacuously).
+	if can(t, "nobody", "get", "app.bex.co/apps", "default", "") {
+		t.Fatal("an unknown ServiceAccount may read Apps: the API server does not authorize with RBAC")
+	}
+
+	// What each one needs, including the named lease.
+	for sa, grants := range needs {
+		for _, g := range grants {
+			ns := g.ns
+			if ns == "*" {
+				ns = ""
+			}
+			for _, v := range g.verbs {
+				if !can(t, sa, v, g.resource, ns, g.name) {
+					t.Errorf("denied, but the code needs it: %s", describe(sa, v, g.resource, ns, g.name))
+				}
+			}
+		}
+	}
+	// The deployer's leader election Lease is its own: no other Lease.
+	if can(t, "bex-deployer", "update", "coordination.k8s.io/leases", "bex-system", "bex-edge-lock") {
+		t.Error("the deployer may update Leases other than its leader election's")
+	}
+
+	// Nothing beyond: the whole grid, in parallel.
+	type req struct{ sa, verb, resource, ns string }
+	var reqs []req
+	for sa := range needs {
+		for _, v := range gridVerbs {
+			for _, r := range gridResources {
+				for _, ns := range gridNamespaces {
+					reqs = append(reqs, req{sa, v, r, ns})
+				}
+			}
+		}
+	}
+	var mu sync.Mutex
+	var wrong []string
+	checked := 0
+	var wg sync.WaitGroup
+	work := make(chan req)
+	for range 8 {
+		wg.Go(func() {
+			for q := range work {
+				got, want := can(t, q.sa, q.verb, q.resource, q.ns, ""), allowed(q.sa, q.verb, q.resource, q.ns, "")
+				mu.Lock()
+				checked++
+				if got != want {
+					verdict := "allowed beyond what the code needs"
+					if !got {
+						verdict = "denied although the code needs it"
+					}
+					wrong = append(wrong, verdict+": "+describe(q.sa, q.verb, q.resource, q.ns, ""))
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for _, q := range reqs {
+		work <- q
+	}
+	close(work)
+	wg.Wait()
+	slices.Sort(wrong)
+	for _, w := range wrong {
+		t.Error(w)
+	}
+	t.Logf("%d SubjectAccessReviews on the grid, %d differing from the code's needs", checked, len(wrong))
+
+	// The examples the issue names, spelled out.
+	for _, c := range []struct {
+		sa, verb, resource, ns string
+		want                   bool
+	}{
+		{"bex-edge", "update", "app.bex.co/apps", "default", false},
+		{"bex-edge", "create", "app.bex.co/apps", "default", false},
+		{"bex-edge", "get", "/secrets", "default", false},
+		{"bex-edge", "get", "/secrets", "bex-system", true},
+		{"bex-gitserver", "get", "/secrets", "default", false},
+		{"bex-gitserver", "get", "/secrets", "bex-system", false},
+		{"bex-gitserver", "create", "app.bex.co/apps", "default", true},
+		{"bex-deployer", "get", "/secrets", "default", false},
+		{"bex-deployer", "patch", "apps/deployments", "default", true},
+		{"bex-deployer", "create", "app.bex.co/apps", "default", false},
+	} {
+		if got := can(t, c.sa, c.verb, c.resource, c.ns, ""); got != c.want {
+			t.Errorf("%s: allowed %v, want %v", describe(c.sa, c.verb, c.resource, c.ns, ""), got, c.want)
+		}
+	}
+}

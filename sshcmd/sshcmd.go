@@ -78,6 +78,12 @@ type Config struct {
 	// Host is how users reach the server, for the hints the commands print
 	// ("ssh://git@HOST:PORT"). Default "ssh://git@HOST:PORT".
 	Host string
+	// HooksURL is the base URL of the webhooks ("https://bex.example.com"), for
+	// `webhooks APP`; empty: this server serves none.
+	HooksURL string
+	// DeployKey returns the public key (authorized_keys form) bex fetches ssh
+	// upstreams with; nil: not shown.
+	DeployKey func() string
 	// Log receives the audit lines and internal errors.
 	Log *slog.Logger
 }
@@ -232,7 +238,7 @@ func (s *session) tree() *cobra.Command {
 		&cobra.Group{ID: groupAccess, Title: "Access, keys and users:"},
 	)
 	root.SetHelpCommandGroupID(groupAccess)
-	for _, c := range [][]*cobra.Command{s.appCommands(), s.configCommands(), s.psCommands(), s.logCommands(), s.accessCommands(), s.keyCommands()} {
+	for _, c := range [][]*cobra.Command{s.appCommands(), s.configCommands(), s.webhookCommands(), s.psCommands(), s.logCommands(), s.accessCommands(), s.keyCommands()} {
 		root.AddCommand(c...)
 	}
 	return root

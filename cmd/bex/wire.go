@@ -22,6 +22,7 @@ import (
 	"bex.co/bex/deployer/runtime/local"
 	"bex.co/bex/gitserver"
 	"bex.co/bex/sshcmd"
+	"bex.co/bex/webhook"
 )
 
 // Adapters between components: each component declares the small interface it needs,
@@ -74,10 +75,37 @@ func (p pushBuilder) Build(ctx context.Context, req gitserver.BuildRequest, prog
 type pushDeployer struct{ r *releases.Recorder }
 
 func (p pushDeployer) Release(ctx context.Context, req gitserver.ReleaseRequest) (int64, error) {
+	cause := appv1.ReleaseCausePush
+	switch req.Cause {
+	case gitserver.CauseWebhook:
+		cause = appv1.ReleaseCauseWebhook
+	case gitserver.CauseDeploy:
+		cause = appv1.ReleaseCauseDeploy
+	}
 	return p.r.Record(ctx, req.App, releases.Change{
 		Image: req.Image, Commit: req.Commit, Processes: req.Processes,
-		Cause: appv1.ReleaseCausePush, Actor: req.Actor,
+		Cause: cause, Actor: req.Actor, Delivery: req.Delivery,
 	})
+}
+
+// hookDeployer runs a webhook's redeploy as the gitserver's Deploy: the app's
+// upstream is fetched when it has one, then the push's pipeline and lock.
+type hookDeployer struct {
+	srv       *gitserver.Server
+	apps      client.Reader
+	namespace string
+}
+
+func (h hookDeployer) Redeploy(ctx context.Context, r webhook.Redeploy) error {
+	app := &appv1.App{}
+	if err := h.apps.Get(ctx, client.ObjectKey{Namespace: h.namespace, Name: r.App}, app); err != nil {
+		return err
+	}
+	_, err := h.srv.Deploy(ctx, gitserver.DeployRequest{
+		App: r.App, Upstream: app.Spec.Git.Upstream, Cause: gitserver.CauseWebhook,
+		Actor: "webhook:" + string(r.Provider), Delivery: r.Delivery,
+	}, nil)
+	return err
 }
 
 // WaitRollout waits for release n; when it fails, the release is withdrawn so that

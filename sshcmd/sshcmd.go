@@ -15,6 +15,7 @@ import (
 
 	"bex.co/bex/deployer/releases"
 	"bex.co/bex/gitserver"
+	"bex.co/bex/internal/appops"
 )
 
 // RuntimeLogs reads what an app's processes print.
@@ -91,6 +92,7 @@ type Config struct {
 // Commands is the command tree of `ssh bex@HOST`. It implements gitserver.Commands.
 type Commands struct {
 	cfg Config
+	ops *appops.Ops
 	log *slog.Logger
 }
 
@@ -117,16 +119,16 @@ func New(cfg Config) (*Commands, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Commands{cfg: cfg, log: log.WithGroup("sshcmd")}, nil
+	ops := &appops.Ops{Client: cfg.Client, Reader: cfg.Reader, Namespace: cfg.Namespace, Releases: cfg.Releases, CacheWait: cfg.CacheWait}
+	return &Commands{cfg: cfg, ops: ops, log: log.WithGroup("sshcmd")}, nil
 }
 
 // userError is a refusal or bad input: printed as it is, not logged as a failure.
-type userError struct{ msg string }
-
-func (e *userError) Error() string { return e.msg }
+// It is appops' Error, so that the refusals of the shared operations print alike.
+type userError = appops.Error
 
 // fail makes a userError.
-func fail(format string, args ...any) error { return &userError{fmt.Sprintf(format, args...)} }
+func fail(format string, args ...any) error { return appops.Fail(appops.Invalid, format, args...) }
 
 // exitError ends a command with a status and, when msg is set, a line.
 type exitError struct {
@@ -170,7 +172,7 @@ func (c *Commands) Run(ctx context.Context, s gitserver.CommandSession) int {
 		}
 		return ee.code
 	case errors.As(err, &ue):
-		fmt.Fprintf(s.Stderr, "bex: %s\n", oneLine(ue.msg))
+		fmt.Fprintf(s.Stderr, "bex: %s\n", oneLine(ue.Msg))
 	case ctx.Err() != nil:
 		// The client left or the key was removed: nobody reads the answer.
 	default:

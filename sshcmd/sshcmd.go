@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"bex.co/bex/agentapi/tokens"
 	"bex.co/bex/deployer/releases"
 	"bex.co/bex/gitserver"
 	"bex.co/bex/internal/appops"
@@ -82,6 +83,9 @@ type Config struct {
 	// HooksURL is the base URL of the webhooks ("https://bex.example.com"), for
 	// `webhooks APP`; empty: this server serves none.
 	HooksURL string
+	// Tokens keeps the agents' API tokens; nil: the tokens commands say there is
+	// no such API.
+	Tokens *tokens.Store
 	// DeployKey returns the public key (authorized_keys form) bex fetches ssh
 	// upstreams with; nil: not shown.
 	DeployKey func() string
@@ -240,7 +244,7 @@ func (s *session) tree() *cobra.Command {
 		&cobra.Group{ID: groupAccess, Title: "Access, keys and users:"},
 	)
 	root.SetHelpCommandGroupID(groupAccess)
-	for _, c := range [][]*cobra.Command{s.appCommands(), s.configCommands(), s.webhookCommands(), s.psCommands(), s.logCommands(), s.accessCommands(), s.keyCommands()} {
+	for _, c := range [][]*cobra.Command{s.appCommands(), s.configCommands(), s.webhookCommands(), s.psCommands(), s.logCommands(), s.accessCommands(), s.keyCommands(), s.tokenCommands()} {
 		root.AddCommand(c...)
 	}
 	return root

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"bex.co/bex/agentapi/tokens"
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/sshcmd"
 	"bex.co/bex/webhook"
@@ -84,4 +85,39 @@ func ghHeader(secret []byte, body string) http.Header {
 	h := http.Header{}
 	h.Set(webhook.HeaderGitHubSignature, webhook.Sign(secret, []byte(body)))
 	return h
+}
+
+func TestTokens(t *testing.T) {
+	f := newFixture(t, user("bob", appv1.RoleMember))
+	_, errOut, code := f.run(bob, "", "tokens:list")
+	if code != 1 || !strings.Contains(errOut, "no agents' API") {
+		t.Fatalf("without a store: %d %s", code, errOut)
+	}
+	f = newFixtureWith(t, func(c *sshcmd.Config) {
+		c.Tokens = &tokens.Store{Client: c.Client, Users: c.Client, Namespace: ns}
+		c.HooksURL = "https://bex.test"
+	},
+		user("bob", appv1.RoleMember))
+	out, errOut, code := f.run(bob, "", "tokens:create", "agent")
+	tok := strings.TrimSpace(out)
+	if code != 0 || !strings.HasPrefix(tok, "bex_") || !strings.Contains(errOut, "https://bex.test/mcp") {
+		t.Fatalf("tokens:create: %d %q %q", code, out, errOut)
+	}
+	if strings.Contains(f.log.String(), tok) || !strings.Contains(f.log.String(), "command=tokens:create") {
+		t.Fatalf("audit:\n%s", f.log.String())
+	}
+	if _, errOut, code = f.run(bob, "", "tokens:create", "agent"); code != 1 || !strings.Contains(errOut, "has a token named agent already") {
+		t.Fatalf("twice: %d %s", code, errOut)
+	}
+	var list []sshcmd.TokenInfo
+	out, _, _ = f.run(bob, "", "tokens:list", "--json")
+	if err := json.Unmarshal([]byte(out), &list); err != nil || len(list) != 1 || list[0].Name != "agent" || list[0].User != "bob" {
+		t.Fatalf("tokens:list --json: %s", out)
+	}
+	if out, _, code = f.run(bob, "", "tokens:revoke", "agent"); code != 0 || !strings.Contains(out, "Revoked token agent") {
+		t.Fatalf("tokens:revoke: %d %s", code, out)
+	}
+	if _, errOut, code = f.run(bob, "", "tokens:revoke", "agent"); code != 1 || !strings.Contains(errOut, `no token named "agent"`) {
+		t.Fatalf("revoke twice: %d %s", code, errOut)
+	}
 }

@@ -17,10 +17,13 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"bex.co/bex/agentapi"
+	"bex.co/bex/agentapi/tokens"
 	"bex.co/bex/builder"
 	"bex.co/bex/deployer/releases"
 	"bex.co/bex/gitserver"
 	"bex.co/bex/gitserver/access"
+	"bex.co/bex/internal/appops"
 	"bex.co/bex/sshcmd"
 	"bex.co/bex/webhook"
 	"bex.co/bex/webhook/secrets"
@@ -122,6 +125,8 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 		return fmt.Errorf("--runtime %q: use local or kubernetes", c.runtime)
 	}
 	recorder := &releases.Recorder{Client: kc, Namespace: c.namespace, PollInterval: 50 * time.Millisecond}
+	tokenStore := &tokens.Store{Client: kc, Users: informers, Namespace: c.namespace}
+	logs := runtimeLogs{runtime: c.runtime, stateDir: filepath.Join(c.stateDir, "runtime"), namespace: c.namespace}
 	gcfg := gitserver.DefaultConfig(c.stateDir)
 	gcfg.Addr = c.sshAddr
 	gcfg.AllowFileUpstreams = c.allowFile
@@ -142,10 +147,11 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	var srv *gitserver.Server
 	cmds, err := sshcmd.New(sshcmd.Config{
 		Client: kc, Reader: informers, Namespace: c.namespace, Releases: recorder,
-		Logs:   runtimeLogs{runtime: c.runtime, stateDir: filepath.Join(c.stateDir, "runtime"), namespace: c.namespace},
+		Logs:   logs,
 		Builds: buildLogs{b}, Host: c.sshURL, Log: c.log, RolloutTimeout: gcfg.RolloutTimeout,
 		RemoveRepository: func(ctx context.Context, app string) error { return srv.RemoveRepository(ctx, app, 10*time.Second) },
 		HooksURL:         c.hooksURL,
+		Tokens:           tokenStore,
 		DeployKey:        func() string { return strings.TrimSpace(string(gossh.MarshalAuthorizedKey(srv.HostKey()))) },
 	})
 	if err != nil {
@@ -175,8 +181,19 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		agents, err := agentapi.New(agentapi.Config{
+			Ops:      &appops.Ops{Client: kc, Reader: informers, Namespace: c.namespace, Releases: recorder},
+			Tokens:   tokenStore,
+			Deployer: agentDeployer{srv: srv, apps: informers, namespace: c.namespace},
+			Logs:     agentLogs{logs}, Builds: agentBuilds{buildLogs{b}},
+			RolloutTimeout: gcfg.RolloutTimeout, Version: version, Log: c.log,
+		})
+		if err != nil {
+			return err
+		}
 		mux := http.NewServeMux()
 		mux.Handle("/hooks/", hooks)
+		mux.Handle("/mcp", agents.Handler())
 		httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute,
 			ErrorLog: slog.NewLogLogger(c.log.Handler(), slog.LevelWarn)}
 		go func() {
@@ -184,7 +201,7 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 				errc <- err
 			}
 		}()
-		fmt.Fprintf(c.errOut, "bex gitserver: webhooks on %s (%s/hooks/APP)\n", hooksListener.Addr(), c.hooksURL)
+		fmt.Fprintf(c.errOut, "bex gitserver: webhooks and the agents' API on %s (%s/hooks/APP, %s/mcp)\n", hooksListener.Addr(), c.hooksURL, c.hooksURL)
 		if c.hooksReady != nil {
 			c.hooksReady <- hooksListener.Addr().String()
 		}

@@ -266,3 +266,56 @@ func SortedKeys[V any](m map[string]V) []string {
 	sort.Strings(keys)
 	return keys
 }
+
+// Failed is the Kind of a build or rollout that did not come to serve; the
+// previous release keeps serving.
+const Failed Kind = "failed"
+
+// ChangeConfig records a release of app whose config vars are edit of the current
+// ones (cause Config), or, before the app's first deploy, edits the spec for the
+// first release to take (release 0). edit runs on the App as read for the write,
+// so concurrent changes are not lost.
+func (o *Ops) ChangeConfig(ctx context.Context, u *gitserver.User, app *appv1.App, edit func([]appv1.EnvVar) []appv1.EnvVar, desc string) (int64, error) {
+	if app.Spec.Image == "" {
+		// Nothing runs yet, so there is nothing to restart: the first push's
+		// release takes the config from the spec.
+		_, err := o.Update(ctx, u, app.Name, func(a *appv1.App) error {
+			a.Spec.Env = edit(a.Spec.Env)
+			return nil
+		})
+		return 0, err
+	}
+	n, err := o.Releases.Record(ctx, app.Name, releases.Change{
+		EditEnv: func(env []appv1.EnvVar) ([]appv1.EnvVar, error) { return edit(env), nil },
+		Cause:   appv1.ReleaseCauseConfig, Actor: u.Name, Description: desc,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("recording the release of %s: %w", app.Name, err)
+	}
+	return n, nil
+}
+
+// Await waits up to timeout for release n of app to serve and returns its URL; a
+// release that fails is withdrawn (releases.Recorder.Await) and reported as Failed.
+func (o *Ops) Await(ctx context.Context, app string, n int64, timeout time.Duration, progress func(string)) (string, error) {
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	url, err := o.Releases.Await(wctx, app, n, progress)
+	switch {
+	case errors.Is(err, releases.ErrRolloutFailed):
+		return "", Fail(Failed, "release v%d of %s did not roll out: %s; the previous release keeps serving", n, app, strings.TrimPrefix(err.Error(), releases.ErrRolloutFailed.Error()+": "))
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+		return "", Fail(Failed, "release v%d of %s is not serving after %s: it may still come up (apps:info %s)", n, app, timeout, app)
+	}
+	return url, err
+}
+
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// CheckEnvName refuses what cannot be a config var's name.
+func CheckEnvName(k string) error {
+	if len(k) > 256 || !envNameRE.MatchString(k) {
+		return Fail(Invalid, "%q is not a config var name: use letters, digits and '_', not starting with a digit (as a shell variable)", k)
+	}
+	return nil
+}

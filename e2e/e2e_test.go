@@ -59,7 +59,7 @@ func TestPlatform(t *testing.T) {
 			eventually(t, 10*time.Second, "the CGI page", p.answers("hello-shell", "/cgi-bin/greet", "hello from hello-shell"))
 		}},
 		{"a second bex up on the same state dir is refused", func(t *testing.T) {
-			out := runUp(t, p.upCommand("--state-dir", p.dir, "--ssh-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--https-addr", "127.0.0.1:0"))
+			out := runUp(t, p.upCommand("--state-dir", p.dir, "--ssh-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--https-addr", "127.0.0.1:0", "--hooks-addr", "127.0.0.1:0"))
 			if want := fmt.Sprintf("another bex up (pid %d) is running on %s", p.cmd.Process.Pid, p.dir); !strings.Contains(out, want) {
 				t.Fatalf("want %q in: %s", want, out)
 			}

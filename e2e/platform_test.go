@@ -52,6 +52,7 @@ func TestMain(m *testing.M) {
 type platform struct {
 	dir                          string // the state dir
 	sshAddr, httpAddr, httpsAddr string
+	hooksAddr                    string // webhooks and MCP
 	keyPath                      string // the admin's private key
 
 	cmd    *exec.Cmd
@@ -63,7 +64,7 @@ type platform struct {
 func newPlatform(t testing.TB) *platform {
 	t.Helper()
 	p := &platform{dir: t.TempDir()}
-	for _, a := range []*string{&p.sshAddr, &p.httpAddr, &p.httpsAddr} {
+	for _, a := range []*string{&p.sshAddr, &p.httpAddr, &p.httpsAddr, &p.hooksAddr} {
 		port, err := testenv.FreePort()
 		if err != nil {
 			t.Fatal(err)
@@ -83,7 +84,7 @@ func (p *platform) start(t testing.TB) {
 	t.Helper()
 	p.cmd = p.upCommand("--state-dir", p.dir,
 		"--ssh-addr", p.sshAddr, "--http-addr", p.httpAddr, "--https-addr", p.httpsAddr,
-		"--base-domain", "localhost",
+		"--hooks-addr", p.hooksAddr, "--base-domain", "localhost",
 		"--admin-key", p.keyPath+".pub",
 		// Nothing can be pulled here: builds use the busybox base imported below.
 		"--image-resolve-mode", "local")

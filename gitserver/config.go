@@ -42,6 +42,16 @@ type Config struct {
 	// SessionRecheck is how often open sessions are looked up again by their key;
 	// a session whose key was removed is closed at the next check.
 	SessionRecheck time.Duration
+
+	// FetchTimeout bounds the fetch of an app's upstream (Deploy).
+	FetchTimeout time.Duration
+	// AllowFileUpstreams lets Deploy fetch file:// upstreams. Off by default: such
+	// a URL can name any repository on this machine, another app's included, and
+	// whoever may edit an App could then read it.
+	AllowFileUpstreams bool
+	// UpstreamKnownHosts is the known_hosts file that ssh upstreams' host keys are
+	// checked against.
+	UpstreamKnownHosts string
 }
 
 // DefaultConfig returns the defaults, with state under stateDir.
@@ -60,6 +70,8 @@ func DefaultConfig(stateDir string) Config {
 		IdleTimeout:         10 * time.Minute,
 		MaxPackBytes:        2 << 30,
 		SessionRecheck:      time.Second,
+		FetchTimeout:        5 * time.Minute,
+		UpstreamKnownHosts:  filepath.Join(stateDir, "upstream_known_hosts"),
 	}
 }
 
@@ -78,7 +90,7 @@ func (c Config) Validate() error {
 	for name, d := range map[string]time.Duration{
 		"lock wait": c.LockWait, "build timeout": c.BuildTimeout, "rollout timeout": c.RolloutTimeout,
 		"keep-alive": c.KeepAlive, "handshake timeout": c.HandshakeTimeout, "idle timeout": c.IdleTimeout,
-		"session recheck interval": c.SessionRecheck,
+		"session recheck interval": c.SessionRecheck, "fetch timeout": c.FetchTimeout,
 	} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("gitserver: the %s must be positive, not %s", name, d))

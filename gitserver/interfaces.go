@@ -55,8 +55,12 @@ type ReleaseRequest struct {
 	Commit string
 	// Processes are the process types of the build; nil keeps the App's.
 	Processes map[string][]string
-	// Actor is the user who pushed.
+	// Actor is the user who pushed, or who or what asked for the deploy.
 	Actor string
+	// Cause is what asked for it: a push, a webhook, a user's deploy.
+	Cause Cause
+	// Delivery is the webhook delivery id, for CauseWebhook.
+	Delivery string
 }
 
 // Directory answers who a key belongs to and what apps exist. Implementations cache:

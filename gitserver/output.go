@@ -21,6 +21,7 @@ type output struct {
 	mu        sync.Mutex
 	raw       io.Writer // the session's stdout
 	mux       *sideband.Muxer
+	plain     bool // no git on the other end: messages go to raw as they are
 	lastWrite time.Time
 }
 
@@ -40,9 +41,21 @@ func (o *output) Write(p []byte) (int, error) {
 	return o.band(sideband.ProgressMessage, p)
 }
 
+// newPlainOutput writes the same lines to w with no git framing, for deploys that
+// do not come from a push (Server.Deploy).
+func newPlainOutput(w io.Writer) *output {
+	if w == nil {
+		w = discard{}
+	}
+	return &output{raw: w, plain: true, lastWrite: time.Now()}
+}
+
 func (o *output) band(ch sideband.Channel, p []byte) (int, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.plain {
+		return o.raw.Write(p)
+	}
 	if o.mux == nil {
 		return len(p), nil
 	}

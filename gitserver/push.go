@@ -298,83 +298,12 @@ const reasonCancelled = "push cancelled"
 // deploy builds cmd.New, records a release and waits for it to serve. It returns
 // the reason for the rejection, or "" when the release serves.
 func (p *push) deploy(ctx context.Context, cmd receive.Command) string {
-	select {
-	case p.s.builds <- struct{}{}:
-	default:
-		p.out.step("Waiting for a build slot (%d builds are running)", cap(p.s.builds))
-		select {
-		case p.s.builds <- struct{}{}:
-		case <-ctx.Done():
-			return reasonCancelled
-		}
-	}
-	slotHeld := true
-	freeSlot := func() {
-		if slotHeld {
-			<-p.s.builds
-			slotHeld = false
-		}
-	}
-	defer freeSlot()
-
-	p.out.step("Building %s from %s (%s)", p.name, cmd.Name.Short(), short(cmd.New))
-	start := time.Now()
-	buildCtx, cancel := context.WithTimeout(ctx, p.s.cfg.BuildTimeout)
-	res, err := p.s.builder.Build(buildCtx, BuildRequest{
-		App: p.name, RepoDir: p.repo.Dir, Commit: cmd.New.String(), Branch: cmd.Name.Short(), NoCache: p.noCache,
-	}, p.out)
-	timedOut := errors.Is(buildCtx.Err(), context.DeadlineExceeded)
-	cancel()
-	p.s.metrics.build.Observe(time.Since(start).Seconds())
-	p.timings = append(p.timings, "build", time.Since(start))
-	freeSlot()
-	switch {
-	case err == nil:
-	case ctx.Err() != nil:
-		return reasonCancelled
-	case timedOut:
-		p.out.fail("The build ran longer than %s and was stopped.", p.s.cfg.BuildTimeout)
-		return "build timed out"
-	default:
-		p.out.fail("Build failed: %v", err)
-		p.out.fail("%s keeps running its current release.", p.name)
-		return "build failed"
-	}
-
-	p.out.step("Releasing %s", res.Image)
-	n, err := p.s.deployer.Release(ctx, ReleaseRequest{
-		App: p.name, Image: res.Image, Commit: cmd.New.String(), Processes: res.Processes, Actor: p.user.Name,
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return reasonCancelled
-		}
-		p.log.Error("record release", "err", err)
-		p.out.fail("Could not record the release: %v", err)
-		return "release failed"
-	}
-	// From here the release is the App's desired state, so the rollout is seen
-	// through even if the pusher leaves: the ref then follows what runs.
-	p.out.step("Deploying release v%d", n)
-	start = time.Now()
-	rolloutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.s.cfg.RolloutTimeout)
-	url, err := p.s.deployer.WaitRollout(rolloutCtx, p.name, n, p.out)
-	timedOut = errors.Is(rolloutCtx.Err(), context.DeadlineExceeded)
-	cancel()
-	p.s.metrics.rollout.Observe(time.Since(start).Seconds())
-	p.timings = append(p.timings, "rollout", time.Since(start))
-	if err != nil {
-		if timedOut {
-			p.out.fail("Release v%d was not serving after %s.", n, p.s.cfg.RolloutTimeout)
-		} else {
-			p.out.fail("Release v%d failed: %v", n, err)
-		}
-		p.out.fail("The previous release keeps serving.")
-		return "deploy failed"
-	}
-	p.out.step("Application deployed: release v%d", n)
-	p.out.detail("%s", url)
-	return ""
+	res := p.s.buildAndRelease(ctx, job{
+		app: p.name, repoDir: p.repo.Dir, commit: cmd.New, branch: cmd.Name.Short(), noCache: p.noCache,
+		actor: p.user.Name, cause: CausePush, what: "push",
+	}, p.out, p.log)
+	p.timings = append(p.timings, res.timings...)
+	return res.reason
 }
 
 // deployInBackground runs an async push's deploy after the ref moved and the pusher

@@ -34,7 +34,9 @@ func (s *Server) uploadPack(sess ssh.Session, user *User, appName string, log *s
 		fatal(sess, "app "+appName+" has no code yet: push first")
 		return
 	}
-	cmd := exec.CommandContext(sess.Context(), "git", "upload-pack", "--strict", "--timeout=600", repoDir)
+	// refs/bex/ holds what Deploy fetched from an upstream before it serves: not
+	// for clones.
+	cmd := exec.CommandContext(sess.Context(), "git", "-c", "uploadpack.hideRefs=refs/bex/", "upload-pack", "--strict", "--timeout=600", repoDir)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = sess, sess, sess.Stderr()
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + repoDir, "GIT_CONFIG_NOSYSTEM=1"}
 	for _, kv := range sess.Environ() {

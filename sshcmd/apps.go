@@ -1,10 +1,8 @@
 package sshcmd
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -15,44 +13,19 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/internal/appops"
 )
 
-var appNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+func checkAppName(name string) error { return appops.CheckAppName(name) }
 
-func checkAppName(name string) error {
-	if len(name) > appv1.MaxAppNameLength || !appNameRE.MatchString(name) {
-		return fail("%q is not an app name: use 1 to %d lower-case letters, digits and '-', starting and ending with a letter or digit", name, appv1.MaxAppNameLength)
-	}
-	return nil
-}
-
-// canAccess reports whether the session's user may use app: admins always, members
-// when listed, by exact name.
-func (s *session) canAccess(app *appv1.App) bool {
-	return s.user.Admin || slices.Contains(app.Spec.Members, s.user.Name)
-}
+// canAccess reports whether the session's user may use app (appops.CanAccess).
+func (s *session) canAccess(app *appv1.App) bool { return appops.CanAccess(s.user, app) }
 
 // app reads an app the user may use, from the cache.
-func (s *session) app(name string) (*appv1.App, error) {
-	if err := checkAppName(name); err != nil {
-		return nil, err
-	}
-	a := &appv1.App{}
-	if err := s.cfg.Reader.Get(s.ctx, s.key(name), a); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, fail("no app %q: apps:list shows the apps you can use", name)
-		}
-		return nil, fmt.Errorf("reading app %s: %w", name, err)
-	}
-	if !s.canAccess(a) {
-		return nil, fail("user %s has no access to app %s: an admin or a member of %s can run access:add %s %s", s.user.Name, name, name, name, s.user.Name)
-	}
-	return a, nil
-}
+func (s *session) app(name string) (*appv1.App, error) { return s.ops.App(s.ctx, s.user, name) }
 
 func (s *session) key(app string) client.ObjectKey {
 	return client.ObjectKey{Namespace: s.cfg.Namespace, Name: app}
@@ -65,69 +38,15 @@ func (s *session) requireAdmin(what string) error {
 	return nil
 }
 
-// updateApp changes app through the API server (after checking access on a fresh
-// read), retrying on conflicts, and waits until the cache has the change so that
-// the next command sees it. change returns a userError to refuse, or errNoChange.
+// updateApp changes app through the API server and waits until the cache has the
+// change (appops.Ops.Update).
 func (s *session) updateApp(name string, change func(*appv1.App) error) (*appv1.App, error) {
-	if _, err := s.app(name); err != nil {
-		return nil, err
-	}
-	var updated *appv1.App
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		a := &appv1.App{}
-		if err := s.cfg.Client.Get(s.ctx, s.key(name), a); err != nil {
-			if apierrors.IsNotFound(err) {
-				return fail("no app %q: apps:list shows the apps you can use", name)
-			}
-			return err
-		}
-		if !s.canAccess(a) {
-			return fail("user %s has no access to app %s", s.user.Name, name)
-		}
-		if err := change(a); err != nil {
-			return err
-		}
-		if err := s.cfg.Client.Update(s.ctx, a); err != nil {
-			return err
-		}
-		updated = a
-		return nil
-	})
-	if err != nil {
-		if apierrors.IsInvalid(err) {
-			return nil, fail("the API refused the change of %s: %s", name, apierrors.ReasonForError(err))
-		}
-		return nil, err
-	}
-	rv := updated.ResourceVersion
-	return updated, s.waitCached(name, func(a *appv1.App) bool {
-		return a.UID == updated.UID && (a.ResourceVersion == rv || a.Generation > updated.Generation)
-	})
+	return s.ops.Update(s.ctx, s.user, name, change)
 }
 
-// waitCached waits until the cached app satisfies done (nil app: gone), for at
-// most Config.CacheWait. A watch delivers in milliseconds; past the bound the write
-// stands and the command says so.
+// waitCached waits until the cached app satisfies done (appops.Ops.WaitCached).
 func (s *session) waitCached(name string, done func(*appv1.App) bool) error {
-	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.CacheWait)
-	defer cancel()
-	for {
-		a := &appv1.App{}
-		err := s.cfg.Reader.Get(ctx, s.key(name), a)
-		switch {
-		case apierrors.IsNotFound(err):
-			if done(nil) {
-				return nil
-			}
-		case err == nil && done(a):
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("the change of %s was made, but this server's cache has not seen it yet: the next command may not show it", name)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+	return s.ops.WaitCached(s.ctx, name, done)
 }
 
 // AppSummary is one app of `apps:list --json`.

@@ -1,8 +1,6 @@
 package sshcmd
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -11,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
-	"bex.co/bex/deployer/releases"
 )
 
 var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -181,25 +178,14 @@ func (s *session) configCommands() []*cobra.Command {
 // the first release to take. Then it waits for the release to serve unless detach.
 // edit runs on the App as read for the write, so concurrent changes are not lost.
 func (s *session) changeConfig(app *appv1.App, edit func([]appv1.EnvVar) []appv1.EnvVar, desc, command string, names []string, detach bool) error {
-	if app.Spec.Image == "" {
-		// Nothing runs yet, so there is nothing to restart: the first push's
-		// release takes the config from the spec.
-		if _, err := s.updateApp(app.Name, func(a *appv1.App) error {
-			a.Spec.Env = edit(a.Spec.Env)
-			return nil
-		}); err != nil {
-			return err
-		}
+	n, err := s.ops.ChangeConfig(s.ctx, s.user, app, edit, desc)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
 		s.audit(command, app.Name, "vars", names)
 		fmt.Fprintf(s.out, "%s on %s; the first deploy (git push) takes it.\n", desc, app.Name)
 		return nil
-	}
-	n, err := s.cfg.Releases.Record(s.ctx, app.Name, releases.Change{
-		EditEnv: func(env []appv1.EnvVar) ([]appv1.EnvVar, error) { return edit(env), nil },
-		Cause:   appv1.ReleaseCauseConfig, Actor: s.user.Name, Description: desc,
-	})
-	if err != nil {
-		return fmt.Errorf("recording the release of %s: %w", app.Name, err)
 	}
 	s.audit(command, app.Name, "vars", names, "release", n)
 	fmt.Fprintf(s.out, "%s on %s: release v%d.\n", desc, app.Name, n)
@@ -212,16 +198,9 @@ func (s *session) await(app string, n int64, detach bool) error {
 		fmt.Fprintf(s.out, "Not waiting for v%d to serve (apps:info %s shows how it goes).\n", n, app)
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.RolloutTimeout)
-	defer cancel()
 	fmt.Fprintf(s.errOut, "-----> Waiting for v%d to serve\n", n)
-	url, err := s.cfg.Releases.Await(ctx, app, n, func(msg string) { fmt.Fprintf(s.errOut, "       %s\n", msg) })
-	switch {
-	case errors.Is(err, releases.ErrRolloutFailed):
-		return fail("release v%d of %s did not roll out: %s; the previous release keeps serving", n, app, strings.TrimPrefix(err.Error(), releases.ErrRolloutFailed.Error()+": "))
-	case errors.Is(err, context.DeadlineExceeded) && s.ctx.Err() == nil:
-		return fail("release v%d of %s is not serving after %s: it may still come up (apps:info %s)", n, app, s.cfg.RolloutTimeout, app)
-	case err != nil:
+	url, err := s.ops.Await(s.ctx, app, n, s.cfg.RolloutTimeout, func(msg string) { fmt.Fprintf(s.errOut, "       %s\n", msg) })
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(s.out, "v%d serves at %s\n", n, url)

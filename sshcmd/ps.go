@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/internal/appops"
 )
 
 // ProcessInfo is one process type in `ps --json` and `apps:info --json`.
@@ -47,14 +47,7 @@ func processes(a *appv1.App) []ProcessInfo {
 	return out
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
+func sortedKeys[V any](m map[string]V) []string { return appops.SortedKeys(m) }
 
 func commandLine(cmd []string) string {
 	if len(cmd) == 0 {
@@ -108,23 +101,7 @@ func (s *session) psCommands() []*cobra.Command {
 			}
 			want[t] = int32(count)
 		}
-		// Replicas only: no release, as on Heroku, since nothing the instances run
-		// changes.
-		_, err := s.updateApp(a[0], func(app *appv1.App) error {
-			for _, t := range order {
-				p, ok := app.Spec.Processes[t]
-				if !ok {
-					if len(app.Spec.Processes) == 0 {
-						return fail("%s has no process types yet: git push deploys it first", app.Name)
-					}
-					return fail("%s has no process type %q: its types are %s", app.Name, t, strings.Join(sortedKeys(app.Spec.Processes), ", "))
-				}
-				p.Replicas = want[t]
-				app.Spec.Processes[t] = p
-			}
-			return nil
-		})
-		if err != nil {
+		if err := s.ops.Scale(s.ctx, s.user, a[0], order, want); err != nil {
 			return err
 		}
 		var parts []string
@@ -172,11 +149,7 @@ func (s *session) psCommands() []*cobra.Command {
 }
 
 func (s *session) setSuspended(name string, suspended bool) error {
-	_, err := s.updateApp(name, func(app *appv1.App) error {
-		app.Spec.Suspended = suspended
-		return nil
-	})
-	if err != nil {
+	if err := s.ops.SetSuspended(s.ctx, s.user, name, suspended); err != nil {
 		return err
 	}
 	if suspended {

@@ -2,14 +2,12 @@ package sshcmd
 
 import (
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/deployer/releases"
 )
 
@@ -77,33 +75,16 @@ func (s *session) releaseCommands() []*cobra.Command {
 		if err != nil {
 			return err
 		}
-		rels, err := s.cfg.Releases.List(s.ctx, app.Name)
-		if err != nil {
-			return fmt.Errorf("listing the releases of %s: %w", app.Name, err)
-		}
 		var to int64
 		if len(a) == 2 {
 			n, err := strconv.ParseInt(strings.TrimPrefix(a[1], "v"), 10, 64)
 			if err != nil || n < 1 {
 				return fail("%q is not a release: give its number, e.g. rollback %s v3 (releases %s lists them)", a[1], app.Name, app.Name)
 			}
-			if !slices.ContainsFunc(rels, func(r appv1.Release) bool { return r.Spec.Number == n }) {
-				return fail("%s has no release v%d to roll back to (releases %s lists them; old ones are pruned)", app.Name, n, app.Name)
-			}
 			to = n
-		} else {
-			for _, r := range rels { // newest first; a release that never served is no way back
-				if r.Spec.Number < app.Spec.Release && r.Annotations[releases.AnnotationFailed] == "" {
-					to = r.Spec.Number
-					break
-				}
-			}
-			if to == 0 {
-				return fail("%s has no release before v%d to roll back to (releases %s lists them)", app.Name, app.Spec.Release, app.Name)
-			}
 		}
-		if to == app.Spec.Release {
-			return fail("v%d is the current release of %s already", to, app.Name)
+		if to, err = s.ops.RollbackTarget(s.ctx, app, to); err != nil {
+			return err
 		}
 		n, err := s.cfg.Releases.Rollback(s.ctx, app.Name, to, s.user.Name)
 		if err != nil {

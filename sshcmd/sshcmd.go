@@ -13,8 +13,10 @@ import (
 	"github.com/spf13/pflag"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"bex.co/bex/agentapi/tokens"
 	"bex.co/bex/deployer/releases"
 	"bex.co/bex/gitserver"
+	"bex.co/bex/internal/appops"
 )
 
 // RuntimeLogs reads what an app's processes print.
@@ -78,6 +80,15 @@ type Config struct {
 	// Host is how users reach the server, for the hints the commands print
 	// ("ssh://git@HOST:PORT"). Default "ssh://git@HOST:PORT".
 	Host string
+	// HooksURL is the base URL of the webhooks ("https://bex.example.com"), for
+	// `webhooks APP`; empty: this server serves none.
+	HooksURL string
+	// Tokens keeps the agents' API tokens; nil: the tokens commands say there is
+	// no such API.
+	Tokens *tokens.Store
+	// DeployKey returns the public key (authorized_keys form) bex fetches ssh
+	// upstreams with; nil: not shown.
+	DeployKey func() string
 	// Log receives the audit lines and internal errors.
 	Log *slog.Logger
 }
@@ -85,6 +96,7 @@ type Config struct {
 // Commands is the command tree of `ssh bex@HOST`. It implements gitserver.Commands.
 type Commands struct {
 	cfg Config
+	ops *appops.Ops
 	log *slog.Logger
 }
 
@@ -111,16 +123,16 @@ func New(cfg Config) (*Commands, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Commands{cfg: cfg, log: log.WithGroup("sshcmd")}, nil
+	ops := &appops.Ops{Client: cfg.Client, Reader: cfg.Reader, Namespace: cfg.Namespace, Releases: cfg.Releases, CacheWait: cfg.CacheWait}
+	return &Commands{cfg: cfg, ops: ops, log: log.WithGroup("sshcmd")}, nil
 }
 
 // userError is a refusal or bad input: printed as it is, not logged as a failure.
-type userError struct{ msg string }
-
-func (e *userError) Error() string { return e.msg }
+// It is appops' Error, so that the refusals of the shared operations print alike.
+type userError = appops.Error
 
 // fail makes a userError.
-func fail(format string, args ...any) error { return &userError{fmt.Sprintf(format, args...)} }
+func fail(format string, args ...any) error { return appops.Fail(appops.Invalid, format, args...) }
 
 // exitError ends a command with a status and, when msg is set, a line.
 type exitError struct {
@@ -164,7 +176,7 @@ func (c *Commands) Run(ctx context.Context, s gitserver.CommandSession) int {
 		}
 		return ee.code
 	case errors.As(err, &ue):
-		fmt.Fprintf(s.Stderr, "bex: %s\n", oneLine(ue.msg))
+		fmt.Fprintf(s.Stderr, "bex: %s\n", oneLine(ue.Msg))
 	case ctx.Err() != nil:
 		// The client left or the key was removed: nobody reads the answer.
 	default:
@@ -243,7 +255,7 @@ func (s *session) tree() *cobra.Command {
 		&cobra.Group{ID: groupAccess, Title: "Access, keys and users:"},
 	)
 	root.SetHelpCommandGroupID(groupAccess)
-	for _, c := range [][]*cobra.Command{s.appCommands(), s.configCommands(), s.psCommands(), s.logCommands(), s.accessCommands(), s.keyCommands()} {
+	for _, c := range [][]*cobra.Command{s.appCommands(), s.configCommands(), s.webhookCommands(), s.psCommands(), s.logCommands(), s.accessCommands(), s.keyCommands(), s.tokenCommands()} {
 		root.AddCommand(c...)
 	}
 	return root

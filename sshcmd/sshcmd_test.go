@@ -49,14 +49,24 @@ var (
 
 func newFixture(t *testing.T, objs ...client.Object) *fixture {
 	t.Helper()
+	return newFixtureWith(t, nil, objs...)
+}
+
+// newFixtureWith is newFixture with a change of the commands' Config.
+func newFixtureWith(t *testing.T, tweak func(*sshcmd.Config), objs ...client.Object) *fixture {
+	t.Helper()
 	s := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(s)
 	_ = appv1.AddToScheme(s)
 	c := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).WithStatusSubresource(&appv1.App{}).Build()
 	f := &fixture{t: t, c: c, logs: &fakeLogs{}}
-	cmds, err := sshcmd.New(sshcmd.Config{Client: c, Namespace: ns, Releases: &releases.Recorder{Client: c, Namespace: ns, PollInterval: 10 * time.Millisecond},
+	cfg := sshcmd.Config{Client: c, Namespace: ns, Releases: &releases.Recorder{Client: c, Namespace: ns, PollInterval: 10 * time.Millisecond},
 		Logs: f.logs, Builds: fakeBuilds{}, RolloutTimeout: 2 * time.Second, Host: "ssh://git@bex.test:2222",
-		Log: slog.New(slog.NewTextHandler(&f.log, nil))})
+		Log: slog.New(slog.NewTextHandler(&f.log, nil))}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	cmds, err := sshcmd.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

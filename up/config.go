@@ -15,6 +15,9 @@ type Config struct {
 	StateDir string
 	// SSHAddr, HTTPAddr and HTTPSAddr are the public listen addresses.
 	SSHAddr, HTTPAddr, HTTPSAddr string
+	// HooksAddr is the HTTP address of the webhooks (/hooks/<app>) and the agents'
+	// MCP endpoint (/mcp), served by the gitserver; empty: off.
+	HooksAddr string
 	// BaseDomain: apps answer at <app>.<BaseDomain>.
 	BaseDomain string
 	// AdminKeys are authorized_keys lines made keys of the admin user on start.
@@ -48,7 +51,11 @@ func (c Config) Validate() error {
 	if c.StateDir == "" {
 		return fmt.Errorf("--state-dir is empty")
 	}
-	for flag, addr := range map[string]string{"--ssh-addr": c.SSHAddr, "--http-addr": c.HTTPAddr, "--https-addr": c.HTTPSAddr} {
+	addrs := map[string]string{"--ssh-addr": c.SSHAddr, "--http-addr": c.HTTPAddr, "--https-addr": c.HTTPSAddr}
+	if c.HooksAddr != "" {
+		addrs["--hooks-addr"] = c.HooksAddr
+	}
+	for flag, addr := range addrs {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			return fmt.Errorf("%s %q: want HOST:PORT or :PORT (%v)", flag, addr, err)
 		}

@@ -275,6 +275,9 @@ func (p *Platform) startComponents(ctx context.Context) error {
 	if p.cfg.ImageResolveMode != "" {
 		gitArgs = append(gitArgs, "--image-resolve-mode", p.cfg.ImageResolveMode)
 	}
+	if p.cfg.HooksAddr != "" {
+		gitArgs = append(gitArgs, "--hooks-addr", p.cfg.HooksAddr, "--hooks-url", "http://"+dialable(p.cfg.HooksAddr))
+	}
 	// A push waits for its build and rollout; give the pushes in flight time to end.
 	git := p.component("gitserver", gitArgs, tcpReady(p.cfg.SSHAddr))
 	git.Grace = 30 * time.Second
@@ -348,6 +351,11 @@ func (p *Platform) printInstructions() {
 	}
 	fmt.Fprintf(&b, "\n  Manage apps: ssh -p %s git@%s help        (docs/commands.md; --json for scripts)\n", sshPort, host)
 	fmt.Fprintf(&b, "  The API:     kubectl --kubeconfig %s get apps,releases\n", p.kubeconfig)
+	if p.cfg.HooksAddr != "" {
+		hooks := "http://" + dialable(p.cfg.HooksAddr)
+		fmt.Fprintf(&b, "  Webhooks:    %s/hooks/<app>    (ssh -p %s git@%s webhooks:secret <app>)\n", hooks, sshPort, host)
+		fmt.Fprintf(&b, "  Agents:      %s/mcp            (MCP; a token: ssh -p %s git@%s tokens:create NAME)\n", hooks, sshPort, host)
+	}
 	fmt.Fprintf(&b, "  Ctrl-C stops everything; starting again brings every app back.\n")
 	fmt.Fprint(p.cfg.Out, b.String())
 }

@@ -7,7 +7,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,11 +17,16 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"bex.co/bex/agentapi"
+	"bex.co/bex/agentapi/tokens"
 	"bex.co/bex/builder"
 	"bex.co/bex/deployer/releases"
 	"bex.co/bex/gitserver"
 	"bex.co/bex/gitserver/access"
+	"bex.co/bex/internal/appops"
 	"bex.co/bex/sshcmd"
+	"bex.co/bex/webhook"
+	"bex.co/bex/webhook/secrets"
 )
 
 // gitserverCmd runs the SSH git endpoint against an existing Kubernetes API and
@@ -39,11 +46,19 @@ type gitserverCmd struct {
 	runtime          string
 	sshURL           string
 	adminKeys        []string
+	hooksAddr        string
+	hooksURL         string
+	allowFile        bool
 
-	// ready, when set, receives the listen address once the server accepts.
-	ready    chan<- string
-	listener net.Listener
-	cancel   context.CancelFunc
+	// ready, when set, receives the listen address once the server accepts;
+	// hooksReady the HTTP address of the hooks.
+	ready      chan<- string
+	hooksReady chan<- string
+	listener   net.Listener
+	cancel     context.CancelFunc
+	// registry receives the metrics; default prometheus.DefaultRegisterer (tests
+	// that run two servers in one process give each its own).
+	registry prometheus.Registerer
 }
 
 func (c *gitserverCmd) command() *cobra.Command {
@@ -68,6 +83,9 @@ func (c *gitserverCmd) command() *cobra.Command {
 	f.StringVar(&c.runtime, "runtime", "local", "the deployer's runtime, for the logs command: local (read from STATE_DIR/runtime) or kubernetes")
 	f.StringSliceVar(&c.adminKeys, "admin-keys", nil, "OpenSSH public key files whose keys the user admin holds, made sure of at every start (BEX_ADMIN_KEYS=a.pub,b.pub)")
 	f.StringVar(&c.sshURL, "ssh-url", "", "how users reach this server, for the hints commands print (default ssh://git@HOST:PORT)")
+	f.StringVar(&c.hooksAddr, "hooks-addr", "", "HTTP address of the webhooks (POST /hooks/<app>) and the agents' MCP endpoint (/mcp); empty: off")
+	f.StringVar(&c.hooksURL, "hooks-url", "", "how git hosts reach the webhooks, for `webhooks APP` (default http://HOOKS-ADDR)")
+	f.BoolVar(&c.allowFile, "allow-file-upstreams", false, "let webhooks fetch file:// upstreams (a file:// URL can name any repository on this machine, another app's too)")
 	return cmd
 }
 
@@ -112,21 +130,39 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 		return fmt.Errorf("--runtime %q: use local or kubernetes", c.runtime)
 	}
 	recorder := &releases.Recorder{Client: kc, Namespace: c.namespace, PollInterval: 50 * time.Millisecond}
+	tokenStore := &tokens.Store{Client: kc, Users: informers, Namespace: c.namespace}
+	logs := runtimeLogs{runtime: c.runtime, stateDir: filepath.Join(c.stateDir, "runtime"), namespace: c.namespace}
 	gcfg := gitserver.DefaultConfig(c.stateDir)
 	gcfg.Addr = c.sshAddr
+	gcfg.AllowFileUpstreams = c.allowFile
+	var hooksListener net.Listener
+	if c.hooksAddr != "" {
+		// Listening before the commands are made, so that `webhooks APP` can print
+		// the address the port 0 of a test became.
+		if hooksListener, err = net.Listen("tcp", c.hooksAddr); err != nil {
+			return fmt.Errorf("--hooks-addr: %w", err)
+		}
+		defer hooksListener.Close()
+		if c.hooksURL == "" {
+			c.hooksURL = "http://" + hooksListener.Addr().String()
+		}
+	}
 	// The commands need the server (to remove a repository under its push lock) and
 	// the server takes the commands: the closure reads srv once it is set.
 	var srv *gitserver.Server
 	cmds, err := sshcmd.New(sshcmd.Config{
 		Client: kc, Reader: informers, Namespace: c.namespace, Releases: recorder,
-		Logs:   runtimeLogs{runtime: c.runtime, stateDir: filepath.Join(c.stateDir, "runtime"), namespace: c.namespace},
+		Logs:   logs,
 		Builds: buildLogs{b}, Host: c.sshURL, Log: c.log, RolloutTimeout: gcfg.RolloutTimeout,
 		RemoveRepository: func(ctx context.Context, app string) error { return srv.RemoveRepository(ctx, app, 10*time.Second) },
+		HooksURL:         c.hooksURL,
+		Tokens:           tokenStore,
+		DeployKey:        func() string { return strings.TrimSpace(string(gossh.MarshalAuthorizedKey(srv.HostKey()))) },
 	})
 	if err != nil {
 		return err
 	}
-	srv, err = gitserver.New(gcfg, dir, pushBuilder{b: b, apps: kc, namespace: c.namespace}, pushDeployer{recorder}, c.log, prometheus.DefaultRegisterer,
+	srv, err = gitserver.New(gcfg, dir, pushBuilder{b: b, apps: kc, namespace: c.namespace}, pushDeployer{recorder}, c.log, c.metricsRegistry(),
 		gitserver.WithCommands(cmds))
 	if err != nil {
 		return err
@@ -139,8 +175,42 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	if c.ready != nil {
 		c.ready <- c.listener.Addr().String()
 	}
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(c.listener) }()
+	var hooks *webhook.Handler
+	var httpSrv *http.Server
+	if hooksListener != nil {
+		hooks, err = webhook.New(webhook.DefaultConfig(),
+			&secrets.Store{Apps: informers, Secrets: kc, Namespace: c.namespace},
+			hookDeployer{srv: srv, apps: informers, namespace: c.namespace}, c.log)
+		if err != nil {
+			return err
+		}
+		agents, err := agentapi.New(agentapi.Config{
+			Ops:      &appops.Ops{Client: kc, Reader: informers, Namespace: c.namespace, Releases: recorder},
+			Tokens:   tokenStore,
+			Deployer: agentDeployer{srv: srv, apps: informers, namespace: c.namespace},
+			Logs:     agentLogs{logs}, Builds: agentBuilds{buildLogs{b}},
+			RolloutTimeout: gcfg.RolloutTimeout, Version: version, Log: c.log,
+		})
+		if err != nil {
+			return err
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/hooks/", hooks)
+		mux.Handle("/mcp", agents.Handler())
+		httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute,
+			ErrorLog: slog.NewLogLogger(c.log.Handler(), slog.LevelWarn)}
+		go func() {
+			if err := httpSrv.Serve(hooksListener); !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+		fmt.Fprintf(c.errOut, "bex gitserver: webhooks and the agents' API on %s (%s/hooks/APP, %s/mcp)\n", hooksListener.Addr(), c.hooksURL, c.hooksURL)
+		if c.hooksReady != nil {
+			c.hooksReady <- hooksListener.Addr().String()
+		}
+	}
 	select {
 	case err := <-errc:
 		return err
@@ -148,10 +218,23 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	}
 	shutdown, cancelShutdown := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancelShutdown()
+	if httpSrv != nil {
+		// Deliveries are answered at once; the redeploys they started run on
+		// under the gitserver's lock and are waited for like background pushes.
+		_ = httpSrv.Shutdown(shutdown)
+		_ = hooks.Close(shutdown)
+	}
 	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
 	return nil
+}
+
+func (c *gitserverCmd) metricsRegistry() prometheus.Registerer {
+	if c.registry != nil {
+		return c.registry
+	}
+	return prometheus.DefaultRegisterer
 }
 
 func (c *gitserverCmd) close() error {

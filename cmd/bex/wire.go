@@ -16,12 +16,14 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"bex.co/bex/agentapi"
 	"bex.co/bex/builder"
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/deployer/releases"
 	"bex.co/bex/deployer/runtime/local"
 	"bex.co/bex/gitserver"
 	"bex.co/bex/sshcmd"
+	"bex.co/bex/webhook"
 )
 
 // Adapters between components: each component declares the small interface it needs,
@@ -74,10 +76,37 @@ func (p pushBuilder) Build(ctx context.Context, req gitserver.BuildRequest, prog
 type pushDeployer struct{ r *releases.Recorder }
 
 func (p pushDeployer) Release(ctx context.Context, req gitserver.ReleaseRequest) (int64, error) {
+	cause := appv1.ReleaseCausePush
+	switch req.Cause {
+	case gitserver.CauseWebhook:
+		cause = appv1.ReleaseCauseWebhook
+	case gitserver.CauseDeploy:
+		cause = appv1.ReleaseCauseDeploy
+	}
 	return p.r.Record(ctx, req.App, releases.Change{
 		Image: req.Image, Commit: req.Commit, Processes: req.Processes,
-		Cause: appv1.ReleaseCausePush, Actor: req.Actor,
+		Cause: cause, Actor: req.Actor, Delivery: req.Delivery,
 	})
+}
+
+// hookDeployer runs a webhook's redeploy as the gitserver's Deploy: the app's
+// upstream is fetched when it has one, then the push's pipeline and lock.
+type hookDeployer struct {
+	srv       *gitserver.Server
+	apps      client.Reader
+	namespace string
+}
+
+func (h hookDeployer) Redeploy(ctx context.Context, r webhook.Redeploy) error {
+	app := &appv1.App{}
+	if err := h.apps.Get(ctx, client.ObjectKey{Namespace: h.namespace, Name: r.App}, app); err != nil {
+		return err
+	}
+	_, err := h.srv.Deploy(ctx, gitserver.DeployRequest{
+		App: r.App, Upstream: app.Spec.Git.Upstream, Cause: gitserver.CauseWebhook,
+		Actor: "webhook:" + string(r.Provider), Delivery: r.Delivery,
+	}, nil)
+	return err
 }
 
 // WaitRollout waits for release n; when it fails, the release is withdrawn so that
@@ -165,4 +194,43 @@ func (l runtimeLogs) Logs(ctx context.Context, app string, o sshcmd.LogOptions, 
 	}
 	return local.ReadLogs(ctx, l.stateDir, types.NamespacedName{Namespace: l.namespace, Name: app},
 		local.LogOptions{Follow: o.Follow, Lines: o.Lines, Process: o.Process}, w)
+}
+
+// agentDeployer is the gitserver's Deploy as the agents' API sees it: the deploy
+// branch (fetched from the app's upstream when it has one) or a given commit.
+type agentDeployer struct {
+	srv       *gitserver.Server
+	apps      client.Reader
+	namespace string
+}
+
+func (d agentDeployer) Deploy(ctx context.Context, name, commit, actor string) (*gitserver.DeployResult, error) {
+	app := &appv1.App{}
+	if err := d.apps.Get(ctx, client.ObjectKey{Namespace: d.namespace, Name: name}, app); err != nil {
+		return nil, err
+	}
+	req := gitserver.DeployRequest{App: name, Commit: commit, Cause: gitserver.CauseDeploy, Actor: actor}
+	if commit == "" {
+		req.Upstream = app.Spec.Git.Upstream
+	}
+	return d.srv.Deploy(ctx, req, nil)
+}
+
+// agentLogs and agentBuilds are the runtime and build logs as the agents' API
+// reads them: the same sources as the ssh commands'.
+type agentLogs struct{ runtimeLogs }
+
+func (l agentLogs) Tail(ctx context.Context, app, process string, lines int, w io.Writer) error {
+	return l.Logs(ctx, app, sshcmd.LogOptions{Lines: lines, Process: process}, w)
+}
+
+type agentBuilds struct{ buildLogs }
+
+func (b agentBuilds) List(app string) ([]agentapi.Build, error) {
+	list, err := b.buildLogs.List(app)
+	out := make([]agentapi.Build, len(list))
+	for i, x := range list {
+		out[i] = agentapi.Build{ID: x.ID, Commit: x.Commit, Time: x.Time}
+	}
+	return out, err
 }

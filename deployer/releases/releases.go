@@ -59,6 +59,8 @@ type Change struct {
 	Description string
 	// RollbackOf is the release brought back, for cause Rollback.
 	RollbackOf int64
+	// Delivery is the webhook delivery that caused the release, for cause Webhook.
+	Delivery string
 }
 
 // Record creates the next Release of app and points the App at it. It returns the
@@ -151,6 +153,7 @@ func (r *Recorder) record(ctx context.Context, name string, ch Change) (int64, e
 			Actor:       ch.Actor,
 			Description: ch.Description,
 			RollbackOf:  ch.RollbackOf,
+			Delivery:    ch.Delivery,
 		},
 	}
 	if rel.Spec.Description == "" {
@@ -199,7 +202,7 @@ func describe(ch Change) string {
 	switch {
 	case ch.Cause == appv1.ReleaseCauseRollback:
 		return fmt.Sprintf("Rollback to v%d", ch.RollbackOf)
-	case ch.Cause == appv1.ReleaseCausePush && len(ch.Commit) >= 7:
+	case len(ch.Commit) >= 7 && ch.Image != "":
 		return "Deploy " + ch.Commit[:7]
 	case ch.Image != "":
 		return "Deploy " + ch.Image

@@ -201,10 +201,13 @@ type GitSpec struct {
 	DeployBranch string `json:"deployBranch,omitempty"`
 
 	// upstream is a git URL that webhooks fetch from, for apps whose code lives on
-	// another git host.
+	// another git host: https:// (public), ssh:// or git@host:path (with the
+	// gitserver's key), or file:// (a repository on the gitserver's machine; the
+	// gitserver refuses it unless started with --allow-file-upstreams, since it
+	// could name another app's repository).
 	// +optional
 	// +kubebuilder:validation:MaxLength=2048
-	// +kubebuilder:validation:Pattern=`^(https://|ssh://|git@)\S+$`
+	// +kubebuilder:validation:Pattern=`^(https://|ssh://|git@|file:///)\S+$`
 	Upstream string `json:"upstream,omitempty"`
 
 	// webhookSecretRef is the Secret key holding the shared secret that signs this

@@ -91,6 +91,12 @@ type ReleaseSpec struct {
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	RollbackOf int64 `json:"rollbackOf,omitempty"`
+
+	// delivery is the id of the webhook delivery that caused the release, for cause
+	// Webhook: the one the git host shows in its delivery log.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	Delivery string `json:"delivery,omitempty"`
 }
 
 // ReleaseConfig is the config part of a release.

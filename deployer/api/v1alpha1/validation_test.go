@@ -165,7 +165,11 @@ func TestInvalidObjectsAreRejectedNamingTheField(t *testing.T) {
 			return a
 		}(), "spec.healthCheck.path"},
 		{"deploy branch", func() client.Object { a := validApp("bad-branch"); a.Spec.Git.DeployBranch = "main..dev"; return a }(), "spec.git.deployBranch"},
-		{"upstream not a git URL", func() client.Object { a := validApp("bad-upstream"); a.Spec.Git.Upstream = "file:///etc"; return a }(), "spec.git.upstream"},
+		{"upstream not a git URL", func() client.Object {
+			a := validApp("bad-upstream")
+			a.Spec.Git.Upstream = "http://example.com/x.git"
+			return a
+		}(), "spec.git.upstream"},
 		{"build dir leaving the repository", func() client.Object { a := validApp("bad-build-dir"); a.Spec.Build.Dir = "../other"; return a }(), "spec.build.dir"},
 		{"absolute build dir", func() client.Object { a := validApp("abs-build-dir"); a.Spec.Build.Dir = "/etc"; return a }(), "spec.build.dir"},
 		{"dockerfile path leaving", func() client.Object { a := validApp("bad-dockerfile"); a.Spec.Build.Dockerfile = "a/../../b"; return a }(), "spec.build.dockerfile"},

@@ -1,0 +1,17 @@
+// Package agentapi is bex's API for AI agents: an MCP server (the official Go SDK,
+// streamable HTTP at /mcp) whose tools do what the ssh commands do, with the same
+// access rules (internal/appops): list_apps, app_status, deploy, rollback,
+// suspend, resume, set_config, scale, releases, logs and build_logs.
+//
+// Every call carries a bearer token made by `tokens:create` (package tokens); it
+// acts as its User, read again on each request, so an agent may touch exactly the
+// apps its user may. Every tool result says what happened in one sentence (the
+// text content, for the model) and in structured fields (for programs). A refusal
+// is a tool error whose structured content is {"error": {"code", "message"}}, the
+// code one of not_found, forbidden, invalid, conflict, failed (a build or rollout
+// that did not serve) or internal, so that an agent can tell "retry" from "ask a
+// human".
+//
+// Deploys run through the gitserver (Deployer, wired by cmd/bex): the same
+// pipeline and per-app lock as a push or a webhook.
+package agentapi

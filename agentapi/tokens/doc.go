@@ -1,0 +1,15 @@
+// Package tokens keeps the bearer tokens of the agents' API: made for a User by
+// `ssh bex@HOST tokens:create NAME`, shown once, stored hashed.
+//
+// A token is "bex_" and 43 characters of base64url (32 random bytes). Each is one
+// Secret in the apps' namespace named "agent-token-<hex SHA-256 of the token>",
+// labelled with its user and name: the hash in the name makes verification one Get
+// by name (no list, no cache of every token), and the token itself is stored
+// nowhere. A plain SHA-256 suffices because the token is random and long; there is
+// nothing to guess a dictionary from. A Secret rather than a field of the User,
+// so that reading Users (every `kubectl get users`, the gitserver's cache) never
+// carries credentials, and RBAC on Secrets guards them as any other credential.
+// The token grants what its user may do at the time of each call: the User is read
+// again on every verification, so removing the user or demoting them applies at
+// once.
+package tokens

@@ -1,0 +1,83 @@
+package tokens_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"bex.co/bex/agentapi/tokens"
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
+)
+
+func TestTokens(t *testing.T) {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = appv1.AddToScheme(s)
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(
+		&appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "ana"}, Spec: appv1.UserSpec{Role: appv1.RoleAdmin}},
+		&appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "bob"}, Spec: appv1.UserSpec{Role: appv1.RoleMember}},
+	).Build()
+	st := &tokens.Store{Client: c, Users: c, Namespace: "apps"}
+	ctx := context.Background()
+
+	tok, err := st.Create(ctx, "bob", "ci")
+	if err != nil || !strings.HasPrefix(tok, "bex_") || len(tok) != 47 {
+		t.Fatalf("Create: %q %v", tok, err)
+	}
+	if _, err := st.Create(ctx, "bob", "ci"); !errors.Is(err, tokens.ErrExists) {
+		t.Fatalf("the same name twice: %v", err)
+	}
+	if _, err := st.Create(ctx, "bob", "Bad Name"); !errors.Is(err, tokens.ErrInvalidName) {
+		t.Fatalf("bad name: %v", err)
+	}
+	adminTok, _ := st.Create(ctx, "ana", "ci") // names are per user
+	u, name, err := st.Verify(ctx, tok)
+	if err != nil || u.Name != "bob" || u.Admin || name != "ci" {
+		t.Fatalf("Verify: %+v %q %v", u, name, err)
+	}
+	if u, _, err := st.Verify(ctx, adminTok); err != nil || !u.Admin {
+		t.Fatalf("admin's token: %+v %v", u, err)
+	}
+	// Stored hashed: the token is nowhere in the Secrets.
+	var secs corev1.SecretList
+	c.List(ctx, &secs)
+	for _, sec := range secs.Items {
+		for _, v := range sec.Data {
+			if strings.Contains(string(v), tok[4:]) {
+				t.Fatal("the token is stored")
+			}
+		}
+	}
+	for _, bad := range []string{"", "bex_", tok[:len(tok)-1] + "A", "Bearer " + tok, strings.ToUpper(tok)} {
+		if _, _, err := st.Verify(ctx, bad); !errors.Is(err, tokens.ErrInvalid) {
+			t.Fatalf("Verify(%q): %v", bad, err)
+		}
+	}
+	list, _ := st.List(ctx, "bob")
+	if len(list) != 1 || list[0].Name != "ci" || list[0].Created.IsZero() {
+		t.Fatalf("List: %+v", list)
+	}
+	if err := st.Revoke(ctx, "bob", "ci"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.Verify(ctx, tok); !errors.Is(err, tokens.ErrInvalid) {
+		t.Fatalf("a revoked token: %v", err)
+	}
+	if err := st.Revoke(ctx, "bob", "ci"); !errors.Is(err, tokens.ErrNotFound) {
+		t.Fatalf("revoking twice: %v", err)
+	}
+	// The user gone: the token stops working.
+	c.Delete(ctx, &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "ana"}})
+	if _, _, err := st.Verify(ctx, adminTok); !errors.Is(err, tokens.ErrInvalid) {
+		t.Fatalf("token of a removed user: %v", err)
+	}
+	_ = client.ObjectKey{}
+}

@@ -1,0 +1,35 @@
+package agentapi
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func TestTailBufferKeepsWholeLastLines(t *testing.T) {
+	b := tailBuffer{max: 100}
+	for i := range 1000 {
+		fmt.Fprintf(&b, "line %04d\n", i)
+	}
+	got := b.String()
+	if !b.cut || len(got) > 100 || !strings.HasPrefix(got, "line ") || !strings.HasSuffix(got, "line 0999\n") {
+		t.Fatalf("tail %q (cut %v)", got, b.cut)
+	}
+	small := tailBuffer{max: 100}
+	small.Write([]byte("a\nb\n"))
+	if small.String() != "a\nb\n" || small.cut {
+		t.Fatalf("a short log is kept whole: %q", small.String())
+	}
+}
+
+func TestResultOf(t *testing.T) {
+	for log, want := range map[string]string{
+		"-----> [1/2] FROM busybox\n-----> Built bex.local/a@sha256:00 (1 MB)\n": "succeeded",
+		"-----> [1/2] FROM busybox\n !     RUN false failed with exit code 1\n":  "failed",
+		"-----> [1/2] FROM busybox\n":                                            "running",
+	} {
+		if got := resultOf(log); got != want {
+			t.Errorf("resultOf(%q) = %s, want %s", log, got, want)
+		}
+	}
+}

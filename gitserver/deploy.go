@@ -1,0 +1,373 @@
+package gitserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/transport"
+	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
+
+	"bex.co/bex/gitserver/receive"
+)
+
+// Cause says what asked for a deploy; the Deployer records it in the release.
+type Cause string
+
+// The causes of a deploy.
+const (
+	CausePush    Cause = "push"
+	CauseWebhook Cause = "webhook"
+	// CauseDeploy: a user asked for a rebuild (an agent's deploy tool).
+	CauseDeploy Cause = "deploy"
+)
+
+// DeployRequest is a deploy that does not come from a push: a webhook delivery, an
+// agent's deploy.
+type DeployRequest struct {
+	App string
+	// Upstream, when set, is fetched first: its branch of the app's deploy branch's
+	// name lands in the app's repository, is built and deployed, and the deploy
+	// branch moves to it once it serves, as for a push. The upstream is the
+	// source of truth: the move need not be a fast-forward.
+	Upstream string
+	// Commit, when set (and Upstream is not), is built in place of the deploy
+	// branch's tip; it must be in the repository. The branch stays where it is, as
+	// with a rollback: the release records the commit.
+	Commit string
+	Cause  Cause
+	// Actor is who asked: a user, or "webhook:<provider>".
+	Actor string
+	// Delivery is the webhook delivery id, recorded in the release.
+	Delivery string
+	NoCache  bool
+}
+
+// DeployResult is a deploy that served.
+type DeployResult struct {
+	Release int64
+	Commit  string
+	URL     string
+}
+
+// Errors of Deploy besides ErrAppNotFound.
+var (
+	// ErrNothingToDeploy: the app has no repository or no deploy branch yet, and no
+	// upstream to fetch one from.
+	ErrNothingToDeploy = errors.New("nothing to deploy")
+	// ErrBusy: another push or deploy of the app held its lock past LockWait.
+	ErrBusy = errors.New("another push or deploy of the app is running")
+	// ErrDeployFailed wraps why a deploy did not come to serve (fetch, build,
+	// release or rollout); the previous release keeps serving.
+	ErrDeployFailed = errors.New("deploy failed")
+)
+
+// Deploy rebuilds and rolls out an app outside a push, through the same pipeline
+// as a push to its deploy branch: build, release, wait for the rollout, then (for
+// a fetched upstream commit) move the branch. It holds the app's push lock for the
+// whole of it, so a push and a Deploy of one app never run at once. Progress lines
+// go to progress (nil: nowhere; the builder keeps the build's log anyway).
+func (s *Server) Deploy(ctx context.Context, req DeployRequest, progress io.Writer) (*DeployResult, error) {
+	if !validAppName(req.App) {
+		return nil, fmt.Errorf("%w: %q is not an app name", ErrAppNotFound, req.App)
+	}
+	app, err := s.dir.App(ctx, req.App)
+	if err != nil {
+		return nil, err
+	}
+	out := newPlainOutput(progress)
+	log := s.log.With("app", req.App, "cause", req.Cause, "actor", req.Actor)
+	if req.Delivery != "" {
+		log = log.With("delivery", req.Delivery)
+	}
+	lockCtx, cancel := context.WithTimeout(ctx, s.cfg.LockWait)
+	unlock, err := s.locks.acquire(lockCtx, req.App, fmt.Sprintf("a %s deploy by %s", req.Cause, req.Actor), func(holder string) {
+		out.step("Waiting for %s to finish (one deploy per app at a time)", holder)
+	})
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("%w: %s is still busy after %s", ErrBusy, req.App, s.cfg.LockWait)
+	}
+	defer unlock()
+
+	branch := app.DeployBranch
+	if branch == "" {
+		branch = "main"
+	}
+	dir := filepath.Join(s.cfg.ReposDir, req.App+".git")
+	repo, err := receive.Open(dir)
+	if errors.Is(err, receive.ErrNotExist) && req.Upstream != "" {
+		repo, err = receive.Init(dir, branch)
+	}
+	if errors.Is(err, receive.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s has no code yet: git push it first", ErrNothingToDeploy, req.App)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening the repository of %s: %w", req.App, err)
+	}
+	branchRef := plumbing.NewBranchReferenceName(branch)
+	old, err := repo.Ref(branchRef)
+	if err != nil {
+		return nil, err
+	}
+
+	var commit plumbing.Hash
+	switch {
+	case req.Upstream != "":
+		out.step("Fetching %s from %s", branch, redactURL(req.Upstream))
+		start := time.Now()
+		commit, err = s.fetchUpstream(ctx, repo.Dir, req.Upstream, branch)
+		if err != nil {
+			log.Warn("fetch failed", "upstream", redactURL(req.Upstream), "err", err)
+			return nil, fmt.Errorf("%w: fetching %s from %s: %v", ErrDeployFailed, branch, redactURL(req.Upstream), err)
+		}
+		log.Info("fetched", "commit", commit.String(), "took", time.Since(start))
+	case req.Commit != "":
+		commit = plumbing.NewHash(req.Commit)
+		if len(req.Commit) != 40 || commit.String() != strings.ToLower(req.Commit) || !repo.HasObject(commit) {
+			return nil, fmt.Errorf("%w: %s has no commit %q (give a full 40-digit commit id)", ErrNothingToDeploy, req.App, req.Commit)
+		}
+	default:
+		if old.IsZero() {
+			return nil, fmt.Errorf("%w: %s has no branch %s yet: git push it first", ErrNothingToDeploy, req.App, branch)
+		}
+		commit = old
+	}
+
+	res := s.buildAndRelease(ctx, job{
+		app: req.App, repoDir: repo.Dir, commit: commit, branch: branch, noCache: req.NoCache,
+		actor: req.Actor, cause: req.Cause, delivery: req.Delivery, what: string(req.Cause),
+	}, out, log)
+	if res.reason != "" {
+		log.Info("deploy", append([]any{"result", "failed", "reason", res.reason, "commit", commit.String()}, res.timings...)...)
+		if res.reason == reasonCancelled && ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("%w: %s", ErrDeployFailed, res.detail)
+	}
+	if req.Upstream != "" && commit != old {
+		// As for a push: the branch follows what runs, once it runs. The lock has
+		// been held since old was read, so the compare-and-swap holds unless
+		// something outside bex wrote the repository.
+		if err := repo.UpdateRef(receive.Command{Name: branchRef, Old: old, New: commit}); err != nil {
+			log.Error("update ref", "ref", branchRef.String(), "err", err)
+			return nil, fmt.Errorf("release v%d serves, but moving %s failed: %w", res.release, branch, err)
+		}
+		if head, err := repo.Head(); err == nil && head != branch {
+			_ = repo.SetHead(branch)
+		}
+	}
+	log.Info("deploy", append([]any{"result", "deployed", "release", res.release, "commit", commit.String()}, res.timings...)...)
+	return &DeployResult{Release: res.release, Commit: commit.String(), URL: res.url}, nil
+}
+
+// job is one build and release: a push's deploy branch, or a Deploy.
+type job struct {
+	app, repoDir string
+	commit       plumbing.Hash
+	branch       string
+	noCache      bool
+	actor        string
+	cause        Cause
+	delivery     string
+	what         string // "push", "webhook": for the messages
+}
+
+// jobResult is how a job ended: reason is "" when the release serves, else the
+// short reason a push reports to git, with detail the whole story.
+type jobResult struct {
+	release int64
+	url     string
+	reason  string
+	detail  string
+	timings []any // slog attributes: build, rollout durations
+}
+
+// buildAndRelease builds j.commit, records a release and waits for it to serve,
+// saying what happens on out. The caller holds the app's lock. Once the release is
+// recorded its rollout is awaited even if ctx ends, so that the caller's ref can
+// follow what runs.
+func (s *Server) buildAndRelease(ctx context.Context, j job, out *output, log *slog.Logger) jobResult {
+	var r jobResult
+	failed := func(reason, format string, args ...any) jobResult {
+		r.reason, r.detail = reason, fmt.Sprintf(format, args...)
+		return r
+	}
+	select {
+	case s.builds <- struct{}{}:
+	default:
+		out.step("Waiting for a build slot (%d builds are running)", cap(s.builds))
+		select {
+		case s.builds <- struct{}{}:
+		case <-ctx.Done():
+			return failed(reasonCancelled, "cancelled while waiting for a build slot")
+		}
+	}
+	slotHeld := true
+	freeSlot := func() {
+		if slotHeld {
+			<-s.builds
+			slotHeld = false
+		}
+	}
+	defer freeSlot()
+
+	s.locks.describe(j.app, fmt.Sprintf("the deploy of %s by %s", short(j.commit), j.actor))
+	out.step("Building %s from %s (%s)", j.app, j.branch, short(j.commit))
+	start := time.Now()
+	buildCtx, cancel := context.WithTimeout(ctx, s.cfg.BuildTimeout)
+	res, err := s.builder.Build(buildCtx, BuildRequest{
+		App: j.app, RepoDir: j.repoDir, Commit: j.commit.String(), Branch: j.branch, NoCache: j.noCache,
+	}, out)
+	timedOut := errors.Is(buildCtx.Err(), context.DeadlineExceeded)
+	cancel()
+	s.metrics.build.Observe(time.Since(start).Seconds())
+	r.timings = append(r.timings, "build", time.Since(start))
+	freeSlot()
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return failed(reasonCancelled, "cancelled during the build")
+	case timedOut:
+		out.fail("The build ran longer than %s and was stopped.", s.cfg.BuildTimeout)
+		return failed("build timed out", "the build of %s ran longer than %s", short(j.commit), s.cfg.BuildTimeout)
+	default:
+		out.fail("Build failed: %v", err)
+		out.fail("%s keeps running its current release.", j.app)
+		return failed("build failed", "the build of %s failed: %v", short(j.commit), err)
+	}
+
+	out.step("Releasing %s", res.Image)
+	n, err := s.deployer.Release(ctx, ReleaseRequest{
+		App: j.app, Image: res.Image, Commit: j.commit.String(), Processes: res.Processes, Actor: j.actor,
+		Cause: j.cause, Delivery: j.delivery,
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return failed(reasonCancelled, "cancelled while recording the release")
+		}
+		log.Error("record release", "err", err)
+		out.fail("Could not record the release: %v", err)
+		return failed("release failed", "could not record the release: %v", err)
+	}
+	r.release = n
+	// From here the release is the App's desired state, so the rollout is seen
+	// through even if the caller leaves: the ref then follows what runs.
+	out.step("Deploying release v%d", n)
+	start = time.Now()
+	rolloutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.RolloutTimeout)
+	url, err := s.deployer.WaitRollout(rolloutCtx, j.app, n, out)
+	timedOut = errors.Is(rolloutCtx.Err(), context.DeadlineExceeded)
+	cancel()
+	s.metrics.rollout.Observe(time.Since(start).Seconds())
+	r.timings = append(r.timings, "rollout", time.Since(start))
+	if err != nil {
+		if timedOut {
+			out.fail("Release v%d was not serving after %s.", n, s.cfg.RolloutTimeout)
+		} else {
+			out.fail("Release v%d failed: %v", n, err)
+		}
+		out.fail("The previous release keeps serving.")
+		return failed("deploy failed", "release v%d did not serve: %v", n, err)
+	}
+	out.step("Application deployed: release v%d", n)
+	out.detail("%s", url)
+	r.url = url
+	return r
+}
+
+// upstreamRef is where a fetched upstream branch lands before it is deployed. It
+// is neither a branch nor a tag, so clones and pushes never see it.
+func upstreamRef(branch string) plumbing.ReferenceName {
+	return plumbing.ReferenceName("refs/bex/upstream/" + branch)
+}
+
+// fetchUpstream fetches branch from upstream into the repository at dir and returns
+// its commit.
+func (s *Server) fetchUpstream(ctx context.Context, dir, upstream, branch string) (plumbing.Hash, error) {
+	auth, err := s.upstreamAuth(upstream)
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	r, err := git.PlainOpen(dir)
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	remote := git.NewRemote(r.Storer, &config.RemoteConfig{Name: "upstream", URLs: []string{upstream}})
+	tmp := upstreamRef(branch)
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout)
+	defer cancel()
+	err = remote.FetchContext(ctx, &git.FetchOptions{
+		RemoteName: "upstream",
+		RefSpecs:   []config.RefSpec{config.RefSpec("+" + string(plumbing.NewBranchReferenceName(branch)) + ":" + string(tmp))},
+		Auth:       auth, Tags: git.NoTags, Force: true,
+	})
+	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
+		if errors.Is(err, git.NoMatchingRefSpecError{}) || strings.Contains(err.Error(), "couldn't find remote ref") {
+			return plumbing.ZeroHash, fmt.Errorf("the upstream has no branch %s", branch)
+		}
+		return plumbing.ZeroHash, err
+	}
+	ref, err := r.Storer.Reference(tmp)
+	if err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("the upstream has no branch %s", branch)
+	}
+	return ref.Hash(), nil
+}
+
+// upstreamAuth checks an upstream URL against what this server allows and returns
+// how to authenticate to it: nothing for https:// (public repositories) and
+// file://, the server's host key for ssh, checked against known hosts.
+func (s *Server) upstreamAuth(upstream string) (transport.AuthMethod, error) {
+	ep, err := transport.NewEndpoint(upstream)
+	if err != nil {
+		return nil, fmt.Errorf("upstream %q is not a git URL: %v", redactURL(upstream), err)
+	}
+	switch ep.Protocol {
+	case "https":
+		return nil, nil
+	case "file":
+		if !s.cfg.AllowFileUpstreams {
+			return nil, errors.New("file:// upstreams are off on this server (they could name any repository on it, another app's too): start bex gitserver with --allow-file-upstreams")
+		}
+		return nil, nil
+	case "ssh":
+		cb, err := knownhosts.New(s.cfg.UpstreamKnownHosts)
+		if err != nil {
+			return nil, fmt.Errorf("ssh upstreams need the upstream's host key in %s (ssh-keyscan -p %d %s >> %s): %v",
+				s.cfg.UpstreamKnownHosts, ep.Port, ep.Host, s.cfg.UpstreamKnownHosts, errors.Unwrap(err))
+		}
+		user := ep.User
+		if user == "" {
+			user = "git"
+		}
+		// The host key doubles as the client key: one key to add as a deploy key
+		// on the git host (`webhooks APP` prints it).
+		return &gitssh.PublicKeys{User: user, Signer: s.ssh.HostSigners[0],
+			HostKeyCallbackHelper: gitssh.HostKeyCallbackHelper{HostKeyCallback: cb}}, nil
+	}
+	return nil, fmt.Errorf("upstream %q: bex fetches over https://, ssh:// (or git@host:path) and file://", redactURL(upstream))
+}
+
+// redactURL hides a password in a URL, for messages and logs.
+func redactURL(s string) string {
+	if u, err := url.Parse(s); err == nil && u.User != nil {
+		if _, has := u.User.Password(); has {
+			return u.Redacted()
+		}
+	}
+	return s
+}

@@ -1,0 +1,22 @@
+// Package webhook takes signed POSTs from git hosts and CI systems and turns them
+// into redeploys: `POST /hooks/<app>` with a GitHub, Gitea/Forgejo, GitLab or bex
+// signature over the raw body.
+//
+// The handler answers at once and works in the background. A push to the app's
+// deploy branch (the exact full ref) is queued; `ping` answers 200; anything else
+// answers 202 with the reason it does nothing. Per app at most one redeploy runs,
+// and the deliveries that arrive meanwhile coalesce into one more, which builds
+// whatever is newest when it starts (the Deployer fetches the branch then). A
+// delivery id seen before is acknowledged and ignored; a per-app token bucket and a
+// bound on the apps waiting keep a flood from queueing without end.
+//
+// Checks run cheapest-first and never parse what is not authenticated: size (413),
+// the app's hook (404: an unknown app and an app without a webhook secret are told
+// apart from nothing), the signature (401, no detail on why), then the JSON (400).
+// Every rejection is logged with the source address.
+//
+// What a redeploy does (fetch, build, release, wait, move the ref) belongs to the
+// Deployer, which cmd/bex wires to the gitserver so that a webhook and a push share
+// one pipeline and one lock per app. Secrets come from Apps, also wired by cmd/bex;
+// the package imports no other component.
+package webhook

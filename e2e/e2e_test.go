@@ -1,7 +1,12 @@
 package e2e
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -136,6 +141,38 @@ func TestPlatform(t *testing.T) {
 			run("resume", "hello-shell")
 			eventually(t, 30*time.Second, "200 after resume", p.answers("hello-shell", "/", "hello from bex"))
 			run("ps:scale", "hello-shell", "web=1")
+		}},
+		{"a signed webhook redeploys", func(t *testing.T) {
+			secret, stderr, err := p.ssh(t, "webhooks:secret", "hello-shell")
+			if err != nil {
+				t.Fatalf("webhooks:secret: %v\n%s", err, stderr)
+			}
+			before := p.kubectl(t, "get", "app", "hello-shell", "-o", "jsonpath={.spec.release}")
+			mac := hmac.New(sha256.New, []byte(strings.TrimSpace(secret)))
+			req, _ := http.NewRequest(http.MethodPost, "http://"+p.hooksAddr+"/hooks/hello-shell", nil)
+			req.Header.Set("X-Bex-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusAccepted {
+				t.Fatalf("delivery: %s %s", resp.Status, body)
+			}
+			// A wrong signature is refused and builds nothing.
+			req.Header.Set("X-Bex-Signature-256", "sha256="+strings.Repeat("0", 64))
+			if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusUnauthorized {
+				t.Fatalf("a wrong signature: %v %v", resp, err)
+			}
+			eventually(t, time.Minute, "a release caused by the webhook", func() error {
+				out := p.kubectl(t, "get", "releases", "-l", "app.bex.co/app=hello-shell", "-o", `jsonpath={range .items[*]}{.spec.cause}{"\n"}{end}`)
+				if !strings.Contains(out, "Webhook") {
+					return fmt.Errorf("causes: %q (release was %s)", out, before)
+				}
+				return nil
+			})
+			eventually(t, time.Minute, "serving after the webhook", p.answers("hello-shell", "/", "hello from bex"))
 		}},
 		{"two apps pushed at once both come up", func(t *testing.T) {
 			procfile := p.newRepo(t, "hello-procfile", "hello-procfile")

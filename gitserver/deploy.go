@@ -246,7 +246,7 @@ func (s *Server) buildAndRelease(ctx context.Context, j job, out *output, log *s
 		return failed("build timed out", "the build of %s ran longer than %s", short(j.commit), s.cfg.BuildTimeout)
 	default:
 		out.fail("Build failed: %v", err)
-		out.fail("%s keeps running its current release.", j.app)
+		out.fail("Nothing changed on %s: whatever served before keeps serving.", j.app)
 		return failed("build failed", "the build of %s failed: %v", short(j.commit), err)
 	}
 

@@ -149,9 +149,14 @@ func TestPlatform(t *testing.T) {
 			}
 			before := p.kubectl(t, "get", "app", "hello-shell", "-o", "jsonpath={.spec.release}")
 			mac := hmac.New(sha256.New, []byte(strings.TrimSpace(secret)))
-			req, _ := http.NewRequest(http.MethodPost, "http://"+p.hooksAddr+"/hooks/hello-shell", nil)
+			// As a git host does: over HTTPS, through the edge, on the base domain.
+			hc, err := p.httpsClient()
+			if err != nil {
+				t.Fatal(err)
+			}
+			req, _ := http.NewRequest(http.MethodPost, "https://localhost:"+p.port(p.httpsAddr)+"/hooks/hello-shell", nil)
 			req.Header.Set("X-Bex-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := hc.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -162,7 +167,7 @@ func TestPlatform(t *testing.T) {
 			}
 			// A wrong signature is refused and builds nothing.
 			req.Header.Set("X-Bex-Signature-256", "sha256="+strings.Repeat("0", 64))
-			if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusUnauthorized {
+			if resp, err := hc.Do(req); err != nil || resp.StatusCode != http.StatusUnauthorized {
 				t.Fatalf("a wrong signature: %v %v", resp, err)
 			}
 			eventually(t, time.Minute, "a release caused by the webhook", func() error {

@@ -237,15 +237,30 @@ func (p *platform) kubectl(t testing.TB, args ...string) string {
 
 // https GETs path of app through the edge, trusting only bex's ca.pem.
 func (p *platform) https(app, path string) (int, string, error) {
-	pem, err := os.ReadFile(filepath.Join(p.dir, "ca.pem"))
+	hc, err := p.httpsClient()
 	if err != nil {
 		return 0, "", err
 	}
+	resp, err := hc.Get(fmt.Sprintf("https://%s.localhost:%s%s", app, p.port(p.httpsAddr), path))
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), err
+}
+
+// httpsClient reaches the edge for any host, trusting only bex's ca.pem.
+func (p *platform) httpsClient() (*http.Client, error) {
+	pem, err := os.ReadFile(filepath.Join(p.dir, "ca.pem"))
+	if err != nil {
+		return nil, err
+	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(pem) {
-		return 0, "", fmt.Errorf("ca.pem holds no certificate")
+		return nil, fmt.Errorf("ca.pem holds no certificate")
 	}
-	hc := &http.Client{
+	return &http.Client{
 		Timeout: 10 * time.Second,
 		Transport: &http.Transport{
 			TLSClientConfig: &tls.Config{RootCAs: pool},
@@ -256,14 +271,7 @@ func (p *platform) https(app, path string) (int, string, error) {
 			},
 			DisableKeepAlives: true,
 		},
-	}
-	resp, err := hc.Get(fmt.Sprintf("https://%s.localhost:%s%s", app, p.port(p.httpsAddr), path))
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body), err
+	}, nil
 }
 
 // eventually retries f until it succeeds or timeout passes.

@@ -3,6 +3,7 @@ package edge
 import (
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
@@ -37,6 +38,31 @@ type Config struct {
 	ReadHeaderTimeout time.Duration
 	// ClientIdleTimeout is how long an idle kept-alive client connection is kept.
 	ClientIdleTimeout time.Duration
+
+	// PlatformBackend, when set, is the host:port of bex's own HTTP endpoints (the
+	// webhooks under /hooks/ and the agents' MCP endpoint at /mcp), served at
+	// https://PlatformHost/hooks/... and /mcp with the same certificates as the apps.
+	// Git hosts and agents elsewhere need them over TLS on a public address; the
+	// gitserver serves them on plain HTTP, on loopback.
+	PlatformBackend string
+	// PlatformHost is the host the platform's endpoints answer at. Default
+	// BaseDomain itself: no app can have it (apps are <app>.<BaseDomain>).
+	PlatformHost string
+}
+
+// PlatformPaths are the paths of bex's own endpoints on the platform host; every
+// other path there is 404, so the platform host exposes nothing else.
+var PlatformPaths = []string{"/hooks/", "/mcp"}
+
+// IsPlatformPath reports whether path is one of PlatformPaths ("/mcp" exactly or
+// below it, anything below "/hooks/").
+func IsPlatformPath(path string) bool {
+	for _, p := range PlatformPaths {
+		if path == p || strings.HasPrefix(path, strings.TrimSuffix(p, "/")+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // Defaults.
@@ -80,6 +106,9 @@ func (c Config) WithDefaults() Config {
 	if c.MaxHeaderBytes == 0 {
 		c.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
+	if c.PlatformBackend != "" && c.PlatformHost == "" {
+		c.PlatformHost = strings.TrimSuffix(c.BaseDomain, ".")
+	}
 	return c
 }
 
@@ -112,6 +141,14 @@ func (c Config) Validate() error {
 	}
 	if c.MaxHeaderBytes < 4096 {
 		errs = append(errs, fmt.Errorf("max header bytes must be at least 4096, got %d", c.MaxHeaderBytes))
+	}
+	if c.PlatformBackend != "" {
+		if _, _, err := net.SplitHostPort(c.PlatformBackend); err != nil {
+			errs = append(errs, fmt.Errorf("platform backend %q: want HOST:PORT (%v)", c.PlatformBackend, err))
+		}
+		if msgs := validation.IsDNS1123Subdomain(c.PlatformHost); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("platform host %q: %s", c.PlatformHost, strings.Join(msgs, "; ")))
+		}
 	}
 	return errors.Join(errs...)
 }

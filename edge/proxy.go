@@ -189,6 +189,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st.route = route
+	if route.Platform && !IsPlatformPath(r.URL.Path) {
+		p.page(rec, st, http.StatusNotFound, "Not found", "Nothing is served at "+host+r.URL.Path+": apps answer at <app>."+host+".")
+		return
+	}
 	if route.Suspended {
 		p.page(rec, st, http.StatusServiceUnavailable, "App suspended", route.App+" is suspended.")
 		return

@@ -29,12 +29,19 @@ type Route struct {
 	// Backends are host:port addresses of the app's ready web instances, sorted.
 	// Shared with the snapshot: do not modify.
 	Backends []string
+	// Platform marks the route of bex's own endpoints (Config.PlatformBackend): only
+	// PlatformPaths are proxied on it.
+	Platform bool
 
 	// next is the round-robin cursor, shared by every host of the app in one
 	// snapshot. A rebuild starts it again at zero, which costs nothing but a
 	// momentary skew.
 	next *atomic.Uint64
 }
+
+// PlatformApp names the platform's route in logs and metrics. It is not a valid app
+// name, so it is never an app's.
+const PlatformApp = "(bex)"
 
 // snapshot is one immutable routing table.
 type snapshot struct {
@@ -124,6 +131,13 @@ func (t *Table) rebuild(ctx context.Context) error {
 		return fmt.Errorf("list endpointslices: %w", err)
 	}
 	s, conflicts := build(t.cfg.BaseDomain, apps.Items, eps.Items)
+	if t.cfg.PlatformBackend != "" {
+		host := strings.ToLower(t.cfg.PlatformHost)
+		if r, taken := s.exact[host]; taken {
+			conflicts = append(conflicts, conflict{host: host, winner: PlatformApp, loser: r.App})
+		}
+		s.exact[host] = Route{App: PlatformApp, Platform: true, Backends: []string{t.cfg.PlatformBackend}, next: new(atomic.Uint64)}
+	}
 	for _, c := range conflicts {
 		t.log.Warn("edge: domain claimed twice", "host", c.host, "serving", c.winner, "ignored", c.loser)
 	}

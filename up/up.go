@@ -255,6 +255,11 @@ func (p *Platform) startComponents(ctx context.Context) error {
 	}
 
 	edgeArgs := []string{"--http-addr", p.cfg.HTTPAddr, "--https-addr", p.cfg.HTTPSAddr, "--base-domain", p.cfg.BaseDomain}
+	if p.cfg.HooksAddr != "" {
+		// Git hosts and agents reach the webhooks and MCP over HTTPS on the base
+		// domain, through the edge; the gitserver serves them on plain HTTP.
+		edgeArgs = append(edgeArgs, "--platform-backend", dialable(p.cfg.HooksAddr))
+	}
 	if p.cfg.ACMEEmail != "" {
 		edgeArgs = append(edgeArgs, "--acme-email", p.cfg.ACMEEmail)
 	}
@@ -276,7 +281,7 @@ func (p *Platform) startComponents(ctx context.Context) error {
 		gitArgs = append(gitArgs, "--image-resolve-mode", p.cfg.ImageResolveMode)
 	}
 	if p.cfg.HooksAddr != "" {
-		gitArgs = append(gitArgs, "--hooks-addr", p.cfg.HooksAddr, "--hooks-url", "http://"+dialable(p.cfg.HooksAddr))
+		gitArgs = append(gitArgs, "--hooks-addr", p.cfg.HooksAddr, "--hooks-url", p.PlatformURL())
 	}
 	// A push waits for its build and rollout; give the pushes in flight time to end.
 	git := p.component("gitserver", gitArgs, tcpReady(p.cfg.SSHAddr))
@@ -316,6 +321,15 @@ func (p *Platform) sshHost() (host, port string) {
 	return host, port
 }
 
+// PlatformURL is where the edge serves bex's own endpoints: https://BASE-DOMAIN[:PORT].
+func (p *Platform) PlatformURL() string {
+	u := "https://" + p.cfg.BaseDomain
+	if hp := port(p.cfg.HTTPSAddr); hp != "443" {
+		u += ":" + hp
+	}
+	return u
+}
+
 // SSHURL is the server's address as git and ssh take it.
 func (p *Platform) SSHURL() string {
 	host, port := p.sshHost()
@@ -352,7 +366,7 @@ func (p *Platform) printInstructions() {
 	fmt.Fprintf(&b, "\n  Manage apps: ssh -p %s git@%s help        (docs/commands.md; --json for scripts)\n", sshPort, host)
 	fmt.Fprintf(&b, "  The API:     kubectl --kubeconfig %s get apps,releases\n", p.kubeconfig)
 	if p.cfg.HooksAddr != "" {
-		hooks := "http://" + dialable(p.cfg.HooksAddr)
+		hooks := p.PlatformURL()
 		fmt.Fprintf(&b, "  Webhooks:    %s/hooks/<app>    (ssh -p %s git@%s webhooks:secret <app>)\n", hooks, sshPort, host)
 		fmt.Fprintf(&b, "  Agents:      %s/mcp            (MCP; a token: ssh -p %s git@%s tokens:create NAME)\n", hooks, sshPort, host)
 	}

@@ -48,6 +48,8 @@ type edgeCmd struct {
 	idleTimeout       time.Duration
 	maxHeaderBytes    int
 	shutdownTimeout   time.Duration
+	platformBackend   string
+	platformHost      string
 
 	// ready, when set, receives the listen address once the edge accepts.
 	ready chan<- string
@@ -81,6 +83,8 @@ func (c *edgeCmd) command() *cobra.Command {
 	f.DurationVar(&c.idleTimeout, "idle-timeout", edge.DefaultClientIdleTimeout, "how long an idle kept-alive client connection stays open")
 	f.IntVar(&c.maxHeaderBytes, "max-header-bytes", edge.DefaultMaxHeaderBytes, "bound on a request's headers (431 past it) and on an app's response headers (502)")
 	f.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long requests in flight may take to finish before their connections are closed")
+	f.StringVar(&c.platformBackend, "platform-backend", "", "host:port of bex's webhooks and MCP endpoint (bex gitserver --hooks-addr), served at https://PLATFORM-HOST/hooks/ and /mcp (empty: not served)")
+	f.StringVar(&c.platformHost, "platform-host", "", "host of bex's own endpoints (default: the base domain itself)")
 	return cmd
 }
 
@@ -107,6 +111,7 @@ func (c *edgeCmd) run(ctx context.Context) error {
 		BaseDomain: c.baseDomain, Namespace: c.namespace,
 		DialTimeout: c.dialTimeout, ResponseHeaderTimeout: c.backendTimeout,
 		ReadHeaderTimeout: c.readHeaderTimeout, ClientIdleTimeout: c.idleTimeout, MaxHeaderBytes: c.maxHeaderBytes,
+		PlatformBackend: c.platformBackend, PlatformHost: c.platformHost,
 	}.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return err

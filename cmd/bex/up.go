@@ -42,7 +42,7 @@ func (c *upCmd) command() *cobra.Command {
 	f.StringVar(&c.cfg.SSHAddr, "ssh-addr", ":2222", "SSH address for git push and commands")
 	f.StringVar(&c.cfg.HTTPAddr, "http-addr", ":80", "HTTP address (ACME challenges, redirects to HTTPS)")
 	f.StringVar(&c.cfg.HTTPSAddr, "https-addr", ":443", "HTTPS address of the apps")
-	f.StringVar(&c.cfg.HooksAddr, "hooks-addr", "127.0.0.1:8090", "HTTP address of the webhooks (/hooks/<app>) and the agents' MCP endpoint (/mcp); plain HTTP, so loopback by default: put it behind TLS before opening it; empty: off")
+	f.StringVar(&c.cfg.HooksAddr, "hooks-addr", "127.0.0.1:8090", "where the gitserver serves the webhooks (/hooks/<app>) and the agents' MCP endpoint (/mcp) on plain HTTP; the edge serves them to the world at https://BASE-DOMAIN/hooks/ and /mcp; empty: off")
 	f.StringVar(&c.cfg.BaseDomain, "base-domain", "localhost", "apps answer at https://<app>.<base-domain>")
 	f.StringVar(&c.adminKeyFile, "admin-key", "", "OpenSSH public key file made admin on start (e.g. ~/.ssh/id_ed25519.pub)")
 	f.StringVar(&c.cfg.ACMEEmail, "acme-email", "", "ACME account email (certificates from Let's Encrypt, or --acme-ca)")

@@ -343,6 +343,9 @@ func (r *AppReconciler) reconcileDelete(ctx context.Context, app *appv1.App) (ct
 			return ctrl.Result{}, fmt.Errorf("removing release %s: %w", list.Items[i].Name, err)
 		}
 	}
+	// The app's webhook Secret is not removed here: it lives in the gitserver's
+	// secrets namespace, and the deployer may read no Secrets at all. apps:destroy
+	// (the gitserver, which owns those Secrets) deletes it.
 	patch := client.MergeFrom(app.DeepCopy())
 	controllerutil.RemoveFinalizer(app, Finalizer)
 	return ctrl.Result{}, client.IgnoreNotFound(r.Client.Patch(ctx, app, patch))

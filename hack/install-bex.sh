@@ -11,6 +11,9 @@
 #   BASE_DOMAIN    apps answer at <app>.BASE_DOMAIN; point *.BASE_DOMAIN at the nodes
 #   ACME_EMAIL     Let's Encrypt account (empty: a local CA per edge, for trying only)
 #   SSH_URL        how users reach the gitserver (default ssh://git@git.BASE_DOMAIN)
+#   HOOKS_URL      where the webhooks and the MCP endpoint are published (the
+#                  Service bex-hooks; docs/cluster.md), shown by `webhooks APP`
+#                  (default https://hooks.BASE_DOMAIN)
 #   ADMIN_KEY      the first admin's public key (default ~/.ssh/id_ed25519.pub)
 #   KUBECTL        the kubectl to use (default: bin/kubectl, else kubectl on PATH)
 #
@@ -29,6 +32,7 @@ image=${BEX_IMAGE:-bex.local/bex:dev}
 base_domain=${BASE_DOMAIN:-apps.example.com}
 acme_email=${ACME_EMAIL:-}
 ssh_url=${SSH_URL:-ssh://git@git.$base_domain}
+hooks_url=${HOOKS_URL:-https://hooks.$base_domain}
 
 # name:tag, the tag after the last path element's colon (a registry's port is not
 # a tag).
@@ -62,6 +66,7 @@ patches:
         BEX_BASE_DOMAIN: "$base_domain"
         BEX_ACME_EMAIL: "$acme_email"
         BEX_SSH_URL: "$ssh_url"
+        BEX_HOOKS_URL: "$hooks_url"
 YAML
 if [[ ${1:-} == --print ]]; then
 	"$kubectl" kustomize "$work"
@@ -99,4 +104,6 @@ bex is installed. Point DNS *.$base_domain (and git.$base_domain) at the nodes, 
   git push bex main
 
 Apps answer at https://<app>.$base_domain. kubectl get apps shows them.
+Webhooks and agents (MCP): publish the Service bex-system/bex-hooks with TLS at
+$hooks_url (docs/cluster.md, "Webhooks and agents").
 TEXT

@@ -42,6 +42,8 @@ var needs = map[string][]grant{
 		{[]string{"get", "list", "watch", "create", "update", "patch", "delete"}, "app.bex.co/users", "*", ""},
 		{[]string{"get", "list", "watch", "create", "update", "patch", "delete"}, "app.bex.co/apps", "default", ""},
 		{[]string{"get", "list", "watch", "create", "patch", "delete"}, "app.bex.co/releases", "default", ""},
+		// webhook/secrets and agentapi/tokens, --secrets-namespace=bex-system.
+		{[]string{"get", "list", "create", "update", "delete"}, "/secrets", "bex-system", ""},
 	},
 	"bex-edge": {
 		{[]string{"get", "list", "watch"}, "app.bex.co/apps", "default", ""},
@@ -206,7 +208,12 @@ func TestRBACLeastPrivilege(t *testing.T) {
 		{"bex-edge", "get", "/secrets", "default", false},
 		{"bex-edge", "get", "/secrets", "bex-system", true},
 		{"bex-gitserver", "get", "/secrets", "default", false},
-		{"bex-gitserver", "get", "/secrets", "bex-system", false},
+		{"bex-gitserver", "list", "/secrets", "default", false},
+		{"bex-gitserver", "delete", "/secrets", "default", false},
+		{"bex-gitserver", "get", "/secrets", "bex-system", true},
+		{"bex-gitserver", "create", "/secrets", "bex-system", true},
+		{"bex-gitserver", "watch", "/secrets", "bex-system", false},
+		{"bex-gitserver", "get", "/secrets", "", false},
 		{"bex-gitserver", "create", "app.bex.co/apps", "default", true},
 		{"bex-deployer", "get", "/secrets", "default", false},
 		{"bex-deployer", "patch", "apps/deployments", "default", true},

@@ -17,6 +17,7 @@ import (
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/internal/appops"
+	"bex.co/bex/webhook/secrets"
 )
 
 func checkAppName(name string) error { return appops.CheckAppName(name) }
@@ -195,18 +196,26 @@ func (s *session) appCommands() []*cobra.Command {
 	var confirm string
 	destroy := newCmd(groupApps, "apps:destroy APP --confirm APP", "Delete an app, its processes, releases and repository", args(1, 1), func(_ *cobra.Command, a []string) error {
 		name := a[0]
-		if _, err := s.app(name); err != nil {
+		app, err := s.app(name)
+		if err != nil {
 			return err
 		}
 		if confirm != name {
 			return fail("this deletes %s for good: to go on, run apps:destroy %s --confirm %s", name, name, name)
+		}
+		// The webhook Secret first, while a failure can still be retried: in the
+		// secrets namespace it has no owner reference (none crosses namespaces), and
+		// the deployer, which finalizes the App, may read no Secrets; under bex up no
+		// garbage collector acts on owner references either.
+		if err := secrets.Delete(s.ctx, s.cfg.Client, s.cfg.SecretsNamespace, app); err != nil {
+			return fmt.Errorf("deleting the webhook secret of %s: %w", name, err)
 		}
 		if s.cfg.RemoveRepository != nil {
 			if err := s.cfg.RemoveRepository(s.ctx, name); err != nil {
 				return fail("%v", err)
 			}
 		}
-		err := s.cfg.Client.Delete(s.ctx, &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.cfg.Namespace}})
+		err = s.cfg.Client.Delete(s.ctx, &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.cfg.Namespace}})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("deleting app %s: %w", name, err)
 		}

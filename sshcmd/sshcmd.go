@@ -62,6 +62,9 @@ type Config struct {
 	Reader client.Reader
 	// Namespace holds the Apps.
 	Namespace string
+	// SecretsNamespace holds the webhook secrets (the gitserver's
+	// --secrets-namespace; Tokens has its own, the same). Default Namespace.
+	SecretsNamespace string
 	// Releases records and awaits config changes and rollbacks. Its Client and
 	// Namespace should be Client and Namespace.
 	Releases *releases.Recorder
@@ -109,6 +112,9 @@ func New(cfg Config) (*Commands, error) {
 	}
 	if cfg.Reader == nil {
 		cfg.Reader = cfg.Client
+	}
+	if cfg.SecretsNamespace == "" {
+		cfg.SecretsNamespace = cfg.Namespace
 	}
 	if cfg.RolloutTimeout <= 0 {
 		cfg.RolloutTimeout = 5 * time.Minute

@@ -40,7 +40,7 @@ type WebhookSecret struct {
 }
 
 func (s *session) secretStore() *secrets.Store {
-	return &secrets.Store{Apps: s.cfg.Reader, Secrets: s.cfg.Client, Namespace: s.cfg.Namespace}
+	return &secrets.Store{Apps: s.cfg.Reader, Secrets: s.cfg.Client, Namespace: s.cfg.Namespace, SecretsNamespace: s.cfg.SecretsNamespace}
 }
 
 func (s *session) hookURL(app string) string {
@@ -111,7 +111,7 @@ func (s *session) webhookCommands() []*cobra.Command {
 			if ref == nil {
 				return fail("%s has no webhook secret: webhooks:secret %s makes one", app.Name, app.Name)
 			}
-			if err := secrets.DropPrevious(s.ctx, s.cfg.Client, s.cfg.Namespace, ref); err != nil {
+			if err := secrets.DropPrevious(s.ctx, s.cfg.Client, s.cfg.SecretsNamespace, ref); err != nil {
 				if errors.Is(err, secrets.ErrNoPrevious) {
 					return fail("%s has no previous webhook secret to drop", app.Name)
 				}
@@ -126,7 +126,7 @@ func (s *session) webhookCommands() []*cobra.Command {
 			ref = secrets.DefaultRef(app.Name)
 		}
 		now := time.Now()
-		value, err := secrets.Rotate(s.ctx, s.cfg.Client, app, ref, now)
+		value, err := secrets.Rotate(s.ctx, s.cfg.Client, s.cfg.SecretsNamespace, app, ref, now)
 		if err != nil {
 			return err
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"bex.co/bex/agentapi/tokens"
@@ -79,6 +80,64 @@ func TestWebhooks(t *testing.T) {
 	if _, errOut, code = f.run(bob, "", "webhooks:secret", "secret"); code != 1 || !strings.Contains(errOut, "has no access to app secret") {
 		t.Fatalf("another's app: %d %s", code, errOut)
 	}
+	// apps:destroy takes the Secret along (no garbage collector acts on its owner
+	// reference under bex up).
+	if out, _, code = f.run(bob, "", "apps:destroy", "shop", "--confirm", "shop"); code != 0 {
+		t.Fatalf("apps:destroy: %d %s", code, out)
+	}
+	if err := f.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "shop-webhook"}, sec); !apierrors.IsNotFound(err) {
+		t.Fatalf("the webhook Secret outlives apps:destroy: %v", err)
+	}
+}
+
+// TestWebhookSecretsNamespace: with a secrets namespace of its own (bex-system on
+// a cluster), the webhook Secret is made there, without an owner reference, the
+// commands and the handler's lookup find it there, nothing is written among the
+// apps' Secrets, and apps:destroy deletes it.
+func TestWebhookSecretsNamespace(t *testing.T) {
+	const secretsNS = "bex-system"
+	f := newFixtureWith(t, func(c *sshcmd.Config) { c.SecretsNamespace = secretsNS }, app("shop", "bob"), user("bob", appv1.RoleMember))
+	ctx := context.Background()
+	out, _, code := f.run(bob, "", "webhooks:secret", "shop")
+	first := strings.TrimSpace(out)
+	if code != 0 || len(first) != 64 {
+		t.Fatalf("webhooks:secret: %d %q", code, out)
+	}
+	sec := &corev1.Secret{}
+	if err := f.c.Get(ctx, client.ObjectKey{Namespace: secretsNS, Name: "shop-webhook"}, sec); err != nil {
+		t.Fatal(err)
+	}
+	if len(sec.OwnerReferences) != 0 {
+		t.Fatalf("an owner reference across namespaces: %+v", sec.OwnerReferences)
+	}
+	var all corev1.SecretList
+	if err := f.c.List(ctx, &all, client.InNamespace(ns)); err != nil || len(all.Items) != 0 {
+		t.Fatalf("Secrets among the apps': %d %v", len(all.Items), err)
+	}
+	if a := f.app("shop"); a.Spec.Git.WebhookSecretRef == nil || a.Spec.Git.WebhookSecretRef.Name != "shop-webhook" {
+		t.Fatalf("ref %+v", a.Spec.Git.WebhookSecretRef)
+	}
+	store := &secrets.Store{Apps: f.c, Secrets: f.c, Namespace: ns, SecretsNamespace: secretsNS}
+	if hook, err := store.Hook(ctx, "shop"); err != nil || len(hook.Secrets) != 1 || string(hook.Secrets[0]) != first {
+		t.Fatalf("hook %+v %v", hook, err)
+	}
+	if out, _, code = f.run(bob, "", "webhooks:secret", "shop"); code != 0 {
+		t.Fatalf("rotation: %d %s", code, out)
+	}
+	var info sshcmd.WebhookInfo
+	out, _, _ = f.run(bob, "", "webhooks", "shop", "--json")
+	if err := json.Unmarshal([]byte(out), &info); err != nil || !info.SecretSet || info.PreviousValidUntil == nil {
+		t.Fatalf("webhooks --json: %s", out)
+	}
+	if out, _, code = f.run(bob, "", "webhooks:secret", "shop", "--drop-previous"); code != 0 {
+		t.Fatalf("--drop-previous: %d %s", code, out)
+	}
+	if out, _, code = f.run(bob, "", "apps:destroy", "shop", "--confirm", "shop"); code != 0 {
+		t.Fatalf("apps:destroy: %d %s", code, out)
+	}
+	if err := f.c.Get(ctx, client.ObjectKey{Namespace: secretsNS, Name: "shop-webhook"}, sec); !apierrors.IsNotFound(err) {
+		t.Fatalf("the webhook Secret outlives apps:destroy: %v", err)
+	}
 }
 
 func ghHeader(secret []byte, body string) http.Header {
@@ -94,7 +153,7 @@ func TestTokens(t *testing.T) {
 		t.Fatalf("without a store: %d %s", code, errOut)
 	}
 	f = newFixtureWith(t, func(c *sshcmd.Config) {
-		c.Tokens = &tokens.Store{Client: c.Client, Users: c.Client, Namespace: ns}
+		c.Tokens = &tokens.Store{Client: c.Client, Users: c.Client, Namespace: "bex-system"}
 		c.HooksURL = "https://bex.test"
 	},
 		user("bob", appv1.RoleMember))

@@ -2,10 +2,11 @@
 // `ssh bex@HOST tokens:create NAME`, shown once, stored hashed.
 //
 // A token is "bex_" and 43 characters of base64url (32 random bytes). Each is one
-// Secret in the apps' namespace named "agent-token-<hex SHA-256 of the token>",
-// labelled with its user and name: the hash in the name makes verification one Get
-// by name (no list, no cache of every token), and the token itself is stored
-// nowhere. A plain SHA-256 suffices because the token is random and long; there is
+// Secret in the gitserver's secrets namespace (bex gitserver --secrets-namespace:
+// bex-system on a cluster, the apps' namespace under bex up) named
+// "agent-token-<hex SHA-256 of the token>", labelled with its user and name: the
+// hash in the name makes verification one Get by name (no list, no cache of every
+// token), and the token itself is stored nowhere. A plain SHA-256 suffices because the token is random and long; there is
 // nothing to guess a dictionary from. A Secret rather than a field of the User,
 // so that reading Users (every `kubectl get users`, the gitserver's cache) never
 // carries credentials, and RBAC on Secrets guards them as any other credential.

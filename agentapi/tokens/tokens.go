@@ -53,7 +53,9 @@ type Store struct {
 	// Client reads and writes Secrets (uncached: a revocation counts at once).
 	Client client.Client
 	// Users reads Users, usually from the gitserver's informer cache.
-	Users     client.Reader
+	Users client.Reader
+	// Namespace holds the token Secrets: the gitserver's secrets namespace
+	// (--secrets-namespace), not necessarily the Apps'.
 	Namespace string
 }
 

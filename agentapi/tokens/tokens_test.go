@@ -25,7 +25,7 @@ func TestTokens(t *testing.T) {
 		&appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "ana"}, Spec: appv1.UserSpec{Role: appv1.RoleAdmin}},
 		&appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "bob"}, Spec: appv1.UserSpec{Role: appv1.RoleMember}},
 	).Build()
-	st := &tokens.Store{Client: c, Users: c, Namespace: "apps"}
+	st := &tokens.Store{Client: c, Users: c, Namespace: "bex-system"}
 	ctx := context.Background()
 
 	tok, err := st.Create(ctx, "bob", "ci")
@@ -50,6 +50,9 @@ func TestTokens(t *testing.T) {
 	var secs corev1.SecretList
 	c.List(ctx, &secs)
 	for _, sec := range secs.Items {
+		if sec.Namespace != "bex-system" {
+			t.Fatalf("a token Secret in %s, not the store's namespace", sec.Namespace)
+		}
 		for _, v := range sec.Data {
 			if strings.Contains(string(v), tok[4:]) {
 				t.Fatal("the token is stored")

@@ -38,6 +38,7 @@ type gitserverCmd struct {
 	apiFlags
 	sshAddr          string
 	namespace        string
+	secretsNamespace string
 	buildkitAddr     string
 	imageRepo        string
 	push             bool
@@ -75,6 +76,7 @@ func (c *gitserverCmd) command() *cobra.Command {
 	c.apiFlags.bind(f, "directory for the host key, repositories and build logs")
 	f.StringVar(&c.sshAddr, "ssh-addr", ":2222", "SSH listen address")
 	f.StringVar(&c.namespace, "namespace", "default", "namespace of the Apps")
+	f.StringVar(&c.secretsNamespace, "secrets-namespace", "", "namespace of the webhook secrets and the agents' tokens, the only Secrets the gitserver touches (default: --namespace; on a cluster bex-system, so that it needs no access to the apps' Secrets)")
 	f.StringVar(&c.buildkitAddr, "buildkit-addr", "", "buildkitd address (default: unix://STATE_DIR/buildkitd/buildkitd.sock)")
 	f.StringVar(&c.imageRepo, "image-repo", "bex.local", "repository that names the built images")
 	f.BoolVar(&c.push, "push", false, "push the built images to --image-repo's registry (a cluster, where nodes pull them) instead of keeping them in buildkitd's containerd")
@@ -91,6 +93,9 @@ func (c *gitserverCmd) command() *cobra.Command {
 
 func (c *gitserverCmd) run(ctx context.Context) error {
 	ctx, c.cancel = context.WithCancel(ctx)
+	if c.secretsNamespace == "" {
+		c.secretsNamespace = c.namespace
+	}
 	restCfg, s, err := c.connect()
 	if err != nil {
 		return err
@@ -130,7 +135,7 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 		return fmt.Errorf("--runtime %q: use local or kubernetes", c.runtime)
 	}
 	recorder := &releases.Recorder{Client: kc, Namespace: c.namespace, PollInterval: 50 * time.Millisecond}
-	tokenStore := &tokens.Store{Client: kc, Users: informers, Namespace: c.namespace}
+	tokenStore := &tokens.Store{Client: kc, Users: informers, Namespace: c.secretsNamespace}
 	logs := runtimeLogs{runtime: c.runtime, stateDir: filepath.Join(c.stateDir, "runtime"), namespace: c.namespace}
 	gcfg := gitserver.DefaultConfig(c.stateDir)
 	gcfg.Addr = c.sshAddr
@@ -151,7 +156,7 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	// the server takes the commands: the closure reads srv once it is set.
 	var srv *gitserver.Server
 	cmds, err := sshcmd.New(sshcmd.Config{
-		Client: kc, Reader: informers, Namespace: c.namespace, Releases: recorder,
+		Client: kc, Reader: informers, Namespace: c.namespace, SecretsNamespace: c.secretsNamespace, Releases: recorder,
 		Logs:   logs,
 		Builds: buildLogs{b}, Host: c.sshURL, Log: c.log, RolloutTimeout: gcfg.RolloutTimeout,
 		RemoveRepository: func(ctx context.Context, app string) error { return srv.RemoveRepository(ctx, app, 10*time.Second) },
@@ -181,7 +186,7 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	var httpSrv *http.Server
 	if hooksListener != nil {
 		hooks, err = webhook.New(webhook.DefaultConfig(),
-			&secrets.Store{Apps: informers, Secrets: kc, Namespace: c.namespace},
+			&secrets.Store{Apps: informers, Secrets: kc, Namespace: c.namespace, SecretsNamespace: c.secretsNamespace},
 			hookDeployer{srv: srv, apps: informers, namespace: c.namespace}, c.log)
 		if err != nil {
 			return err

@@ -1,10 +1,21 @@
 // Package secrets keeps the apps' webhook secrets in Kubernetes Secrets and answers
 // the webhook handler's lookups (it implements webhook.Apps).
 //
-// An app's webhook secret is the key that spec.git.webhookSecretRef names; bex
-// makes the Secret "<app>-webhook" with key "secret", owned by the App so that it
-// goes with it. A rotation writes a new value under that key and keeps the one it
-// replaces under "<key>.previous", valid until the time in the annotation
+// An app's webhook secret is the key that spec.git.webhookSecretRef names, in the
+// Secret of that name in the gitserver's secrets namespace (bex gitserver
+// --secrets-namespace; by default the apps' namespace, as under bex up). Apps are
+// read in the apps' namespace, their Secrets in the secrets namespace: on a
+// cluster the gitserver may then touch Secrets of bex-system only, never the apps'
+// own (their config vars' passwords).
+//
+// bex makes the Secret "<app>-webhook" with key "secret", labelled
+// app.bex.co/app=<app> and app.bex.co/secret=webhook. In the App's namespace it is
+// also owned by the App; an owner reference cannot cross namespaces, so in another
+// namespace it has none, and apps:destroy removes it (Delete) — the gitserver, since
+// the deployer, which finalizes the App, may read no Secrets.
+//
+// A rotation writes a new value under that key and keeps the one it replaces under
+// "<key>.previous", valid until the time in the annotation
 // app.bex.co/previous-expires (24 hours, time enough to update the git host) or
 // until it is dropped: during that window deliveries signed with either verify.
 package secrets

@@ -19,6 +19,11 @@ import (
 )
 
 const (
+	// LabelApp and LabelKind label the Secrets bex makes: the app's name, and
+	// KindWebhook.
+	LabelApp    = "app.bex.co/app"
+	LabelKind   = "app.bex.co/secret"
+	KindWebhook = "webhook"
 	// DefaultKey is the key of the secret in the Secret bex makes.
 	DefaultKey = "secret"
 	// PreviousSuffix names the key that keeps the secret a rotation replaced.
@@ -44,10 +49,21 @@ type Store struct {
 	Apps client.Reader
 	// Secrets reads Secrets; a direct client, so that a rotation counts at once
 	// and Secrets need not be cached.
-	Secrets   client.Reader
+	Secrets client.Reader
+	// Namespace holds the Apps.
 	Namespace string
+	// SecretsNamespace holds the webhook Secrets (the gitserver's
+	// --secrets-namespace); empty: Namespace.
+	SecretsNamespace string
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+}
+
+func (s *Store) secretsNamespace() string {
+	if s.SecretsNamespace != "" {
+		return s.SecretsNamespace
+	}
+	return s.Namespace
 }
 
 var _ webhook.Apps = (*Store)(nil)
@@ -116,7 +132,7 @@ func (s *Store) Get(ctx context.Context, ref *appv1.SecretKeySelector) (State, e
 
 func (s *Store) state(ctx context.Context, ref *appv1.SecretKeySelector) (State, error) {
 	sec := &corev1.Secret{}
-	if err := s.Secrets.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: ref.Name}, sec); err != nil {
+	if err := s.Secrets.Get(ctx, client.ObjectKey{Namespace: s.secretsNamespace(), Name: ref.Name}, sec); err != nil {
 		if apierrors.IsNotFound(err) {
 			return State{}, nil
 		}
@@ -132,27 +148,34 @@ func (s *Store) state(ctx context.Context, ref *appv1.SecretKeySelector) (State,
 	return st, nil
 }
 
-// Rotate writes a new random secret under ref (app's, or DefaultRef) and returns
-// it; the one it replaces keeps verifying for PreviousValidity. The Secret is
-// created, owned by app, when it does not exist. The caller sets ref on the App
-// when it had none.
-func Rotate(ctx context.Context, c client.Client, app *appv1.App, ref *appv1.SecretKeySelector, now time.Time) (string, error) {
+// Rotate writes a new random secret under ref (app's, or DefaultRef) in the Secret
+// of that name in namespace (the secrets namespace) and returns it; the one it
+// replaces keeps verifying for PreviousValidity (unless app has no ref yet: then
+// nothing verified before, and no previous is kept). The Secret is created when it
+// does not exist, labelled with the app, and owned by app when it is in app's
+// namespace: an owner reference cannot name an object of another namespace (the
+// garbage collector would take the owner for gone and delete the Secret), so in
+// another namespace the Secret has no owner and Delete removes it with the app.
+// The caller sets ref on the App when it had none.
+func Rotate(ctx context.Context, c client.Client, namespace string, app *appv1.App, ref *appv1.SecretKeySelector, now time.Time) (string, error) {
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return "", err
 	}
 	value := hex.EncodeToString(b[:])
 	sec := &corev1.Secret{}
-	err := c.Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: ref.Name}, sec)
+	err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: ref.Name}, sec)
 	switch {
 	case apierrors.IsNotFound(err):
 		sec = &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: ref.Name, Namespace: app.Namespace,
-				Labels: map[string]string{"app.bex.co/app": app.Name, "app.bex.co/secret": "webhook"}},
+			ObjectMeta: metav1.ObjectMeta{Name: ref.Name, Namespace: namespace,
+				Labels: map[string]string{LabelApp: app.Name, LabelKind: KindWebhook}},
 			Data: map[string][]byte{ref.Key: []byte(value)},
 		}
-		if err := controllerutil.SetOwnerReference(app, sec, c.Scheme()); err != nil {
-			return "", err
+		if namespace == app.Namespace {
+			if err := controllerutil.SetOwnerReference(app, sec, c.Scheme()); err != nil {
+				return "", err
+			}
 		}
 		if err := c.Create(ctx, sec); err != nil {
 			return "", fmt.Errorf("creating secret %s: %w", ref.Name, err)
@@ -167,9 +190,15 @@ func Rotate(ctx context.Context, c client.Client, app *appv1.App, ref *appv1.Sec
 	if sec.Annotations == nil {
 		sec.Annotations = map[string]string{}
 	}
-	if old := sec.Data[ref.Key]; len(old) > 0 {
+	// A first secret (the App has no ref yet) replaces nothing that verified: the
+	// Secret is one left by an app of the same name deleted without apps:destroy,
+	// or by a rotation whose App update failed, and its value must not verify.
+	if old := sec.Data[ref.Key]; len(old) > 0 && app.Spec.Git.WebhookSecretRef != nil {
 		sec.Data[ref.Key+PreviousSuffix] = old
 		sec.Annotations[AnnotationPreviousExpires] = now.Add(PreviousValidity).UTC().Format(time.RFC3339)
+	} else {
+		delete(sec.Data, ref.Key+PreviousSuffix)
+		delete(sec.Annotations, AnnotationPreviousExpires)
 	}
 	sec.Data[ref.Key] = []byte(value)
 	// The Update carries the resourceVersion read: two rotations at once conflict
@@ -198,4 +227,34 @@ func DropPrevious(ctx context.Context, c client.Client, namespace string, ref *a
 	delete(sec.Data, ref.Key+PreviousSuffix)
 	delete(sec.Annotations, AnnotationPreviousExpires)
 	return c.Update(ctx, sec)
+}
+
+// Delete removes the webhook Secrets bex made for app from namespace (the secrets
+// namespace): the one app's webhookSecretRef names and the default one, each only
+// when its labels say bex made it for this app (a Secret of one's own that the ref
+// names stays). It is called when the app is destroyed: nothing else removes a
+// Secret that has no owner reference, and a later app of the same name must not
+// find the old secret still verifying.
+func Delete(ctx context.Context, c client.Client, namespace string, app *appv1.App) error {
+	names := []string{SecretName(app.Name)}
+	if ref := app.Spec.Git.WebhookSecretRef; ref != nil && ref.Name != names[0] {
+		names = append(names, ref.Name)
+	}
+	for _, name := range names {
+		sec := &corev1.Secret{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, sec); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return fmt.Errorf("reading secret %s: %w", name, err)
+		}
+		if sec.Labels[LabelApp] != app.Name || sec.Labels[LabelKind] != KindWebhook {
+			continue
+		}
+		// The uid read: a Secret made again meanwhile is not this one.
+		if err := c.Delete(ctx, sec, client.Preconditions{UID: &sec.UID}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting secret %s: %w", name, err)
+		}
+	}
+	return nil
 }

@@ -26,7 +26,7 @@ func TestRotation(t *testing.T) {
 	app := &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: "shop", Namespace: "apps", UID: "u1"}, Spec: appv1.AppSpec{Git: appv1.GitSpec{DeployBranch: "prod"}}}
 	c := fake.NewClientBuilder().WithScheme(s).WithObjects(app).Build()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	store := &secrets.Store{Apps: c, Secrets: c, Namespace: "apps", Now: func() time.Time { return now }}
+	store := &secrets.Store{Apps: c, Secrets: c, Namespace: "apps", SecretsNamespace: "apps", Now: func() time.Time { return now }}
 	ctx := context.Background()
 
 	if _, err := store.Hook(ctx, "nope"); !errors.Is(err, webhook.ErrNoHook) {
@@ -38,7 +38,7 @@ func TestRotation(t *testing.T) {
 	}
 
 	ref := secrets.DefaultRef("shop")
-	first, err := secrets.Rotate(ctx, c, app, ref, now)
+	first, err := secrets.Rotate(ctx, c, "apps", app, ref, now)
 	if err != nil || len(first) != 64 {
 		t.Fatalf("first secret %q %v", first, err)
 	}
@@ -55,7 +55,7 @@ func TestRotation(t *testing.T) {
 		t.Fatalf("after the first rotation: %q", h.Secrets)
 	}
 
-	second, err := secrets.Rotate(ctx, c, app, ref, now)
+	second, err := secrets.Rotate(ctx, c, "apps", app, ref, now)
 	if err != nil || second == first {
 		t.Fatalf("second secret %q %v", second, err)
 	}

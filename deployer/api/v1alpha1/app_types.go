@@ -211,7 +211,10 @@ type GitSpec struct {
 	Upstream string `json:"upstream,omitempty"`
 
 	// webhookSecretRef is the Secret key holding the shared secret that signs this
-	// app's webhooks.
+	// app's webhooks. The Secret lives in the gitserver's secrets namespace (bex
+	// gitserver --secrets-namespace: the App's own namespace by default, bex-system
+	// on a cluster), not necessarily the App's; `webhooks:secret APP` makes it
+	// ("<app>-webhook") and sets this reference.
 	// +optional
 	WebhookSecretRef *SecretKeySelector `json:"webhookSecretRef,omitempty"`
 }

@@ -13,7 +13,7 @@
 #   SSH_URL        how users reach the gitserver (default ssh://git@git.BASE_DOMAIN)
 #   HOOKS_URL      where the webhooks and the MCP endpoint are published (the
 #                  Service bex-hooks; docs/cluster.md), shown by `webhooks APP`
-#                  (default https://hooks.BASE_DOMAIN)
+#                  (default https://BASE_DOMAIN, where the edge serves them)
 #   ADMIN_KEY      the first admin's public key (default ~/.ssh/id_ed25519.pub)
 #   KUBECTL        the kubectl to use (default: bin/kubectl, else kubectl on PATH)
 #
@@ -32,7 +32,7 @@ image=${BEX_IMAGE:-bex.local/bex:dev}
 base_domain=${BASE_DOMAIN:-apps.example.com}
 acme_email=${ACME_EMAIL:-}
 ssh_url=${SSH_URL:-ssh://git@git.$base_domain}
-hooks_url=${HOOKS_URL:-https://hooks.$base_domain}
+hooks_url=${HOOKS_URL:-https://$base_domain}
 
 # name:tag, the tag after the last path element's colon (a registry's port is not
 # a tag).

@@ -49,7 +49,7 @@ func TestInstallScriptManifests(t *testing.T) {
 		t.Errorf("%d containers run the given image, want 3 (deployer, gitserver, edge)", images)
 	}
 	for k, want := range map[string]string{"BEX_BASE_DOMAIN": "apps.example.org", "BEX_ACME_EMAIL": "ops@example.org", "BEX_SSH_URL": "ssh://git@git.apps.example.org",
-		"BEX_HOOKS_URL": "https://hooks.apps.example.org"} {
+		"BEX_HOOKS_URL": "https://apps.example.org"} {
 		if config[k] != want {
 			t.Errorf("bex-config %s = %v, want %s", k, config[k], want)
 		}

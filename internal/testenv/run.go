@@ -46,9 +46,12 @@ func (c *Containerd) Run(ctx context.Context, image string, args ...string) (out
 	defer cancel()
 	defer ctr.Delete(cleanup, containerd.WithSnapshotCleanup)
 
-	logPath := filepath.Join(filepath.Dir(c.Address), id+".log")
-	defer os.Remove(logPath)
-	task, err := ctr.NewTask(ctx, cio.LogFile(logPath))
+	// The output is copied through FIFOs by this process. The exit status can arrive
+	// before the shim has copied the last of it, so the output is read only after
+	// the task is deleted: Delete waits for the shim's copying and closes the IO.
+	// stdout and stderr are copied by two goroutines into one buffer: SyncBuffer.
+	out := &SyncBuffer{}
+	task, err := ctr.NewTask(ctx, cio.NewCreator(cio.WithStreams(nil, out, out), cio.WithFIFODir(filepath.Dir(c.Address))))
 	if err != nil {
 		return "", 0, fmt.Errorf("create task: %w", err)
 	}
@@ -63,8 +66,10 @@ func (c *Containerd) Run(ctx context.Context, image string, args ...string) (out
 	select {
 	case st := <-statusC:
 		code, _, err := st.Result()
-		out, _ := os.ReadFile(logPath)
-		return strings.TrimRight(string(out), "\n"), code, err
+		if _, derr := task.Delete(cleanup); derr != nil && err == nil {
+			err = fmt.Errorf("delete task: %w", derr)
+		}
+		return strings.TrimRight(out.String(), "\n"), code, err
 	case <-ctx.Done():
 		return "", 0, ctx.Err()
 	}

@@ -462,7 +462,7 @@ func namespaceFor(o overlay, ns string) string {
 // real: a dry-run of a namespace does not let objects into it.
 func ensureNamespaces(t testing.TB, cp *testenv.ControlPlane) {
 	t.Helper()
-	ns := []byte("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: bex-system\n")
+	ns := []byte("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: bex-system\n---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: bex-gitserver\n")
 	if _, err := kubectl(t, ns, "--kubeconfig", cp.Kubeconfig, "apply", "--server-side", "-f", "-"); err != nil {
 		t.Fatal(err)
 	}

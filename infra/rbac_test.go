@@ -42,8 +42,8 @@ var needs = map[string][]grant{
 		{[]string{"get", "list", "watch", "create", "update", "patch", "delete"}, "app.bex.co/users", "*", ""},
 		{[]string{"get", "list", "watch", "create", "update", "patch", "delete"}, "app.bex.co/apps", "default", ""},
 		{[]string{"get", "list", "watch", "create", "patch", "delete"}, "app.bex.co/releases", "default", ""},
-		// webhook/secrets and agentapi/tokens, --secrets-namespace=bex-system.
-		{[]string{"get", "list", "create", "update", "delete"}, "/secrets", "bex-system", ""},
+		// webhook/secrets and agentapi/tokens, --secrets-namespace=bex-gitserver.
+		{[]string{"get", "list", "create", "update", "delete"}, "/secrets", "bex-gitserver", ""},
 	},
 	"bex-edge": {
 		{[]string{"get", "list", "watch"}, "app.bex.co/apps", "default", ""},
@@ -66,7 +66,7 @@ var (
 		"rbac.authorization.k8s.io/roles", "rbac.authorization.k8s.io/rolebindings", "rbac.authorization.k8s.io/clusterrolebindings",
 		"apiextensions.k8s.io/customresourcedefinitions",
 	}
-	gridNamespaces = []string{"default", "bex-system", "kube-system", ""}
+	gridNamespaces = []string{"default", "bex-system", "bex-gitserver", "kube-system", ""}
 )
 
 func (g grant) allows(verb, resource, ns, name string) bool {
@@ -210,9 +210,12 @@ func TestRBACLeastPrivilege(t *testing.T) {
 		{"bex-gitserver", "get", "/secrets", "default", false},
 		{"bex-gitserver", "list", "/secrets", "default", false},
 		{"bex-gitserver", "delete", "/secrets", "default", false},
-		{"bex-gitserver", "get", "/secrets", "bex-system", true},
-		{"bex-gitserver", "create", "/secrets", "bex-system", true},
-		{"bex-gitserver", "watch", "/secrets", "bex-system", false},
+		{"bex-gitserver", "get", "/secrets", "bex-gitserver", true},
+		{"bex-gitserver", "create", "/secrets", "bex-gitserver", true},
+		{"bex-gitserver", "watch", "/secrets", "bex-gitserver", false},
+		// The edge's certificate keys and the gitserver's secrets do not cross.
+		{"bex-gitserver", "get", "/secrets", "bex-system", false},
+		{"bex-edge", "get", "/secrets", "bex-gitserver", false},
 		{"bex-gitserver", "get", "/secrets", "", false},
 		{"bex-gitserver", "create", "app.bex.co/apps", "default", true},
 		{"bex-deployer", "get", "/secrets", "default", false},

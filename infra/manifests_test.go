@@ -442,7 +442,10 @@ func controlPlane(t testing.TB) *testenv.ControlPlane {
 // name their own, and ns is then "").
 func dryRun(t testing.TB, cp *testenv.ControlPlane, ns string, manifests []byte) error {
 	t.Helper()
-	args := []string{"--kubeconfig", cp.Kubeconfig, "apply", "--server-side", "--dry-run=server", "--field-manager=bex-infra-test", "-f", "-"}
+	// --force-conflicts: the question is whether the API server accepts the
+	// objects, not who else manages fields of them (envtest installed bex's CRDs
+	// under its own field manager).
+	args := []string{"--kubeconfig", cp.Kubeconfig, "apply", "--server-side", "--dry-run=server", "--field-manager=bex-infra-test", "--force-conflicts", "-f", "-"}
 	if ns != "" {
 		args = append(args, "-n", ns)
 	}

@@ -117,17 +117,7 @@ func (e *env) app(name string) *appv1.App {
 
 func (e *env) eventually(what string, f func() error) {
 	e.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("%s: not true after 20s: %v", what, err)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+	testenv.Eventually(e.t, 20*time.Second, what, f)
 }
 
 func (e *env) create(name string) {

@@ -277,17 +277,7 @@ func (p *platform) httpsClient() (*http.Client, error) {
 // eventually retries f until it succeeds or timeout passes.
 func eventually(t testing.TB, timeout time.Duration, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still %v after %s", what, err, timeout)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	testenv.Eventually(t, timeout, what, f)
 }
 
 // answers checks that app's path answers 200 with a body containing want.

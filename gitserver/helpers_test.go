@@ -149,17 +149,7 @@ func (e *env) createApp(name string, members ...*user) {
 
 func (e *env) eventually(f func() error) {
 	e.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("not true after 10s: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Eventually(e.t, 10*time.Second, "condition", f)
 }
 
 func (e *env) url(app string) string { return "ssh://git@" + e.addr + "/" + app }

@@ -116,17 +116,7 @@ func (s *server) addUser(base string, role appv1.UserRole, canCreate bool) *sshU
 
 func (s *server) eventually(f func() error) {
 	s.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("not true after 10s: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testenv.Eventually(s.t, 10*time.Second, "condition", f)
 }
 
 // ssh runs the real ssh client; args are what a user types after the host, so

@@ -124,17 +124,7 @@ func (e *env) updateUser(t *testing.T, name string, change func(*appv1.UserSpec)
 // moment to see a change made through the API.
 func eventually(t *testing.T, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still %v after 10s", what, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testenv.Eventually(t, 10*time.Second, what, f)
 }
 
 // userIs checks what UserByKey returns for key.

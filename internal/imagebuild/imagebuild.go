@@ -16,17 +16,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/plugins/content/local"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	bkclient "github.com/moby/buildkit/client"
 	"github.com/tonistiigi/fsutil"
 )
@@ -48,39 +43,11 @@ func Base(dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(layer)), nil })
+	img, err := LayerImage(layer, []string{"PATH=/usr/local/bin:/usr/bin:/bin"}, nil)
 	if err != nil {
 		return "", err
 	}
-	img, err := mutate.AppendLayers(empty.Image, l)
-	if err != nil {
-		return "", err
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return "", err
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", runtime.GOARCH
-	cf.Config.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		return "", err
-	}
-	if err := os.RemoveAll(dir); err != nil {
-		return "", err
-	}
-	p, err := layout.Write(dir, empty.Index)
-	if err != nil {
-		return "", err
-	}
-	if err := p.AppendImage(img); err != nil {
-		return "", err
-	}
-	d, err := img.Digest()
-	if err != nil {
-		return "", err
-	}
-	return d.String(), nil
+	return WriteLayout(dir, img, nil)
 }
 
 var lddPath = regexp.MustCompile(`(?:=>\s*)?(/\S+)\s+\(0x`)

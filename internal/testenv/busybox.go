@@ -5,21 +5,17 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"bex.co/bex/internal/imagebuild"
 )
 
 // BusyboxRef is the name the busybox base image gets in containerd: what `FROM
@@ -39,44 +35,16 @@ func BusyboxImage(ctx context.Context, c *Containerd, dir string) (string, error
 	if err != nil {
 		return "", err
 	}
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(layerTar)), nil
-	})
+	img, err := imagebuild.LayerImage(layerTar, []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, []string{"sh"})
 	if err != nil {
 		return "", err
 	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		return "", err
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return "", err
-	}
-	cf = cf.DeepCopy()
-	cf.OS, cf.Architecture = "linux", runtime.GOARCH
-	cf.Config.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-	cf.Config.Cmd = []string{"sh"}
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		return "", err
-	}
-	digest, err := img.Digest()
-	if err != nil {
-		return "", err
-	}
-
 	layoutDir := filepath.Join(dir, "busybox-oci")
-	if err := os.RemoveAll(layoutDir); err != nil {
-		return "", err
-	}
-	p, err := layout.Write(layoutDir, empty.Index)
-	if err != nil {
-		return "", err
-	}
-	if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{
+	digest, err := imagebuild.WriteLayout(layoutDir, img, map[string]string{
 		"io.containerd.image.name":          BusyboxRef,
 		"org.opencontainers.image.ref.name": "latest",
-	})); err != nil {
+	})
+	if err != nil {
 		return "", err
 	}
 	archive, err := tarDir(layoutDir)
@@ -99,7 +67,7 @@ func BusyboxImage(ctx context.Context, c *Containerd, dir string) (string, error
 	if err := containerd.NewImage(cl, imgs[0]).Unpack(ctx, "overlayfs"); err != nil {
 		return "", fmt.Errorf("unpack busybox: %w", err)
 	}
-	return digest.String(), nil
+	return digest, nil
 }
 
 // busyboxLayer is the uncompressed tar of the image's one layer.

@@ -46,12 +46,13 @@ func (c *Containerd) Run(ctx context.Context, image string, args ...string) (out
 	defer cancel()
 	defer ctr.Delete(cleanup, containerd.WithSnapshotCleanup)
 
-	// The output is copied through FIFOs by this process. The exit status can arrive
-	// before the shim has copied the last of it, so the output is read only after
-	// the task is deleted: Delete waits for the shim's copying and closes the IO.
-	// stdout and stderr are copied by two goroutines into one buffer: SyncBuffer.
-	out := &SyncBuffer{}
-	task, err := ctr.NewTask(ctx, cio.NewCreator(cio.WithStreams(nil, out, out), cio.WithFIFODir(filepath.Dir(c.Address))))
+	// The shim writes stdout and stderr to one log file, in the order the process
+	// wrote them. The exit status can arrive before the shim has copied the last of
+	// it, so the file is read only after the task is deleted: Delete waits for the
+	// shim's copying.
+	logPath := filepath.Join(filepath.Dir(c.Address), id+".log")
+	defer os.Remove(logPath)
+	task, err := ctr.NewTask(ctx, cio.LogFile(logPath))
 	if err != nil {
 		return "", 0, fmt.Errorf("create task: %w", err)
 	}
@@ -69,7 +70,8 @@ func (c *Containerd) Run(ctx context.Context, image string, args ...string) (out
 		if _, derr := task.Delete(cleanup); derr != nil && err == nil {
 			err = fmt.Errorf("delete task: %w", derr)
 		}
-		return strings.TrimRight(out.String(), "\n"), code, err
+		out, _ := os.ReadFile(logPath)
+		return strings.TrimRight(string(out), "\n"), code, err
 	case <-ctx.Done():
 		return "", 0, ctx.Err()
 	}

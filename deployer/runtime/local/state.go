@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -45,7 +46,11 @@ type store struct {
 }
 
 func openStore(path string, min, max int) (*store, error) {
-	s := &store{path: path, min: min, max: max, next: min, bindable: portBindable,
+	// The search starts at a random place in the range: allocate checks that a port
+	// can be bound, but between that check and the instance binding it, another
+	// runtime on the same host (a second state dir, a test running beside) starting
+	// from the same place would take the same port.
+	s := &store{path: path, min: min, max: max, next: min + rand.IntN(max-min+1), bindable: portBindable,
 		st: stateFile{Ports: map[string]string{}, Serving: map[string]gen{}}}
 	data, err := os.ReadFile(path)
 	switch {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -76,14 +74,7 @@ func TestAgentAPI(t *testing.T) {
 	defer cancel()
 	e := startHooksEnv(t, ctx, "--allow-file-upstreams")
 
-	upstream := t.TempDir()
-	gitIn(t, upstream, "init", "-q", "-b", "main")
-	os.WriteFile(filepath.Join(upstream, "Dockerfile"), []byte("FROM busybox\nCOPY msg /msg\nCMD [\"cat\", \"/msg\"]\n"), 0o644)
-	head1 := commitMsg(t, upstream, "one")
-	if err := e.cp.Client.Create(ctx, &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: "agentapp", Namespace: e.ns},
-		Spec: appv1.AppSpec{Git: appv1.GitSpec{Upstream: "file://" + upstream}}}); err != nil {
-		t.Fatal(err)
-	}
+	upstream, head1 := e.upstreamApp(ctx, "agentapp", "", "one")
 	var allowed atomic.Int64
 	allowed.Store(100)
 	e.playDeployer(ctx, "agentapp", &allowed)

@@ -76,7 +76,7 @@ func (c *gitserverCmd) command() *cobra.Command {
 	c.apiFlags.bind(f, "directory for the host key, repositories and build logs")
 	f.StringVar(&c.sshAddr, "ssh-addr", ":2222", "SSH listen address")
 	f.StringVar(&c.namespace, "namespace", "default", "namespace of the Apps")
-	f.StringVar(&c.secretsNamespace, "secrets-namespace", "", "namespace of the webhook secrets and the agents' tokens, the only Secrets the gitserver touches (default: --namespace; on a cluster bex-system, so that it needs no access to the apps' Secrets)")
+	f.StringVar(&c.secretsNamespace, "secrets-namespace", "", "namespace of the webhook secrets and the agents' tokens, the only Secrets the gitserver touches (default: --namespace; on a cluster a namespace of its own, bex-gitserver, so that it needs no access to the apps' Secrets nor the edge's)")
 	f.StringVar(&c.buildkitAddr, "buildkit-addr", "", "buildkitd address (default: unix://STATE_DIR/buildkitd/buildkitd.sock)")
 	f.StringVar(&c.imageRepo, "image-repo", "bex.local", "repository that names the built images")
 	f.BoolVar(&c.push, "push", false, "push the built images to --image-repo's registry (a cluster, where nodes pull them) instead of keeping them in buildkitd's containerd")

@@ -122,6 +122,22 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// upstreamApp makes a local upstream repository with one commit (a busybox image
+// that prints msg) and an App following it over file://, and returns the upstream's
+// directory and commit.
+func (e *hooksEnv) upstreamApp(ctx context.Context, app, deployBranch, msg string) (string, string) {
+	e.t.Helper()
+	upstream := e.t.TempDir()
+	gitIn(e.t, upstream, "init", "-q", "-b", "main")
+	os.WriteFile(filepath.Join(upstream, "Dockerfile"), []byte("FROM busybox\nCOPY msg /msg\nCMD [\"cat\", \"/msg\"]\n"), 0o644)
+	head := commitMsg(e.t, upstream, msg)
+	if err := e.cp.Client.Create(ctx, &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: e.ns},
+		Spec: appv1.AppSpec{Git: appv1.GitSpec{DeployBranch: deployBranch, Upstream: "file://" + upstream}}}); err != nil {
+		e.t.Fatal(err)
+	}
+	return upstream, head
+}
+
 // gitIn runs git in dir as a test author.
 func gitIn(t *testing.T, dir string, args ...string) string {
 	t.Helper()
@@ -176,14 +192,7 @@ func TestWebhookFetchesBuildsAndDeploysTheUpstream(t *testing.T) {
 	defer cancel()
 	e := startHooksEnv(t, ctx, "--allow-file-upstreams")
 
-	upstream := t.TempDir()
-	gitIn(t, upstream, "init", "-q", "-b", "main")
-	os.WriteFile(filepath.Join(upstream, "Dockerfile"), []byte("FROM busybox\nCOPY msg /msg\nCMD [\"cat\", \"/msg\"]\n"), 0o644)
-	head1 := commitMsg(t, upstream, "v1")
-	if err := e.cp.Client.Create(ctx, &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: "mirror", Namespace: e.ns},
-		Spec: appv1.AppSpec{Git: appv1.GitSpec{DeployBranch: "main", Upstream: "file://" + upstream}}}); err != nil {
-		t.Fatal(err)
-	}
+	upstream, head1 := e.upstreamApp(ctx, "mirror", "main", "v1")
 	var allowed atomic.Int64
 	allowed.Store(1)
 	e.playDeployer(ctx, "mirror", &allowed)

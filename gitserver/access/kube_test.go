@@ -2,8 +2,6 @@ package access_test
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"net/http"
@@ -88,15 +86,8 @@ func newEnv(t *testing.T, prefix string, cfg *rest.Config) *env {
 // newKey returns a fresh ed25519 public key and its authorized_keys line.
 func newKey(t *testing.T) (gossh.PublicKey, string) {
 	t.Helper()
-	pub, _, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pk, err := gossh.NewPublicKey(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pk, strings.TrimSpace(string(gossh.MarshalAuthorizedKey(pk))) + " test@bex"
+	k := testenv.NewSSHKey(t)
+	return k.Signer.PublicKey(), k.AuthorizedKey
 }
 
 func (e *env) createUser(t *testing.T, name string, spec appv1.UserSpec) {

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/internal/appops"
 	"bex.co/bex/webhook/secrets"
 )
 
@@ -167,7 +168,45 @@ func (s *session) webhookCommands() []*cobra.Command {
 	})
 	flags(secret).BoolVar(&drop, "drop-previous", false, "stop accepting the secret the last rotation replaced, now")
 	jsonFlag(secret, &secretJSON)
-	return []*cobra.Command{info, secret}
+
+	var unset bool
+	upstream := newCmd(groupConfig, "webhooks:upstream APP [URL] [--unset]", "Set where a webhook delivery fetches the app's code from (or --unset: rebuild the current commit)", args(1, 2), func(_ *cobra.Command, a []string) error {
+		if unset == (len(a) == 2) {
+			return fail("webhooks:upstream: give a URL (https://, ssh://, git@host:path or file:///), or --unset")
+		}
+		url := ""
+		if !unset {
+			url = a[1]
+			if !validUpstream(url) {
+				return fail("upstream %q: want https://HOST/PATH, ssh://HOST/PATH, git@HOST:PATH or file:///PATH", url)
+			}
+		}
+		app, err := s.updateApp(a[0], func(app *appv1.App) error {
+			if app.Spec.Git.Upstream == url {
+				return appops.ErrNoChange
+			}
+			app.Spec.Git.Upstream = url
+			return nil
+		})
+		if errors.Is(err, appops.ErrNoChange) {
+			err = nil
+		}
+		if err != nil {
+			return err
+		}
+		s.audit("webhooks:upstream", a[0], "upstream", url)
+		if url == "" {
+			fmt.Fprintf(s.out, "%s has no upstream: a webhook delivery rebuilds its current commit.\n", a[0])
+			return nil
+		}
+		fmt.Fprintf(s.out, "A webhook delivery for %s fetches %s, builds the deploy branch's commit and moves it once it serves.\n", a[0], url)
+		if app != nil && app.Spec.Git.WebhookSecretRef == nil {
+			fmt.Fprintf(s.errOut, "%s has no webhook secret yet: webhooks:secret %s makes one.\n", a[0], a[0])
+		}
+		return nil
+	})
+	flags(upstream).BoolVar(&unset, "unset", false, "remove the upstream: deliveries rebuild the current commit")
+	return []*cobra.Command{info, secret, upstream}
 }
 
 func deployBranch(a *appv1.App) string {
@@ -175,4 +214,18 @@ func deployBranch(a *appv1.App) string {
 		return appv1.DefaultDeployBranch
 	}
 	return a.Spec.Git.DeployBranch
+}
+
+// validUpstream is the API's rule for spec.git.upstream (a URL of a scheme the
+// gitserver fetches, no spaces), checked here to refuse in one clear line.
+func validUpstream(url string) bool {
+	if url == "" || len(url) > 2048 || strings.ContainsAny(url, " \t\n") {
+		return false
+	}
+	for _, p := range []string{"https://", "ssh://", "git@", "file:///"} {
+		if strings.HasPrefix(url, p) && len(url) > len(p) {
+			return true
+		}
+	}
+	return false
 }

@@ -180,3 +180,42 @@ func TestTokens(t *testing.T) {
 		t.Fatalf("revoke twice: %d %s", code, errOut)
 	}
 }
+
+// webhooks:upstream sets and unsets spec.git.upstream, refuses what the gitserver
+// cannot fetch in one line, and keeps others out of the app.
+func TestWebhookUpstream(t *testing.T) {
+	f := newFixture(t, app("shop", "bob"), app("secret", "carol"), user("bob", appv1.RoleMember))
+	out, errOut, code := f.run(bob, "", "webhooks:upstream", "shop", "https://git.example.com/team/shop.git")
+	if code != 0 || !strings.Contains(out, "fetches https://git.example.com/team/shop.git") || !strings.Contains(errOut, "no webhook secret yet") {
+		t.Fatalf("set: %d %q %q", code, out, errOut)
+	}
+	if got := f.app("shop").Spec.Git.Upstream; got != "https://git.example.com/team/shop.git" {
+		t.Fatalf("upstream %q", got)
+	}
+	if !strings.Contains(f.log.String(), "command=webhooks:upstream") {
+		t.Errorf("no audit line:\n%s", f.log.String())
+	}
+	// Setting it again changes nothing and succeeds.
+	if _, _, code := f.run(bob, "", "webhooks:upstream", "shop", "https://git.example.com/team/shop.git"); code != 0 {
+		t.Fatalf("the same upstream again: exit %d", code)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"webhooks:upstream", "shop", "http://git.example.com/shop"}, `upstream "http://git.example.com/shop": want https://`},
+		{[]string{"webhooks:upstream", "shop", "https://x y"}, "want https://"},
+		{[]string{"webhooks:upstream", "shop"}, "give a URL"},
+		{[]string{"webhooks:upstream", "shop", "https://a/b", "--unset"}, "give a URL"},
+		{[]string{"webhooks:upstream", "secret", "https://a/b"}, "no access"},
+	} {
+		_, errOut, code := f.run(bob, "", tc.args...)
+		if code == 0 || !strings.Contains(errOut, tc.want) || strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
+			t.Errorf("%v: exit %d, stderr %q; want one line with %q", tc.args, code, errOut, tc.want)
+		}
+	}
+	out, _, code = f.run(bob, "", "webhooks:upstream", "shop", "--unset")
+	if code != 0 || !strings.Contains(out, "rebuilds its current commit") || f.app("shop").Spec.Git.Upstream != "" {
+		t.Fatalf("unset: %d %q, upstream %q", code, out, f.app("shop").Spec.Git.Upstream)
+	}
+}

@@ -1,7 +1,6 @@
 package up
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -190,29 +189,15 @@ func (p *Platform) startAPI(ctx context.Context) error {
 // ensureAdmins gives the admin keys to the admin user and finds out whether any
 // admin exists, for the instructions.
 func (p *Platform) ensureAdmins(ctx context.Context, c client.Client) error {
-	for _, line := range bytes.Split(p.cfg.AdminKeys, []byte("\n")) {
-		line = bytes.TrimSpace(line)
-		if len(line) == 0 || line[0] == '#' {
-			continue
-		}
-		changed, err := access.EnsureAdmin(ctx, c, AdminUser, line)
-		if err != nil {
-			return err
-		}
-		if changed {
-			fmt.Fprintf(p.cfg.Out, "    %-15s key added to user %s (admin)\n", "", AdminUser)
-		}
-	}
-	var users appv1.UserList
-	if err := c.List(ctx, &users); err != nil {
+	changed, err := access.EnsureAdminKeys(ctx, c, AdminUser, p.cfg.AdminKeys)
+	if err != nil {
 		return err
 	}
-	for _, u := range users.Items {
-		if u.Spec.Role == appv1.RoleAdmin && len(u.Spec.Keys) > 0 {
-			p.hasAdmin = true
-		}
+	if changed > 0 {
+		fmt.Fprintf(p.cfg.Out, "    %-15s %d key(s) added to user %s (admin)\n", "", changed, AdminUser)
 	}
-	return nil
+	p.hasAdmin, err = access.HasAdmin(ctx, c)
+	return err
 }
 
 // component is a bex subcommand run as a child of bex up.

@@ -112,7 +112,7 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	if err := ensureAdminKeys(ctx, kc, c.adminKeys); err != nil {
 		return err
 	}
-	if ok, err := hasAdmin(ctx, kc); err == nil && !ok {
+	if ok, err := access.HasAdmin(ctx, kc); err == nil && !ok {
 		fmt.Fprintf(c.errOut, "bex gitserver: no admin yet: run `bex users add NAME --admin --key ~/.ssh/id_ed25519.pub` on this machine, or start with --admin-keys FILE\n")
 	}
 

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,7 +8,6 @@ import (
 	"io"
 	"os"
 	"sort"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -164,30 +161,9 @@ func ensureAdminKeys(ctx context.Context, c client.Client, files []string) error
 		if err != nil {
 			return fmt.Errorf("admin keys: %w", err)
 		}
-		sc := bufio.NewScanner(bytes.NewReader(data))
-		for sc.Scan() {
-			line := strings.TrimSpace(sc.Text())
-			if line == "" || strings.HasPrefix(line, "#") {
-				continue
-			}
-			if _, err := access.EnsureAdmin(ctx, c, "admin", []byte(line)); err != nil {
-				return fmt.Errorf("admin keys in %s: %w", f, err)
-			}
+		if _, err := access.EnsureAdminKeys(ctx, c, "admin", data); err != nil {
+			return fmt.Errorf("admin keys in %s: %w", f, err)
 		}
 	}
 	return nil
-}
-
-// hasAdmin reports whether any admin holds a key.
-func hasAdmin(ctx context.Context, c client.Reader) (bool, error) {
-	var users appv1.UserList
-	if err := c.List(ctx, &users); err != nil {
-		return false, err
-	}
-	for _, u := range users.Items {
-		if u.Spec.Role == appv1.RoleAdmin && len(u.Spec.Keys) > 0 {
-			return true, nil
-		}
-	}
-	return false, nil
 }

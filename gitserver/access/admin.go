@@ -92,3 +92,38 @@ func uniqueKeyName(keys []appv1.SSHKey, name string) string {
 		n = fmt.Sprintf("%s-%d", name, i)
 	}
 }
+
+// EnsureAdminKeys is EnsureAdmin for every key of authorizedKeys, in
+// authorized_keys form (one key a line; blank lines and # comments skipped). It
+// returns how many keys were added or made admin.
+func EnsureAdminKeys(ctx context.Context, c client.Client, user string, authorizedKeys []byte) (changed int, err error) {
+	for _, line := range bytes.Split(authorizedKeys, []byte("\n")) {
+		line = bytes.TrimSpace(line)
+		if len(line) == 0 || line[0] == '#' {
+			continue
+		}
+		ch, err := EnsureAdmin(ctx, c, user, line)
+		if err != nil {
+			return changed, err
+		}
+		if ch {
+			changed++
+		}
+	}
+	return changed, nil
+}
+
+// HasAdmin reports whether some admin holds a key, so that a server can say how to
+// add the first one.
+func HasAdmin(ctx context.Context, c client.Reader) (bool, error) {
+	var users appv1.UserList
+	if err := c.List(ctx, &users); err != nil {
+		return false, err
+	}
+	for _, u := range users.Items {
+		if u.Spec.Role == appv1.RoleAdmin && len(u.Spec.Keys) > 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}

@@ -2,8 +2,10 @@ package access_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
+	gossh "golang.org/x/crypto/ssh"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
@@ -49,5 +51,35 @@ func TestEnsureAdmin(t *testing.T) {
 		if _, err := access.EnsureAdmin(ctx, c, name, []byte(bad)); err == nil {
 			t.Errorf("EnsureAdmin(%q) accepted it", bad)
 		}
+	}
+}
+
+func TestEnsureAdminKeys(t *testing.T) {
+	e := newEnv(t, "adminkeys", nil)
+	ctx := context.Background()
+	name := e.name("ops")
+	k1, l1 := newKey(t)
+	k2, l2 := newKey(t)
+	file := []byte("# the team\n" + l1 + "\n\n  " + l2 + "  \n")
+	if n, err := access.EnsureAdminKeys(ctx, e.cp.Client, name, file); err != nil || n != 2 {
+		t.Fatalf("EnsureAdminKeys = %d, %v; want 2 keys added", n, err)
+	}
+	for _, k := range []gossh.PublicKey{k1, k2} {
+		eventually(t, "an admin key", func() error {
+			u, err := e.dir.UserByKey(ctx, k)
+			if err != nil || u.Name != name || !u.Admin {
+				return fmt.Errorf("%+v %v", u, err)
+			}
+			return nil
+		})
+	}
+	if n, err := access.EnsureAdminKeys(ctx, e.cp.Client, name, file); err != nil || n != 0 {
+		t.Fatalf("EnsureAdminKeys again = %d, %v; want nothing changed", n, err)
+	}
+	if ok, err := access.HasAdmin(ctx, e.cp.Client); err != nil || !ok {
+		t.Fatalf("HasAdmin = %v, %v", ok, err)
+	}
+	if _, err := access.EnsureAdminKeys(ctx, e.cp.Client, name, []byte(l1+"\nnot a key\n")); err == nil {
+		t.Fatal("a file with a line that is no key was accepted")
 	}
 }

@@ -54,7 +54,7 @@ func TestACMECertificatesFromPebble(t *testing.T) {
 				t.Fatal(err)
 			}
 			httpSrv := &http.Server{Handler: certs.HTTPHandler(http.NotFoundHandler())}
-			tlsSrv := &http.Server{Handler: e.proxy}
+			tlsSrv := e.proxy.NewServer(certs.TLSConfig())
 			go httpSrv.Serve(httpLn)
 			go tlsSrv.Serve(tlsLn)
 			t.Cleanup(func() { httpSrv.Close(); tlsSrv.Close() })

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // backendTransport is the edge's HTTP/1.1 client for the common request: no body,
@@ -111,13 +113,21 @@ func closedByPeer(err error) bool {
 func (t *backendTransport) roundTrip(c *backendConn, req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	// A client that leaves unblocks whatever waits on the backend: the deadline
-	// fails the read or write, and the connection is not reused.
-	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	// fails the read or write, and the connection is not reused. The fast lane
+	// says so through its interrupter (no per-request context to cancel);
+	// net/http's requests through their context.
+	var stop func() bool
+	if in, ok := ctx.Value(interrupterKey{}).(*interrupter); ok {
+		in.attach(c.Conn)
+		stop = in.detach
+	} else {
+		stop = context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	}
 	fail := func(err error) (*http.Response, error) {
 		stop()
 		return nil, err
 	}
-	if err := req.Write(c.bw); err != nil {
+	if err := writeRequest(c.bw, req); err != nil {
 		return fail(err)
 	}
 	if err := c.bw.Flush(); err != nil {
@@ -261,4 +271,122 @@ func (t *backendTransport) sweep() {
 	} else {
 		t.sweeper = nil
 	}
+}
+
+// writeRequest writes req, which has no body, to w. A GET or HEAD whose host and
+// header values are plain (which net/http's server and the fast lane have
+// checked before a request gets here) is written directly, as Request.Write
+// would write it but without its per-request allocations (a transfer writer, a
+// sorted copy of the headers); anything else goes through Request.Write.
+func writeRequest(w *bufio.Writer, req *http.Request) error {
+	host := req.Host
+	if host == "" {
+		host = req.URL.Host
+	}
+	ua, haveUA := req.Header["User-Agent"]
+	if (req.Method != http.MethodGet && req.Method != http.MethodHead) || req.Close ||
+		req.URL.Opaque != "" || !httpguts.ValidHostHeader(host) || (haveUA && len(ua) != 1) || !plainHeader(req.Header) {
+		return req.Write(w)
+	}
+	w.WriteString(req.Method)
+	w.WriteByte(' ')
+	w.WriteString(req.URL.RequestURI())
+	w.WriteString(" HTTP/1.1\r\nHost: ")
+	w.WriteString(host)
+	w.WriteString("\r\n")
+	switch {
+	case !haveUA:
+		w.WriteString("User-Agent: Go-http-client/1.1\r\n") // as Request.Write
+	case ua[0] != "":
+		w.WriteString("User-Agent: ")
+		w.WriteString(ua[0])
+		w.WriteString("\r\n")
+	}
+	for k, vv := range req.Header {
+		switch k {
+		case "Host", "User-Agent", "Content-Length", "Transfer-Encoding", "Trailer":
+			continue
+		}
+		for _, v := range vv {
+			w.WriteString(k)
+			w.WriteString(": ")
+			w.WriteString(v)
+			w.WriteString("\r\n")
+		}
+	}
+	_, err := w.WriteString("\r\n")
+	return err
+}
+
+// plainHeader reports whether every header name and value can be written as it
+// is: a valid field name, and a value without control characters (so no line
+// breaks) and without the spaces at its ends that Request.Write would trim.
+func plainHeader(h http.Header) bool {
+	for k, vv := range h {
+		if !httpguts.ValidHeaderFieldName(k) {
+			return false
+		}
+		for _, v := range vv {
+			if !httpguts.ValidHeaderFieldValue(v) || (v != "" && (v[0] == ' ' || v[0] == '\t' ||
+				v[len(v)-1] == ' ' || v[len(v)-1] == '\t')) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// interrupterKey is the context key of an *interrupter.
+type interrupterKey struct{}
+
+// interrupter cuts a backend round trip short from another goroutine: the fast
+// lane's client watch uses it when the client leaves. One serves the round trips
+// of one client connection, one after the other, and costs nothing per request,
+// where a cancelable context per request would cost a context and its
+// registration with its parent.
+type interrupter struct {
+	mu          sync.Mutex
+	conn        net.Conn // the backend connection in use, if any
+	interrupted bool
+}
+
+func (in *interrupter) attach(c net.Conn) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.conn = c
+	if in.interrupted {
+		c.SetDeadline(time.Unix(1, 0))
+	}
+}
+
+// detach reports false if the round trip was interrupted.
+func (in *interrupter) detach() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.conn = nil
+	return !in.interrupted
+}
+
+// interrupt fails the round trip in progress, and the next one if none is.
+func (in *interrupter) interrupt() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.interrupted = true
+	if in.conn != nil {
+		in.conn.SetDeadline(time.Unix(1, 0))
+	}
+}
+
+// wasInterrupted reports whether interrupt was called since the last reset.
+func (in *interrupter) wasInterrupted() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.interrupted
+}
+
+// reset makes the interrupter ready for the next round trip.
+func (in *interrupter) reset() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.interrupted = false
 }

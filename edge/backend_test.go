@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/http/httptrace"
 	"net/textproto"
 	"strings"
@@ -67,11 +66,7 @@ func proxyTo(t *testing.T, cfg Config, backendPort int) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := httptest.NewUnstartedServer(p)
-	p.ConfigureServer(s.Config)
-	s.Start()
-	t.Cleanup(s.Close)
-	return s.URL
+	return "http://" + serve(t, p, nil)
 }
 
 func getB(t *testing.T, c *http.Client, url string) (int, string) {

@@ -17,8 +17,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -67,11 +70,11 @@ func BenchmarkProxy(b *testing.B) {
 	f := newBenchFixture(b)
 	for _, proto := range []string{"http", "https"} {
 		b.Run(proto, func(b *testing.B) {
-			targets := []*benchTarget{
-				f.target("direct", proto, f.backendHTTP, f.backendHTTPS),
-				f.target("edge", proto, f.edgeHTTP, f.edgeHTTPS),
-				f.target("nginx", proto, f.nginxHTTP, f.nginxHTTPS),
-			}
+			edge := f.target("edge", proto, f.edgeHTTP, f.edgeHTTPS)
+			edge.proxy = benchEdge.CPUTime
+			nginx := f.target("nginx", proto, f.nginxHTTP, f.nginxHTTPS)
+			nginx.proxy = benchNginx.CPUTime
+			targets := []*benchTarget{f.target("direct", proto, f.backendHTTP, f.backendHTTPS), edge, nginx}
 			for _, t := range targets {
 				t.load(b, benchWarmup, nil) // connections, certificate, pools
 				defer t.client.CloseIdleConnections()
@@ -92,8 +95,10 @@ func BenchmarkProxy(b *testing.B) {
 				b.ReportMetric(float64(t.cpu.Microseconds())/float64(t.requests), t.name+"-cpu-us/req")
 				if t != targets[0] {
 					b.ReportMetric(t.rate()/direct, t.name+"/direct")
+					b.ReportMetric(float64(t.proxyCPU.Microseconds())/float64(t.requests), t.name+"-own-cpu-us/req")
 				}
 			}
+			b.ReportMetric(float64(benchEdge.PeakRSS())/(1<<20), "edge-peak-rss-MiB")
 			b.ReportMetric(0, "ns/op") // an iteration is a fixed window per target
 		})
 	}
@@ -110,7 +115,7 @@ func BenchmarkProxy(b *testing.B) {
 // would otherwise spend most of the CPU that the servers are measured by.
 func BenchmarkTLSHandshake(b *testing.B) {
 	f := newBenchFixture(b)
-	plain := &handshakeTarget{name: "plain", addr: f.backendHTTPS}
+	plain := &handshakeTarget{name: "plain", addr: f.plainHTTPS}
 	edge := &handshakeTarget{name: "edge", addr: f.edgeHTTPS}
 	targets := []*handshakeTarget{plain, edge}
 	for _, t := range targets {
@@ -191,8 +196,90 @@ func (t *handshakeTarget) load(b *testing.B, d time.Duration) {
 
 func (t *handshakeTarget) rate() float64 { return float64(t.done) / t.elapsed.Seconds() }
 
-// benchNginx is the running nginx, whose CPU time cpuTime adds.
-var benchNginx *testenv.Nginx
+// benchNginx and benchEdge are the running nginx and edge processes, whose CPU
+// time cpuTime adds.
+var (
+	benchNginx *testenv.Nginx
+	benchEdge  *testenv.Helper
+)
+
+// benchEdgeEnv, in the test binary's environment, makes it the benchmark's edge
+// process (runBenchEdge) instead of running tests. Its value is the fixture's
+// directory: the local CA in ca/, and cert.pem and key.pem for the plain TLS
+// server beside the edge. BEX_BENCH_BACKEND is the backend's address,
+// BEX_BENCH_LISTEN the addresses of the edge's HTTP and HTTPS and of the plain
+// TLS server, comma-separated.
+const benchEdgeEnv = "BEX_BENCH_EDGE"
+
+// runBenchEdge serves the edge (its Server, a static table with the app "bench"
+// on the backend, certificates from the local CA) and, for the handshake
+// benchmark, a plain crypto/tls server in the same process, until SIGTERM.
+func runBenchEdge() int {
+	fail := func(err error) int {
+		fmt.Fprintln(os.Stderr, "bench edge:", err)
+		return 1
+	}
+	dir := os.Getenv(benchEdgeEnv)
+	listen := strings.Split(os.Getenv("BEX_BENCH_LISTEN"), ",")
+	backend, err := net.ResolveTCPAddr("tcp", os.Getenv("BEX_BENCH_BACKEND"))
+	if err != nil || len(listen) != 3 {
+		return fail(fmt.Errorf("want BEX_BENCH_BACKEND=host:port and three BEX_BENCH_LISTEN addresses (%v)", err))
+	}
+	ca, err := LoadOrCreateLocalCA(filepath.Join(dir, "ca"))
+	if err != nil {
+		return fail(err)
+	}
+	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem"))
+	if err != nil {
+		return fail(err)
+	}
+	table := staticTable("localhost", []appv1.App{app("bench")}, []discoveryv1.EndpointSlice{
+		slice("bench", discoveryv1.AddressTypeFQDN, int32(backend.Port), ep(nil, "127.0.0.1")),
+	})
+	log := slog.New(slog.NewTextHandler(io.Discard, nil)) // formatted as in production, then dropped
+	p, err := NewProxy(Config{}, table, log, nil)
+	if err != nil {
+		return fail(err)
+	}
+	certs, err := NewCertificates(table, FileStorage(filepath.Join(dir, "certificates")), ca, nil, log, nil)
+	if err != nil {
+		return fail(err)
+	}
+	var ls [3]net.Listener
+	for i, a := range listen {
+		if ls[i], err = net.Listen("tcp", a); err != nil {
+			return fail(err)
+		}
+	}
+	errc := make(chan error, 3)
+	go func() { errc <- p.NewServer(nil).Serve(ls[0]) }()
+	go func() { errc <- p.NewServer(certs.TLSConfig()).Serve(tls.NewListener(ls[1], certs.TLSConfig())) }()
+	plain := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }),
+		ErrorLog: slog.NewLogLogger(slog.DiscardHandler, slog.LevelError)}
+	go func() {
+		errc <- plain.Serve(tls.NewListener(ls[2], &tls.Config{Certificates: []tls.Certificate{pair}}))
+	}()
+	// BEX_BENCH_EDGE_PROFILE=FILE: a CPU profile of the edge process, for the
+	// whole run (go tool pprof FILE).
+	if path := os.Getenv("BEX_BENCH_EDGE_PROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return fail(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fail(err)
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, os.Interrupt)
+	select {
+	case <-stop:
+		return 0
+	case err := <-errc:
+		return fail(err)
+	}
+}
 
 // benchFixture is a backend, the edge in front of it and nginx in front of it,
 // each on HTTP and HTTPS, on loopback.
@@ -201,6 +288,7 @@ type benchFixture struct {
 	backendHTTP, backendHTTPS string
 	edgeHTTP, edgeHTTPS       string
 	nginxHTTP, nginxHTTPS     string
+	plainHTTPS                string // crypto/tls alone, in the edge's process
 	handshakeCfg              *tls.Config
 }
 
@@ -236,20 +324,32 @@ func newBenchFixture(b *testing.B) *benchFixture {
 	f.backendHTTP = serveBench(b, ok, nil)
 	f.backendHTTPS = serveBench(b, ok, &tls.Config{Certificates: []tls.Certificate{pair}})
 
-	table := staticTable("localhost", []appv1.App{app("bench")}, []discoveryv1.EndpointSlice{
-		slice("bench", discoveryv1.AddressTypeFQDN, int32(port(b, tcpAddr(f.backendHTTP))), ep(nil, "127.0.0.1")),
+	// The edge runs in a process of its own, as in production and as nginx does
+	// here: in this one it would share the Go runtime (scheduler, garbage
+	// collector) with the load generator and the backend.
+	var ports [3]int
+	for i := range ports {
+		if ports[i], err = testenv.FreePort(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	f.edgeHTTP = fmt.Sprintf("127.0.0.1:%d", ports[0])
+	f.edgeHTTPS = fmt.Sprintf("127.0.0.1:%d", ports[1])
+	f.plainHTTPS = fmt.Sprintf("127.0.0.1:%d", ports[2])
+	edgeProc, err := testenv.StartHelper(filepath.Join(dir, "edge"), "edge", []string{
+		benchEdgeEnv + "=" + dir, "BEX_BENCH_BACKEND=" + f.backendHTTP,
+		"BEX_BENCH_LISTEN=" + strings.Join([]string{f.edgeHTTP, f.edgeHTTPS, f.plainHTTPS}, ","),
+	}, f.edgeHTTP, f.edgeHTTPS, f.plainHTTPS)
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchEdge = edgeProc
+	b.Cleanup(func() {
+		benchEdge = nil
+		if err := edgeProc.Stop(); err != nil {
+			b.Error(err)
+		}
 	})
-	log := slog.New(slog.NewTextHandler(io.Discard, nil)) // formatted as in production, then dropped
-	p, err := NewProxy(Config{}, table, log, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	certs, err := NewCertificates(table, FileStorage(filepath.Join(dir, "certificates")), ca, nil, log, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	f.edgeHTTP = serveBench(b, p, nil, p.ConfigureServer)
-	f.edgeHTTPS = serveBench(b, p, certs.TLSConfig(), p.ConfigureServer)
 
 	// nginx as a reverse proxy is usually set up: upstream keepalive (HTTP/1.1 and
 	// no Connection header to the backend), the usual forwarded headers, an access
@@ -302,16 +402,13 @@ func newBenchFixture(b *testing.B) *benchFixture {
 
 // serveBench serves h on a loopback port, over TLS when tc is set, and returns
 // host:port.
-func serveBench(b *testing.B, h http.Handler, tc *tls.Config, configure ...func(*http.Server)) string {
+func serveBench(b *testing.B, h http.Handler, tc *tls.Config) string {
 	b.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
 	srv := &http.Server{Handler: h, TLSConfig: tc, ErrorLog: slog.NewLogLogger(slog.DiscardHandler, slog.LevelError)}
-	for _, c := range configure {
-		c(srv)
-	}
 	if tc != nil {
 		l = tls.NewListener(l, tc)
 	}
@@ -358,7 +455,9 @@ type benchTarget struct {
 	client    *http.Client
 	requests  int64
 	elapsed   time.Duration
-	cpu       time.Duration // this process's CPU time and nginx's, while measured
+	cpu       time.Duration // every process's CPU time (cpuTime), while measured
+	proxy     func() time.Duration
+	proxyCPU  time.Duration // the proxy process's own CPU time, while measured
 	latencies []time.Duration
 }
 
@@ -379,6 +478,10 @@ func (t *benchTarget) load(b *testing.B, d time.Duration, into *benchTarget) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	cpu0 := cpuTime(b)
+	var proxy0 time.Duration
+	if t.proxy != nil {
+		proxy0 = t.proxy()
+	}
 	start := time.Now()
 	stop := start.Add(d)
 	for range benchConns {
@@ -416,6 +519,9 @@ func (t *benchTarget) load(b *testing.B, d time.Duration, into *benchTarget) {
 	if into != nil {
 		into.elapsed += time.Since(start)
 		into.cpu += cpuTime(b) - cpu0
+		if t.proxy != nil {
+			into.proxyCPU += t.proxy() - proxy0
+		}
 	}
 }
 
@@ -429,6 +535,9 @@ func cpuTime(b *testing.B) time.Duration {
 	d := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	if benchNginx != nil {
 		d += benchNginx.CPUTime()
+	}
+	if benchEdge != nil {
+		d += benchEdge.CPUTime()
 	}
 	return d
 }

@@ -28,14 +28,15 @@
 //     event handlers — before the cache starts, so the informers start with it rather
 //     than lazily on a first read;
 //  3. start the cache (c.Start in a goroutine);
-//  4. serve NewProxy(cfg, table, log, registerer) from an http.Server passed to
-//     Proxy.ConfigureServer (header limits, timeouts, the connections gauge).
-//     Requests that arrive before the cache has synced get 503 "starting", never a
-//     false 404.
+//  4. serve NewProxy(cfg, table, log, registerer) with Proxy.NewServer (its fast
+//     lane for plain HTTP/1.1 GETs, net/http for everything else; see Server), or
+//     from an http.Server passed to Proxy.ConfigureServer (header limits,
+//     timeouts, the connections gauge). Requests that arrive before the cache has
+//     synced get 503 "starting", never a false 404.
 //
 // Errors are the edge's own small pages (HTML if the client accepts it, else
 // text): unknown host 404, suspended app 503, no ready backend 503, backend
 // unreachable 502, backend too slow to send headers 504. A client that left is
 // logged as 499. The transport decides the status (BackendError) where the cause
-// is known; the ReverseProxy's ErrorHandler only renders it.
+// is known; the ReverseProxy's ErrorHandler and the fast lane only render it.
 package edge

@@ -3,6 +3,7 @@ package edge
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -31,7 +32,12 @@ import (
 	"bex.co/bex/internal/testenv"
 )
 
-func TestMain(m *testing.M) { os.Exit(testenv.Run(m)) }
+func TestMain(m *testing.M) {
+	if os.Getenv(benchEdgeEnv) != "" {
+		os.Exit(runBenchEdge()) // the benchmark's edge process, not a test run
+	}
+	os.Exit(testenv.Run(m))
+}
 
 type env struct {
 	t      *testing.T
@@ -78,16 +84,31 @@ func newEnv(t *testing.T, cfg Config) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewUnstartedServer(p)
-	p.ConfigureServer(ts.Config)
-	ts.Start()
-	t.Cleanup(ts.Close)
-	e := &env{t: t, ns: ns, kube: cp.Client, table: table, proxy: p, url: ts.URL,
-		addr: ts.Listener.Addr().String(), log: logs, reg: reg,
+	addr := serve(t, p, nil)
+	e := &env{t: t, ns: ns, kube: cp.Client, table: table, proxy: p, url: "http://" + addr,
+		addr: addr, log: logs, reg: reg,
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}, Timeout: 30 * time.Second}}
 	t.Cleanup(e.client.CloseIdleConnections)
 	eventually(t, "table ready", table.Ready)
 	return e
+}
+
+// serve serves p on a loopback port with its Server (the fast lane and net/http
+// behind it), over TLS when tc is set, and returns host:port.
+func serve(t testing.TB, p *Proxy, tc *tls.Config) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if tc != nil {
+		l = tls.NewListener(l, tc)
+	}
+	srv := p.NewServer(tc)
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return addr
 }
 
 // eventually polls cond for at most 10 s.

@@ -18,6 +18,7 @@ type metrics struct {
 	bytesIn     *prometheus.CounterVec
 	connections prometheus.Gauge
 	inFlight    prometheus.Gauge
+	handoffs    prometheus.Counter
 
 	apps sync.Map // app name -> *appMetrics
 }
@@ -65,12 +66,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		bytesIn: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "request_bytes_total", Help: "Request body bytes read from clients, by app."}, []string{"app"}),
 		connections: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
-			Name: "connections_active", Help: "Open client connections (needs Proxy.ConfigureServer)."}),
+			Name: "connections_active", Help: "Open client connections (of a Server, or of an http.Server passed to Proxy.ConfigureServer)."}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "requests_in_flight", Help: "Requests being proxied now."}),
+		handoffs: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "fast_lane_handoffs_total", Help: "Client connections the fast lane handed to net/http: HTTP/2, a request with a body, an upgrade, an error page, ..."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.duration, m.bytesOut, m.bytesIn, m.connections, m.inFlight)
+		reg.MustRegister(m.requests, m.duration, m.bytesOut, m.bytesIn, m.connections, m.inFlight, m.handoffs)
 	}
 	return m
 }

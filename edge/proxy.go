@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -134,6 +135,10 @@ type reqState struct {
 
 type stateKey struct{}
 
+// tlsStateKey carries the *tls.ConnectionState of a TLS connection that the fast
+// lane handed to net/http (see Server), in the request's context.
+type tlsStateKey struct{}
+
 func stateOf(ctx context.Context) *reqState {
 	st, _ := ctx.Value(stateKey{}).(*reqState)
 	return st
@@ -158,26 +163,18 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		} else if status == 0 {
 			status = st.upstream
 		}
-		d := time.Since(start)
 		var in int64
 		if body != nil {
 			in = body.n.Load()
 		}
-		am := p.m.app(st.route.App)
-		am.requests(status).Inc()
-		am.duration.Observe(d.Seconds())
-		am.bytesOut.Add(float64(rec.bytes))
-		am.bytesIn.Add(float64(in))
-		backend := ""
-		if b := st.backend.Load(); b != nil {
-			backend = *b
-		}
-		// LogAttrs: no []any to allocate, no values to box, once per request.
-		p.log.LogAttrs(context.Background(), slog.LevelInfo, "request", slog.String("method", r.Method),
-			slog.String("host", host), slog.String("path", r.URL.Path), slog.Int("status", status),
-			slog.Duration("duration", d), slog.String("app", st.route.App), slog.String("backend", backend),
-			slog.String("request_id", st.id), slog.Int64("bytes_in", in), slog.Int64("bytes_out", rec.bytes))
+		p.observe(st, r.Method, host, r.URL.Path, status, start, in, rec.bytes)
 	}()
+	if r.TLS == nil {
+		// A connection that the fast lane handed over is not a *tls.Conn to net/http.
+		if cs, ok := r.Context().Value(tlsStateKey{}).(*tls.ConnectionState); ok {
+			r.TLS = cs
+		}
+	}
 
 	if !p.table.Ready() {
 		p.page(rec, st, http.StatusServiceUnavailable, "The edge is starting", "The edge is starting; try again in a moment.")
@@ -205,6 +202,26 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.rp.ServeHTTP(rec, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
 }
 
+// observe counts a finished request in its app's metrics and writes its access log
+// line.
+func (p *Proxy) observe(st *reqState, method, host, path string, status int, start time.Time, in, out int64) {
+	d := time.Since(start)
+	am := p.m.app(st.route.App)
+	am.requests(status).Inc()
+	am.duration.Observe(d.Seconds())
+	am.bytesOut.Add(float64(out))
+	am.bytesIn.Add(float64(in))
+	backend := ""
+	if b := st.backend.Load(); b != nil {
+		backend = *b
+	}
+	// LogAttrs: no []any to allocate, no values to box, once per request.
+	p.log.LogAttrs(context.Background(), slog.LevelInfo, "request", slog.String("method", method),
+		slog.String("host", host), slog.String("path", path), slog.Int("status", status),
+		slog.Duration("duration", d), slog.String("app", st.route.App), slog.String("backend", backend),
+		slog.String("request_id", st.id), slog.Int64("bytes_in", in), slog.Int64("bytes_out", out))
+}
+
 func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	st := stateOf(pr.In.Context())
 	b := st.route.Backends[st.pick%uint64(len(st.route.Backends))]
@@ -229,48 +246,64 @@ func (p *Proxy) modifyResponse(res *http.Response) error {
 
 func (p *Proxy) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	st := stateOf(r.Context())
-	status := http.StatusBadGateway
-	var be *BackendError
-	if errors.As(err, &be) {
-		status = be.Status
-	}
-	if r.Context().Err() != nil {
-		status = StatusClientClosedRequest
-	}
-	if status == StatusClientClosedRequest {
-		st.status = status // nobody to answer; only the log and metrics see it
-		p.log.Debug("client went away", "request_id", st.id, "err", err)
+	rec, _ := w.(*recorder)
+	status, body, ok := p.errorPage(w.Header(), st, rec != nil && rec.wantsHTML, err, r.Context().Err() != nil)
+	if !ok {
 		return
 	}
-	p.log.Warn("backend failed", "app", st.route.App, "request_id", st.id, "status", status, "err", err)
-	switch status {
-	case http.StatusGatewayTimeout:
-		p.page(w, st, status, "App timed out", st.route.App+" did not answer in time.")
-	default:
-		p.page(w, st, http.StatusBadGateway, "App not answering", st.route.App+" could not be reached.")
-	}
+	w.WriteHeader(status)
+	w.Write(body)
 }
 
 // page writes the edge's own small answer: HTML for browsers, text otherwise.
 func (p *Proxy) page(w http.ResponseWriter, st *reqState, status int, title, msg string) {
-	h := w.Header()
-	h.Set(HeaderRequestID, st.id)
+	rec, ok := w.(*recorder)
+	body := renderPage(w.Header(), st.id, status, ok && rec.wantsHTML, title, msg)
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
+// renderPage sets the headers of one of the edge's own pages on h and returns its
+// body.
+func renderPage(h http.Header, id string, status int, wantsHTML bool, title, msg string) []byte {
+	h.Set(HeaderRequestID, id)
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Content-Type-Options", "nosniff")
 	if status == http.StatusServiceUnavailable {
 		h.Set("Retry-After", "5")
 	}
-	if rec, ok := w.(*recorder); ok && rec.wantsHTML {
+	if wantsHTML {
 		h.Set("Content-Type", "text/html; charset=utf-8")
-		w.WriteHeader(status)
-		fmt.Fprintf(w, "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>%d %s</title></head>"+
+		return fmt.Appendf(nil, "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>%d %s</title></head>"+
 			"<body><h1>%s</h1><p>%s</p><p><small>request %s</small></p></body></html>\n",
-			status, html.EscapeString(title), html.EscapeString(title), html.EscapeString(msg), html.EscapeString(st.id))
-		return
+			status, html.EscapeString(title), html.EscapeString(title), html.EscapeString(msg), html.EscapeString(id))
 	}
 	h.Set("Content-Type", "text/plain; charset=utf-8")
-	w.WriteHeader(status)
-	fmt.Fprintf(w, "%s\nrequest %s\n", msg, st.id)
+	return fmt.Appendf(nil, "%s\nrequest %s\n", msg, id)
+}
+
+// errorPage renders the page for a failed round trip, or reports false when the
+// client went away and nobody is left to answer.
+func (p *Proxy) errorPage(h http.Header, st *reqState, wantsHTML bool, err error, clientGone bool) (int, []byte, bool) {
+	status := http.StatusBadGateway
+	var be *BackendError
+	if errors.As(err, &be) {
+		status = be.Status
+	}
+	if clientGone {
+		status = StatusClientClosedRequest
+	}
+	if status == StatusClientClosedRequest {
+		st.status = status // nobody to answer; only the log and metrics see it
+		p.log.Debug("client went away", "request_id", st.id, "err", err)
+		return status, nil, false
+	}
+	p.log.Warn("backend failed", "app", st.route.App, "request_id", st.id, "status", status, "err", err)
+	if status == http.StatusGatewayTimeout {
+		return status, renderPage(h, st.id, status, wantsHTML, "App timed out", st.route.App+" did not answer in time."), true
+	}
+	return http.StatusBadGateway, renderPage(h, st.id, http.StatusBadGateway, wantsHTML,
+		"App not answering", st.route.App+" could not be reached."), true
 }
 
 // transport chooses nothing but the retry: Rewrite picked the backend, and a

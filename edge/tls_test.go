@@ -74,17 +74,11 @@ func testHTTPSWithTheLocalCA(t *testing.T, secrets bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", certs.TLSConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: e.proxy}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
+	addr := serve(t, e.proxy, certs.TLSConfig())
 
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(ca.CertPEM())
-	client := clientTo(ln.Addr().String(), roots)
+	client := clientTo(addr, roots)
 	resp, err := client.Get("https://web.localhost/")
 	if err != nil {
 		t.Fatal(err)

@@ -137,14 +137,21 @@ func (c *edgeCmd) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var servers []*http.Server
+	// server is an http.Server or an edge.Server (the proxy's fast lane in
+	// front of an http.Server).
+	type server interface {
+		Serve(net.Listener) error
+		Shutdown(context.Context) error
+		Close() error
+	}
+	var servers []server
 	errc := make(chan error, 2)
-	serve := func(srv *http.Server, l net.Listener) {
+	serve := func(srv server, l net.Listener) {
 		servers = append(servers, srv)
 		go func() { errc <- srv.Serve(l) }()
 	}
 
-	httpHandler := http.Handler(proxy)
+	var httpHandler http.Handler // with HTTPS: ACME challenges and redirects
 	if c.httpsAddr != "" {
 		var ca *edge.LocalCA
 		var acme *edge.ACME
@@ -173,9 +180,8 @@ func (c *edgeCmd) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		srv := &http.Server{Handler: proxy, TLSConfig: certs.TLSConfig()}
-		proxy.ConfigureServer(srv)
-		serve(srv, tls.NewListener(tl, srv.TLSConfig))
+		tlsConfig := certs.TLSConfig()
+		serve(proxy.NewServer(tlsConfig), tls.NewListener(tl, tlsConfig))
 		_, httpsPort, _ := net.SplitHostPort(tl.Addr().String())
 		httpHandler = certs.HTTPHandler(redirectToHTTPS(httpsPort))
 		fmt.Fprintf(c.errOut, "bex edge: serving https://<app>.%s on %s (%s)\n", c.baseDomain, tl.Addr(), trust)
@@ -184,9 +190,13 @@ func (c *edgeCmd) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: httpHandler}
-	proxy.ConfigureServer(srv)
-	serve(srv, l)
+	if c.httpsAddr == "" {
+		serve(proxy.NewServer(nil), l) // the apps, on plain HTTP
+	} else {
+		srv := &http.Server{Handler: httpHandler}
+		proxy.ConfigureServer(srv)
+		serve(srv, l)
+	}
 	fmt.Fprintf(c.errOut, "bex edge: HTTP on %s\n", l.Addr())
 	if c.ready != nil {
 		c.ready <- l.Addr().String()

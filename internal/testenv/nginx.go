@@ -84,8 +84,12 @@ http {
 
 // CPUTime is the CPU time nginx has used (user and system), from /proc; 0 once it
 // has exited.
-func (n *Nginx) CPUTime() time.Duration {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", n.proc.cmd.Process.Pid))
+func (n *Nginx) CPUTime() time.Duration { return processCPUTime(n.proc.cmd.Process.Pid) }
+
+// processCPUTime is the CPU time (user and system, all threads) that process pid
+// has used, from /proc; 0 if it has exited.
+func processCPUTime(pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0
 	}

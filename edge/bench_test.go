@@ -53,16 +53,19 @@ const (
 // each, and the ratios to direct: a proxy's cost is only comparable on the same
 // machine and in the same minute.
 //
-// The load generator (net/http's client), the backend and the edge share this
-// process and the machine's cores; nginx runs beside them as one process. Both
-// proxies write an access log line per request to a sink that discards it, so the
-// formatting is paid as in production and the disk is not. The edge's HTTPS uses
-// its real certmagic configuration with the local CA; the backend and nginx serve a
-// certificate of the same CA and key type.
+// The load generator (net/http's client) and the backend share this process; the
+// edge runs in a process of its own (this test binary started again, see
+// runBenchEdge), as nginx does (one process), all on the machine's cores. The
+// edge is measured twice: served by its Server (the fast lane), and served by a
+// plain http.Server with the Proxy as handler ("edge-nethttp", what the lane
+// saves). Both proxies write an access log line per request to a sink that
+// discards it, so the formatting is paid as in production and the disk is not.
+// The edge's HTTPS uses its real certmagic configuration with the local CA; the
+// backend and nginx serve a certificate of the same CA and key type.
 //
-// Beside the rates it reports each target's CPU time per request (this process,
-// which holds the client, the backend and the edge, plus nginx): unlike the rates,
-// that does not move when other work on the machine takes cores away.
+// Beside the rates it reports each target's CPU time per request, all processes
+// together and the proxy's own process alone: unlike the rates, those do not move
+// when other work on the machine takes cores away.
 //
 // Each iteration measures every target for benchRounds×benchSlice, so the numbers
 // do not depend on b.N (`make bench` runs 3 iterations).
@@ -72,9 +75,13 @@ func BenchmarkProxy(b *testing.B) {
 		b.Run(proto, func(b *testing.B) {
 			edge := f.target("edge", proto, f.edgeHTTP, f.edgeHTTPS)
 			edge.proxy = benchEdge.CPUTime
+			netHTTP := f.target("edge-nethttp", proto, f.netHTTP, f.netHTTPS)
+			netHTTP.proxy = benchEdge.CPUTime
 			nginx := f.target("nginx", proto, f.nginxHTTP, f.nginxHTTPS)
 			nginx.proxy = benchNginx.CPUTime
-			targets := []*benchTarget{f.target("direct", proto, f.backendHTTP, f.backendHTTPS), edge, nginx}
+			caddy := f.target("caddy", proto, f.caddyHTTP, f.caddyHTTPS)
+			caddy.proxy = benchCaddy.CPUTime
+			targets := []*benchTarget{f.target("direct", proto, f.backendHTTP, f.backendHTTPS), edge, netHTTP, nginx, caddy}
 			for _, t := range targets {
 				t.load(b, benchWarmup, nil) // connections, certificate, pools
 				defer t.client.CloseIdleConnections()
@@ -117,7 +124,8 @@ func BenchmarkTLSHandshake(b *testing.B) {
 	f := newBenchFixture(b)
 	plain := &handshakeTarget{name: "plain", addr: f.plainHTTPS}
 	edge := &handshakeTarget{name: "edge", addr: f.edgeHTTPS}
-	targets := []*handshakeTarget{plain, edge}
+	caddy := &handshakeTarget{name: "caddy", addr: f.caddyHTTPS}
+	targets := []*handshakeTarget{plain, edge, caddy}
 	for _, t := range targets {
 		if err := t.pin(f.handshakeCfg); err != nil {
 			b.Fatal(err)
@@ -134,7 +142,9 @@ func BenchmarkTLSHandshake(b *testing.B) {
 	}
 	b.ReportMetric(plain.rate(), "plain-handshakes/s")
 	b.ReportMetric(edge.rate(), "edge-handshakes/s")
+	b.ReportMetric(caddy.rate(), "caddy-handshakes/s")
 	b.ReportMetric(edge.rate()/plain.rate(), "edge/plain")
+	b.ReportMetric(edge.rate()/caddy.rate(), "edge/caddy")
 	b.ReportMetric(0, "ns/op")
 }
 
@@ -200,6 +210,7 @@ func (t *handshakeTarget) rate() float64 { return float64(t.done) / t.elapsed.Se
 // time cpuTime adds.
 var (
 	benchNginx *testenv.Nginx
+	benchCaddy *testenv.Caddy
 	benchEdge  *testenv.Helper
 )
 
@@ -207,8 +218,8 @@ var (
 // process (runBenchEdge) instead of running tests. Its value is the fixture's
 // directory: the local CA in ca/, and cert.pem and key.pem for the plain TLS
 // server beside the edge. BEX_BENCH_BACKEND is the backend's address,
-// BEX_BENCH_LISTEN the addresses of the edge's HTTP and HTTPS and of the plain
-// TLS server, comma-separated.
+// BEX_BENCH_LISTEN the addresses of the edge's HTTP and HTTPS, of the plain TLS
+// server, and of the edge's HTTP and HTTPS without the fast lane, comma-separated.
 const benchEdgeEnv = "BEX_BENCH_EDGE"
 
 // runBenchEdge serves the edge (its Server, a static table with the app "bench"
@@ -222,8 +233,8 @@ func runBenchEdge() int {
 	dir := os.Getenv(benchEdgeEnv)
 	listen := strings.Split(os.Getenv("BEX_BENCH_LISTEN"), ",")
 	backend, err := net.ResolveTCPAddr("tcp", os.Getenv("BEX_BENCH_BACKEND"))
-	if err != nil || len(listen) != 3 {
-		return fail(fmt.Errorf("want BEX_BENCH_BACKEND=host:port and three BEX_BENCH_LISTEN addresses (%v)", err))
+	if err != nil || len(listen) != 5 {
+		return fail(fmt.Errorf("want BEX_BENCH_BACKEND=host:port and five BEX_BENCH_LISTEN addresses (%v)", err))
 	}
 	ca, err := LoadOrCreateLocalCA(filepath.Join(dir, "ca"))
 	if err != nil {
@@ -245,15 +256,24 @@ func runBenchEdge() int {
 	if err != nil {
 		return fail(err)
 	}
-	var ls [3]net.Listener
+	var ls [5]net.Listener
 	for i, a := range listen {
 		if ls[i], err = net.Listen("tcp", a); err != nil {
 			return fail(err)
 		}
 	}
-	errc := make(chan error, 3)
+	errc := make(chan error, 5)
 	go func() { errc <- p.NewServer(nil).Serve(ls[0]) }()
 	go func() { errc <- p.NewServer(certs.TLSConfig()).Serve(tls.NewListener(ls[1], certs.TLSConfig())) }()
+	for i, tc := range map[int]*tls.Config{3: nil, 4: certs.TLSConfig()} {
+		srv := &http.Server{Handler: p, TLSConfig: tc}
+		p.ConfigureServer(srv)
+		l := ls[i]
+		if tc != nil {
+			l = tls.NewListener(l, tc)
+		}
+		go func() { errc <- srv.Serve(l) }()
+	}
 	plain := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }),
 		ErrorLog: slog.NewLogLogger(slog.DiscardHandler, slog.LevelError)}
 	go func() {
@@ -289,6 +309,8 @@ type benchFixture struct {
 	edgeHTTP, edgeHTTPS       string
 	nginxHTTP, nginxHTTPS     string
 	plainHTTPS                string // crypto/tls alone, in the edge's process
+	netHTTP, netHTTPS         string // the edge without its fast lane
+	caddyHTTP, caddyHTTPS     string
 	handshakeCfg              *tls.Config
 }
 
@@ -327,7 +349,7 @@ func newBenchFixture(b *testing.B) *benchFixture {
 	// The edge runs in a process of its own, as in production and as nginx does
 	// here: in this one it would share the Go runtime (scheduler, garbage
 	// collector) with the load generator and the backend.
-	var ports [3]int
+	var ports [5]int
 	for i := range ports {
 		if ports[i], err = testenv.FreePort(); err != nil {
 			b.Fatal(err)
@@ -336,10 +358,12 @@ func newBenchFixture(b *testing.B) *benchFixture {
 	f.edgeHTTP = fmt.Sprintf("127.0.0.1:%d", ports[0])
 	f.edgeHTTPS = fmt.Sprintf("127.0.0.1:%d", ports[1])
 	f.plainHTTPS = fmt.Sprintf("127.0.0.1:%d", ports[2])
+	f.netHTTP = fmt.Sprintf("127.0.0.1:%d", ports[3])
+	f.netHTTPS = fmt.Sprintf("127.0.0.1:%d", ports[4])
 	edgeProc, err := testenv.StartHelper(filepath.Join(dir, "edge"), "edge", []string{
 		benchEdgeEnv + "=" + dir, "BEX_BENCH_BACKEND=" + f.backendHTTP,
-		"BEX_BENCH_LISTEN=" + strings.Join([]string{f.edgeHTTP, f.edgeHTTPS, f.plainHTTPS}, ","),
-	}, f.edgeHTTP, f.edgeHTTPS, f.plainHTTPS)
+		"BEX_BENCH_LISTEN=" + strings.Join([]string{f.edgeHTTP, f.edgeHTTPS, f.plainHTTPS, f.netHTTP, f.netHTTPS}, ","),
+	}, f.edgeHTTP, f.edgeHTTPS, f.plainHTTPS, f.netHTTP, f.netHTTPS)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -394,6 +418,49 @@ func newBenchFixture(b *testing.B) *benchFixture {
 	b.Cleanup(func() {
 		benchNginx = nil
 		if err := ng.Stop(); err != nil {
+			b.Error(err)
+		}
+	})
+
+	// Caddy as its documentation sets up a reverse proxy, with the same
+	// certificate, an access log that is formatted and discarded, and no admin
+	// endpoint or automatic HTTPS (nothing to reach from here).
+	caddyPorts := [2]int{}
+	for i := range caddyPorts {
+		if caddyPorts[i], err = testenv.FreePort(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	f.caddyHTTP = fmt.Sprintf("127.0.0.1:%d", caddyPorts[0])
+	f.caddyHTTPS = fmt.Sprintf("127.0.0.1:%d", caddyPorts[1])
+	cd, err := testenv.StartCaddy(filepath.Join(dir, "caddy"), fmt.Sprintf(`{
+	admin off
+	auto_https off
+	persist_config off
+}
+https://%[1]s:%[2]d {
+	bind 127.0.0.1
+	tls %[4]s/cert.pem %[4]s/key.pem
+	reverse_proxy %[5]s
+	log {
+		output discard
+	}
+}
+http://%[1]s:%[3]d {
+	bind 127.0.0.1
+	reverse_proxy %[5]s
+	log {
+		output discard
+	}
+}
+`, benchHost, caddyPorts[1], caddyPorts[0], dir, f.backendHTTP), f.caddyHTTP, f.caddyHTTPS)
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchCaddy = cd
+	b.Cleanup(func() {
+		benchCaddy = nil
+		if err := cd.Stop(); err != nil {
 			b.Error(err)
 		}
 	})
@@ -538,6 +605,9 @@ func cpuTime(b *testing.B) time.Duration {
 	}
 	if benchEdge != nil {
 		d += benchEdge.CPUTime()
+	}
+	if benchCaddy != nil {
+		d += benchCaddy.CPUTime()
 	}
 	return d
 }

@@ -8,6 +8,7 @@
 #        buildkitd, buildctl                (hack/tools/buildkit)
 #        kube-apiserver, etcd, kubectl      (hack/tools/kube)
 #        pebble, pebble-challtestsrv        (the bex module's tool directives)
+#        caddy                              (hack/tools/caddy; the edge benchmarks' reference)
 #
 # The first run on a machine builds for about 10 minutes; the Go build cache makes
 # later ones take seconds.
@@ -87,6 +88,9 @@ build "kube-apiserver, kubectl and etcd $KUBE_VERSION" "kube-$KUBE_VERSION" hack
 build "pebble $PEBBLE_VERSION" "pebble-$PEBBLE_VERSION" . "-s -w" "pebble pebble-challtestsrv" \
 	github.com/letsencrypt/pebble/v2/cmd/pebble github.com/letsencrypt/pebble/v2/cmd/pebble-challtestsrv
 
+build "caddy $CADDY_VERSION" "caddy-$CADDY_VERSION" hack/tools/caddy "-s -w" "caddy" \
+	github.com/caddyserver/caddy/v2/cmd/caddy
+
 link() { ln -sfn "$1/$2" "bin/$2"; }
 link "buildkit-$BUILDKIT_VERSION" buildkitd
 link "buildkit-$BUILDKIT_VERSION" buildctl
@@ -95,8 +99,9 @@ link "kube-$KUBE_VERSION" etcd
 link "kube-$KUBE_VERSION" kubectl
 link "pebble-$PEBBLE_VERSION" pebble
 link "pebble-$PEBBLE_VERSION" pebble-challtestsrv
+link "caddy-$CADDY_VERSION" caddy
 
-for b in buildkitd buildctl kube-apiserver etcd kubectl pebble pebble-challtestsrv; do
+for b in buildkitd buildctl kube-apiserver etcd kubectl pebble pebble-challtestsrv caddy; do
 	[ -x "bin/$b" ] || die "bin/$b is missing after the build: remove bin/ and run make tools again"
 done
 say "tools ready in bin/"

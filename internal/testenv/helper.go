@@ -1,9 +1,7 @@
 package testenv
 
 import (
-	"context"
 	"fmt"
-	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -34,16 +32,7 @@ func StartHelper(dir, name string, env []string, listen ...string) (*Helper, err
 		return nil, err
 	}
 	h := &Helper{proc: proc}
-	err = proc.waitReady(30*time.Second, func(ctx context.Context) error {
-		for _, a := range listen {
-			c, err := (&net.Dialer{}).DialContext(ctx, "tcp", a)
-			if err != nil {
-				return err
-			}
-			c.Close()
-		}
-		return nil
-	})
+	err = proc.waitListening(30*time.Second, listen...)
 	if err != nil {
 		_ = h.Stop()
 		return nil, err

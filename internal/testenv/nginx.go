@@ -2,9 +2,7 @@ package testenv
 
 import (
 	"bytes"
-	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,16 +63,7 @@ http {
 		return nil, err
 	}
 	n := &Nginx{proc: proc}
-	err = proc.waitReady(10*time.Second, func(ctx context.Context) error {
-		for _, a := range listen {
-			c, err := (&net.Dialer{}).DialContext(ctx, "tcp", a)
-			if err != nil {
-				return err
-			}
-			c.Close()
-		}
-		return nil
-	})
+	err = proc.waitListening(10*time.Second, listen...)
 	if err != nil {
 		_ = n.Stop()
 		return nil, err

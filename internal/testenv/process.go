@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,6 +76,20 @@ func (p *process) waitReady(timeout time.Duration, ready func(context.Context) e
 }
 
 // stop sends SIGTERM, then SIGKILL after grace, and waits for the exit.
+// waitListening waits until every address in listen accepts TCP connections.
+func (p *process) waitListening(timeout time.Duration, listen ...string) error {
+	return p.waitReady(timeout, func(ctx context.Context) error {
+		for _, a := range listen {
+			c, err := (&net.Dialer{}).DialContext(ctx, "tcp", a)
+			if err != nil {
+				return err
+			}
+			c.Close()
+		}
+		return nil
+	})
+}
+
 func (p *process) stop(grace time.Duration) error {
 	select {
 	case <-p.done:

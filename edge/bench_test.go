@@ -247,7 +247,9 @@ func runBenchEdge() int {
 	table := staticTable("localhost", []appv1.App{app("bench")}, []discoveryv1.EndpointSlice{
 		slice("bench", discoveryv1.AddressTypeFQDN, int32(backend.Port), ep(nil, "127.0.0.1")),
 	})
-	log := slog.New(slog.NewTextHandler(io.Discard, nil)) // formatted as in production, then dropped
+	// The access log in JSON, as on a cluster (BEX_LOG_FORMAT=json): formatted,
+	// then dropped.
+	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	p, err := NewProxy(Config{}, table, log, nil)
 	if err != nil {
 		return fail(err)

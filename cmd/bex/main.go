@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 
 	"github.com/go-logr/logr"
@@ -17,9 +18,10 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	root, logs := newRoot(os.Stdout, os.Stderr)
 	// controller-runtime (the API cache, controllers) logs through the same handler.
-	ctrllog.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, nil)))
-	if err := newRoot(os.Stdout, os.Stderr).ExecuteContext(ctx); err != nil {
+	ctrllog.SetLogger(logr.FromSlogHandler(logs))
+	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "bex:", err)
 		os.Exit(1)
 	}
@@ -35,8 +37,9 @@ type subcommand interface {
 	close() error
 }
 
-// newRoot builds the command tree, writing to out and errOut.
-func newRoot(out, errOut io.Writer) *cobra.Command {
+// newRoot builds the command tree, writing to out and errOut, and returns the
+// handler of its log (on errOut, in the format --log-format chooses).
+func newRoot(out, errOut io.Writer) (*cobra.Command, slog.Handler) {
 	root := &cobra.Command{
 		Use:           "bex",
 		Short:         "bex: git push, get a running HTTPS service, on machines you own",
@@ -45,7 +48,21 @@ func newRoot(out, errOut io.Writer) *cobra.Command {
 	}
 	root.SetOut(out)
 	root.SetErr(errOut)
-	log := slog.New(slog.NewTextHandler(errOut, nil))
+	logs := &logHandler{w: errOut, format: "text"}
+	root.PersistentFlags().StringVar(&logs.format, "log-format", "text",
+		"log lines as text (key=value) or json (one object per line, for log collectors); also BEX_LOG_FORMAT")
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		f := cmd.Flags().Lookup("log-format")
+		if v, ok := os.LookupEnv("BEX_LOG_FORMAT"); ok && !f.Changed {
+			logs.format = v
+		}
+		if logs.format != "text" && logs.format != "json" {
+			return fmt.Errorf("--log-format %q: want text or json", logs.format)
+		}
+		// bex up's children (bex edge, ...) log in the same format.
+		return os.Setenv("BEX_LOG_FORMAT", logs.format)
+	}
+	log := slog.New(logs)
 	for _, s := range []subcommand{
 		&versionCmd{out: out},
 		&planCmd{out: out},
@@ -59,7 +76,7 @@ func newRoot(out, errOut io.Writer) *cobra.Command {
 	users := &cobra.Command{Use: "users", Short: "Manage users on this server (the first admin); later: ssh bex@HOST users:add"}
 	users.AddCommand(wire(&usersAddCmd{out: out}), wire(&usersListCmd{out: out}))
 	root.AddCommand(users)
-	return root
+	return root, logs
 }
 
 // wire makes a subcommand's cobra command call run, then close.
@@ -75,3 +92,33 @@ func wire(s subcommand) *cobra.Command {
 	}
 	return c
 }
+
+// logHandler writes bex's log as text or JSON. The loggers are made with the
+// command tree, before --log-format is parsed, so it picks its handler at the
+// first use, which comes after.
+type logHandler struct {
+	w      io.Writer
+	format string
+	once   sync.Once
+	h      slog.Handler
+}
+
+func (l *logHandler) handler() slog.Handler {
+	l.once.Do(func() {
+		if l.format == "json" {
+			l.h = slog.NewJSONHandler(l.w, nil)
+		} else {
+			l.h = slog.NewTextHandler(l.w, nil)
+		}
+	})
+	return l.h
+}
+
+func (l *logHandler) Enabled(ctx context.Context, level slog.Level) bool {
+	return l.handler().Enabled(ctx, level)
+}
+func (l *logHandler) Handle(ctx context.Context, r slog.Record) error {
+	return l.handler().Handle(ctx, r)
+}
+func (l *logHandler) WithAttrs(attrs []slog.Attr) slog.Handler { return l.handler().WithAttrs(attrs) }
+func (l *logHandler) WithGroup(name string) slog.Handler       { return l.handler().WithGroup(name) }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,7 +17,7 @@ func TestMain(m *testing.M) { os.Exit(testenv.Run(m)) }
 func runBex(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	root := newRoot(&out, &errOut)
+	root, _ := newRoot(&out, &errOut)
 	root.SetArgs(args)
 	err := root.Execute()
 	return out.String() + errOut.String(), err
@@ -78,5 +79,38 @@ func TestPlanPrintsTheGeneratedDockerfile(t *testing.T) {
 	}
 	if _, err := runBex(t, "plan", filepath.Join(empty, "missing")); err == nil || !strings.Contains(err.Error(), "is not a directory") {
 		t.Fatalf("bex plan of a missing directory: %v", err)
+	}
+}
+
+// TestLogFormat: --log-format (or BEX_LOG_FORMAT) picks the log's encoding;
+// anything else is refused before a command runs.
+func TestLogFormat(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  string
+		want string
+	}{
+		{[]string{"version"}, "", `level=INFO msg=hello`},
+		{[]string{"--log-format", "json", "version"}, "", `"msg":"hello"`},
+		{[]string{"version"}, "json", `"msg":"hello"`},
+		{[]string{"--log-format", "text", "version"}, "json", `level=INFO msg=hello`},
+	} {
+		t.Setenv("BEX_LOG_FORMAT", c.env)
+		if c.env == "" {
+			os.Unsetenv("BEX_LOG_FORMAT")
+		}
+		var out, errOut bytes.Buffer
+		root, logs := newRoot(&out, &errOut)
+		root.SetArgs(c.args)
+		if err := root.Execute(); err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		slog.New(logs).Info("hello")
+		if !strings.Contains(errOut.String(), c.want) {
+			t.Errorf("%v with BEX_LOG_FORMAT=%q logged %q, want %s", c.args, c.env, errOut.String(), c.want)
+		}
+	}
+	if out, err := runBex(t, "--log-format", "yaml", "version"); err == nil || !strings.Contains(err.Error(), "want text or json") {
+		t.Errorf("--log-format yaml: %v %q", err, out)
 	}
 }

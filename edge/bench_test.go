@@ -351,45 +351,22 @@ func newBenchFixture(b *testing.B) *benchFixture {
 	// The edge runs in a process of its own, as in production and as nginx does
 	// here: in this one it would share the Go runtime (scheduler, garbage
 	// collector) with the load generator and the backend.
-	var ports [5]int
-	for i := range ports {
-		if ports[i], err = testenv.FreePort(); err != nil {
-			b.Fatal(err)
-		}
-	}
-	f.edgeHTTP = fmt.Sprintf("127.0.0.1:%d", ports[0])
-	f.edgeHTTPS = fmt.Sprintf("127.0.0.1:%d", ports[1])
-	f.plainHTTPS = fmt.Sprintf("127.0.0.1:%d", ports[2])
-	f.netHTTP = fmt.Sprintf("127.0.0.1:%d", ports[3])
-	f.netHTTPS = fmt.Sprintf("127.0.0.1:%d", ports[4])
+	edgeAddrs := loopbackAddrs(b, 5)
+	f.edgeHTTP, f.edgeHTTPS, f.plainHTTPS, f.netHTTP, f.netHTTPS = edgeAddrs[0], edgeAddrs[1], edgeAddrs[2], edgeAddrs[3], edgeAddrs[4]
 	edgeProc, err := testenv.StartHelper(filepath.Join(dir, "edge"), "edge", []string{
 		benchEdgeEnv + "=" + dir, "BEX_BENCH_BACKEND=" + f.backendHTTP,
-		"BEX_BENCH_LISTEN=" + strings.Join([]string{f.edgeHTTP, f.edgeHTTPS, f.plainHTTPS, f.netHTTP, f.netHTTPS}, ","),
-	}, f.edgeHTTP, f.edgeHTTPS, f.plainHTTPS, f.netHTTP, f.netHTTPS)
+		"BEX_BENCH_LISTEN=" + strings.Join(edgeAddrs, ","),
+	}, edgeAddrs...)
 	if err != nil {
 		b.Fatal(err)
 	}
-	benchEdge = edgeProc
-	b.Cleanup(func() {
-		benchEdge = nil
-		if err := edgeProc.Stop(); err != nil {
-			b.Error(err)
-		}
-	})
+	keepRunning(b, &benchEdge, edgeProc)
 
 	// nginx as a reverse proxy is usually set up: upstream keepalive (HTTP/1.1 and
 	// no Connection header to the backend), the usual forwarded headers, an access
 	// log in the default format.
-	httpPort, err := testenv.FreePort()
-	if err != nil {
-		b.Fatal(err)
-	}
-	httpsPort, err := testenv.FreePort()
-	if err != nil {
-		b.Fatal(err)
-	}
-	f.nginxHTTP = fmt.Sprintf("127.0.0.1:%d", httpPort)
-	f.nginxHTTPS = fmt.Sprintf("127.0.0.1:%d", httpsPort)
+	nginxAddrs := loopbackAddrs(b, 2)
+	f.nginxHTTP, f.nginxHTTPS = nginxAddrs[0], nginxAddrs[1]
 	ng, err := testenv.StartNginx(filepath.Join(dir, "nginx"), fmt.Sprintf(`
 	access_log /dev/null combined;
 	upstream bench {
@@ -416,31 +393,19 @@ func newBenchFixture(b *testing.B) *benchFixture {
 	if err != nil {
 		b.Fatal(err)
 	}
-	benchNginx = ng
-	b.Cleanup(func() {
-		benchNginx = nil
-		if err := ng.Stop(); err != nil {
-			b.Error(err)
-		}
-	})
+	keepRunning(b, &benchNginx, ng)
 
 	// Caddy as its documentation sets up a reverse proxy, with the same
 	// certificate, an access log that is formatted and discarded, and no admin
 	// endpoint or automatic HTTPS (nothing to reach from here).
-	caddyPorts := [2]int{}
-	for i := range caddyPorts {
-		if caddyPorts[i], err = testenv.FreePort(); err != nil {
-			b.Fatal(err)
-		}
-	}
-	f.caddyHTTP = fmt.Sprintf("127.0.0.1:%d", caddyPorts[0])
-	f.caddyHTTPS = fmt.Sprintf("127.0.0.1:%d", caddyPorts[1])
+	caddyAddrs := loopbackAddrs(b, 2)
+	f.caddyHTTP, f.caddyHTTPS = caddyAddrs[0], caddyAddrs[1]
 	cd, err := testenv.StartCaddy(filepath.Join(dir, "caddy"), fmt.Sprintf(`{
 	admin off
 	auto_https off
 	persist_config off
 }
-https://%[1]s:%[2]d {
+https://%[1]s:%[2]s {
 	bind 127.0.0.1
 	tls %[4]s/cert.pem %[4]s/key.pem
 	reverse_proxy %[5]s
@@ -448,25 +413,52 @@ https://%[1]s:%[2]d {
 		output discard
 	}
 }
-http://%[1]s:%[3]d {
+http://%[1]s:%[3]s {
 	bind 127.0.0.1
 	reverse_proxy %[5]s
 	log {
 		output discard
 	}
 }
-`, benchHost, caddyPorts[1], caddyPorts[0], dir, f.backendHTTP), f.caddyHTTP, f.caddyHTTPS)
+`, benchHost, portOf(f.caddyHTTPS), portOf(f.caddyHTTP), dir, f.backendHTTP), caddyAddrs...)
 	if err != nil {
 		b.Fatal(err)
 	}
-	benchCaddy = cd
+	keepRunning(b, &benchCaddy, cd)
+	return f
+}
+
+// keepRunning sets *global to server for the benchmark's cpuTime, and stops the
+// server and clears *global at the benchmark's end.
+func keepRunning[T interface{ Stop() error }](b *testing.B, global *T, server T) {
+	*global = server
 	b.Cleanup(func() {
-		benchCaddy = nil
-		if err := cd.Stop(); err != nil {
+		var none T
+		*global = none
+		if err := server.Stop(); err != nil {
 			b.Error(err)
 		}
 	})
-	return f
+}
+
+// loopbackAddrs returns n addresses 127.0.0.1:PORT with ports that were free a
+// moment ago, for servers in other processes.
+func loopbackAddrs(b *testing.B, n int) []string {
+	b.Helper()
+	addrs := make([]string, n)
+	for i := range addrs {
+		p, err := testenv.FreePort()
+		if err != nil {
+			b.Fatal(err)
+		}
+		addrs[i] = fmt.Sprintf("127.0.0.1:%d", p)
+	}
+	return addrs
+}
+
+func portOf(hostport string) string {
+	_, p, _ := net.SplitHostPort(hostport)
+	return p
 }
 
 // serveBench serves h on a loopback port, over TLS when tc is set, and returns

@@ -12,7 +12,7 @@ import (
 // second reference that the edge's benchmarks measure it against: a Go server
 // with certmagic, as the edge is.
 type Caddy struct {
-	proc *process
+	server
 }
 
 // StartCaddy runs Caddy with caddyfile (a Caddyfile; its global options should
@@ -38,20 +38,11 @@ func StartCaddy(dir, caddyfile string, listen ...string) (*Caddy, error) {
 	if out, err := validate.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("caddy validate: %v: %s", err, out)
 	}
-	proc, err := startProcess(dir, "caddy", bin, []string{"run", "--config", path, "--adapter", "caddyfile"}, env...)
+	// SIGTERM: a graceful stop.
+	srv, err := startServer(dir, "caddy", bin, []string{"run", "--config", path, "--adapter", "caddyfile"}, env,
+		10*time.Second, 20*time.Second, listen)
 	if err != nil {
 		return nil, err
 	}
-	c := &Caddy{proc: proc}
-	if err := proc.waitListening(20*time.Second, listen...); err != nil {
-		_ = c.Stop()
-		return nil, err
-	}
-	return c, nil
+	return &Caddy{srv}, nil
 }
-
-// CPUTime is the CPU time Caddy has used (user and system, all threads).
-func (c *Caddy) CPUTime() time.Duration { return processCPUTime(c.proc.cmd.Process.Pid) }
-
-// Stop stops Caddy (SIGTERM: graceful).
-func (c *Caddy) Stop() error { return c.proc.stop(10 * time.Second) }

@@ -13,7 +13,7 @@ import (
 // generator, as it does nginx. The package's TestMain recognises the helper by
 // an environment variable it chooses, and serves instead of running tests.
 type Helper struct {
-	proc *process
+	server
 }
 
 // StartHelper runs the test binary in dir with env added to its environment,
@@ -27,24 +27,12 @@ func StartHelper(dir, name string, env []string, listen ...string) (*Helper, err
 	if err != nil {
 		return nil, err
 	}
-	proc, err := startProcess(dir, name, self, []string{"-test.run=^$"}, env...)
+	srv, err := startServer(dir, name, self, []string{"-test.run=^$"}, env, 5*time.Second, 30*time.Second, listen)
 	if err != nil {
 		return nil, err
 	}
-	h := &Helper{proc: proc}
-	err = proc.waitListening(30*time.Second, listen...)
-	if err != nil {
-		_ = h.Stop()
-		return nil, err
-	}
-	return h, nil
+	return &Helper{srv}, nil
 }
-
-// CPUTime is the CPU time the helper has used (user and system, all threads).
-func (h *Helper) CPUTime() time.Duration { return processCPUTime(h.proc.cmd.Process.Pid) }
-
-// Stop stops the helper (SIGTERM, then SIGKILL after 5 s).
-func (h *Helper) Stop() error { return h.proc.stop(5 * time.Second) }
 
 // PeakRSS is the most resident memory the helper has had (VmHWM), in bytes; 0
 // if it has exited.

@@ -14,7 +14,7 @@ import (
 // Nginx is a running nginx (Debian's package), the reference proxy that the edge's
 // benchmark measures itself against.
 type Nginx struct {
-	proc *process
+	server
 }
 
 // StartNginx runs nginx in the foreground with httpBlock as the body of its http
@@ -58,22 +58,14 @@ http {
 	if out, err := exec.Command(bin, "-e", "stderr", "-p", dir, "-c", confPath, "-t", "-q").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("nginx -t: %v: %s", err, out)
 	}
-	proc, err := startProcess(dir, "nginx", bin, []string{"-e", "stderr", "-p", dir, "-c", confPath})
+	// SIGTERM is nginx's fast shutdown.
+	srv, err := startServer(dir, "nginx", bin, []string{"-e", "stderr", "-p", dir, "-c", confPath}, nil,
+		5*time.Second, 10*time.Second, listen)
 	if err != nil {
 		return nil, err
 	}
-	n := &Nginx{proc: proc}
-	err = proc.waitListening(10*time.Second, listen...)
-	if err != nil {
-		_ = n.Stop()
-		return nil, err
-	}
-	return n, nil
+	return &Nginx{srv}, nil
 }
-
-// CPUTime is the CPU time nginx has used (user and system), from /proc; 0 once it
-// has exited.
-func (n *Nginx) CPUTime() time.Duration { return processCPUTime(n.proc.cmd.Process.Pid) }
 
 // processCPUTime is the CPU time (user and system, all threads) that process pid
 // has used, from /proc; 0 if it has exited.
@@ -97,6 +89,3 @@ func processCPUTime(pid int) time.Duration {
 // clockTicks is USER_HZ, the unit of /proc/PID/stat's times: 100 on every Linux
 // architecture Go supports.
 const clockTicks = 100
-
-// Stop stops nginx (SIGTERM: fast shutdown).
-func (n *Nginx) Stop() error { return n.proc.stop(5 * time.Second) }

@@ -76,6 +76,35 @@ func (p *process) waitReady(timeout time.Duration, ready func(context.Context) e
 }
 
 // stop sends SIGTERM, then SIGKILL after grace, and waits for the exit.
+// server is a process that serves on TCP addresses (nginx, Caddy, a Helper), and
+// what the benchmarks read of it.
+type server struct {
+	proc  *process
+	grace time.Duration // how long Stop waits after SIGTERM
+}
+
+// startServer starts bin as startProcess does, and waits up to timeout until
+// every address in listen accepts connections.
+func startServer(dir, name, bin string, args, env []string, grace, timeout time.Duration, listen []string) (server, error) {
+	proc, err := startProcess(dir, name, bin, args, env...)
+	if err != nil {
+		return server{}, err
+	}
+	s := server{proc: proc, grace: grace}
+	if err := proc.waitListening(timeout, listen...); err != nil {
+		_ = s.Stop()
+		return server{}, err
+	}
+	return s, nil
+}
+
+// CPUTime is the CPU time the server has used (user and system, all threads),
+// from /proc; 0 once it has exited.
+func (s server) CPUTime() time.Duration { return processCPUTime(s.proc.cmd.Process.Pid) }
+
+// Stop sends SIGTERM, then SIGKILL after the server's grace period.
+func (s server) Stop() error { return s.proc.stop(s.grace) }
+
 // waitListening waits until every address in listen accepts TCP connections.
 func (p *process) waitListening(timeout time.Duration, listen ...string) error {
 	return p.waitReady(timeout, func(ctx context.Context) error {

@@ -48,7 +48,6 @@ type Server struct {
 	lns     map[net.Listener]struct{}
 	active  sync.WaitGroup // one per connection the lane holds
 	serving sync.Once
-	served  chan error // the http.Server's Serve result
 }
 
 // laneReadSize is the fast lane's read buffer: a request head must fit in it to
@@ -67,7 +66,6 @@ func (p *Proxy) NewServer(tlsConfig *tls.Config) *Server {
 		cancel:  cancel,
 		conns:   map[*laneConn]struct{}{},
 		lns:     map[net.Listener]struct{}{},
-		served:  make(chan error, 1),
 	}
 	s.http = &http.Server{
 		Handler:   p,
@@ -91,7 +89,9 @@ func (p *Proxy) NewServer(tlsConfig *tls.Config) *Server {
 // Serve accepts connections on l until Shutdown or Close, and returns
 // http.ErrServerClosed then. l may be a TLS listener (tls.NewListener).
 func (s *Server) Serve(l net.Listener) error {
-	s.serving.Do(func() { go func() { s.served <- s.http.Serve(s.handoff) }() })
+	// The http.Server's Serve ends when Shutdown or Close closes the handoff
+	// listener; it has nothing else to report.
+	s.serving.Do(func() { go s.http.Serve(s.handoff) })
 	s.mu.Lock()
 	if s.closing.Load() {
 		s.mu.Unlock()

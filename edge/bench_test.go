@@ -114,7 +114,9 @@ func BenchmarkProxy(b *testing.B) {
 // BenchmarkTLSHandshake measures new TLS 1.3 handshakes per second (X25519, no
 // session resumption) with the edge's real certmagic configuration and a
 // certificate of the local CA, beside a plain crypto/tls server with a certificate
-// of the same key type (ECDSA P-256) in the same run.
+// of the same key type (ECDSA P-256) in the edge's process, and beside Caddy with
+// that certificate, in the same run. Each server runs in a process apart from the
+// load generator (this one), whose CPU per handshake it reports too.
 //
 // The warm-up handshakes verify the chain to the local CA; the measured ones check
 // only the handshake signature and that the leaf is the one the warm-up verified:
@@ -122,16 +124,16 @@ func BenchmarkProxy(b *testing.B) {
 // would otherwise spend most of the CPU that the servers are measured by.
 func BenchmarkTLSHandshake(b *testing.B) {
 	f := newBenchFixture(b)
-	plain := &handshakeTarget{name: "plain", addr: f.plainHTTPS}
-	edge := &handshakeTarget{name: "edge", addr: f.edgeHTTPS}
-	caddy := &handshakeTarget{name: "caddy", addr: f.caddyHTTPS}
+	plain := &handshakeTarget{name: "plain", addr: f.plainHTTPS, server: benchEdge.CPUTime}
+	edge := &handshakeTarget{name: "edge", addr: f.edgeHTTPS, server: benchEdge.CPUTime}
+	caddy := &handshakeTarget{name: "caddy", addr: f.caddyHTTPS, server: benchCaddy.CPUTime}
 	targets := []*handshakeTarget{plain, edge, caddy}
 	for _, t := range targets {
 		if err := t.pin(f.handshakeCfg); err != nil {
 			b.Fatal(err)
 		}
 		t.load(b, benchWarmup)
-		t.done, t.elapsed = 0, 0
+		t.done, t.elapsed, t.serverCPU = 0, 0, 0
 	}
 	for b.Loop() {
 		for range benchRounds {
@@ -145,15 +147,20 @@ func BenchmarkTLSHandshake(b *testing.B) {
 	b.ReportMetric(caddy.rate(), "caddy-handshakes/s")
 	b.ReportMetric(edge.rate()/plain.rate(), "edge/plain")
 	b.ReportMetric(edge.rate()/caddy.rate(), "edge/caddy")
+	for _, t := range targets {
+		b.ReportMetric(float64(t.serverCPU.Microseconds())/float64(t.done), t.name+"-server-cpu-us/handshake")
+	}
 	b.ReportMetric(0, "ns/op")
 }
 
 // handshakeTarget is a TLS server under a load of new connections.
 type handshakeTarget struct {
 	name, addr string
-	cfg        *tls.Config // for the measured handshakes
+	cfg        *tls.Config          // for the measured handshakes
+	server     func() time.Duration // the server process's CPU time
 	done       int64
 	elapsed    time.Duration
+	serverCPU  time.Duration
 }
 
 // pin makes one fully verified handshake, then sets up the measured ones to accept
@@ -184,6 +191,7 @@ func (t *handshakeTarget) pin(verify *tls.Config) error {
 func (t *handshakeTarget) load(b *testing.B, d time.Duration) {
 	var done atomic.Int64
 	var wg sync.WaitGroup
+	cpu0 := t.server()
 	start := time.Now()
 	stop := start.Add(d)
 	for range benchConns {
@@ -202,6 +210,7 @@ func (t *handshakeTarget) load(b *testing.B, d time.Duration) {
 	wg.Wait()
 	t.done += done.Load()
 	t.elapsed += time.Since(start)
+	t.serverCPU += t.server() - cpu0
 }
 
 func (t *handshakeTarget) rate() float64 { return float64(t.done) / t.elapsed.Seconds() }

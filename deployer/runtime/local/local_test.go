@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
+
 	bkclient "github.com/moby/buildkit/client"
 	"github.com/tonistiigi/fsutil"
 	corev1 "k8s.io/api/core/v1"
@@ -296,6 +298,9 @@ func (f *fixture) containers() map[string]map[string]string {
 	out := map[string]map[string]string{}
 	for _, c := range ctrs {
 		l, err := c.Labels(ctx)
+		if errdefs.IsNotFound(err) {
+			continue // removed between the list and now: the runtime stopped it
+		}
 		if err != nil {
 			f.t.Fatal(err)
 		}

@@ -33,6 +33,7 @@ var needs = map[string][]grant{
 		{[]string{"get", "list", "watch", "delete"}, "app.bex.co/releases", "default", ""},
 		{[]string{"get", "list", "watch", "create", "patch", "delete", "deletecollection"}, "apps/deployments", "default", ""},
 		{[]string{"get", "list", "watch", "create", "patch", "delete"}, "/services", "default", ""},
+		{[]string{"get", "list", "watch"}, "/pods", "default", ""},
 		{[]string{"create", "patch"}, "events.k8s.io/events", "default", ""},
 		{[]string{"create"}, "coordination.k8s.io/leases", "bex-system", ""},
 		{[]string{"get", "update"}, "coordination.k8s.io/leases", "bex-system", "bex-deployer.app.bex.co"},

@@ -26,6 +26,10 @@
 // is seen complete, because a Deployment keeps no record of which template was the
 // last complete one.
 //
-// It does not read pods: restarts, crash loops and image pull errors are not
-// reported yet (a stuck rollout ends as a progress-deadline failure instead).
+// It also lists the pods of the release being synced (by app and release label,
+// from the manager's cache): their restarts are the processes' Restarts, and a pod
+// the kubelet reports in CrashLoopBackOff, or unable to pull its image, fails an
+// unfinished rollout at once (CrashLoop, ImageNotFound, with the exit code or the
+// kubelet's message), as the local runtime reports them, instead of a
+// progress-deadline failure minutes later.
 package kube

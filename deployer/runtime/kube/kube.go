@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -119,7 +120,14 @@ func (r *Runtime) Sync(ctx context.Context, d runtime.Desired) (runtime.Status, 
 			return runtime.Status{}, fmt.Errorf("app %s: delete deployment %s of removed process %q: %w", key, dep.Name, p, err)
 		}
 	}
-	return statusOf(d, applied), nil
+	// The release's pods tell what the Deployments do not: restarts, and why they
+	// cannot run (a crash loop, an image that cannot be pulled).
+	var pods corev1.PodList
+	if err := r.c.List(ctx, &pods, client.InNamespace(key.Namespace),
+		client.MatchingLabels{LabelApp: key.Name, LabelRelease: strconv.FormatInt(d.Release, 10)}); err != nil {
+		return runtime.Status{}, fmt.Errorf("app %s: list pods: %w", key, err)
+	}
+	return statusOf(d, applied, pods.Items), nil
 }
 
 func describeOwner(dep *appsv1.Deployment) string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -569,5 +570,58 @@ func TestRestartAnnotatesThePodTemplate(t *testing.T) {
 	}
 	if worker.Generation != workerGen || len(worker.Spec.Template.Annotations) != 0 {
 		t.Fatalf("the worker changed too: %v", worker.Spec.Template.Annotations)
+	}
+}
+
+// TestCrashLoopingPodIsAFailure: a pod of the new release that the kubelet reports
+// in CrashLoopBackOff fails the rollout at once, with the exit it saw; pods of
+// other apps and releases are not read into it.
+func TestCrashLoopingPodIsAFailure(t *testing.T) {
+	f := setup(t)
+	procs := map[string]appv1.ProcessSpec{"web": {Replicas: 1}}
+	f.sync(f.desired(1, imageA, procs))
+	f.complete("hello-web")
+	f.sync(f.desired(1, imageA, procs))
+
+	d := f.desired(2, imageB, procs)
+	if st := f.sync(d); st.Failure != "" {
+		t.Fatalf("before any pod: %+v", st)
+	}
+	// What the ReplicaSet controller and the kubelet would write (envtest runs
+	// neither): a pod of release 2 crash-looping, one of release 1 and one of
+	// another app restarting too.
+	mkPod := func(name, app string, release int, st corev1.ContainerStatus) {
+		t.Helper()
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns, Labels: map[string]string{
+				kube.LabelApp: app, kube.LabelProcess: "web", kube.LabelRelease: strconv.Itoa(release)}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: imageB}}},
+		}
+		if err := f.c.Create(f.ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		st.Name, st.Image = "web", imageB
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{st}
+		if err := f.c.Status().Update(f.ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	crashing := corev1.ContainerStatus{RestartCount: 3,
+		State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 2, Reason: "Error"}}}
+	mkPod("hello-web-old", "hello", 1, corev1.ContainerStatus{RestartCount: 5, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}})
+	mkPod("other-web-x", "other", 2, crashing)
+	if st := f.sync(d); st.Failure != "" || st.Processes["web"].Restarts != 0 {
+		t.Fatalf("with pods of another release and app only: %+v", st)
+	}
+	mkPod("hello-web-new", "hello", 2, crashing)
+	st := f.sync(d)
+	if st.Failure != appv1.CrashLoopReason || st.RolledOut || st.Serving != 1 || st.Processes["web"].Restarts != 3 {
+		t.Fatalf("status %+v", st)
+	}
+	for _, want := range []string{"web process of release 2", "hello-web-new keeps exiting", "3 restarts", "exited with code 2", "previous release keeps serving"} {
+		if !strings.Contains(st.Message, want) {
+			t.Errorf("message %q does not say %q", st.Message, want)
+		}
 	}
 }

@@ -117,12 +117,74 @@ func processOrder(processes map[string]appv1.ProcessSpec) []string {
 	return names
 }
 
+// podTrouble is what the pods of one process type of the current release tell
+// beyond their Deployment: how often their containers restarted, and why they
+// cannot run when the kubelet says so (a failure reason of the App API and a
+// sentence).
+type podTrouble struct {
+	restarts        int32
+	reason, message string
+}
+
+// troubleOf summarises pods by process type, counting only those of d's release
+// that are not being deleted. Pods are taken in name order, so that the pod a
+// message names is stable.
+func troubleOf(d runtime.Desired, pods []corev1.Pod) map[string]podTrouble {
+	pods = slices.Clone(pods)
+	slices.SortFunc(pods, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	release := strconv.FormatInt(d.Release, 10)
+	out := map[string]podTrouble{}
+	for _, pod := range pods {
+		if pod.Labels[LabelRelease] != release || pod.DeletionTimestamp != nil {
+			continue
+		}
+		p := pod.Labels[LabelProcess]
+		pt := out[p]
+		for _, cs := range pod.Status.ContainerStatuses {
+			pt.restarts += cs.RestartCount
+			w := cs.State.Waiting
+			if pt.reason != "" || w == nil {
+				continue
+			}
+			switch w.Reason {
+			case "CrashLoopBackOff":
+				pt.reason = appv1.CrashLoopReason
+				pt.message = fmt.Sprintf("instance %s keeps exiting: %d restarts (last: %s)", pod.Name, cs.RestartCount, lastExit(cs))
+			case "ErrImagePull", "ImagePullBackOff", "InvalidImageName":
+				pt.reason = appv1.ImageNotFoundReason
+				pt.message = fmt.Sprintf("instance %s cannot pull image %s: %s", pod.Name, cs.Image, w.Message)
+			}
+		}
+		out[p] = pt
+	}
+	return out
+}
+
+// lastExit words a container's last termination: its exit code, and the reason
+// when it says more than "Error" (OOMKilled, say).
+func lastExit(cs corev1.ContainerStatus) string {
+	t := cs.LastTerminationState.Terminated
+	if t == nil {
+		return "no exit recorded yet"
+	}
+	s := fmt.Sprintf("exited with code %d", t.ExitCode)
+	if t.Reason != "" && t.Reason != "Error" {
+		s += " (" + t.Reason + ")"
+	}
+	return s
+}
+
 // statusOf derives the Status of d from the Deployments of its processes as the API
 // server returned them after Sync applied them (by process type; a missing one has
-// not been written). It reads nothing else, so it is a pure function of those
-// states.
-func statusOf(d runtime.Desired, deps map[string]*appsv1.Deployment) runtime.Status {
+// not been written) and from the pods of the app. It reads nothing else, so it is a
+// pure function of those states.
+//
+// A process whose rollout is not complete fails as soon as the kubelet reports a
+// pod of the release crash-looping or unable to pull its image, as the local
+// runtime reports them, rather than at the progress deadline.
+func statusOf(d runtime.Desired, deps map[string]*appsv1.Deployment, pods []corev1.Pod) runtime.Status {
 	st := runtime.Status{RolledOut: true, Processes: make(map[string]runtime.ProcessStatus, len(d.Processes))}
+	trouble := troubleOf(d, pods)
 	var waiting []string
 	for _, p := range processOrder(d.Processes) {
 		dep := deps[p]
@@ -131,10 +193,10 @@ func statusOf(d runtime.Desired, deps map[string]*appsv1.Deployment) runtime.Sta
 			desired = 0
 		}
 		ps := runtime.ProcessStatus{Desired: desired}
-		// Restarts stay 0: they are counted on pods, which this package does not read.
 		current := dep != nil && templateRelease(dep) == d.Release
 		if current {
 			ps.Ready = readyOfTemplate(dep)
+			ps.Restarts = trouble[p].restarts
 		}
 		st.Processes[p] = ps
 		if current && deploymentReady(dep) {
@@ -142,6 +204,11 @@ func statusOf(d runtime.Desired, deps map[string]*appsv1.Deployment) runtime.Sta
 		}
 		st.RolledOut = false
 		waiting = append(waiting, fmt.Sprintf("%s %d/%d", p, ps.Ready, desired))
+		if pt := trouble[p]; st.Failure == "" && current && pt.reason != "" && !d.Suspended {
+			st.Failure = pt.reason
+			st.Message = fmt.Sprintf("the %s process of release %d cannot run: %s; the previous release keeps serving",
+				p, d.Release, pt.message)
+		}
 		if st.Failure == "" && current && deadlineExceeded(dep) {
 			st.Failure = appv1.HealthCheckFailedReason
 			st.Message = deadlineMessage(d, p, dep, ps)

@@ -165,6 +165,7 @@ func TestStatusOf(t *testing.T) {
 		name    string
 		d       runtime.Desired
 		deps    map[string]*appsv1.Deployment
+		pods    []corev1.Pod
 		want    runtime.Status
 		message string // a substring of Status.Message
 	}{
@@ -235,6 +236,37 @@ func TestStatusOf(t *testing.T) {
 			want: runtime.Status{Serving: 2, Processes: map[string]runtime.ProcessStatus{"a": {Desired: 1, Ready: 1}, "b": {Desired: 1, Ready: 0}}},
 		},
 		{
+			name: "web crash-looping: fails before the deadline, with the exit",
+			d:    runtime.Desired{App: app, Release: 3, Processes: webWorker},
+			deps: map[string]*appsv1.Deployment{"web": rolling(3, 2, 2), "worker": complete(3, 1)},
+			pods: []corev1.Pod{
+				pod("hello-web-b", "web", 3, waiting("CrashLoopBackOff", "", 4, &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"})),
+				pod("hello-web-a", "web", 3, waiting("CrashLoopBackOff", "", 3, &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"})),
+				pod("hello-web-old", "web", 2, running(9)), // the previous release: not counted
+				pod("hello-worker-a", "worker", 3, running(1)),
+			},
+			want: runtime.Status{Serving: 2, Failure: appv1.CrashLoopReason, Processes: map[string]runtime.ProcessStatus{
+				"web": {Desired: 2, Ready: 0, Restarts: 7}, "worker": {Desired: 1, Ready: 1, Restarts: 1}}},
+			message: "the web process of release 3 cannot run: instance hello-web-a keeps exiting: 3 restarts (last: exited with code 137 (OOMKilled)); the previous release keeps serving",
+		},
+		{
+			name: "image cannot be pulled",
+			d:    runtime.Desired{App: app, Release: 3, Processes: map[string]appv1.ProcessSpec{"web": {Replicas: 1}}},
+			deps: map[string]*appsv1.Deployment{"web": rolling(3, 2, 1)},
+			pods: []corev1.Pod{pod("hello-web-a", "web", 3, waiting("ImagePullBackOff", "Back-off pulling image \"reg/hello:3\"", 0, nil))},
+			want: runtime.Status{Serving: 2, Failure: appv1.ImageNotFoundReason, Processes: map[string]runtime.ProcessStatus{
+				"web": {Desired: 1, Ready: 0}}},
+			message: "cannot pull image reg/hello:3: Back-off pulling image",
+		},
+		{
+			name: "restarts of a complete rollout are counted, and are not a failure",
+			d:    runtime.Desired{App: app, Release: 3, Processes: map[string]appv1.ProcessSpec{"web": {Replicas: 1}}},
+			deps: map[string]*appsv1.Deployment{"web": complete(3, 1)},
+			pods: []corev1.Pod{pod("hello-web-a", "web", 3, waiting("CrashLoopBackOff", "", 2, nil))},
+			want: runtime.Status{Serving: 3, RolledOut: true, Processes: map[string]runtime.ProcessStatus{
+				"web": {Desired: 1, Ready: 1, Restarts: 2}}},
+		},
+		{
 			name: "no processes at all",
 			d:    runtime.Desired{App: app, Release: 1},
 			want: runtime.Status{Serving: 1, RolledOut: true, Processes: map[string]runtime.ProcessStatus{}},
@@ -242,7 +274,7 @@ func TestStatusOf(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := statusOf(tt.d, tt.deps)
+			got := statusOf(tt.d, tt.deps, tt.pods)
 			msg := got.Message
 			got.Message = ""
 			if !equalStatus(got, tt.want) {
@@ -256,6 +288,27 @@ func TestStatusOf(t *testing.T) {
 			}
 		})
 	}
+}
+
+// pod is a pod of the app "hello" as its Deployment's template labels it.
+func pod(name, process string, release int64, cs corev1.ContainerStatus) corev1.Pod {
+	cs.Name, cs.Image = process, "reg/hello:"+strconv.FormatInt(release, 10)
+	return corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: map[string]string{
+			LabelApp: "hello", LabelProcess: process, LabelRelease: strconv.FormatInt(release, 10)}},
+		Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{cs}},
+	}
+}
+
+func waiting(reason, message string, restarts int32, last *corev1.ContainerStateTerminated) corev1.ContainerStatus {
+	return corev1.ContainerStatus{RestartCount: restarts,
+		State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: message}},
+		LastTerminationState: corev1.ContainerState{Terminated: last}}
+}
+
+func running(restarts int32) corev1.ContainerStatus {
+	return corev1.ContainerStatus{RestartCount: restarts, Ready: true,
+		State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}
 }
 
 func equalStatus(a, b runtime.Status) bool {

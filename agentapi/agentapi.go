@@ -118,7 +118,7 @@ func (s *Server) Handler() http.Handler {
 		u, name, err := s.cfg.Tokens.Verify(ctx, token)
 		if err != nil {
 			if strings.Contains(err.Error(), "invalid token") {
-				s.log.Warn("token refused", "remote", r.RemoteAddr)
+				s.log.Warn("token refused", "remote", r.RemoteAddr, "reason", err.Error())
 				return nil, auth.ErrInvalidToken
 			}
 			return nil, err

@@ -165,9 +165,23 @@ func TestTokens(t *testing.T) {
 	if strings.Contains(f.log.String(), tok) || !strings.Contains(f.log.String(), "command=tokens:create") {
 		t.Fatalf("audit:\n%s", f.log.String())
 	}
+	if !strings.Contains(errOut, "It does what bob may do, until 20") {
+		t.Errorf("tokens:create does not say when the token ends (default %s): %q", sshcmd.DefaultTokenTTL, errOut)
+	}
 	if _, errOut, code = f.run(bob, "", "tokens:create", "agent"); code != 1 || !strings.Contains(errOut, "has a token named agent already") {
 		t.Fatalf("twice: %d %s", code, errOut)
 	}
+	if _, errOut, code = f.run(bob, "", "tokens:create", "other", "--expires-in", "forever"); code != 1 ||
+		!strings.Contains(errOut, `--expires-in "forever": want a duration such as 90d, 12h or 30m, or never`) {
+		t.Fatalf("--expires-in forever: %d %s", code, errOut)
+	}
+	if out, _, code = f.run(bob, "", "tokens:create", "kept", "--expires-in", "never", "--json"); code != 0 || strings.Contains(out, "expires") {
+		t.Fatalf("--expires-in never: %d %s", code, out)
+	}
+	if out, _, _ = f.run(bob, "", "tokens:list"); !strings.Contains(out, "EXPIRES") || !strings.Contains(out, "never") {
+		t.Fatalf("tokens:list: %s", out)
+	}
+	f.run(bob, "", "tokens:revoke", "kept")
 	var list []sshcmd.TokenInfo
 	out, _, _ = f.run(bob, "", "tokens:list", "--json")
 	if err := json.Unmarshal([]byte(out), &list); err != nil || len(list) != 1 || list[0].Name != "agent" || list[0].User != "bob" {

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -25,15 +26,17 @@ import (
 
 // Labels and annotations of a token's Secret.
 const (
-	LabelKind       = "app.bex.co/secret"
-	KindToken       = "agent-token"
-	LabelUser       = "app.bex.co/token-user"
-	LabelName       = "app.bex.co/token-name"
-	AnnotationMade  = "app.bex.co/created"
-	keyHash         = "sha256"
-	secretPrefix    = "agent-token-"
-	tokenPrefix     = "bex_"
-	maxTokensOfUser = 50
+	LabelKind      = "app.bex.co/secret"
+	KindToken      = "agent-token"
+	LabelUser      = "app.bex.co/token-user"
+	LabelName      = "app.bex.co/token-name"
+	AnnotationMade = "app.bex.co/created"
+	// AnnotationExpires is when the token stops working (RFC 3339); none: never.
+	AnnotationExpires = "app.bex.co/expires"
+	keyHash           = "sha256"
+	secretPrefix      = "agent-token-"
+	tokenPrefix       = "bex_"
+	maxTokensOfUser   = 50
 )
 
 var nameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
@@ -57,6 +60,15 @@ type Store struct {
 	// Namespace holds the token Secrets: the gitserver's secrets namespace
 	// (--secrets-namespace), not necessarily the Apps'.
 	Namespace string
+	// Now is the clock expiry is read by; nil: time.Now.
+	Now func() time.Time
+}
+
+func (s *Store) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
 }
 
 // Token is one token, without its value.
@@ -64,6 +76,8 @@ type Token struct {
 	Name    string    `json:"name"`
 	User    string    `json:"user"`
 	Created time.Time `json:"created"`
+	// Expires is when the token stops working; absent: never.
+	Expires *time.Time `json:"expires,omitempty"`
 }
 
 func hash(token string) string {
@@ -71,9 +85,9 @@ func hash(token string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Create makes a token named name for user and returns its value, which is not
-// kept.
-func (s *Store) Create(ctx context.Context, user, name string) (string, error) {
+// Create makes a token named name for user, working for ttl (0: until revoked),
+// and returns its value, which is not kept.
+func (s *Store) Create(ctx context.Context, user, name string, ttl time.Duration) (string, error) {
 	if len(name) > 63 || !nameRE.MatchString(name) {
 		return "", ErrInvalidName
 	}
@@ -95,11 +109,16 @@ func (s *Store) Create(ctx context.Context, user, name string) (string, error) {
 	}
 	token := tokenPrefix + base64.RawURLEncoding.EncodeToString(b[:])
 	h := hash(token)
+	now := s.now().UTC()
+	annotations := map[string]string{AnnotationMade: now.Format(time.RFC3339)}
+	if ttl > 0 {
+		annotations[AnnotationExpires] = now.Add(ttl).Format(time.RFC3339)
+	}
 	sec := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: secretPrefix + h, Namespace: s.Namespace,
 			Labels:      map[string]string{LabelKind: KindToken, LabelUser: user, LabelName: name},
-			Annotations: map[string]string{AnnotationMade: time.Now().UTC().Format(time.RFC3339)},
+			Annotations: annotations,
 		},
 		Data: map[string][]byte{keyHash: []byte(h)},
 	}
@@ -118,7 +137,7 @@ func (s *Store) List(ctx context.Context, user string) ([]Token, error) {
 	out := []Token{}
 	for _, sec := range list.Items {
 		t, _ := time.Parse(time.RFC3339, sec.Annotations[AnnotationMade])
-		out = append(out, Token{Name: sec.Labels[LabelName], User: user, Created: t})
+		out = append(out, Token{Name: sec.Labels[LabelName], User: user, Created: t, Expires: expiry(&sec)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
@@ -159,6 +178,10 @@ func (s *Store) Verify(ctx context.Context, token string) (*gitserver.User, stri
 	if subtle.ConstantTimeCompare(sec.Data[keyHash], []byte(h)) != 1 || sec.Labels[LabelKind] != KindToken {
 		return nil, "", ErrInvalid
 	}
+	if exp := expiry(sec); exp != nil && !s.now().Before(*exp) {
+		return nil, "", fmt.Errorf("%w: token %s of %s expired at %s (tokens:create makes a new one)",
+			ErrInvalid, sec.Labels[LabelName], sec.Labels[LabelUser], exp.Format(time.RFC3339))
+	}
 	name := sec.Labels[LabelUser]
 	u := &appv1.User{}
 	if err := s.Users.Get(ctx, client.ObjectKey{Name: name}, u); err != nil {
@@ -170,4 +193,45 @@ func (s *Store) Verify(ctx context.Context, token string) (*gitserver.User, stri
 	admin := u.Spec.Role == appv1.RoleAdmin
 	return &gitserver.User{Name: u.Name, Admin: admin, CanCreateApps: admin || u.Spec.CanCreateApps, KeyName: "token:" + sec.Labels[LabelName]},
 		sec.Labels[LabelName], nil
+}
+
+// expiry is when the token of sec stops working, or nil: never. An annotation
+// that does not parse counts as expired long ago: a token is not kept alive by
+// a typo.
+func expiry(sec *corev1.Secret) *time.Time {
+	v, ok := sec.Annotations[AnnotationExpires]
+	if !ok {
+		return nil
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		t = time.Unix(0, 0).UTC()
+	}
+	return &t
+}
+
+// ParseTTL reads how long a token works: a number of days (90d), a Go duration
+// (12h, 30m), or "never" (and "0"). At least a minute, at most ten years.
+func ParseTTL(v string) (time.Duration, error) {
+	if v == "never" || v == "0" {
+		return 0, nil
+	}
+	bad := fmt.Errorf("%q: want a duration such as 90d, 12h or 30m, or never", v)
+	var d time.Duration
+	if days, ok := strings.CutSuffix(v, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err != nil || n < 0 {
+			return 0, bad
+		}
+		d = time.Duration(n) * 24 * time.Hour
+	} else {
+		var err error
+		if d, err = time.ParseDuration(v); err != nil {
+			return 0, bad
+		}
+	}
+	if d < time.Minute || d > 3650*24*time.Hour {
+		return 0, fmt.Errorf("%q: a token works for at least a minute and at most 3650d", v)
+	}
+	return d, nil
 }

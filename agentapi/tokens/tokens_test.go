@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,17 +29,17 @@ func TestTokens(t *testing.T) {
 	st := &tokens.Store{Client: c, Users: c, Namespace: "bex-system"}
 	ctx := context.Background()
 
-	tok, err := st.Create(ctx, "bob", "ci")
+	tok, err := st.Create(ctx, "bob", "ci", 0)
 	if err != nil || !strings.HasPrefix(tok, "bex_") || len(tok) != 47 {
 		t.Fatalf("Create: %q %v", tok, err)
 	}
-	if _, err := st.Create(ctx, "bob", "ci"); !errors.Is(err, tokens.ErrExists) {
+	if _, err := st.Create(ctx, "bob", "ci", 0); !errors.Is(err, tokens.ErrExists) {
 		t.Fatalf("the same name twice: %v", err)
 	}
-	if _, err := st.Create(ctx, "bob", "Bad Name"); !errors.Is(err, tokens.ErrInvalidName) {
+	if _, err := st.Create(ctx, "bob", "Bad Name", 0); !errors.Is(err, tokens.ErrInvalidName) {
 		t.Fatalf("bad name: %v", err)
 	}
-	adminTok, _ := st.Create(ctx, "ana", "ci") // names are per user
+	adminTok, _ := st.Create(ctx, "ana", "ci", 0) // names are per user
 	u, name, err := st.Verify(ctx, tok)
 	if err != nil || u.Name != "bob" || u.Admin || name != "ci" {
 		t.Fatalf("Verify: %+v %q %v", u, name, err)
@@ -88,4 +89,53 @@ func TestTokens(t *testing.T) {
 		t.Fatalf("token of a removed user: %v", err)
 	}
 	_ = client.ObjectKey{}
+}
+
+// TestTokenExpiry: a token made to work for a while works until then, is listed
+// with its end, and is refused after it, saying so.
+func TestTokenExpiry(t *testing.T) {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = appv1.AddToScheme(s)
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(
+		&appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "bob"}, Spec: appv1.UserSpec{Role: appv1.RoleMember}}).Build()
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	st := &tokens.Store{Client: c, Users: c, Namespace: "bex-system", Now: func() time.Time { return now }}
+	ctx := context.Background()
+	tok, err := st.Create(ctx, "bob", "ci", 90*24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forever, _ := st.Create(ctx, "bob", "forever", 0)
+	list, _ := st.List(ctx, "bob")
+	if len(list) != 2 || list[0].Expires == nil || !list[0].Expires.Equal(now.Add(90*24*time.Hour)) || list[1].Expires != nil {
+		t.Fatalf("List: %+v", list)
+	}
+	now = now.Add(90*24*time.Hour - time.Second)
+	if _, _, err := st.Verify(ctx, tok); err != nil {
+		t.Fatalf("a second before its end: %v", err)
+	}
+	now = now.Add(time.Second)
+	_, _, err = st.Verify(ctx, tok)
+	if !errors.Is(err, tokens.ErrInvalid) || !strings.Contains(err.Error(), "token ci of bob expired at 2027-02-28T12:00:00Z") {
+		t.Fatalf("at its end: %v", err)
+	}
+	now = now.AddDate(20, 0, 0)
+	if _, _, err := st.Verify(ctx, forever); err != nil {
+		t.Fatalf("a token without an end, 20 years on: %v", err)
+	}
+}
+
+func TestParseTTL(t *testing.T) {
+	for in, want := range map[string]time.Duration{"90d": 90 * 24 * time.Hour, "12h": 12 * time.Hour, "30m": 30 * time.Minute,
+		"never": 0, "0": 0, "1h30m": 90 * time.Minute} {
+		if got, err := tokens.ParseTTL(in); err != nil || got != want {
+			t.Errorf("ParseTTL(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "x", "-1d", "30s", "3651d", "1.5d", "forever"} {
+		if _, err := tokens.ParseTTL(in); err == nil {
+			t.Errorf("ParseTTL(%q) accepted", in)
+		}
+	}
 }

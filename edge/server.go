@@ -6,9 +6,11 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -191,8 +193,12 @@ func (s *Server) track(lc *laneConn) bool {
 	return true
 }
 
-// release forgets lc: the lane closed it or handed it over.
+// release forgets lc: the lane closed it or handed it over. Only the first call
+// counts.
 func (s *Server) release(lc *laneConn) {
+	if !lc.released.CompareAndSwap(false, true) {
+		return
+	}
 	s.mu.Lock()
 	delete(s.conns, lc)
 	s.mu.Unlock()
@@ -204,6 +210,7 @@ func (s *Server) release(lc *laneConn) {
 type laneConn struct {
 	net.Conn
 	idle     atomic.Bool // waiting for the first byte of a request: Shutdown may close it
+	released atomic.Bool // see Server.release
 	remote   string      // RemoteAddr, formatted once
 	clientIP string      // its host, for X-Forwarded-For
 	watch    *clientWatch
@@ -229,6 +236,17 @@ var (
 var errHandOver = errors.New("not a fast-lane request")
 
 func (s *Server) serveConn(lc *laneConn) {
+	// A panic serving one connection ends that connection, not the edge, as in
+	// net/http.
+	defer func() {
+		if v := recover(); v != nil {
+			if v != http.ErrAbortHandler {
+				s.proxy.log.Error("edge: panic serving a connection", "client", lc.remote, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			}
+			lc.Close()
+			s.release(lc)
+		}
+	}()
 	cfg := s.proxy.cfg
 	if tc, ok := lc.Conn.(*tls.Conn); ok {
 		tc.SetDeadline(time.Now().Add(cfg.ReadHeaderTimeout))

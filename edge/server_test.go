@@ -432,3 +432,29 @@ func TestWriteRequest(t *testing.T) {
 		}
 	}
 }
+
+// TestLanePanicEndsOnlyItsConnection: a panic in the lane (here: a Proxy without a
+// table) closes that connection and is logged; the Server goes on accepting.
+func TestLanePanicEndsOnlyItsConnection(t *testing.T) {
+	logs := &testenv.SyncBuffer{}
+	p, err := NewProxy(Config{}, nil, slog.New(slog.NewTextHandler(logs, nil)), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, p, nil)
+	for range 2 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatalf("the Server stopped accepting: %v", err)
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		io.WriteString(c, "GET / HTTP/1.1\r\nHost: web.localhost\r\n\r\n")
+		if n, err := c.Read(make([]byte, 1)); err != io.EOF {
+			t.Errorf("read %d, %v: want the connection closed", n, err)
+		}
+		c.Close()
+	}
+	if !strings.Contains(logs.String(), "panic serving a connection") || testutil.ToFloat64(p.m.connections) != 0 {
+		t.Errorf("connections %v, log:\n%s", testutil.ToFloat64(p.m.connections), logs.String())
+	}
+}

@@ -79,6 +79,7 @@ func (p *Proxy) serveLane(lc *laneConn, https bool, bw *bufio.Writer, req *http.
 		}
 		status = code
 		hdr.Set("Content-Length", strconv.Itoa(len(body)))
+		hdr.Set("Date", time.Now().UTC().Format(http.TimeFormat)) // as the http.Server adds it
 		if method == http.MethodHead {
 			body = nil
 		}

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	gossh "golang.org/x/crypto/ssh"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -123,10 +124,19 @@ func AddKey(ctx context.Context, c client.Client, user, keyName string, authoriz
 	return fp, nil
 }
 
+// adminChanges serializes the changes that can take admin keys away (RemoveKey,
+// DeleteUser): each reads every User, checks that an admin key is left, then
+// writes one User, so two at once could each leave one key and together none.
+// One gitserver makes these changes (through the API, not a cache, so each sees
+// the one before it).
+var adminChanges sync.Mutex
+
 // RemoveKey removes user's key named nameOrFingerprint, or whose SHA256 fingerprint
 // it is, and returns it. Removing the last key that an admin holds is refused: the
 // server would have nobody left to manage it over SSH.
 func RemoveKey(ctx context.Context, c client.Client, user, nameOrFingerprint string) (appv1.SSHKey, error) {
+	adminChanges.Lock()
+	defer adminChanges.Unlock()
 	var removed appv1.SSHKey
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var users appv1.UserList
@@ -163,6 +173,8 @@ func RemoveKey(ctx context.Context, c client.Client, user, nameOrFingerprint str
 // namespace, so that a later user of the same name does not inherit its apps.
 // Deleting the last admin is refused.
 func DeleteUser(ctx context.Context, c client.Client, name, namespace string) error {
+	adminChanges.Lock()
+	defer adminChanges.Unlock()
 	var users appv1.UserList
 	if err := c.List(ctx, &users); err != nil {
 		return fmt.Errorf("listing users: %w", err)

@@ -37,7 +37,6 @@ func BenchmarkPushToLive(b *testing.B) {
 	p := newPlatform(b)
 	b.Cleanup(p.kill)
 	p.start(b)
-	p.importBusybox(b)
 	warm := p.newRepo(b, "hello-shell", "bench-warm")
 	if out, err := warm.push(); err != nil {
 		b.Fatalf("first push: %v\n%s", err, out)

@@ -23,7 +23,9 @@ func TestPlatform(t *testing.T) {
 	p := newPlatform(t)
 	t.Cleanup(p.kill)
 	p.start(t)
-	p.importBusybox(t)
+	if !strings.Contains(p.out.String(), "busybox base    docker.io/library/busybox:latest from") {
+		t.Errorf("bex up --busybox-base did not say it made the base image:\n%s", p.out.String())
+	}
 	shell := p.newRepo(t, "hello-shell", "hello-shell")
 	var firstCommit string
 

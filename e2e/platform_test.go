@@ -86,8 +86,9 @@ func (p *platform) start(t testing.TB) {
 		"--ssh-addr", p.sshAddr, "--http-addr", p.httpAddr, "--https-addr", p.httpsAddr,
 		"--hooks-addr", p.hooksAddr, "--base-domain", "localhost",
 		"--admin-key", p.keyPath+".pub",
-		// Nothing can be pulled here: builds use the busybox base imported below.
-		"--image-resolve-mode", "local")
+		// Nothing can be pulled here: builds use the busybox base that bex up
+		// makes from Debian's busybox-static, as make run does on such a machine.
+		"--image-resolve-mode", "local", "--busybox-base")
 	p.out = &testenv.SyncBuffer{}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -180,18 +181,6 @@ func processesMentioning(s string) []string {
 		found = append(found, e.Name()+": "+strings.ReplaceAll(string(cmdline), "\x00", " "))
 	}
 	return found
-}
-
-// importBusybox puts the busybox base into bex up's containerd: `FROM busybox` with
-// --image-resolve-mode local finds it there.
-func (p *platform) importBusybox(t testing.TB) {
-	t.Helper()
-	c := &testenv.Containerd{Address: filepath.Join(p.dir, "containerd", "containerd.sock")}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := testenv.BusyboxImage(ctx, c, t.TempDir()); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func (p *platform) port(addr string) string {

@@ -28,6 +28,12 @@ if [[ -n $key ]]; then
 else
 	echo "==> no SSH key in ~/.ssh: make one with ssh-keygen -t ed25519, or set ADMIN_KEY=FILE"
 fi
+# Base images come from a registry; a machine that cannot reach one builds from
+# images already in containerd, and gets busybox from Debian's busybox-static.
+if [[ -z ${BEX_IMAGE_RESOLVE_MODE:-} ]] && ! curl -s -o /dev/null --max-time 5 https://registry-1.docker.io/v2/; then
+	echo "==> no container registry reachable: builds use local base images; FROM busybox gets Debian's busybox-static"
+	args+=(--image-resolve-mode local --busybox-base)
+fi
 echo "==> $(bin/bex version): starting bex up (state in $state)"
 # Make the daemons that `make tools` built in bin/ findable next to bin/bex.
 export PATH="$root/bin:$PATH"

@@ -29,6 +29,11 @@ type Config struct {
 	ContainerdAddr string
 	// ImageResolveMode is how builds find base images: default, pull or local.
 	ImageResolveMode string
+	// BusyboxBase puts Debian's busybox-static into containerd as
+	// docker.io/library/busybox:latest when no image of that name is there, so
+	// that `FROM busybox` builds on a machine that cannot pull (with
+	// ImageResolveMode local).
+	BusyboxBase bool
 	// Bex is the path of the bex binary that runs the components.
 	Bex string
 	// Out receives the progress lines and the final instructions.

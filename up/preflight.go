@@ -19,6 +19,7 @@ var programs = []struct{ name, from string }{
 	{"etcd", "make tools"},
 	{"kube-apiserver", "make tools"},
 	{"git", "apt-get install git"},
+	{"busybox", "apt-get install busybox-static"}, // with BusyboxBase only
 }
 
 // Binaries are the paths of the programs bex up runs.
@@ -35,7 +36,7 @@ func Preflight(cfg Config) (Binaries, error) {
 	found := Binaries{}
 	var missing, fixes []string
 	for _, p := range programs {
-		if cfg.ContainerdAddr != "" && strings.HasPrefix(p.name, "containerd") {
+		if cfg.ContainerdAddr != "" && strings.HasPrefix(p.name, "containerd") || p.name == "busybox" && !cfg.BusyboxBase {
 			continue
 		}
 		if path, err := lookPath(p.name, filepath.Dir(cfg.Bex)); err == nil {

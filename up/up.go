@@ -20,6 +20,7 @@ import (
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/deployer/crds"
 	"bex.co/bex/gitserver/access"
+	"bex.co/bex/internal/baseimage"
 	"bex.co/bex/internal/controlplane"
 	"bex.co/bex/internal/daemons"
 	"bex.co/bex/internal/supervise"
@@ -138,12 +139,42 @@ func (p *Platform) startDaemons(ctx context.Context) error {
 			return err
 		}
 	}
+	if p.cfg.BusyboxBase {
+		if err := p.busyboxBase(ctx); err != nil {
+			return err
+		}
+	}
 	b := daemons.Buildkitd{Dir: filepath.Join(p.cfg.StateDir, "buildkitd"), ContainerdAddress: p.containerdAddr, Namespace: ContainerdNamespace}
 	args, err := b.WriteConfig()
 	if err != nil {
 		return err
 	}
 	return p.start(ctx, supervise.Process{Name: "buildkitd", Path: p.bins["buildkitd"], Args: args, Ready: b.Ready}, "builds images into containerd")
+}
+
+// busyboxBase imports Debian's busybox as the busybox base image, unless
+// containerd has one (imported before, or pulled).
+func (p *Platform) busyboxBase(ctx context.Context) error {
+	cl, err := daemons.ContainerdClient(p.containerdAddr, ContainerdNamespace)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	if ok, err := baseimage.HasBusybox(ctx, cl); err != nil || ok {
+		return err
+	}
+	start := time.Now()
+	dir, err := os.MkdirTemp(p.cfg.StateDir, "busybox-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if _, err := baseimage.ImportBusybox(ctx, cl, p.bins["busybox"], dir); err != nil {
+		return fmt.Errorf("busybox base: %w", err)
+	}
+	fmt.Fprintf(p.cfg.Out, "    %-15s %s from %s in %s: builds FROM busybox use it\n", "busybox base", baseimage.BusyboxRef,
+		p.bins["busybox"], time.Since(start).Round(time.Millisecond))
+	return nil
 }
 
 func (p *Platform) startAPI(ctx context.Context) error {

@@ -49,6 +49,7 @@ func (c *upCmd) command() *cobra.Command {
 	f.StringVar(&c.cfg.ACMECA, "acme-ca", "", "ACME directory URL; without it and --acme-email, or for the base domain localhost, a local CA issues certificates (STATE_DIR/ca.pem)")
 	f.StringVar(&c.cfg.ContainerdAddr, "containerd-addr", "", "an existing containerd's socket (default: start one in STATE_DIR/containerd)")
 	f.StringVar(&c.cfg.ImageResolveMode, "image-resolve-mode", "default", "how builds find base images: default, pull, or local (images already in containerd; no registry)")
+	f.BoolVar(&c.cfg.BusyboxBase, "busybox-base", false, "put Debian's busybox-static into containerd as docker.io/library/busybox:latest if no such image is there, so FROM busybox builds without a registry (with --image-resolve-mode local)")
 	return cmd
 }
 

@@ -141,6 +141,16 @@ func (f *fixture) rolling(name string) {
 	})
 }
 
+// servingRelease1 syncs release 1 of procs (image A), has its web Deployment
+// complete its rollout as the Deployment controller would, and syncs again, so
+// that release 1 serves.
+func (f *fixture) servingRelease1(procs map[string]appv1.ProcessSpec) {
+	f.t.Helper()
+	f.sync(f.desired(1, imageA, procs))
+	f.complete("hello-web")
+	f.sync(f.desired(1, imageA, procs))
+}
+
 func envByName(env []corev1.EnvVar) map[string]corev1.EnvVar {
 	m := map[string]corev1.EnvVar{}
 	for _, e := range env {
@@ -450,9 +460,7 @@ func TestSuspendedScalesEveryProcessToZero(t *testing.T) {
 func TestProgressDeadlineExceededIsAFailure(t *testing.T) {
 	f := setup(t)
 	procs := map[string]appv1.ProcessSpec{"web": {Replicas: 2}}
-	f.sync(f.desired(1, imageA, procs))
-	f.complete("hello-web")
-	f.sync(f.desired(1, imageA, procs))
+	f.servingRelease1(procs)
 
 	d := f.desired(2, imageB, procs)
 	d.HealthCheck = &appv1.HealthCheck{Path: "/healthz", BootTimeoutSeconds: 30}
@@ -579,9 +587,7 @@ func TestRestartAnnotatesThePodTemplate(t *testing.T) {
 func TestCrashLoopingPodIsAFailure(t *testing.T) {
 	f := setup(t)
 	procs := map[string]appv1.ProcessSpec{"web": {Replicas: 1}}
-	f.sync(f.desired(1, imageA, procs))
-	f.complete("hello-web")
-	f.sync(f.desired(1, imageA, procs))
+	f.servingRelease1(procs)
 
 	d := f.desired(2, imageB, procs)
 	if st := f.sync(d); st.Failure != "" {

@@ -269,7 +269,6 @@ func (s *Server) serveConn(lc *laneConn) {
 	bw.Reset(lc)
 	lc.bw = bw
 	lc.watch = newClientWatch(lc, br, lc.ctx.in.interrupt)
-	parse := &headParser{}
 	defer func() {
 		br.Reset(nil)
 		laneReaders.Put(br)
@@ -281,7 +280,7 @@ func (s *Server) serveConn(lc *laneConn) {
 		if err == nil {
 			var req *http.Request
 			var route Route
-			if req, route, err = parse.request(s.proxy, head); err == nil {
+			if req, route, err = parseHead(s.proxy, head); err == nil {
 				br.Discard(len(head))
 				if s.proxy.serveLane(lc, https, bw, req, route) && !s.closing.Load() {
 					continue
@@ -427,24 +426,32 @@ type handoffAddr struct{}
 func (handoffAddr) Network() string { return "edge" }
 func (handoffAddr) String() string  { return "edge fast lane" }
 
-// headParser parses request heads with net/http's own parser; it is one
-// connection's, and reuses its reader.
+// headParser parses request heads with net/http's own parser, from a reader
+// over the head's bytes. They are pooled: one is needed only for the moment of a
+// parse, not for a connection's life.
 type headParser struct {
 	src bytes.Reader
 	br  *bufio.Reader
 }
 
-// request parses head and returns the request and its route if the lane can
-// serve it whole, or errHandOver.
-func (hp *headParser) request(p *Proxy, head []byte) (*http.Request, Route, error) {
+var headParsers = sync.Pool{New: func() any {
+	hp := &headParser{}
+	hp.br = bufio.NewReaderSize(&hp.src, laneReadSize)
+	return hp
+}}
+
+// parseHead parses head and returns the request and its route if the lane can
+// serve it whole, or errHandOver. The request keeps nothing of the parser's
+// buffer: its fields are copies, and a request with a body is not the lane's.
+func parseHead(p *Proxy, head []byte) (*http.Request, Route, error) {
+	hp := headParsers.Get().(*headParser)
 	hp.src.Reset(head)
-	if hp.br == nil {
-		hp.br = bufio.NewReaderSize(&hp.src, laneReadSize)
-	} else {
-		hp.br.Reset(&hp.src)
-	}
+	hp.br.Reset(&hp.src)
 	req, err := http.ReadRequest(hp.br)
-	if err != nil || hp.br.Buffered() != 0 || hp.src.Len() != 0 || !laneRequest(req) {
+	whole := hp.br.Buffered() == 0 && hp.src.Len() == 0
+	hp.src.Reset(nil)
+	headParsers.Put(hp)
+	if err != nil || !whole || !laneRequest(req) {
 		return nil, Route{}, errHandOver
 	}
 	if !p.table.Ready() {

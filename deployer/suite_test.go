@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/util/retry"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -279,13 +281,7 @@ func TestSuspendAndResume(t *testing.T) {
 	if _, err := e.rec.Record(ctx, "hello", releases.Change{Image: image(1), Cause: appv1.ReleaseCausePush}); err != nil {
 		t.Fatal(err)
 	}
-	setSuspended := func(v bool) {
-		app := e.app("hello")
-		app.Spec.Suspended = v
-		if err := e.c.Update(ctx, app); err != nil {
-			t.Fatal(err)
-		}
-	}
+	setSuspended := func(v bool) { e.updateApp("hello", func(a *appv1.App) { a.Spec.Suspended = v }) }
 	setSuspended(true)
 	e.eventually("suspended", func() error {
 		app := e.app("hello")
@@ -302,6 +298,21 @@ func TestSuspendAndResume(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// updateApp changes the App as a user's kubectl edit would: read, change,
+// write, again on a conflict (the reconciler writes the App too: its finalizer,
+// the release it records).
+func (e *env) updateApp(name string, change func(*appv1.App)) {
+	e.t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		app := e.app(name)
+		change(app)
+		return e.c.Update(context.Background(), app)
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 func (e *env) lastSync(app string) runtime.Desired {
@@ -331,11 +342,7 @@ func TestChangesMadeThroughTheAPIBecomeReleases(t *testing.T) {
 	})
 
 	// A config var changed with kubectl edit: release 2, cause Config, run by the runtime.
-	app = e.app("hello")
-	app.Spec.Env = []appv1.EnvVar{{Name: "GREETING", Value: "hello"}}
-	if err := e.c.Update(ctx, app); err != nil {
-		t.Fatal(err)
-	}
+	e.updateApp("hello", func(a *appv1.App) { a.Spec.Env = []appv1.EnvVar{{Name: "GREETING", Value: "hello"}} })
 	e.eventually("release 2 for the config change", func() error {
 		rels, _ := e.rec.List(ctx, "hello")
 		if len(rels) != 2 || rels[0].Spec.Cause != appv1.ReleaseCauseConfig || len(rels[0].Spec.Config.Env) != 1 {
@@ -348,11 +355,9 @@ func TestChangesMadeThroughTheAPIBecomeReleases(t *testing.T) {
 	})
 
 	// Scaling is not a release.
-	app = e.app("hello")
-	app.Spec.Processes["web"] = appv1.ProcessSpec{Command: []string{"./server"}, Replicas: 3}
-	if err := e.c.Update(ctx, app); err != nil {
-		t.Fatal(err)
-	}
+	e.updateApp("hello", func(a *appv1.App) {
+		a.Spec.Processes["web"] = appv1.ProcessSpec{Command: []string{"./server"}, Replicas: 3}
+	})
 	e.eventually("scaled without a release", func() error {
 		if d := e.lastSync("hello"); d.Processes["web"].Replicas != 3 {
 			return fmt.Errorf("replicas %d", d.Processes["web"].Replicas)
@@ -404,11 +409,9 @@ func TestRecordedChangeIsOneReleaseAndRestartsReachTheRuntime(t *testing.T) {
 		}
 		return nil
 	})
-	app = e.app("hello")
-	app.Annotations = map[string]string{appv1.RestartedAtAnnotation + ".worker": "2026-01-01T00:00:00Z"}
-	if err := e.c.Update(ctx, app); err != nil {
-		t.Fatal(err)
-	}
+	e.updateApp("hello", func(a *appv1.App) {
+		a.Annotations = map[string]string{appv1.RestartedAtAnnotation + ".worker": "2026-01-01T00:00:00Z"}
+	})
 	e.eventually("the restart reaches the runtime", func() error {
 		if r := e.lastSync("hello").Restarts; r["worker"] != "/2026-01-01T00:00:00Z" || r["web"] != "" {
 			return fmt.Errorf("restarts %v", r)

@@ -46,13 +46,12 @@ func (c *Containerd) Run(ctx context.Context, image string, args ...string) (out
 	defer cancel()
 	defer ctr.Delete(cleanup, containerd.WithSnapshotCleanup)
 
-	// The shim writes stdout and stderr to one log file, in the order the process
-	// wrote them. The exit status can arrive before the shim has copied the last of
-	// it, so the file is read only after the task is deleted: Delete waits for the
-	// shim's copying.
-	logPath := filepath.Join(filepath.Dir(c.Address), id+".log")
-	defer os.Remove(logPath)
-	task, err := ctr.NewTask(ctx, cio.LogFile(logPath))
+	// stdout and stderr come through FIFOs that this process copies into out:
+	// Delete waits for that copy to finish, so nothing the process printed is
+	// missing when out is read. (With a log file, the shim copies, and Delete
+	// does not wait for it: short-lived processes lost their output now and then.)
+	var out SyncBuffer
+	task, err := ctr.NewTask(ctx, cio.NewCreator(cio.WithStreams(nil, &out, &out), cio.WithFIFODir(filepath.Dir(c.Address))))
 	if err != nil {
 		return "", 0, fmt.Errorf("create task: %w", err)
 	}
@@ -70,8 +69,7 @@ func (c *Containerd) Run(ctx context.Context, image string, args ...string) (out
 		if _, derr := task.Delete(cleanup); derr != nil && err == nil {
 			err = fmt.Errorf("delete task: %w", derr)
 		}
-		out, _ := os.ReadFile(logPath)
-		return strings.TrimRight(string(out), "\n"), code, err
+		return strings.TrimRight(out.String(), "\n"), code, err
 	case <-ctx.Done():
 		return "", 0, ctx.Err()
 	}

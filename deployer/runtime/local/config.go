@@ -50,6 +50,13 @@ type Config struct {
 	// Defaults 3 and 1 minute.
 	CrashLoopRestarts int
 	CrashLoopWindow   time.Duration
+
+	// LivenessInterval is how often a ready web instance is checked again (its
+	// health check path, or a connection to PORT); LivenessFailures checks failed
+	// in a row take it out of the endpoints and restart it, as a hung process
+	// would otherwise keep its share of the requests. Defaults 10s and 3.
+	LivenessInterval time.Duration
+	LivenessFailures int
 }
 
 // Defaults returns cfg with every unset field set to its default.
@@ -93,6 +100,12 @@ func (cfg Config) Defaults() Config {
 	if cfg.CrashLoopWindow == 0 {
 		cfg.CrashLoopWindow = time.Minute
 	}
+	if cfg.LivenessInterval == 0 {
+		cfg.LivenessInterval = 10 * time.Second
+	}
+	if cfg.LivenessFailures == 0 {
+		cfg.LivenessFailures = 3
+	}
 	return cfg
 }
 
@@ -111,7 +124,7 @@ func (cfg Config) Validate() error {
 	}{
 		{"drain", cfg.Drain}, {"stop timeout", cfg.StopTimeout}, {"boot timeout", cfg.BootTimeout},
 		{"restart backoff", cfg.RestartBackoff}, {"max restart backoff", cfg.RestartBackoffMax},
-		{"crash-loop window", cfg.CrashLoopWindow},
+		{"crash-loop window", cfg.CrashLoopWindow}, {"liveness interval", cfg.LivenessInterval},
 	} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("%s: %v is negative", d.name, d.v))
@@ -125,6 +138,9 @@ func (cfg Config) Validate() error {
 	}
 	if cfg.LogKeepStopped < 0 {
 		errs = append(errs, fmt.Errorf("stopped logs kept %d: negative", cfg.LogKeepStopped))
+	}
+	if cfg.LivenessFailures < 1 {
+		errs = append(errs, fmt.Errorf("liveness failures %d: want at least 1", cfg.LivenessFailures))
 	}
 	if cfg.CrashLoopRestarts < 1 {
 		errs = append(errs, fmt.Errorf("crash-loop restarts %d: want at least 1", cfg.CrashLoopRestarts))

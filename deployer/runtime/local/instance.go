@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -50,6 +51,7 @@ type instance struct {
 	startSeq     int       // counts task starts, so a stale prober stops
 	lastStart    time.Time // of the current task
 	healthFailed bool      // not ready within the boot timeout of the current task
+	killedWhy    string    // why the runtime killed the current task (liveness), for its exit
 	lastProbe    string    // the last health check's error
 	restarts     int32
 	exits        []time.Time
@@ -272,6 +274,12 @@ func (r *Runtime) superviseLoop(inst *instance, task containerd.Task) {
 			if code > 128 {
 				err = fmt.Errorf("exited with code %d (signal %d)", code, code-128)
 			}
+			r.mu.Lock()
+			if inst.killedWhy != "" {
+				err = errors.New(inst.killedWhy)
+				inst.killedWhy = ""
+			}
+			r.mu.Unlock()
 		}
 		r.mu.Lock()
 		if inst.stopping {
@@ -421,6 +429,9 @@ func (r *Runtime) probe(inst *instance, seq int) {
 				}
 			}
 			r.notify(inst.app)
+			if inst.web() {
+				r.live(inst, seq, log)
+			}
 			return
 		}
 		inst.lastProbe = err.Error()
@@ -437,6 +448,58 @@ func (r *Runtime) probe(inst *instance, seq int) {
 			return
 		}
 		interval = min(interval*2, 250*time.Millisecond)
+	}
+}
+
+// live checks a ready web instance every LivenessInterval, as long as its task
+// runs and it is not leaving. After LivenessFailures failed checks in a row it is
+// taken out of the endpoints and its task is killed: the supervisor restarts it
+// (with backoff, counted as an exit, so a release whose instances keep hanging is
+// a crash loop), and probe brings it back once it answers.
+func (r *Runtime) live(inst *instance, seq int, log *slog.Logger) {
+	failures := 0
+	for {
+		select {
+		case <-time.After(r.cfg.LivenessInterval):
+		case <-inst.ctx.Done():
+			return
+		}
+		r.mu.Lock()
+		current := inst.startSeq == seq && inst.running && inst.ready && !inst.leaving()
+		r.mu.Unlock()
+		if !current {
+			return
+		}
+		err := check(inst.ctx, inst)
+		if err == nil {
+			failures = 0
+			continue
+		}
+		if failures++; failures < r.cfg.LivenessFailures {
+			continue
+		}
+		why := fmt.Sprintf("stopped answering its health check (%d checks in a row, the last: %v)", failures, err)
+		r.mu.Lock()
+		if inst.startSeq != seq || !inst.running || inst.leaving() {
+			r.mu.Unlock()
+			return
+		}
+		inst.ready = false
+		inst.killedWhy = why
+		r.mu.Unlock()
+		log.Warn("instance "+why+"; restarting it", "port", inst.port)
+		if a := r.existingApp(inst.app); a != nil {
+			if perr := r.publish(inst.ctx, a); perr != nil && inst.ctx.Err() == nil {
+				log.Warn("update endpoints", "err", perr)
+			}
+		}
+		r.notify(inst.app)
+		if task, err := inst.ctr.Task(inst.ctx, nil); err == nil {
+			if err := task.Kill(inst.ctx, syscall.SIGKILL); err != nil && !errdefs.IsNotFound(err) {
+				log.Warn("kill an instance that stopped answering", "err", err)
+			}
+		}
+		return
 	}
 }
 

@@ -678,6 +678,37 @@ func TestCrashLoopAndRestartAfterKill(t *testing.T) {
 	eventually(t, 20*time.Second, "the crashing instance is removed", func() bool { return len(f.containers()) == 1 })
 }
 
+// TestHungInstanceIsRestarted: a web instance that stops answering while its
+// process runs (here its httpd goes after 2 s, the shell stays) is taken out of
+// the endpoints after LivenessFailures failed checks and restarted; it answers
+// again, with the restart counted and the reason logged.
+func TestHungInstanceIsRestarted(t *testing.T) {
+	f := newFixture(t, "hung")
+	f.rt.Close()
+	f.cfg.LivenessInterval, f.cfg.LivenessFailures = 100*time.Millisecond, 3
+	f.rt = f.newRuntime()
+	d := f.desired(1, f.v1, 1)
+	d.Processes = map[string]appv1.ProcessSpec{"web": {Replicas: 1, Command: []string{"sh", "-c",
+		"httpd -f -p 127.0.0.1:$PORT -h /www & sleep 2; kill $!; echo httpd gone; exec sleep 3600"}}}
+	st := f.syncUntil(d, 30*time.Second, "web restarted after hanging, and ready again", func(st runtime.Status) bool {
+		return st.Processes["web"].Restarts >= 1 && st.Processes["web"].Ready == 1
+	})
+	if st.Failure != "" || st.Serving != 1 {
+		t.Fatalf("status %+v", st)
+	}
+	f.logMu.Lock()
+	logs := f.logs.String()
+	f.logMu.Unlock()
+	if !strings.Contains(logs, "stopped answering its health check (3 checks in a row") {
+		t.Fatalf("no liveness line in the runtime log:\n%s", logs)
+	}
+	eps := f.endpoints()
+	if len(eps) != 1 {
+		t.Fatalf("endpoints %v", eps)
+	}
+	f.mustGet(eps[0], "version v1")
+}
+
 func TestMissingImageIsReported(t *testing.T) {
 	f := newFixture(t, "noimage")
 	image := "docker.io/library/never-built@sha256:" + strings.Repeat("0", 64)

@@ -70,13 +70,8 @@ func TestLaneAnswersAsNetHTTP(t *testing.T) {
 // body, with request ids the edge made up blanked.
 func exchange(t *testing.T, addr, raw string) string {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := sendRaw(t, addr, raw, 2*time.Second)
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(2 * time.Second))
-	io.WriteString(c, raw)
 	br := bufio.NewReader(c)
 	// The first answer's framing depends on its method (no body after HEAD's
 	// headers); the second answers the GET that follows.

@@ -86,18 +86,27 @@ func (f *laneFixture) last(t *testing.T) *http.Request {
 
 func (f *laneFixture) handoffs() float64 { return testutil.ToFloat64(f.proxy.m.handoffs) }
 
-// rawExchange writes raw on one connection to addr and reads n responses.
-func rawExchange(t *testing.T, addr, raw string, n int) []*http.Response {
+// sendRaw dials addr and writes raw, with a deadline of d for the whole
+// exchange; the caller closes the connection.
+func sendRaw(t *testing.T, addr, raw string, d time.Duration) net.Conn {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
+	c.SetDeadline(time.Now().Add(d))
 	if _, err := io.WriteString(c, raw); err != nil {
+		c.Close()
 		t.Fatal(err)
 	}
+	return c
+}
+
+// rawExchange writes raw on one connection to addr and reads n responses.
+func rawExchange(t *testing.T, addr, raw string, n int) []*http.Response {
+	t.Helper()
+	c := sendRaw(t, addr, raw, 10*time.Second)
+	defer c.Close()
 	br := bufio.NewReader(c)
 	var out []*http.Response
 	for i := range n {

@@ -39,6 +39,10 @@ type Config struct {
 	IdleTimeout time.Duration
 	// MaxPackBytes bounds one push's pack.
 	MaxPackBytes int64
+	// MaxObjectBytes bounds each object of a push or an upstream fetch (a file,
+	// mostly), checked on the size the pack declares before anything is inflated.
+	// It also bounds the gitserver's memory: no object larger is ever held.
+	MaxObjectBytes int64
 	// SessionRecheck is how often open sessions are looked up again by their key;
 	// a session whose key was removed is closed at the next check.
 	SessionRecheck time.Duration
@@ -53,6 +57,9 @@ type Config struct {
 	// checked against.
 	UpstreamKnownHosts string
 }
+
+// DefaultMaxObjectBytes is GitHub's limit on one file: 100 MiB.
+const DefaultMaxObjectBytes = 100 << 20
 
 // DefaultConfig returns the defaults, with state under stateDir.
 func DefaultConfig(stateDir string) Config {
@@ -69,6 +76,7 @@ func DefaultConfig(stateDir string) Config {
 		HandshakeTimeout:    30 * time.Second,
 		IdleTimeout:         10 * time.Minute,
 		MaxPackBytes:        2 << 30,
+		MaxObjectBytes:      DefaultMaxObjectBytes,
 		SessionRecheck:      time.Second,
 		FetchTimeout:        5 * time.Minute,
 		UpstreamKnownHosts:  filepath.Join(stateDir, "upstream_known_hosts"),
@@ -98,6 +106,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxPackBytes <= 0 {
 		errs = append(errs, errors.New("gitserver: the maximum pack size must be positive"))
+	}
+	if c.MaxObjectBytes <= 0 {
+		errs = append(errs, errors.New("gitserver: the maximum object size must be positive"))
 	}
 	return errors.Join(errs...)
 }

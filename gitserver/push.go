@@ -14,6 +14,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp/capability"
 
 	"bex.co/bex/gitserver/receive"
+	"bex.co/bex/gitserver/receive/fsck"
 )
 
 // push is one git-receive-pack session.
@@ -135,9 +136,23 @@ func (p *push) run(ctx context.Context) string {
 
 	if p.req.HasPack() {
 		start := time.Now()
-		pack, err := p.repo.StorePack(ctx, p.sess, p.s.cfg.MaxPackBytes)
+		lim := receive.Limits{MaxPackBytes: p.s.cfg.MaxPackBytes, MaxObjectBytes: p.s.cfg.MaxObjectBytes}
+		for _, cmd := range p.req.Commands {
+			if !cmd.IsDelete() {
+				lim.Tips = append(lim.Tips, cmd.New)
+			}
+		}
+		pack, err := p.repo.StorePack(ctx, p.sess, lim)
 		p.s.metrics.receive.Observe(time.Since(start).Seconds())
 		p.timings = append(p.timings, "receive", time.Since(start))
+		if refusal := objectRefusal(err); refusal != "" {
+			// One line, in git's words, on the remote: line and on every ref: the
+			// pack is whole, one of its objects is not acceptable.
+			p.log.Info("push refused", "reason", refusal)
+			p.out.fail("%s", refusal)
+			p.rejectAll(refusal)
+			return "rejected"
+		}
 		if err != nil {
 			p.log.Info("pack refused", "err", err)
 			p.out.fail("The pushed data could not be stored: %v", err)
@@ -226,6 +241,20 @@ func (p *push) run(ctx context.Context) string {
 		result = "rejected"
 	}
 	return result
+}
+
+// objectRefusal is the line that refuses a push for one of its objects (an fsck
+// finding, an object over the size limit), or "" for any other outcome.
+func objectRefusal(err error) string {
+	var fe *fsck.Error
+	var big *receive.TooLargeError
+	switch {
+	case errors.As(err, &fe):
+		return fe.Error()
+	case errors.As(err, &big):
+		return big.Error()
+	}
+	return ""
 }
 
 // ensureApp creates the app and its repository on the first push, and settles the

@@ -2,22 +2,21 @@ package receive
 
 import (
 	"bufio"
-	"bytes"
+
 	"compress/zlib"
 	"context"
 	"crypto/sha1"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
 
-	"github.com/go-git/go-billy/v5/osfs"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
-	"github.com/go-git/go-git/v5/plumbing/format/packfile"
-	"github.com/go-git/go-git/v5/plumbing/object"
+
 	"github.com/go-git/go-git/v5/plumbing/storer"
 )
 
@@ -38,21 +37,29 @@ type Pack struct {
 	Bytes int64
 }
 
-// StorePack reads one pack from in, stores it in the repository and checks that
-// every object it adds refers only to objects the repository now has. It reads
-// exactly the pack, so the caller can keep using the stream.
+// StorePack reads one pack from in, stores it in the repository and checks every
+// object it adds: git's fsck rules, the size limit, and that it refers only to
+// objects the repository now has. It reads exactly the pack, so the caller can keep
+// using the stream; it reads the whole pack even when it will refuse it, so that
+// the pusher gets the refusal and not a broken pipe.
 //
 // Steps, each safe to interrupt (only renames make files visible):
-//  1. stream the pack into objects/pack/tmp_pack_*, checking its structure and
-//     checksum as it arrives and noting the bases of REF_DELTA objects;
+//  1. stream the pack into objects/pack/tmp_pack_*, checking its structure, the
+//     size each entry declares (before inflating it) and the checksum as it
+//     arrives; whole objects are hashed as they stream, commits, trees and tags
+//     checked with fsck;
 //  2. complete a thin pack: append the bases that the repository has, as whole
 //     objects, and rewrite the object count and the trailing checksum, as
 //     `git index-pack --fix-thin` does;
-//  3. index it with go-git's parser and write pack-<sha1>.pack and .idx;
+//  3. resolve the deltas from the file, depth first, each rebuilt, hashed and
+//     checked; write pack-<sha1>.pack and .idx;
 //  4. check connectivity of the new objects.
 //
-// maxBytes bounds the received size (0: no bound).
-func (r *Repo) StorePack(ctx context.Context, in io.Reader, maxBytes int64) (*Pack, error) {
+// Memory is bounded by the object limit: an object over it is never held, only
+// streamed through a hash, and a delta is applied holding its base and result.
+//
+// A refusal is an *fsck.Error, a *TooLargeError, ErrPackTooLarge or a sentence.
+func (r *Repo) StorePack(ctx context.Context, in io.Reader, lim Limits) (*Pack, error) {
 	packDir := filepath.Join(r.Dir, "objects", "pack")
 	if err := os.MkdirAll(packDir, 0o750); err != nil {
 		return nil, err
@@ -71,34 +78,13 @@ func (r *Repo) StorePack(ctx context.Context, in io.Reader, maxBytes int64) (*Pa
 	}()
 
 	// 1. Receive.
-	lr := &limitedReader{r: in, left: maxBytes, limited: maxBytes > 0}
-	bw := bufio.NewWriterSize(f, 1<<20)
-	counter := &countingWriter{w: bw}
-	sc := packfile.NewScanner(io.TeeReader(&ctxReader{ctx: ctx, r: lr}, counter))
-	_, count, err := sc.Header()
+	lr := &limitedReader{r: in, left: lim.MaxPackBytes, limited: lim.MaxPackBytes > 0}
+	ix := newIndexer(f, lim.MaxObjectBytes)
+	count, size, err := ix.receive(ctx, &ctxReader{ctx: ctx, r: lr})
 	if err != nil {
-		return nil, fmt.Errorf("reading pack header: %w", err)
-	}
-	refBases := map[plumbing.Hash]struct{}{}
-	for i := uint32(0); i < count; i++ {
-		oh, err := sc.NextObjectHeader()
-		if err != nil {
-			return nil, fmt.Errorf("reading object %d of %d: %w", i+1, count, err)
-		}
-		if oh.Type == plumbing.REFDeltaObject {
-			refBases[oh.Reference] = struct{}{}
-		}
-		if _, _, err := sc.NextObject(io.Discard); err != nil {
-			return nil, fmt.Errorf("reading object %d of %d: %w", i+1, count, err)
-		}
-	}
-	if _, err := sc.Checksum(); err != nil {
-		return nil, fmt.Errorf("reading pack trailer: %w", err)
-	}
-	if err := bw.Flush(); err != nil {
 		return nil, err
 	}
-	p := &Pack{Objects: int(count), Bytes: counter.n}
+	p := &Pack{Objects: int(count), Bytes: size}
 	if count == 0 {
 		return p, nil
 	}
@@ -107,36 +93,48 @@ func (r *Repo) StorePack(ctx context.Context, in io.Reader, maxBytes int64) (*Pa
 	// out by the client on purpose; one it does not hold must be in the pack.
 	st := r.storage()
 	var external []plumbing.Hash
-	for h := range refBases {
+	for h := range ix.refWait {
 		if st.HasEncodedObject(h) == nil {
 			external = append(external, h)
 		}
 	}
+	checksum := plumbing.Hash{}
+	if _, err := f.ReadAt(checksum[:], size-20); err != nil {
+		return nil, err
+	}
 	if len(external) > 0 {
-		if err := appendBases(f, counter.n, count, external, st); err != nil {
+		if checksum, err = ix.appendBases(size, count, external, st); err != nil {
 			return nil, fmt.Errorf("completing thin pack: %w", err)
 		}
 		p.Completed = len(external)
 	}
 
-	// 3. Index.
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
+	// 3. Resolve and index.
+	if err := ix.resolve(ctx); err != nil {
 		return nil, err
 	}
-	idxw := &typeRecorder{Writer: new(idxfile.Writer), types: map[plumbing.Hash]plumbing.ObjectType{}}
-	parser, err := packfile.NewParser(packfile.NewScanner(f), idxw)
-	if err != nil {
-		return nil, err
+	if ix.fsckErr != nil {
+		return nil, ix.fsckErr
 	}
-	checksum, err := parser.Parse()
-	if err != nil {
-		if errors.Is(err, packfile.ErrReferenceDeltaNotFound) {
-			return nil, errors.New("the pack refers to objects this repository does not have: fetch, rebase and push again")
-		}
-		return nil, fmt.Errorf("indexing pack: %w", err)
+	if ix.firstBig >= 0 {
+		return nil, ix.tooLarge(lim.Tips)
+	}
+	idxw := new(idxfile.Writer)
+	_ = idxw.OnHeader(uint32(len(ix.entries)))
+	for i := range ix.entries {
+		e := &ix.entries[i]
+		idxw.Add(e.id, uint64(e.off), e.crc)
+	}
+	if err := idxw.OnFooter(checksum); err != nil {
+		return nil, err
 	}
 	idx, err := idxw.Index()
 	if err != nil {
+		return nil, err
+	}
+
+	// 4. Connectivity, before anything becomes visible.
+	if err := ix.checkConnected(st); err != nil {
 		return nil, err
 	}
 	if err := f.Sync(); err != nil {
@@ -146,8 +144,7 @@ func (r *Repo) StorePack(ctx context.Context, in io.Reader, maxBytes int64) (*Pa
 	packPath := filepath.Join(packDir, p.Name+".pack")
 	idxPath := filepath.Join(packDir, p.Name+".idx")
 	if _, err := os.Stat(idxPath); err == nil {
-		// The same pack is already stored: a retried push.
-		return p, r.checkConnected(packPath, idx, idxw.types)
+		return p, nil // the same pack is already stored: a retried push
 	}
 	if err := writeIndex(idxPath, idx); err != nil {
 		return nil, err
@@ -155,65 +152,69 @@ func (r *Repo) StorePack(ctx context.Context, in io.Reader, maxBytes int64) (*Pa
 	// The pack goes into place before its index: go-git and git find packs through
 	// their .idx, so a pack is visible only once both are there.
 	if err := os.Rename(tmpName, packPath); err != nil {
-		os.Remove(idxPath)
+		os.Remove(idxPath + ".tmp")
 		return nil, err
 	}
 	stored = true
 	if err := os.Rename(idxPath+".tmp", idxPath); err != nil {
-		return nil, err
-	}
-	syncDir(packDir)
-
-	// 4. Connectivity. A pack that fails it is removed again: nothing refers to it.
-	if err := r.checkConnected(packPath, idx, idxw.types); err != nil {
-		os.Remove(idxPath)
 		os.Remove(packPath)
 		return nil, err
 	}
+	syncDir(packDir)
 	return p, nil
 }
 
-// appendBases replaces the trailer of the pack in f (size bytes, count objects) with
-// the given objects from st, then writes the new count and checksum.
-func appendBases(f *os.File, size int64, count uint32, bases []plumbing.Hash, st storer.EncodedObjectStorer) error {
+// appendBases replaces the trailer of the pack (size bytes, count objects) with the
+// given objects from st, then writes the new count and checksum, which it returns.
+func (ix *indexer) appendBases(size int64, count uint32, bases []plumbing.Hash, st storer.EncodedObjectStorer) (plumbing.Hash, error) {
+	f := ix.f
 	if err := f.Truncate(size - 20); err != nil {
-		return err
+		return plumbing.ZeroHash, err
 	}
-	if _, err := f.Seek(size-20, io.SeekStart); err != nil {
-		return err
-	}
-	bw := bufio.NewWriterSize(f, 1<<20)
+	off := size - 20
 	for _, h := range bases {
 		obj, err := st.EncodedObject(plumbing.AnyObject, h)
 		if err != nil {
-			return err
+			return plumbing.ZeroHash, err
 		}
-		if err := writeWholeObject(bw, obj); err != nil {
-			return err
+		if ix.over(obj.Size()) {
+			return plumbing.ZeroHash, &TooLargeError{ID: h, Size: obj.Size(), Limit: ix.limit}
 		}
-	}
-	if err := bw.Flush(); err != nil {
-		return err
+		crc := crc32.NewIEEE()
+		cw := &countingWriter{w: io.MultiWriter(io.NewOffsetWriter(f, off), crc)}
+		bw := bufio.NewWriterSize(cw, 256<<10)
+		hdrLen, err := writeWholeObject(bw, obj)
+		if err != nil {
+			return plumbing.ZeroHash, err
+		}
+		if err := bw.Flush(); err != nil {
+			return plumbing.ZeroHash, err
+		}
+		e := entry{off: off, dataOff: off + int64(hdrLen), size: obj.Size(), kind: int8(obj.Type()), typ: int8(obj.Type()),
+			id: h, known: true, crc: crc.Sum32()}
+		off += cw.n
+		ix.add(e)
 	}
 	var n [4]byte
 	binary.BigEndian.PutUint32(n[:], count+uint32(len(bases)))
 	if _, err := f.WriteAt(n[:], 8); err != nil {
-		return err
+		return plumbing.ZeroHash, err
 	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return err
+	sum := sha1.New()
+	if _, err := io.Copy(sum, bufio.NewReaderSize(io.NewSectionReader(f, 0, off), 1<<20)); err != nil {
+		return plumbing.ZeroHash, err
 	}
-	h := sha1.New()
-	if _, err := io.Copy(h, bufio.NewReaderSize(f, 1<<20)); err != nil {
-		return err
+	var h plumbing.Hash
+	copy(h[:], sum.Sum(nil))
+	if _, err := f.WriteAt(h[:], off); err != nil {
+		return plumbing.ZeroHash, err
 	}
-	_, err := f.Write(h.Sum(nil))
-	return err
+	return h, nil
 }
 
 // writeWholeObject writes obj as a non-delta pack entry: the type and size header,
 // then the zlib-compressed content.
-func writeWholeObject(w io.Writer, obj plumbing.EncodedObject) error {
+func writeWholeObject(w io.Writer, obj plumbing.EncodedObject) (int, error) {
 	size := obj.Size()
 	hdr := []byte{byte(obj.Type())<<4 | byte(size&0x0f)}
 	size >>= 4
@@ -223,18 +224,18 @@ func writeWholeObject(w io.Writer, obj plumbing.EncodedObject) error {
 		size >>= 7
 	}
 	if _, err := w.Write(hdr); err != nil {
-		return err
+		return 0, err
 	}
 	rd, err := obj.Reader()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer rd.Close()
 	zw := zlib.NewWriter(w)
 	if _, err := io.Copy(zw, rd); err != nil {
-		return err
+		return 0, err
 	}
-	return zw.Close()
+	return len(hdr), zw.Close()
 }
 
 func writeIndex(path string, idx *idxfile.MemoryIndex) error {
@@ -258,115 +259,20 @@ func writeIndex(path string, idx *idxfile.MemoryIndex) error {
 	return f.Close()
 }
 
-// typeRecorder builds the pack index and notes the type of each commit, tree and
-// tag, the objects whose references the connectivity check follows.
-type typeRecorder struct {
-	*idxfile.Writer
-	last  plumbing.ObjectType
-	types map[plumbing.Hash]plumbing.ObjectType
-}
-
-func (r *typeRecorder) OnInflatedObjectHeader(t plumbing.ObjectType, size, pos int64) error {
-	r.last = t
-	return r.Writer.OnInflatedObjectHeader(t, size, pos)
-}
-
-func (r *typeRecorder) OnInflatedObjectContent(h plumbing.Hash, pos int64, crc uint32, content []byte) error {
-	switch r.last {
-	case plumbing.CommitObject, plumbing.TreeObject, plumbing.TagObject:
-		r.types[h] = r.last
-	}
-	return r.Writer.OnInflatedObjectContent(h, pos, crc, content)
-}
-
 // checkConnected checks that every commit, tree and tag of the new pack refers only
 // to objects that the pack or the repository holds. The repository was connected
 // before the push, so this proves it still is, in time proportional to the push, not
-// to the history. Objects are read straight from the new pack through its index,
-// and existence is answered from that index first: go-git's storage looks for a
-// loose object on disk before it looks in packs, a few system calls per question.
-func (r *Repo) checkConnected(packPath string, idx *idxfile.MemoryIndex, types map[plumbing.Hash]plumbing.ObjectType) error {
-	fs := osfs.New(filepath.Dir(packPath))
-	file, err := fs.Open(filepath.Base(packPath))
-	if err != nil {
-		return err
-	}
-	pf := packfile.NewPackfile(idx, fs, file, 0)
-	defer pf.Close()
-	st := r.storage()
-	known := map[plumbing.Hash]bool{}
-	has := func(h plumbing.Hash) bool {
-		if ok, _ := idx.Contains(h); ok {
-			return true
+// to the history.
+func (ix *indexer) checkConnected(st storer.EncodedObjectStorer) error {
+	for h := range ix.needed {
+		if _, ok := ix.byID[h]; ok {
+			continue
 		}
-		ok, seen := known[h]
-		if !seen {
-			ok = st.HasEncodedObject(h) == nil
-			known[h] = ok
-		}
-		return ok
-	}
-	for h, t := range types {
-		obj, err := pf.Get(h)
-		if err != nil {
-			return fmt.Errorf("reading pushed %s %s: %w", t, h, err)
-		}
-		var refs []plumbing.Hash
-		switch t {
-		case plumbing.CommitObject:
-			c, err := object.DecodeCommit(nil, obj)
-			if err != nil {
-				return fmt.Errorf("pushed commit %s: %w", h, err)
-			}
-			refs = append([]plumbing.Hash{c.TreeHash}, c.ParentHashes...)
-		case plumbing.TreeObject:
-			// Trees are most of the work in a long history: read the entries in
-			// place rather than decoding each into an object.
-			if refs, err = treeEntries(obj, refs); err != nil {
-				return fmt.Errorf("pushed tree %s: %w", h, err)
-			}
-		case plumbing.TagObject:
-			tag, err := object.DecodeTag(nil, obj)
-			if err != nil {
-				return fmt.Errorf("pushed tag %s: %w", h, err)
-			}
-			refs = []plumbing.Hash{tag.Target}
-		}
-		for _, ref := range refs {
-			if !has(ref) {
-				return fmt.Errorf("pushed object %s refers to %s, which is neither in the push nor in the repository", h, ref)
-			}
+		if st.HasEncodedObject(h) != nil {
+			return fmt.Errorf("a pushed object refers to %s, which is neither in the push nor in the repository", h)
 		}
 	}
 	return nil
-}
-
-// treeEntries appends the object ids that tree obj refers to, submodule commits
-// left out ("<octal mode> <name>\x00<20-byte id>", repeated).
-func treeEntries(obj plumbing.EncodedObject, refs []plumbing.Hash) ([]plumbing.Hash, error) {
-	rd, err := obj.Reader()
-	if err != nil {
-		return nil, err
-	}
-	defer rd.Close()
-	data, err := io.ReadAll(rd)
-	if err != nil {
-		return nil, err
-	}
-	for len(data) > 0 {
-		sp := bytes.IndexByte(data, ' ')
-		nul := bytes.IndexByte(data, 0)
-		if sp <= 0 || nul < sp || len(data) < nul+21 {
-			return nil, errors.New("malformed tree entry")
-		}
-		var h plumbing.Hash
-		copy(h[:], data[nul+1:nul+21])
-		if string(data[:sp]) != "160000" {
-			refs = append(refs, h)
-		}
-		data = data[nul+21:]
-	}
-	return refs, nil
 }
 
 // CheckCommand checks a command against the stored objects: a branch must point at a

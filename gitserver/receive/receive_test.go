@@ -70,7 +70,7 @@ func TestStorePackThenUpdateRefGivesAValidRepository(t *testing.T) {
 	}
 	ctx := context.Background()
 	first := git(t, src, "rev-parse", "main~2")
-	p, err := repo.StorePack(ctx, bytes.NewReader(packOf(t, src, false, first)), 0)
+	p, err := repo.StorePack(ctx, bytes.NewReader(packOf(t, src, false, first)), Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestStorePackThenUpdateRefGivesAValidRepository(t *testing.T) {
 
 	// Two more commits as a thin pack against what the repository has.
 	tip := git(t, src, "rev-parse", "main")
-	p, err = repo.StorePack(ctx, bytes.NewReader(packOf(t, src, true, tip, "^"+first)), 0)
+	p, err = repo.StorePack(ctx, bytes.NewReader(packOf(t, src, true, tip, "^"+first)), Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestUpdateRefIsCompareAndSwap(t *testing.T) {
 	}
 	tip := plumbing.NewHash(git(t, src, "rev-parse", "main"))
 	parent := plumbing.NewHash(git(t, src, "rev-parse", "main~1"))
-	if _, err := repo.StorePack(context.Background(), bytes.NewReader(packOf(t, src, false, tip.String())), 0); err != nil {
+	if _, err := repo.StorePack(context.Background(), bytes.NewReader(packOf(t, src, false, tip.String())), Limits{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := repo.UpdateRef(Command{Name: "refs/heads/main", New: parent}); err != nil {
@@ -165,7 +165,7 @@ func TestStorePackRejectsBadInputAndKeepsNothing(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = repo.StorePack(context.Background(), bytes.NewReader(tc.pack), tc.limit)
+			_, err = repo.StorePack(context.Background(), bytes.NewReader(tc.pack), Limits{MaxPackBytes: tc.limit})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("want an error containing %q, got %v", tc.want, err)
 			}
@@ -260,7 +260,7 @@ func TestStorePackRefusesAPackWithDanglingReferences(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = repo.StorePack(context.Background(), bytes.NewReader(data), 0)
+	_, err = repo.StorePack(context.Background(), bytes.NewReader(data), Limits{})
 	if err == nil || !strings.Contains(err.Error(), "refers to "+missing) {
 		t.Fatalf("want a connectivity error naming %s, got %v", missing, err)
 	}

@@ -11,10 +11,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-git/go-git/v5"
-	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/protocol/packp"
+	"github.com/go-git/go-git/v5/plumbing/protocol/packp/capability"
+	"github.com/go-git/go-git/v5/plumbing/protocol/packp/sideband"
 	"github.com/go-git/go-git/v5/plumbing/transport"
+	transportclient "github.com/go-git/go-git/v5/plumbing/transport/client"
 	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
@@ -296,36 +298,87 @@ func upstreamRef(branch string) plumbing.ReferenceName {
 }
 
 // fetchUpstream fetches branch from upstream into the repository at dir and returns
-// its commit.
+// its commit. go-git speaks the protocol (its transports: https, ssh, file), but the
+// pack goes through receive.StorePack as a push's does, not through go-git's
+// parser: the same fsck rules and object size limit, the same bounded memory.
 func (s *Server) fetchUpstream(ctx context.Context, dir, upstream, branch string) (plumbing.Hash, error) {
 	auth, err := s.upstreamAuth(upstream)
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
-	r, err := git.PlainOpen(dir)
+	repo, err := receive.Open(dir)
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
-	remote := git.NewRemote(r.Storer, &config.RemoteConfig{Name: "upstream", URLs: []string{upstream}})
-	tmp := upstreamRef(branch)
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout)
 	defer cancel()
-	err = remote.FetchContext(ctx, &git.FetchOptions{
-		RemoteName: "upstream",
-		RefSpecs:   []config.RefSpec{config.RefSpec("+" + string(plumbing.NewBranchReferenceName(branch)) + ":" + string(tmp))},
-		Auth:       auth, Tags: git.NoTags, Force: true,
-	})
-	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
-		if errors.Is(err, git.NoMatchingRefSpecError{}) || strings.Contains(err.Error(), "couldn't find remote ref") {
-			return plumbing.ZeroHash, fmt.Errorf("the upstream has no branch %s", branch)
-		}
+	ep, err := transport.NewEndpoint(upstream)
+	if err != nil {
 		return plumbing.ZeroHash, err
 	}
-	ref, err := r.Storer.Reference(tmp)
+	cli, err := transportclient.NewClient(ep)
 	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	sess, err := cli.NewUploadPackSession(ep, auth)
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	defer sess.Close()
+	ar, err := sess.AdvertisedReferencesContext(ctx)
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	refs, err := ar.AllReferences()
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	ref, ok := refs[plumbing.NewBranchReferenceName(branch)]
+	if !ok || ref.Type() != plumbing.HashReference {
 		return plumbing.ZeroHash, fmt.Errorf("the upstream has no branch %s", branch)
 	}
-	return ref.Hash(), nil
+	want := ref.Hash()
+	if !repo.HasObject(want) {
+		req := packp.NewUploadPackRequestFromCapabilities(ar.Capabilities)
+		if ar.Capabilities.Supports(capability.NoProgress) {
+			_ = req.Capabilities.Set(capability.NoProgress)
+		}
+		req.Wants = []plumbing.Hash{want}
+		have, err := repo.Refs()
+		if err != nil {
+			return plumbing.ZeroHash, err
+		}
+		seen := map[plumbing.Hash]bool{}
+		for _, h := range have {
+			if !seen[h] {
+				seen[h] = true
+				req.Haves = append(req.Haves, h)
+			}
+		}
+		if old, err := repo.Ref(upstreamRef(branch)); err == nil && !old.IsZero() && !seen[old] && repo.HasObject(old) {
+			req.Haves = append(req.Haves, old)
+		}
+		resp, err := sess.UploadPack(ctx, req)
+		if err != nil {
+			return plumbing.ZeroHash, err
+		}
+		var pack io.Reader = resp
+		switch {
+		case req.Capabilities.Supports(capability.Sideband64k):
+			pack = sideband.NewDemuxer(sideband.Sideband64k, resp)
+		case req.Capabilities.Supports(capability.Sideband):
+			pack = sideband.NewDemuxer(sideband.Sideband, resp)
+		}
+		_, err = repo.StorePack(ctx, pack, receive.Limits{MaxPackBytes: s.cfg.MaxPackBytes, MaxObjectBytes: s.cfg.MaxObjectBytes, Tips: []plumbing.Hash{want}})
+		resp.Close()
+		if err != nil {
+			return plumbing.ZeroHash, err
+		}
+	}
+	if err := repo.SetUpstreamRef(upstreamRef(branch), want); err != nil {
+		return plumbing.ZeroHash, err
+	}
+	return want, nil
 }
 
 // upstreamAuth checks an upstream URL against what this server allows and returns

@@ -34,6 +34,9 @@ type Config struct {
 	// that `FROM busybox` builds on a machine that cannot pull (with
 	// ImageResolveMode local).
 	BusyboxBase bool
+	// MaxObjectBytes is passed to the gitserver (--max-object-size); 0 keeps its
+	// default.
+	MaxObjectBytes int64
 	// Bex is the path of the bex binary that runs the components.
 	Bex string
 	// Out receives the progress lines and the final instructions.

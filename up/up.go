@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -295,6 +296,9 @@ func (p *Platform) startComponents(ctx context.Context) error {
 		"--buildkit-addr", "unix://" + filepath.Join(p.cfg.StateDir, "buildkitd", "buildkitd.sock")}
 	if p.cfg.ImageResolveMode != "" {
 		gitArgs = append(gitArgs, "--image-resolve-mode", p.cfg.ImageResolveMode)
+	}
+	if p.cfg.MaxObjectBytes > 0 {
+		gitArgs = append(gitArgs, "--max-object-size", strconv.FormatInt(p.cfg.MaxObjectBytes, 10))
 	}
 	if p.cfg.HooksAddr != "" {
 		gitArgs = append(gitArgs, "--hooks-addr", p.cfg.HooksAddr, "--hooks-url", p.PlatformURL())

@@ -50,6 +50,7 @@ type gitserverCmd struct {
 	hooksAddr        string
 	hooksURL         string
 	allowFile        bool
+	maxObjectSize    byteSize
 
 	// ready, when set, receives the listen address once the server accepts;
 	// hooksReady the HTTP address of the hooks.
@@ -87,6 +88,8 @@ func (c *gitserverCmd) command() *cobra.Command {
 	f.StringVar(&c.sshURL, "ssh-url", "", "how users reach this server, for the hints commands print (default ssh://git@HOST:PORT)")
 	f.StringVar(&c.hooksAddr, "hooks-addr", "", "HTTP address of the webhooks (POST /hooks/<app>) and the agents' MCP endpoint (/mcp); empty: off")
 	f.StringVar(&c.hooksURL, "hooks-url", "", "how git hosts reach the webhooks, for `webhooks APP` (default http://HOOKS-ADDR)")
+	c.maxObjectSize = gitserver.DefaultMaxObjectBytes
+	f.Var(&c.maxObjectSize, "max-object-size", "largest object (a file, mostly) that a push or an upstream fetch may hold, checked before it is inflated (GitHub's limit is 100MiB); it also bounds the gitserver's memory")
 	f.BoolVar(&c.allowFile, "allow-file-upstreams", false, "let webhooks fetch file:// upstreams (a file:// URL can name any repository on this machine, another app's too)")
 	return cmd
 }
@@ -140,6 +143,7 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	gcfg := gitserver.DefaultConfig(c.stateDir)
 	gcfg.Addr = c.sshAddr
 	gcfg.AllowFileUpstreams = c.allowFile
+	gcfg.MaxObjectBytes = int64(c.maxObjectSize)
 	var hooksListener net.Listener
 	if c.hooksAddr != "" {
 		// Listening before the commands are made, so that `webhooks APP` can print

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"bex.co/bex/gitserver"
 	"bex.co/bex/up"
 )
 
@@ -18,8 +19,9 @@ type upCmd struct {
 	out, errOut io.Writer
 	log         *slog.Logger
 
-	cfg          up.Config
-	adminKeyFile string
+	cfg           up.Config
+	adminKeyFile  string
+	maxObjectSize byteSize
 
 	// started, when set, receives the platform once it is up (tests).
 	started chan<- *up.Platform
@@ -49,6 +51,8 @@ func (c *upCmd) command() *cobra.Command {
 	f.StringVar(&c.cfg.ACMECA, "acme-ca", "", "ACME directory URL; without it and --acme-email, or for the base domain localhost, a local CA issues certificates (STATE_DIR/ca.pem)")
 	f.StringVar(&c.cfg.ContainerdAddr, "containerd-addr", "", "an existing containerd's socket (default: start one in STATE_DIR/containerd)")
 	f.StringVar(&c.cfg.ImageResolveMode, "image-resolve-mode", "default", "how builds find base images: default, pull, or local (images already in containerd; no registry)")
+	c.maxObjectSize = gitserver.DefaultMaxObjectBytes
+	f.Var(&c.maxObjectSize, "max-object-size", "largest object (a file, mostly) that a push may hold, passed to the gitserver (GitHub's limit is 100MiB)")
 	f.BoolVar(&c.cfg.BusyboxBase, "busybox-base", false, "put Debian's busybox-static into containerd as docker.io/library/busybox:latest if no such image is there, so FROM busybox builds without a registry (with --image-resolve-mode local)")
 	return cmd
 }
@@ -77,6 +81,7 @@ func (c *upCmd) run(ctx context.Context) error {
 		return err
 	}
 	c.cfg.Bex, c.cfg.Out, c.cfg.Log = exe, c.out, c.log
+	c.cfg.MaxObjectBytes = int64(c.maxObjectSize)
 	p, err := up.Start(ctx, c.cfg)
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/go-git/go-git/v5/plumbing"
 )
@@ -98,4 +99,14 @@ func (r *Repo) Head() (string, error) {
 		return "", errors.New("HEAD is detached")
 	}
 	return ref.Target().Short(), nil
+}
+
+// SetUpstreamRef points a ref outside refs/heads and refs/tags (refs/bex/...) at h,
+// unconditionally: it records what was fetched, and keeps it from being collected.
+func (r *Repo) SetUpstreamRef(name plumbing.ReferenceName, h plumbing.Hash) error {
+	s := string(name)
+	if !strings.HasPrefix(s, "refs/bex/") || strings.Contains(s, "..") || strings.HasSuffix(s, ".lock") {
+		return fmt.Errorf("%q is not a bex ref", s)
+	}
+	return r.storage().SetReference(plumbing.NewHashReference(name, h))
 }

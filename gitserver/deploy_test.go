@@ -214,3 +214,35 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 	}
 }
+
+// TestDeployRefusesAnUpstreamThatGitFsckWouldRefuse: a fetched upstream gets the
+// checks of a push: a tree with a symlink and a directory of one name, or a file
+// over the object limit, is refused with its line, and nothing is built.
+func TestDeployRefusesAnUpstreamThatGitFsckWouldRefuse(t *testing.T) {
+	e := newEnv(t, allowFile, func(c *gitserver.Config) { c.MaxObjectBytes = 1 << 20 })
+	ana := e.addUser("ana", appv1.RoleAdmin, true)
+	e.createApp("mirror")
+	dir, url := ana.upstream()
+
+	file := hashObject(t, dir, "blob", []byte("x\n"))
+	sub := hashObject(t, dir, "tree", rawTree(t, [3]string{"100644", "x", file}))
+	tree := hashObject(t, dir, "tree", rawTree(t, [3]string{"120000", "a", hashObject(t, dir, "blob", []byte("/etc/cron.d"))}, [3]string{"40000", "a", sub}))
+	craftedCommit(t, ana, dir, tree)
+	_, err := e.srv.Deploy(context.Background(), gitserver.DeployRequest{App: "mirror", Upstream: url, Cause: gitserver.CauseWebhook}, nil)
+	if want := "object " + tree[:7] + ": duplicateEntries: contains duplicate file entries"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("want %q, got %v", want, err)
+	}
+
+	ana.mustGit(dir, "reset", "-q", "--hard", "main~1")
+	ana.commit(dir, "big.bin", strings.Repeat("0123456789abcdef", 1<<17)) // 2 MiB
+	_, err = e.srv.Deploy(context.Background(), gitserver.DeployRequest{App: "mirror", Upstream: url, Cause: gitserver.CauseWebhook}, nil)
+	if want := "big.bin is 2.0 MiB, more than the limit of 1.0 MiB per file"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("want %q, got %v", want, err)
+	}
+	if b := e.builder.all(); len(b) != 0 {
+		t.Fatalf("builds %+v", b)
+	}
+	if got := e.remoteRef("mirror", "refs/heads/main"); got != "" {
+		t.Fatalf("main is %s", got)
+	}
+}

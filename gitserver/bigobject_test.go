@@ -106,3 +106,45 @@ func TestAGigabyteOfZerosIsRefusedWithTheLimitAndBoundedMemory(t *testing.T) {
 		t.Fatalf("main moved to %s", got)
 	}
 }
+
+// TestLargeFilesUnderTheLimitKeepTheMemoryBounded: a chain of deltas on a 90 MiB
+// file (each commit edits a few bytes of it) is resolved holding a base and a
+// result at a time; the gitserver stays under 512 MiB.
+func TestLargeFilesUnderTheLimitKeepTheMemoryBounded(t *testing.T) {
+	e := newEnv(t)
+	u := e.addUser("large", appv1.RoleMember, true)
+	state := t.TempDir()
+	addr, pid := childServer(t, e, state)
+	dir := u.workdir("large")
+	u.mustGit(dir, "remote", "set-url", "bex", "ssh://git@"+addr+"/large")
+	big := filepath.Join(dir, "big.bin")
+	gen := exec.Command("sh", "-c", "head -c 90M /dev/urandom > "+big)
+	if out, err := gen.CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	u.mustGit(dir, "add", "big.bin")
+	u.mustGit(dir, "commit", "-q", "-m", "90 MiB")
+	for i := range 3 {
+		f, err := os.OpenFile(big, os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt([]byte(fmt.Sprintf("edit %d", i)), int64(i+1)<<24); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		u.mustGit(dir, "commit", "-q", "-am", fmt.Sprintf("edit %d", i))
+	}
+	tip := strings.TrimSpace(u.mustGit(dir, "rev-parse", "HEAD"))
+	u.mustGit(dir, "push", "-q", "bex", "main")
+	peak := peakRSS(t, pid)
+	t.Logf("gitserver VmHWM after pushing four versions of a 90 MiB file: %d MiB", peak>>20)
+	if peak > 512<<20 {
+		t.Fatalf("the gitserver's peak RSS reached %d MiB", peak>>20)
+	}
+	repo := filepath.Join(state, "repos", "large.git")
+	if got := refAt(t, repo, "refs/heads/main"); got != tip {
+		t.Fatalf("main = %s, want %s", got, tip)
+	}
+	u.mustGit(repo, "fsck", "--strict", "--no-dangling")
+}

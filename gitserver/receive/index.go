@@ -13,6 +13,7 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"sort"
 
 	"github.com/go-git/go-git/v5/plumbing"
 
@@ -60,7 +61,6 @@ type indexer struct {
 	f       *os.File
 	limit   int64 // per object; 0: none
 	entries []entry
-	byOff   map[int64]int
 	byID    map[plumbing.Hash]int
 	// children lists the deltas on each entry; refWait the REF_DELTAs whose base is
 	// not known yet, by base id.
@@ -70,14 +70,24 @@ type indexer struct {
 	needed   map[plumbing.Hash]struct{}
 	firstBig int // index of the first entry over the limit, -1 if none
 	held     int64
+	// spare holds buffers of dropped contents for the next ones: large objects
+	// then reuse memory instead of leaving garbage that the GC lets grow the heap.
+	spare [][]byte
 	// fsckErr is the first fsck finding; the pack is still read to its end, so
 	// that the pusher gets the refusal rather than a broken pipe.
 	fsckErr error
 }
 
 func newIndexer(f *os.File, limit int64) *indexer {
-	return &indexer{f: f, limit: limit, byOff: map[int64]int{}, byID: map[plumbing.Hash]int{},
+	return &indexer{f: f, limit: limit, byID: map[plumbing.Hash]int{},
 		children: map[int][]int{}, refWait: map[plumbing.Hash][]int{}, needed: map[plumbing.Hash]struct{}{}, firstBig: -1}
+}
+
+// atOffset finds the entry at a pack offset: entries are in pack order, so a
+// search takes the place of a map of every offset.
+func (ix *indexer) atOffset(off int64) (int, bool) {
+	i := sort.Search(len(ix.entries), func(i int) bool { return ix.entries[i].off >= off })
+	return i, i < len(ix.entries) && ix.entries[i].off == off
 }
 
 func (ix *indexer) over(n int64) bool { return ix.limit > 0 && n > ix.limit }
@@ -329,7 +339,7 @@ func (ix *indexer) receive(ctx context.Context, in io.Reader) (uint32, int64, er
 		}
 		e.dataOff = s.offset()
 		if e.kind == typeOfsDelta {
-			if _, ok := ix.byOff[e.baseOff]; !ok {
+			if _, ok := ix.atOffset(e.baseOff); !ok {
 				return 0, 0, fmt.Errorf("reading object %d of %d: its delta base is not an object of the pack", i+1, count)
 			}
 		}
@@ -426,13 +436,12 @@ func (ix *indexer) inflateEntry(zr io.Reader, e *entry) error {
 func (ix *indexer) add(e entry) error {
 	i := len(ix.entries)
 	ix.entries = append(ix.entries, e)
-	ix.byOff[e.off] = i
 	if e.big && ix.firstBig < 0 {
 		ix.firstBig = i
 	}
 	switch e.kind {
 	case typeOfsDelta:
-		b := ix.byOff[e.baseOff]
+		b, _ := ix.atOffset(e.baseOff)
 		ix.children[b] = append(ix.children[b], i)
 	case typeRefDelta:
 		if b, ok := ix.byID[e.baseRef]; ok {
@@ -502,6 +511,39 @@ func (ix *indexer) checkObject(t int8, id plumbing.Hash, data []byte) error {
 	return nil
 }
 
+// take returns a buffer of length 0 and capacity at least n.
+func (ix *indexer) take(n int64) []byte {
+	for k, b := range ix.spare {
+		if int64(cap(b)) >= n {
+			ix.spare = append(ix.spare[:k], ix.spare[k+1:]...)
+			return b[:0]
+		}
+	}
+	return make([]byte, 0, n)
+}
+
+// give hands back a buffer that nothing refers to any more.
+func (ix *indexer) give(b []byte) {
+	if cap(b) < 1<<20 {
+		return
+	}
+	if len(ix.spare) >= 2 {
+		// Keep the largest two.
+		small := 0
+		for k := range ix.spare {
+			if cap(ix.spare[k]) < cap(ix.spare[small]) {
+				small = k
+			}
+		}
+		if cap(ix.spare[small]) >= cap(b) {
+			return
+		}
+		ix.spare[small] = b
+		return
+	}
+	ix.spare = append(ix.spare, b)
+}
+
 // inflater opens the zlib stream of entry e in the file.
 func (ix *indexer) inflater(e *entry) (io.ReadCloser, *bufio.Reader, error) {
 	sr := io.NewSectionReader(ix.f, e.dataOff, 1<<62)
@@ -519,7 +561,7 @@ func (ix *indexer) readWhole(e *entry) ([]byte, error) {
 		return nil, err
 	}
 	defer zr.Close()
-	buf := make([]byte, e.size)
+	buf := ix.take(e.size)[:e.size]
 	if _, err := io.ReadFull(br, buf); err != nil {
 		return nil, err
 	}
@@ -541,7 +583,7 @@ func (ix *indexer) applyDelta(base []byte, e *entry) ([]byte, error) {
 	if baseSize != int64(len(base)) || resultSize != e.result {
 		return nil, fmt.Errorf("delta at offset %d does not fit its base", e.off)
 	}
-	out := make([]byte, 0, resultSize)
+	out := ix.take(resultSize)
 	for {
 		cmd, err := br.ReadByte()
 		if err == io.EOF {
@@ -601,7 +643,8 @@ func (ix *indexer) applyDelta(base []byte, e *entry) ([]byte, error) {
 // base returns the index of a delta's base.
 func (ix *indexer) base(e *entry) int {
 	if e.kind == typeOfsDelta {
-		return ix.byOff[e.baseOff]
+		b, _ := ix.atOffset(e.baseOff)
+		return b
 	}
 	return ix.byID[e.baseRef]
 }
@@ -621,9 +664,12 @@ func (ix *indexer) materialize(i int) ([]byte, error) {
 		return nil, err
 	}
 	for j := len(chain) - 2; j >= 0; j-- {
-		if content, err = ix.applyDelta(content, &ix.entries[chain[j]]); err != nil {
+		next, err := ix.applyDelta(content, &ix.entries[chain[j]])
+		if err != nil {
 			return nil, err
 		}
+		ix.give(content)
+		content = next
 	}
 	return content, nil
 }
@@ -671,7 +717,7 @@ func (ix *indexer) underBig(i int) bool {
 			}
 			i = b
 		} else {
-			i = ix.byOff[e.baseOff]
+			i, _ = ix.atOffset(e.baseOff)
 		}
 	}
 	return false
@@ -683,9 +729,15 @@ func (ix *indexer) walk(ctx context.Context, i int, content []byte, depth int) e
 	if depth > maxChainDepth {
 		return errors.New("a delta chain is deeper than git allows")
 	}
+	// The walk owns content: it is handed back once no delta needs it.
 	own := int64(len(content))
 	ix.held += own
-	defer func() { ix.held -= own }()
+	defer func() {
+		ix.held -= own
+		if content != nil {
+			ix.give(content)
+		}
+	}()
 	for k := 0; k < len(ix.children[i]); k++ {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -717,13 +769,16 @@ func (ix *indexer) walk(ctx context.Context, i int, content []byte, depth int) e
 		}
 		ix.known(c)
 		if len(ix.children[c]) == 0 {
+			ix.give(result)
 			continue
 		}
-		// Keep this base for its next deltas only while the chain's bases fit the
-		// budget; otherwise it is rebuilt for them.
-		if ix.held+int64(len(result)) > heldBudget && k+1 < len(ix.children[i]) {
+		// This base is dropped before going deeper when no delta of it is left, and
+		// kept for the ones left only while the chain's bases fit the budget;
+		// otherwise it is rebuilt for them.
+		if k+1 == len(ix.children[i]) || ix.held+int64(len(result)) > heldBudget {
 			ix.held -= own
 			own = 0
+			ix.give(content)
 			content = nil
 		}
 		if err := ix.walk(ctx, c, result, depth+1); err != nil {

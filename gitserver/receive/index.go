@@ -804,8 +804,11 @@ func (ix *indexer) pathOf(tips []plumbing.Hash, id plumbing.Hash) string {
 		}
 		return b
 	}
-	var inTree func(tree plumbing.Hash, prefix string) string
-	inTree = func(tree plumbing.Hash, prefix string) string {
+	var inTree func(tree plumbing.Hash, prefix string, depth int) string
+	inTree = func(tree plumbing.Hash, prefix string, depth int) string {
+		if depth > maxChainDepth {
+			return ""
+		}
 		data := content(tree, typeTree)
 		if data == nil {
 			return ""
@@ -826,7 +829,7 @@ func (ix *indexer) pathOf(tips []plumbing.Hash, id plumbing.Hash) string {
 			return found
 		}
 		for _, s := range subtrees {
-			if p := inTree(plumbing.Hash(s.ID), prefix+string(s.Name)+"/"); p != "" {
+			if p := inTree(plumbing.Hash(s.ID), prefix+string(s.Name)+"/", depth+1); p != "" {
 				return p
 			}
 		}
@@ -844,7 +847,7 @@ func (ix *indexer) pathOf(tips []plumbing.Hash, id plumbing.Hash) string {
 		if err != nil {
 			continue
 		}
-		if p := inTree(plumbing.Hash(refs.Tree), ""); p != "" {
+		if p := inTree(plumbing.Hash(refs.Tree), "", 0); p != "" {
 			return p
 		}
 		for _, p := range refs.Parents {

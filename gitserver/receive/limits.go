@@ -10,8 +10,9 @@ import (
 type Limits struct {
 	// MaxPackBytes bounds the received size of the pack (0: no bound).
 	MaxPackBytes int64
-	// MaxObjectBytes bounds the inflated size of each object (0: no bound). It is
-	// checked on the size that each entry declares, before anything is inflated.
+	// MaxObjectBytes bounds the inflated size of each object (0: 1 GiB; there is
+	// always a bound, since objects up to it are held in memory). It is checked on
+	// the size that each entry declares, before anything is inflated.
 	MaxObjectBytes int64
 	// Tips are the commits the push names; an object over the limit is named by
 	// its path in their trees.

@@ -10,8 +10,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
 )
@@ -154,4 +156,33 @@ func TestHumanBytes(t *testing.T) {
 			t.Errorf("HumanBytes(%d) = %q, want %q", n, got, want)
 		}
 	}
+}
+
+// FuzzStorePack: whatever the pack holds, StorePack refuses or stores it, never
+// panics, and stores nothing it refused. Seeds: a real pack with deltas and a
+// hand-made one.
+func FuzzStorePack(f *testing.F) {
+	src := workTree(f, 3)
+	f.Add(packOf(f, src, false, "main"))
+	f.Add(craftPack(f, packEntry{typ: typeBlob, size: 10, data: strings.NewReader("0123456789")}))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		repo, err := Init(filepath.Join(t.TempDir(), "app.git"), "main")
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() {
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				buf := make([]byte, 1<<20)
+				panic("StorePack hangs:\n" + string(buf[:runtime.Stack(buf, true)]))
+			}
+		}()
+		_, err = repo.StorePack(context.Background(), bytes.NewReader(data), Limits{MaxObjectBytes: 1 << 20, MaxPackBytes: 1 << 20})
+		close(done)
+		if err != nil {
+			noPacksLeft(t, repo)
+		}
+	})
 }

@@ -79,6 +79,9 @@ func (r *Repo) StorePack(ctx context.Context, in io.Reader, lim Limits) (*Pack, 
 
 	// 1. Receive.
 	lr := &limitedReader{r: in, left: lim.MaxPackBytes, limited: lim.MaxPackBytes > 0}
+	if lim.MaxObjectBytes <= 0 {
+		lim.MaxObjectBytes = 1 << 30
+	}
 	ix := newIndexer(f, lim.MaxObjectBytes)
 	count, size, err := ix.receive(ctx, &ctxReader{ctx: ctx, r: lr})
 	if err != nil {

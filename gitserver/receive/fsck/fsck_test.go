@@ -34,60 +34,62 @@ func wantID(t *testing.T, err error, id string) {
 	}
 }
 
+var treeCases = []struct {
+	name string
+	data []byte
+	want string
+}{
+	{"valid", tree(ent{"100644", "a"}, ent{"40000", "b"}, ent{"120000", "c"}, ent{"100755", "d"}, ent{"160000", "e"}), ""},
+	{"empty tree", nil, ""},
+	{"blob and tree of one name", tree(ent{"120000", "a"}, ent{"40000", "a"}), "duplicateEntries"},
+	{"two blobs of one name", tree(ent{"100644", "a"}, ent{"100644", "a"}), "duplicateEntries"},
+	{"two trees of one name", tree(ent{"40000", "a"}, ent{"40000", "a"}), "duplicateEntries"},
+	{"blob and tree apart", tree(ent{"100644", "foo"}, ent{"100644", "foo.bar"}, ent{"40000", "foo"}), "duplicateEntries"},
+	{"blob, blob.x, tree.x/, tree/", tree(ent{"100644", "foo"}, ent{"100644", "foo.bar"}, ent{"100644", "foo.bar.baz"}, ent{"40000", "foo.bar"}, ent{"40000", "foo"}), "duplicateEntries"},
+	{"tree sorts as name/", tree(ent{"100644", "a.b"}, ent{"40000", "a"}), ""},
+	{"blob before a.b", tree(ent{"100644", "a"}, ent{"100644", "a.b"}), ""},
+	{"tree before a.b", tree(ent{"40000", "a"}, ent{"100644", "a.b"}), "treeNotSorted"},
+	{"unsorted", tree(ent{"100644", "b"}, ent{"100644", "a"}), "treeNotSorted"},
+	{"empty name", tree(ent{"100644", ""}), "emptyName"},
+	{"slash", tree(ent{"100644", "a/b"}), "fullPathname"},
+	{"dot", tree(ent{"40000", "."}), "hasDot"},
+	{"dotdot", tree(ent{"40000", ".."}), "hasDotdot"},
+	{".git", tree(ent{"40000", ".git"}), "hasDotgit"},
+	{".GIT", tree(ent{"40000", ".GIT"}), "hasDotgit"},
+	{".Git", tree(ent{"100644", ".Git"}), "hasDotgit"},
+	{".git.", tree(ent{"40000", ".git."}), "hasDotgit"},
+	{".git trailing spaces", tree(ent{"40000", ".git  "}), "hasDotgit"},
+	{".git. .", tree(ent{"40000", ".git. ."}), "hasDotgit"},
+	{"git~1", tree(ent{"40000", "git~1"}), "hasDotgit"},
+	{"GIT~1", tree(ent{"40000", "GIT~1"}), "hasDotgit"},
+	{"HFS ZWNJ", tree(ent{"40000", ".g\u200cit"}), "hasDotgit"},
+	{"HFS BOM", tree(ent{"40000", "\ufeff.GIT"}), "hasDotgit"},
+	{"HFS RLO at end", tree(ent{"40000", ".git\u202e"}), "hasDotgit"},
+	{"NTFS ADS", tree(ent{"40000", ".git::$INDEX_ALLOCATION"}), "hasDotgit"},
+	{"backslash component", tree(ent{"100644", "a\\.git\\hooks"}), "hasDotgit"},
+	{".gitignore is fine", tree(ent{"100644", ".gitignore"}), ""},
+	{".github is fine", tree(ent{"40000", ".github"}), ""},
+	{".gitx is fine", tree(ent{"40000", ".gitx"}), ""},
+	{"git~2 is fine", tree(ent{"40000", "git~2"}), ""},
+	{"invalid UTF-8 is not .git", tree(ent{"100644", ".g\xffit"}), ""},
+	{"zero-padded mode", tree(ent{"040000", "a"}), "zeroPaddedFilemode"},
+	{"zero-padded file", tree(ent{"0100644", "a"}), "zeroPaddedFilemode"},
+	{"mode 100664", tree(ent{"100664", "a"}), "badFilemode"},
+	{"mode 100600", tree(ent{"100600", "a"}), "badFilemode"},
+	{"mode 777", tree(ent{"777", "a"}), "badFilemode"},
+	{"mode 140000", tree(ent{"140000", "a"}), "badFilemode"},
+	{"null id", append([]byte("100644 a\x00"), make([]byte, 20)...), "nullSha1"},
+	{"gitmodules link", tree(ent{"120000", ".gitmodules"}), "gitmodulesSymlink"},
+	{"gitmodules short link", tree(ent{"120000", "GITMOD~1"}), "gitmodulesSymlink"},
+	{"truncated id", []byte("100644 a\x00\x11\x11"), "badTree"},
+	{"no NUL", []byte("100644 a"), "badTree"},
+	{"non-octal mode", tree(ent{"100648", "a"}), "badTree"},
+	{"no mode", tree(ent{"", "a"}), "badTree"},
+	{"garbage", []byte("hello world\n"), "badTree"},
+}
+
 func TestTrees(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		data []byte
-		want string
-	}{
-		{"valid", tree(ent{"100644", "a"}, ent{"40000", "b"}, ent{"120000", "c"}, ent{"100755", "d"}, ent{"160000", "e"}), ""},
-		{"empty tree", nil, ""},
-		{"blob and tree of one name", tree(ent{"120000", "a"}, ent{"40000", "a"}), "duplicateEntries"},
-		{"two blobs of one name", tree(ent{"100644", "a"}, ent{"100644", "a"}), "duplicateEntries"},
-		{"two trees of one name", tree(ent{"40000", "a"}, ent{"40000", "a"}), "duplicateEntries"},
-		{"blob and tree apart", tree(ent{"100644", "foo"}, ent{"100644", "foo.bar"}, ent{"40000", "foo"}), "duplicateEntries"},
-		{"blob, blob.x, tree.x/, tree/", tree(ent{"100644", "foo"}, ent{"100644", "foo.bar"}, ent{"100644", "foo.bar.baz"}, ent{"40000", "foo.bar"}, ent{"40000", "foo"}), "duplicateEntries"},
-		{"tree sorts as name/", tree(ent{"100644", "a.b"}, ent{"40000", "a"}), ""},
-		{"blob before a.b", tree(ent{"100644", "a"}, ent{"100644", "a.b"}), ""},
-		{"tree before a.b", tree(ent{"40000", "a"}, ent{"100644", "a.b"}), "treeNotSorted"},
-		{"unsorted", tree(ent{"100644", "b"}, ent{"100644", "a"}), "treeNotSorted"},
-		{"empty name", tree(ent{"100644", ""}), "emptyName"},
-		{"slash", tree(ent{"100644", "a/b"}), "fullPathname"},
-		{"dot", tree(ent{"40000", "."}), "hasDot"},
-		{"dotdot", tree(ent{"40000", ".."}), "hasDotdot"},
-		{".git", tree(ent{"40000", ".git"}), "hasDotgit"},
-		{".GIT", tree(ent{"40000", ".GIT"}), "hasDotgit"},
-		{".Git", tree(ent{"100644", ".Git"}), "hasDotgit"},
-		{".git.", tree(ent{"40000", ".git."}), "hasDotgit"},
-		{".git trailing spaces", tree(ent{"40000", ".git  "}), "hasDotgit"},
-		{".git. .", tree(ent{"40000", ".git. ."}), "hasDotgit"},
-		{"git~1", tree(ent{"40000", "git~1"}), "hasDotgit"},
-		{"GIT~1", tree(ent{"40000", "GIT~1"}), "hasDotgit"},
-		{"HFS ZWNJ", tree(ent{"40000", ".g\u200cit"}), "hasDotgit"},
-		{"HFS BOM", tree(ent{"40000", "\ufeff.GIT"}), "hasDotgit"},
-		{"HFS RLO at end", tree(ent{"40000", ".git\u202e"}), "hasDotgit"},
-		{"NTFS ADS", tree(ent{"40000", ".git::$INDEX_ALLOCATION"}), "hasDotgit"},
-		{"backslash component", tree(ent{"100644", "a\\.git\\hooks"}), "hasDotgit"},
-		{".gitignore is fine", tree(ent{"100644", ".gitignore"}), ""},
-		{".github is fine", tree(ent{"40000", ".github"}), ""},
-		{".gitx is fine", tree(ent{"40000", ".gitx"}), ""},
-		{"git~2 is fine", tree(ent{"40000", "git~2"}), ""},
-		{"invalid UTF-8 is not .git", tree(ent{"100644", ".g\xffit"}), ""},
-		{"zero-padded mode", tree(ent{"040000", "a"}), "zeroPaddedFilemode"},
-		{"zero-padded file", tree(ent{"0100644", "a"}), "zeroPaddedFilemode"},
-		{"mode 100664", tree(ent{"100664", "a"}), "badFilemode"},
-		{"mode 100600", tree(ent{"100600", "a"}), "badFilemode"},
-		{"mode 777", tree(ent{"777", "a"}), "badFilemode"},
-		{"mode 140000", tree(ent{"140000", "a"}), "badFilemode"},
-		{"null id", append([]byte("100644 a\x00"), make([]byte, 20)...), "nullSha1"},
-		{"gitmodules link", tree(ent{"120000", ".gitmodules"}), "gitmodulesSymlink"},
-		{"gitmodules short link", tree(ent{"120000", "GITMOD~1"}), "gitmodulesSymlink"},
-		{"truncated id", []byte("100644 a\x00\x11\x11"), "badTree"},
-		{"no NUL", []byte("100644 a"), "badTree"},
-		{"non-octal mode", tree(ent{"100648", "a"}), "badTree"},
-		{"no mode", tree(ent{"", "a"}), "badTree"},
-		{"garbage", []byte("hello world\n"), "badTree"},
-	} {
+	for _, c := range treeCases {
 		t.Run(c.name, func(t *testing.T) {
 			wantID(t, CheckTree(strings.Repeat("ab", 20), c.data, nil), c.want)
 		})
@@ -96,41 +98,45 @@ func TestTrees(t *testing.T) {
 
 const (
 	h1    = "1111111111111111111111111111111111111111"
+	h2    = "2222222222222222222222222222222222222222"
 	ident = "A U Thor <a@example.com> 1700000000 +0000\n"
 )
 
+const goodCommit = "tree " + h1 + "\nparent " + h2 + "\nauthor " + ident + "committer " + ident + "\nmessage\n"
+
+var commitCases = []struct {
+	name, data, want string
+}{
+	{"valid", goodCommit, ""},
+	{"no body", "tree " + h1 + "\nauthor " + ident + "committer " + ident, ""},
+	{"extra headers", "tree " + h1 + "\nauthor " + ident + "committer " + ident + "encoding UTF-8\ngpgsig x\n \n\nm\n", ""},
+	{"no tree", "parent " + h1 + "\nauthor " + ident + "committer " + ident, "missingTree"},
+	{"bad tree id", "tree 1234\nauthor " + ident + "committer " + ident, "badTreeSha1"},
+	{"tree id not hex", "tree " + strings.Repeat("z", 40) + "\nauthor " + ident + "committer " + ident, "badTreeSha1"},
+	{"bad parent", "tree " + h1 + "\nparent x\nauthor " + ident + "committer " + ident, "badParentSha1"},
+	{"no author", "tree " + h1 + "\ncommitter " + ident, "missingAuthor"},
+	{"two authors", "tree " + h1 + "\nauthor " + ident + "author " + ident + "committer " + ident, "multipleAuthors"},
+	{"no committer", "tree " + h1 + "\nauthor " + ident + "\nm\n", "missingCommitter"},
+	{"no name", "tree " + h1 + "\nauthor <a@b> 1 +0000\ncommitter " + ident, "missingNameBeforeEmail"},
+	{"bad name", "tree " + h1 + "\nauthor A> <a@b> 1 +0000\ncommitter " + ident, "badName"},
+	{"no email", "tree " + h1 + "\nauthor A 1 +0000\ncommitter " + ident, "missingEmail"},
+	{"no space before email", "tree " + h1 + "\nauthor A<a@b> 1 +0000\ncommitter " + ident, "missingSpaceBeforeEmail"},
+	{"bad email", "tree " + h1 + "\nauthor A <a@b 1 +0000\ncommitter " + ident, "badEmail"},
+	{"no space before date", "tree " + h1 + "\nauthor A <a@b>1 +0000\ncommitter " + ident, "missingSpaceBeforeDate"},
+	{"zero-padded date", "tree " + h1 + "\nauthor A <a@b> 01 +0000\ncommitter " + ident, "zeroPaddedDate"},
+	{"zero date", "tree " + h1 + "\nauthor A <a@b> 0 +0000\ncommitter " + ident, ""},
+	{"bad date", "tree " + h1 + "\nauthor A <a@b> x +0000\ncommitter " + ident, "badDate"},
+	{"date overflow", "tree " + h1 + "\nauthor A <a@b> 99999999999999999999999 +0000\ncommitter " + ident, "badDateOverflow"},
+	{"bad zone", "tree " + h1 + "\nauthor A <a@b> 1 +000\ncommitter " + ident, "badTimezone"},
+	{"zone without sign", "tree " + h1 + "\nauthor A <a@b> 1 0000\ncommitter " + ident, "badTimezone"},
+	{"committer at end without newline", "tree " + h1 + "\nauthor " + ident + "committer A <a@b> 1 +0000", "unterminatedHeader"},
+	{"NUL in header", "tree " + h1 + "\nauthor A\x00 <a@b> 1 +0000\ncommitter " + ident, "nulInHeader"},
+	{"NUL in body", goodCommit + "\x00", "nulInCommit"},
+	{"empty", "", "unterminatedHeader"},
+}
+
 func TestCommits(t *testing.T) {
-	good := "tree " + h1 + "\nparent " + h1 + "\nauthor " + ident + "committer " + ident + "\nmessage\n"
-	for _, c := range []struct {
-		name, data, want string
-	}{
-		{"valid", good, ""},
-		{"no body", "tree " + h1 + "\nauthor " + ident + "committer " + ident, ""},
-		{"extra headers", "tree " + h1 + "\nauthor " + ident + "committer " + ident + "encoding UTF-8\ngpgsig x\n \n\nm\n", ""},
-		{"no tree", "parent " + h1 + "\nauthor " + ident + "committer " + ident, "missingTree"},
-		{"bad tree id", "tree 1234\nauthor " + ident + "committer " + ident, "badTreeSha1"},
-		{"tree id not hex", "tree " + strings.Repeat("z", 40) + "\nauthor " + ident + "committer " + ident, "badTreeSha1"},
-		{"bad parent", "tree " + h1 + "\nparent x\nauthor " + ident + "committer " + ident, "badParentSha1"},
-		{"no author", "tree " + h1 + "\ncommitter " + ident, "missingAuthor"},
-		{"two authors", "tree " + h1 + "\nauthor " + ident + "author " + ident + "committer " + ident, "multipleAuthors"},
-		{"no committer", "tree " + h1 + "\nauthor " + ident + "\nm\n", "missingCommitter"},
-		{"no name", "tree " + h1 + "\nauthor <a@b> 1 +0000\ncommitter " + ident, "missingNameBeforeEmail"},
-		{"bad name", "tree " + h1 + "\nauthor A> <a@b> 1 +0000\ncommitter " + ident, "badName"},
-		{"no email", "tree " + h1 + "\nauthor A 1 +0000\ncommitter " + ident, "missingEmail"},
-		{"no space before email", "tree " + h1 + "\nauthor A<a@b> 1 +0000\ncommitter " + ident, "missingSpaceBeforeEmail"},
-		{"bad email", "tree " + h1 + "\nauthor A <a@b 1 +0000\ncommitter " + ident, "badEmail"},
-		{"no space before date", "tree " + h1 + "\nauthor A <a@b>1 +0000\ncommitter " + ident, "missingSpaceBeforeDate"},
-		{"zero-padded date", "tree " + h1 + "\nauthor A <a@b> 01 +0000\ncommitter " + ident, "zeroPaddedDate"},
-		{"zero date", "tree " + h1 + "\nauthor A <a@b> 0 +0000\ncommitter " + ident, ""},
-		{"bad date", "tree " + h1 + "\nauthor A <a@b> x +0000\ncommitter " + ident, "badDate"},
-		{"date overflow", "tree " + h1 + "\nauthor A <a@b> 99999999999999999999999 +0000\ncommitter " + ident, "badDateOverflow"},
-		{"bad zone", "tree " + h1 + "\nauthor A <a@b> 1 +000\ncommitter " + ident, "badTimezone"},
-		{"zone without sign", "tree " + h1 + "\nauthor A <a@b> 1 0000\ncommitter " + ident, "badTimezone"},
-		{"committer at end without newline", "tree " + h1 + "\nauthor " + ident + "committer A <a@b> 1 +0000", "unterminatedHeader"},
-		{"NUL in header", "tree " + h1 + "\nauthor A\x00 <a@b> 1 +0000\ncommitter " + ident, "nulInHeader"},
-		{"NUL in body", good + "\x00", "nulInCommit"},
-		{"empty", "", "unterminatedHeader"},
-	} {
+	for _, c := range commitCases {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := CheckCommit(strings.Repeat("ab", 20), []byte(c.data))
 			wantID(t, err, c.want)

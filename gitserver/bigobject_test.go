@@ -93,6 +93,7 @@ func TestAGigabyteOfZerosIsRefusedWithTheLimitAndBoundedMemory(t *testing.T) {
 	if err == nil {
 		t.Fatalf("push accepted:\n%s", res)
 	}
+	t.Logf("git push:\n%s", res)
 	line := "assets/big.bin is 1.0 GiB, more than the limit of 100 MiB per file"
 	if !strings.Contains(res, "! [remote rejected] main -> main ("+line+")") {
 		t.Fatalf("want %q, got:\n%s", line, res)

@@ -126,6 +126,7 @@ func TestPushesThatGitFsckRefusesAreRefusedBeforeAnyBuild(t *testing.T) {
 			if err == nil {
 				t.Fatalf("push accepted:\n%s", out)
 			}
+			t.Logf("git push:\n%s", out)
 			if !strings.Contains(out, "! [remote rejected] main -> main ("+line+")") || !strings.Contains(out, "remote:  !     "+line) {
 				t.Fatalf("want the refusal %q on the ref and a remote: line, got:\n%s", line, out)
 			}

@@ -33,8 +33,9 @@ func cleanRel(what, rel string) (string, error) {
 }
 
 // realDirs checks that every component of the clean relative path p is a directory of
-// root and not a link. what and full name the setting in the refusal.
-func realDirs(root *os.Root, what, full, p string) error {
+// root and not a link. what and given name the setting in the refusal, full is its
+// clean form.
+func realDirs(root *os.Root, what, given, full, p string) error {
 	if p == "." {
 		return nil
 	}
@@ -48,9 +49,9 @@ func realDirs(root *os.Root, what, full, p string) error {
 		case err != nil:
 			return err
 		case fi.Mode()&fs.ModeSymlink != 0 && cur == full:
-			return fmt.Errorf("%s %q is a symbolic link; point the build at a real directory of the repository", what, full)
+			return fmt.Errorf("%s %q is a symbolic link; point the build at a real directory of the repository", what, given)
 		case fi.Mode()&fs.ModeSymlink != 0:
-			return fmt.Errorf("%s %q is below %q, a symbolic link; point the build at a real directory of the repository", what, full, cur)
+			return fmt.Errorf("%s %q is below %q, a symbolic link; point the build at a real directory of the repository", what, given, cur)
 		case !fi.IsDir():
 			return fmt.Errorf("%w: %s is a file", errNotInTree, cur)
 		}
@@ -64,7 +65,7 @@ func openBuildDir(src *os.Root, dir, commit string) (*os.Root, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := realDirs(src, "build directory", clean, clean); err != nil {
+	if err := realDirs(src, "build directory", dir, clean, clean); err != nil {
 		if errors.Is(err, errNotInTree) {
 			return nil, fmt.Errorf("build directory %q is not a directory in commit %s", dir, commit)
 		}
@@ -88,7 +89,7 @@ func findDockerfile(ctx *os.Root, name string) (dir, file string, found bool, er
 	}
 	dir, file = path.Split(clean)
 	dir = path.Clean("./" + dir)
-	if err := realDirs(ctx, "Dockerfile", clean, dir); err != nil {
+	if err := realDirs(ctx, "Dockerfile", name, clean, dir); err != nil {
 		if errors.Is(err, errNotInTree) {
 			return "", "", false, nil
 		}

@@ -119,7 +119,7 @@ func (e *exporter) write(name string, entry object.TreeEntry) error {
 		return nil
 	}
 	if e.files++; e.files > e.lim.maxFiles {
-		return fmt.Errorf("%w: commit %s has more than %d files and directories, the limit of a build context; keep generated files out of git, or build from a subdirectory (the app's build directory setting)", ErrContextTooLarge, e.commit, e.lim.maxFiles)
+		return fmt.Errorf("%w: commit %s has more than %d files and directories, the limit of a build context", ErrContextTooLarge, e.commit, e.lim.maxFiles)
 	}
 	if parent := path.Dir(name); parent != "." {
 		switch kind, ok := e.kinds[parent]; {

@@ -50,6 +50,8 @@ type gitserverCmd struct {
 	hooksAddr        string
 	hooksURL         string
 	allowFile        bool
+	buildMemory      string
+	buildCgroup      string
 
 	// ready, when set, receives the listen address once the server accepts;
 	// hooksReady the HTTP address of the hooks.
@@ -87,6 +89,8 @@ func (c *gitserverCmd) command() *cobra.Command {
 	f.StringVar(&c.sshURL, "ssh-url", "", "how users reach this server, for the hints commands print (default ssh://git@HOST:PORT)")
 	f.StringVar(&c.hooksAddr, "hooks-addr", "", "HTTP address of the webhooks (POST /hooks/<app>) and the agents' MCP endpoint (/mcp); empty: off")
 	f.StringVar(&c.hooksURL, "hooks-url", "", "how git hosts reach the webhooks, for `webhooks APP` (default http://HOOKS-ADDR)")
+	f.StringVar(&c.buildMemory, "build-memory", "", "the memory limit of build steps, as set on --build-cgroup (e.g. 4Gi), named when a step is killed by it")
+	f.StringVar(&c.buildCgroup, "build-cgroup", "", "directory of the cgroup buildkitd runs build steps under (bex up sets it); its OOM counters tell a step killed by --build-memory; empty: a step killed for memory is reported by its exit code")
 	f.BoolVar(&c.allowFile, "allow-file-upstreams", false, "let webhooks fetch file:// upstreams (a file:// URL can name any repository on this machine, another app's too)")
 	return cmd
 }
@@ -123,10 +127,15 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	bcfg.ImageRepo = c.imageRepo
 	bcfg.Push, bcfg.RegistryConfig = c.push, c.registryConfig
 	bcfg.ImageResolveMode = c.imageResolveMode
+	if bcfg.StepMemory, err = parseMemory("--build-memory", c.buildMemory); err != nil {
+		return err
+	}
+	bcfg.StepCgroup = c.buildCgroup
 	b, err := builder.New(bcfg, c.log)
 	if err != nil {
 		return err
 	}
+	defer b.Close()
 	if err := b.Preflight(ctx); err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ type upCmd struct {
 
 	cfg          up.Config
 	adminKeyFile string
+	buildMemory  string
 
 	// started, when set, receives the platform once it is up (tests).
 	started chan<- *up.Platform
@@ -50,10 +51,15 @@ func (c *upCmd) command() *cobra.Command {
 	f.StringVar(&c.cfg.ContainerdAddr, "containerd-addr", "", "an existing containerd's socket (default: start one in STATE_DIR/containerd)")
 	f.StringVar(&c.cfg.ImageResolveMode, "image-resolve-mode", "default", "how builds find base images: default, pull, or local (images already in containerd; no registry)")
 	f.BoolVar(&c.cfg.BusyboxBase, "busybox-base", false, "put Debian's busybox-static into containerd as docker.io/library/busybox:latest if no such image is there, so FROM busybox builds without a registry (with --image-resolve-mode local)")
+	f.StringVar(&c.buildMemory, "build-memory", "", "memory limit shared by the build steps running at once, e.g. 4Gi or 512Mi; a step past it fails the build (default: the smaller of 4Gi and half the machine's memory)")
 	return cmd
 }
 
 func (c *upCmd) run(ctx context.Context) error {
+	var err error
+	if c.cfg.BuildMemory, err = parseMemory("--build-memory", c.buildMemory); err != nil {
+		return err
+	}
 	if c.adminKeyFile != "" {
 		key, err := os.ReadFile(c.adminKeyFile)
 		if err != nil {

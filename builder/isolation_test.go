@@ -248,3 +248,28 @@ func TestAStepPastTheMemoryLimitFailsTheBuild(t *testing.T) {
 	r.commit(map[string]string{"Dockerfile": "FROM busybox\nRUN echo after\n"})
 	mustBuild(t, b, r.request("after"))
 }
+
+func TestThePlannerReadsNothingOutsideTheTree(t *testing.T) {
+	b, _ := newBuilder(t)
+	host := hostDir(t)
+	for _, tc := range []struct {
+		name  string
+		files map[string]string
+		want  string
+	}{
+		{"a plan", map[string]string{"index.html": "hi\n"}, "Procfile cannot be read because it is a link that leads outside the app"},
+		{"an own Dockerfile", map[string]string{"Dockerfile": "FROM busybox\n"}, "Procfile cannot be read because it is a link that leads outside the app"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRepo(t, tc.files)
+			r.commitWithLinks(nil, map[string]string{"Procfile": filepath.Join(host, "marker")})
+			_, out, err := build(t, b, r.request("planlink"))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want %q\n%s", err, tc.want, out)
+			}
+			if strings.Contains(out, secret) || strings.Contains(err.Error(), secret) {
+				t.Fatalf("the host's file reached the build:\n%s", out)
+			}
+		})
+	}
+}

@@ -65,7 +65,8 @@ func exportCommit(ctx context.Context, repoDir, commit, dir string, lim exportLi
 		return 0, err
 	}
 	defer root.Close()
-	e := &exporter{ctx: ctx, st: st, root: root, commit: commit[:7], lim: lim, kinds: map[string]filemode.FileMode{}}
+	e := &exporter{ctx: ctx, st: st, dirs: []openDir{{name: ".", root: root}}, commit: commit[:7], lim: lim, kinds: map[string]filemode.FileMode{}}
+	defer e.closeDirs(1)
 	// Files keep the time of the export. BuildKit sends a context incrementally and
 	// skips files whose size and time match what it has: fixed times (the commit's)
 	// would hide a same-size change made within the same second. Its build cache is
@@ -90,9 +91,13 @@ func exportCommit(ctx context.Context, repoDir, commit, dir string, lim exportLi
 }
 
 type exporter struct {
-	ctx    context.Context
-	st     *filesystem.Storage
-	root   *os.Root
+	ctx context.Context
+	st  *filesystem.Storage
+	// dirs are the directories along the walker's current path, each open as a
+	// root, the export's own first. An entry is made in its parent's root under its
+	// base name, so no path of more than one component is ever resolved: the
+	// parent is the directory the export made, by its descriptor.
+	dirs   []openDir
 	commit string
 	lim    exportLimits
 	total  int64
@@ -130,11 +135,19 @@ func (e *exporter) write(name string, entry object.TreeEntry) error {
 		case kind != filemode.Dir:
 			return e.unsafe("commit %s holds %q below %q, which is a file; rewrite the commit with git", e.commit, name, parent)
 		}
-		// The record says so; the file system must agree (nothing else writes here).
-		if fi, err := e.root.Lstat(parent); err != nil || !fi.IsDir() {
-			return e.unsafe("the directory %q of commit %s is not a directory in the export", parent, e.commit)
-		}
 	}
+	// The walker goes depth first: the parent is on the stack, below the
+	// directories of earlier entries that are done.
+	parent := path.Dir(name)
+	i := len(e.dirs) - 1
+	for i > 0 && e.dirs[i].name != parent {
+		i--
+	}
+	if e.dirs[i].name != parent {
+		return e.unsafe("commit %s holds %q outside the order of its tree; rewrite the commit with git", e.commit, name)
+	}
+	e.closeDirs(i + 1)
+	dir := e.dirs[i].root
 	if _, dup := e.kinds[name]; dup {
 		return e.unsafe("commit %s holds %q twice; rewrite the commit with git", e.commit, name)
 	}
@@ -147,7 +160,15 @@ func (e *exporter) write(name string, entry object.TreeEntry) error {
 	}
 	switch entry.Mode {
 	case filemode.Dir:
-		return exists(e.root.Mkdir(name, 0o755))
+		if err := dir.Mkdir(base, 0o755); err != nil {
+			return exists(err)
+		}
+		sub, err := dir.OpenRoot(base)
+		if err != nil {
+			return err
+		}
+		e.dirs = append(e.dirs, openDir{name: name, root: sub})
+		return nil
 	case filemode.Symlink:
 		blob, err := object.GetBlob(e.st, entry.Hash)
 		if err != nil {
@@ -166,7 +187,7 @@ func (e *exporter) write(name string, entry object.TreeEntry) error {
 		// The link is written, never resolved: Root.Symlink creates it as is, and
 		// what it points to is BuildKit's to interpret inside the build's own file
 		// system.
-		return exists(e.root.Symlink(string(target), name))
+		return exists(dir.Symlink(string(target), base))
 	case filemode.Regular, filemode.Executable, filemode.Deprecated:
 		blob, err := object.GetBlob(e.st, entry.Hash)
 		if err != nil {
@@ -180,10 +201,23 @@ func (e *exporter) write(name string, entry object.TreeEntry) error {
 		if entry.Mode == filemode.Executable {
 			mode = 0o755
 		}
-		return exists(e.writeBlob(blob, name, mode))
+		return exists(e.writeBlob(blob, dir, base, mode))
 	default:
 		return e.unsafe("%q of commit %s has the mode %o, which is none of git's; rewrite the commit with git", name, e.commit, uint32(entry.Mode))
 	}
+}
+
+type openDir struct {
+	name string // path in the tree; "." for the export's root
+	root *os.Root
+}
+
+// closeDirs closes the directories from the nth on (the first is the caller's).
+func (e *exporter) closeDirs(n int) {
+	for _, d := range e.dirs[n:] {
+		d.root.Close()
+	}
+	e.dirs = e.dirs[:n]
 }
 
 func readBlob(b *object.Blob) ([]byte, error) {
@@ -197,13 +231,13 @@ func readBlob(b *object.Blob) ([]byte, error) {
 
 // writeBlob creates name (O_EXCL: an existing entry, a link included, is never
 // opened) and copies the blob into it, checking ctx between chunks.
-func (e *exporter) writeBlob(b *object.Blob, name string, mode os.FileMode) error {
+func (e *exporter) writeBlob(b *object.Blob, dir *os.Root, name string, mode os.FileMode) error {
 	r, err := b.Reader()
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	f, err := e.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	f, err := dir.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 	if err != nil {
 		return err
 	}

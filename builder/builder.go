@@ -33,6 +33,7 @@ type Builder struct {
 	slots chan struct{}
 	logs  *logStore
 	log   *slog.Logger
+	oom   *oomWatch // nil without Config.StepCgroup
 }
 
 // Errors a caller may tell apart. Their text is written for the person who pushed.
@@ -41,6 +42,8 @@ var (
 	ErrUnavailable = errors.New("builder unavailable")
 	// ErrTimeout: the build ran longer than Config.Timeout.
 	ErrTimeout = errors.New("build timed out")
+	// ErrStepOutOfMemory: the kernel killed a build step at the steps' memory limit.
+	ErrStepOutOfMemory = errors.New("build step ran out of memory")
 )
 
 // New makes a Builder. It does not contact buildkitd; Preflight does.
@@ -56,13 +59,24 @@ func New(cfg Config, log *slog.Logger) (*Builder, error) {
 			return nil, err
 		}
 	}
-	return &Builder{
+	b := &Builder{
 		cfg:   cfg,
 		slots: make(chan struct{}, cfg.MaxConcurrent),
 		logs:  &logStore{dir: cfg.LogDir, keep: cfg.KeepLogs, maxBytes: cfg.MaxLogBytes},
 		log:   log.WithGroup("builder"),
-	}, nil
+	}
+	if cfg.StepCgroup != "" {
+		w, err := watchOOM(cfg.StepCgroup)
+		if err != nil {
+			return nil, err
+		}
+		b.oom = w
+	}
+	return b, nil
 }
+
+// Close stops watching the build steps' cgroup.
+func (b *Builder) Close() error { return b.oom.Close() }
 
 // Preflight checks that buildkitd answers and has a worker.
 func (b *Builder) Preflight(ctx context.Context) error {
@@ -168,39 +182,44 @@ func (b *Builder) build(ctx context.Context, req Request, out io.Writer) (*Resul
 	}
 	defer os.RemoveAll(work)
 	src := filepath.Join(work, "src")
-	if _, err := exportCommit(req.RepoDir, req.Commit, src, b.cfg.MaxContextBytes); err != nil {
-		if errors.Is(err, ErrContextTooLarge) {
-			return nil, fmt.Errorf("%w: keep large files out of git, or build from a subdirectory (the app's build directory setting)", err)
+	lim := exportLimits{maxBytes: b.cfg.MaxContextBytes, maxFiles: b.cfg.MaxContextFiles}
+	if _, err := exportCommit(ctx, req.RepoDir, req.Commit, src, lim); err != nil {
+		switch {
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case errors.Is(err, ErrContextTooLarge):
+			return nil, fmt.Errorf("%w: keep large or generated files out of git, or build from a subdirectory (the app's build directory setting)", err)
+		case errors.Is(err, ErrUnsafeTree):
+			return nil, err
 		}
 		return nil, fmt.Errorf("reading commit %s: %w", req.Commit[:7], err)
 	}
-	contextDir, err := within(src, req.Dir)
+	srcRoot, err := os.OpenRoot(src)
 	if err != nil {
 		return nil, err
 	}
-	if fi, err := os.Stat(contextDir); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("build directory %q is not a directory in commit %s", req.Dir, req.Commit[:7])
+	defer srcRoot.Close()
+	ctxRoot, err := openBuildDir(srcRoot, req.Dir, req.Commit[:7])
+	if err != nil {
+		return nil, err
 	}
+	// BuildKit reads the context and the Dockerfile through these roots (fsutil's
+	// os.Root file system), never through a path: nothing outside them is resolved.
+	contextFS := fsutil.NewRoot(ctxRoot)
+	defer contextFS.Close()
 
 	res := &Result{Stack: "dockerfile"}
-	dockerfileDir, filename, err := b.dockerfile(req, contextDir, work, out, res)
+	dockerfileFS, filename, err := b.dockerfile(req, ctxRoot, work, out, res)
 	if err != nil {
 		return nil, err
 	}
+	defer dockerfileFS.Close()
 
 	c, err := b.client(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
-	contextFS, err := fsutil.NewFS(contextDir)
-	if err != nil {
-		return nil, err
-	}
-	dockerfileFS, err := fsutil.NewFS(dockerfileDir)
-	if err != nil {
-		return nil, err
-	}
 	attrs := map[string]string{"filename": filename, "image-resolve-mode": b.cfg.ImageResolveMode}
 	if req.Target != "" {
 		attrs["target"] = req.Target
@@ -229,15 +248,24 @@ func (b *Builder) build(ctx context.Context, req Request, out io.Writer) (*Resul
 			r.update(st)
 		}
 	})
+	var oomBefore int64
+	if b.oom != nil {
+		if oomBefore, err = b.oom.kills(); err != nil {
+			return nil, fmt.Errorf("reading the build steps' cgroup: %w", err)
+		}
+	}
 	resp, err := c.Solve(ctx, nil, bkclient.SolveOpt{
 		Frontend:      "dockerfile.v0",
 		FrontendAttrs: attrs,
-		LocalMounts:   map[string]fsutil.FS{"context": contextFS, "dockerfile": dockerfileFS},
+		LocalMounts:   map[string]fsutil.FS{"context": fsutil.NewRootFS(contextFS), "dockerfile": fsutil.NewRootFS(dockerfileFS)},
 		Exports:       []bkclient.ExportEntry{{Type: bkclient.ExporterImage, Attrs: exportAttrs}},
 		Session:       attachables,
 	}, ch)
 	wg.Wait()
 	if err != nil {
+		if oerr := b.outOfMemory(ctx, r, oomBefore); oerr != nil {
+			return nil, oerr
+		}
 		return nil, explain(ctx, err, r)
 	}
 	dgst := resp.ExporterResponse["containerimage.digest"]
@@ -255,51 +283,81 @@ func (b *Builder) build(ctx context.Context, req Request, out io.Writer) (*Resul
 }
 
 // dockerfile decides what builds the context: the app's Dockerfile, or a plan's. It
-// returns the directory that holds the Dockerfile and its file name, and fills in
-// the result's stack and process types.
-func (b *Builder) dockerfile(req Request, contextDir, work string, out io.Writer, res *Result) (dir, filename string, err error) {
+// returns the directory that holds the Dockerfile, as a root, and its file name, and
+// fills in the result's stack and process types.
+func (b *Builder) dockerfile(req Request, ctxRoot *os.Root, work string, out io.Writer, res *Result) (dir fsutil.Root, filename string, err error) {
 	name := req.Dockerfile
 	if name == "" {
 		name = "Dockerfile"
 	}
-	path, err := within(contextDir, name)
+	dfDir, file, found, err := findDockerfile(ctxRoot, name)
 	if err != nil {
-		return "", "", err
+		return nil, "", err
 	}
-	if _, err := os.Stat(path); err == nil {
+	if found {
 		// An app's own Dockerfile: its Procfile's commands run through the image's
 		// shell, as on Heroku.
 		own := &plan.Plan{Shell: true}
-		if own.Processes, err = plan.ReadProcfile(os.DirFS(contextDir)); err != nil {
-			return "", "", err
+		if own.Processes, err = plan.ReadProcfile(ctxRoot.FS()); err != nil {
+			return nil, "", err
 		}
 		if res.Processes, err = processes(own); err != nil {
-			return "", "", err
+			return nil, "", err
 		}
-		return filepath.Dir(path), filepath.Base(path), nil
+		r, err := ctxRoot.OpenRoot(dfDir)
+		if err != nil {
+			return nil, "", err
+		}
+		return fsutil.NewRoot(r), file, nil
 	} else if req.Dockerfile != "" {
-		return "", "", fmt.Errorf("the app's Dockerfile setting names %s, which is not in commit %s", req.Dockerfile, req.Commit[:7])
+		return nil, "", fmt.Errorf("the app's Dockerfile setting names %s, which is not in commit %s", req.Dockerfile, req.Commit[:7])
 	}
-	p, err := plan.Detect(os.DirFS(contextDir), b.cfg.Plan)
+	// The planner reads manifests through the build directory's root: a link can
+	// lead nowhere outside it, and the planner itself refuses links that leave the
+	// tree with a sentence.
+	p, err := plan.Detect(ctxRoot.FS(), b.cfg.Plan)
 	if err != nil {
-		return "", "", err
+		return nil, "", err
 	}
 	res.Stack = p.Stack
 	if res.Processes, err = processes(p); err != nil {
-		return "", "", err
+		return nil, "", err
 	}
 	fmt.Fprintf(out, "-----> No Dockerfile: building it as a %s app\n", p.Stack)
 	for _, note := range p.Notes {
 		fmt.Fprintf(out, "       %s\n", note)
 	}
-	dir = filepath.Join(work, "plan")
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return "", "", err
+	planDir := filepath.Join(work, "plan")
+	if err := os.MkdirAll(planDir, 0o750); err != nil {
+		return nil, "", err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(p.Dockerfile), 0o640); err != nil {
-		return "", "", err
+	if err := os.WriteFile(filepath.Join(planDir, "Dockerfile"), []byte(p.Dockerfile), 0o640); err != nil {
+		return nil, "", err
 	}
-	return dir, "Dockerfile", nil
+	r, err := os.OpenRoot(planDir)
+	if err != nil {
+		return nil, "", err
+	}
+	return fsutil.NewRoot(r), "Dockerfile", nil
+}
+
+// outOfMemory returns ErrStepOutOfMemory, naming the failed step as the progress
+// shows it, when a step failed and the steps' cgroup counted an OOM kill since the
+// build began. The limit is shared by the steps of every build running at once, so a
+// kill is taken as this build's only when one of its own steps failed.
+func (b *Builder) outOfMemory(ctx context.Context, r *renderer, before int64) error {
+	if b.oom == nil || ctx.Err() != nil {
+		return nil
+	}
+	name, verr, _, ok := r.failedStep()
+	if !ok {
+		return nil
+	}
+	sigkill := strings.Contains(verr, "exit code: 137") || strings.Contains(verr, "signal: killed")
+	if !b.oom.killedSince(before, sigkill) {
+		return nil
+	}
+	return fmt.Errorf("%w (limit %s): %s", ErrStepOutOfMemory, formatLimit(b.cfg.StepMemory), name)
 }
 
 // session gives buildkitd the registry credentials, when configured. They are read
@@ -370,15 +428,6 @@ func (b *Builder) Logs(app string) ([]BuildLog, error) { return b.logs.List(app)
 // LogPath is the file of one stored build log.
 func (b *Builder) LogPath(app, id string) string {
 	return filepath.Join(b.cfg.LogDir, app, filepath.Base(id)+".log")
-}
-
-// within joins rel to dir, refusing paths that leave dir.
-func within(dir, rel string) (string, error) {
-	p := filepath.Join(dir, filepath.FromSlash(rel))
-	if p != dir && !strings.HasPrefix(p, dir+string(filepath.Separator)) {
-		return "", fmt.Errorf("%q leaves the repository", rel)
-	}
-	return p, nil
 }
 
 type syncWriter struct {

@@ -273,8 +273,9 @@ func TestRebuildsUseTheCache(t *testing.T) {
 		}
 	}
 
-	// A change to the app's code only: the dependency layers are reused.
-	r.commit(map[string]string{"app.txt": "version 2\n"})
+	// A change to the app's code only: the dependency layers are reused. The
+	// content is new for each run (go test -count=N shares the buildkitd's cache).
+	r.commit(map[string]string{"app.txt": fmt.Sprintf("version 2 at %d\n", time.Now().UnixNano())})
 	_, out = mustBuild(t, b, r.request("cache"))
 	if !strings.Contains(out, "RUN sleep 0.2 && cp /deps.txt /installed CACHED") {
 		t.Errorf("the dependency step was rebuilt after a code change:\n%s", out)

@@ -35,6 +35,18 @@ type Config struct {
 	MaxConcurrent int
 	// MaxContextBytes bounds the files of one build's context.
 	MaxContextBytes int64
+	// MaxContextFiles bounds the files, directories and links of one build's
+	// context, so that a tree of many tiny files cannot fill the work directory's
+	// inodes or keep the export busy.
+	MaxContextFiles int
+	// StepMemory is the memory limit of build steps (buildkitd's cgroup parent, set
+	// where buildkitd is started), for the message of a step it kills; 0 when
+	// unknown.
+	StepMemory int64
+	// StepCgroup is the directory of that cgroup (e.g.
+	// /sys/fs/cgroup/memory/bex-builds-…); its OOM counters tell a step killed by
+	// the limit from one that failed. Empty: no such detection (a remote buildkitd).
+	StepCgroup string
 	// WorkDir holds the exported commits while they build.
 	WorkDir string
 	// LogDir keeps the last KeepLogs build logs of each app, each at most
@@ -55,6 +67,7 @@ func DefaultConfig(stateDir string) Config {
 		Timeout:          15 * time.Minute,
 		MaxConcurrent:    2,
 		MaxContextBytes:  1 << 30,
+		MaxContextFiles:  100_000,
 		WorkDir:          filepath.Join(stateDir, "builds"),
 		LogDir:           filepath.Join(stateDir, "build-logs"),
 		KeepLogs:         20,
@@ -77,11 +90,14 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("builder: image resolve mode %q is not default, pull or local", c.ImageResolveMode))
 	}
-	if c.Timeout <= 0 || c.MaxConcurrent < 1 || c.MaxContextBytes <= 0 {
-		errs = append(errs, errors.New("builder: the timeout, the concurrency and the context size limit must be positive"))
+	if c.Timeout <= 0 || c.MaxConcurrent < 1 || c.MaxContextBytes <= 0 || c.MaxContextFiles <= 0 {
+		errs = append(errs, errors.New("builder: the timeout, the concurrency and the context limits (bytes and files) must be positive"))
 	}
 	if c.WorkDir == "" || c.LogDir == "" || c.KeepLogs < 1 || c.MaxLogBytes <= 0 {
 		errs = append(errs, errors.New("builder: the work and log directories must be set, and at least one log of positive size kept"))
+	}
+	if c.StepCgroup != "" && (c.StepMemory <= 0 || !filepath.IsAbs(c.StepCgroup)) {
+		errs = append(errs, fmt.Errorf("builder: the build steps' cgroup %q needs an absolute path and the memory limit it has", c.StepCgroup))
 	}
 	if err := c.Plan.Validate(); err != nil {
 		errs = append(errs, err)

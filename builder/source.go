@@ -1,12 +1,12 @@
 package builder
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path"
-	"path/filepath"
 	"strings"
 
 	"github.com/go-git/go-billy/v5/osfs"
@@ -17,16 +17,37 @@ import (
 	"github.com/go-git/go-git/v5/storage/filesystem"
 )
 
-// ErrContextTooLarge is returned when a commit's files exceed the build context limit.
+// ErrContextTooLarge is returned when a commit's files exceed the build context limit
+// (its bytes or its number of files).
 var ErrContextTooLarge = errors.New("build context too large")
 
-// exportCommit writes the files of commit in the bare repository repoDir into dir,
-// and returns their total size. It reads objects through go-git and writes only
-// below dir, so the repository is never modified. Files go to a private directory,
-// not a stream, because BuildKit's local source then hashes and copies only what
-// changed between builds, and the Dockerfile frontend applies .dockerignore to it
-// as to any context. Symbolic links are written as links; submodules are skipped.
-func exportCommit(repoDir, commit, dir string, maxBytes int64) (int64, error) {
+// ErrUnsafeTree is returned when a commit's tree cannot be written without following
+// one of its own links, or holds a name that is not a file name.
+var ErrUnsafeTree = errors.New("unsafe tree")
+
+// maxLinkTarget bounds a symbolic link's target: the kernel refuses longer ones.
+const maxLinkTarget = 4096
+
+// exportLimits bound one export.
+type exportLimits struct {
+	maxBytes int64 // the files' content
+	maxFiles int   // files, directories and links
+}
+
+// exportCommit writes the files of commit in the bare repository repoDir into dir
+// (which must not exist yet), and returns their total size. It reads objects through
+// go-git and writes only below dir, so the repository is never modified. Files go to
+// a private directory, not a stream, because BuildKit's local source then hashes and
+// copies only what changed between builds, and the Dockerfile frontend applies
+// .dockerignore to it as to any context. Symbolic links are written as links;
+// submodules are skipped.
+//
+// The tree is pushed by users, so it is not trusted. Everything is written through an
+// os.Root on dir, which resolves nothing outside dir, and no link of the tree is ever
+// followed, not even one that points inside: an entry below a link (a link `a` and a
+// directory `a/` of the same name), an entry written twice, and a name that is not a
+// single file name are refused. The export stops when ctx ends.
+func exportCommit(ctx context.Context, repoDir, commit, dir string, lim exportLimits) (int64, error) {
 	st := filesystem.NewStorage(osfs.New(repoDir), cache.NewObjectLRUDefault())
 	c, err := object.GetCommit(st, plumbing.NewHash(commit))
 	if err != nil {
@@ -36,71 +57,167 @@ func exportCommit(repoDir, commit, dir string, maxBytes int64) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("tree of %s: %w", commit, err)
 	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return 0, err
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return 0, err
+	}
+	defer root.Close()
+	e := &exporter{ctx: ctx, st: st, dirs: []openDir{{name: ".", root: root}}, commit: commit[:7], lim: lim, kinds: map[string]filemode.FileMode{}}
+	defer e.closeDirs(1)
 	// Files keep the time of the export. BuildKit sends a context incrementally and
 	// skips files whose size and time match what it has: fixed times (the commit's)
 	// would hide a same-size change made within the same second. Its build cache is
 	// keyed on content, so fresh times cost no cache hits.
-	var total int64
 	walker := object.NewTreeWalker(tree, true, nil)
 	defer walker.Close()
 	for {
+		if err := ctx.Err(); err != nil {
+			return e.total, err
+		}
 		name, entry, err := walker.Next()
 		if errors.Is(err, io.EOF) {
-			return total, nil
+			return e.total, nil
 		}
 		if err != nil {
-			return total, err
+			return e.total, err
 		}
-		// Tree entry names cannot contain "/" or be "..", but a repository is user
-		// input: refuse anything that would leave dir.
-		clean := path.Clean("/" + name)
-		if clean != "/"+name || strings.Contains(name, "\x00") {
-			return total, fmt.Errorf("unsafe path %q in commit %s", name, commit)
-		}
-		target := filepath.Join(dir, filepath.FromSlash(name))
-		switch entry.Mode {
-		case filemode.Dir:
-			if err := os.MkdirAll(target, 0o755); err != nil {
-				return total, err
-			}
-		case filemode.Submodule:
-			continue
-		case filemode.Symlink:
-			blob, err := object.GetBlob(st, entry.Hash)
-			if err != nil {
-				return total, err
-			}
-			linkTarget, err := readBlob(blob)
-			if err != nil {
-				return total, err
-			}
-			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-				return total, err
-			}
-			if err := os.Symlink(string(linkTarget), target); err != nil {
-				return total, err
-			}
-		default:
-			blob, err := object.GetBlob(st, entry.Hash)
-			if err != nil {
-				return total, err
-			}
-			total += blob.Size
-			if maxBytes > 0 && total > maxBytes {
-				return total, fmt.Errorf("%w: the files of commit %s are more than the limit of %s", ErrContextTooLarge, commit[:7], humanBytes(maxBytes))
-			}
-			mode := os.FileMode(0o644)
-			if entry.Mode == filemode.Executable {
-				mode = 0o755
-			}
-			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-				return total, err
-			}
-			if err := writeBlob(blob, target, mode); err != nil {
-				return total, err
-			}
+		if err := e.write(name, entry); err != nil {
+			return e.total, err
 		}
 	}
+}
+
+type exporter struct {
+	ctx context.Context
+	st  *filesystem.Storage
+	// dirs are the directories along the walker's current path, each open as a
+	// root, the export's own first. An entry is made in its parent's root under its
+	// base name, so no path of more than one component is ever resolved: the
+	// parent is the directory the export made, by its descriptor.
+	dirs   []openDir
+	commit string
+	lim    exportLimits
+	total  int64
+	files  int
+	// kinds records what was written at each path. The tree walker gives a
+	// directory before its entries, so an entry's parent is always here, and it is
+	// the only writer of the directory: a parent that is not a directory written by
+	// the export is a link or a file of the tree.
+	kinds map[string]filemode.FileMode
+}
+
+func (e *exporter) unsafe(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrUnsafeTree, fmt.Sprintf(format, args...))
+}
+
+func (e *exporter) write(name string, entry object.TreeEntry) error {
+	// Tree entry names cannot contain "/" or be "." or "..", but a tree can be
+	// written by hand (git hash-object --literally): refuse anything else.
+	base := entry.Name
+	if base == "" || base == "." || base == ".." || strings.ContainsAny(base, "/\x00") || path.Clean("/"+name) != "/"+name {
+		return e.unsafe("commit %s holds the path %q, which is not a file name; rewrite the commit with git", e.commit, name)
+	}
+	if entry.Mode == filemode.Submodule {
+		return nil
+	}
+	if e.files++; e.files > e.lim.maxFiles {
+		return fmt.Errorf("%w: commit %s has more than %d files and directories, the limit of a build context", ErrContextTooLarge, e.commit, e.lim.maxFiles)
+	}
+	if parent := path.Dir(name); parent != "." {
+		switch kind, ok := e.kinds[parent]; {
+		case !ok:
+			return e.unsafe("commit %s holds %q without its directory %q; rewrite the commit with git", e.commit, name, parent)
+		case kind == filemode.Symlink:
+			return e.unsafe("commit %s holds %q below %q, which is a symbolic link; bex never writes through a link of the repository, rewrite the commit with git", e.commit, name, parent)
+		case kind != filemode.Dir:
+			return e.unsafe("commit %s holds %q below %q, which is a file; rewrite the commit with git", e.commit, name, parent)
+		}
+	}
+	// The walker goes depth first: the parent is on the stack, below the
+	// directories of earlier entries that are done.
+	parent := path.Dir(name)
+	i := len(e.dirs) - 1
+	for i > 0 && e.dirs[i].name != parent {
+		i--
+	}
+	if e.dirs[i].name != parent {
+		return e.unsafe("commit %s holds %q outside the order of its tree; rewrite the commit with git", e.commit, name)
+	}
+	e.closeDirs(i + 1)
+	dir := e.dirs[i].root
+	if _, dup := e.kinds[name]; dup {
+		return e.unsafe("commit %s holds %q twice; rewrite the commit with git", e.commit, name)
+	}
+	e.kinds[name] = entry.Mode
+	exists := func(err error) error {
+		if errors.Is(err, os.ErrExist) {
+			return e.unsafe("commit %s holds %q twice; rewrite the commit with git", e.commit, name)
+		}
+		return err
+	}
+	switch entry.Mode {
+	case filemode.Dir:
+		if err := dir.Mkdir(base, 0o755); err != nil {
+			return exists(err)
+		}
+		sub, err := dir.OpenRoot(base)
+		if err != nil {
+			return err
+		}
+		e.dirs = append(e.dirs, openDir{name: name, root: sub})
+		return nil
+	case filemode.Symlink:
+		blob, err := object.GetBlob(e.st, entry.Hash)
+		if err != nil {
+			return err
+		}
+		if blob.Size > maxLinkTarget {
+			return e.unsafe("the link %q of commit %s is %d bytes long, more than a link can be", name, e.commit, blob.Size)
+		}
+		target, err := readBlob(blob)
+		if err != nil {
+			return err
+		}
+		if len(target) == 0 || strings.ContainsRune(string(target), 0) {
+			return e.unsafe("the link %q of commit %s has no valid target; rewrite the commit with git", name, e.commit)
+		}
+		// The link is written, never resolved: Root.Symlink creates it as is, and
+		// what it points to is BuildKit's to interpret inside the build's own file
+		// system.
+		return exists(dir.Symlink(string(target), base))
+	case filemode.Regular, filemode.Executable, filemode.Deprecated:
+		blob, err := object.GetBlob(e.st, entry.Hash)
+		if err != nil {
+			return err
+		}
+		e.total += blob.Size
+		if e.total > e.lim.maxBytes {
+			return fmt.Errorf("%w: the files of commit %s are more than the limit of %s", ErrContextTooLarge, e.commit, humanBytes(e.lim.maxBytes))
+		}
+		mode := os.FileMode(0o644)
+		if entry.Mode == filemode.Executable {
+			mode = 0o755
+		}
+		return exists(e.writeBlob(blob, dir, base, mode))
+	default:
+		return e.unsafe("%q of commit %s has the mode %o, which is none of git's; rewrite the commit with git", name, e.commit, uint32(entry.Mode))
+	}
+}
+
+type openDir struct {
+	name string // path in the tree; "." for the export's root
+	root *os.Root
+}
+
+// closeDirs closes the directories from the nth on (the first is the caller's).
+func (e *exporter) closeDirs(n int) {
+	for _, d := range e.dirs[n:] {
+		d.root.Close()
+	}
+	e.dirs = e.dirs[:n]
 }
 
 func readBlob(b *object.Blob) ([]byte, error) {
@@ -109,24 +226,40 @@ func readBlob(b *object.Blob) ([]byte, error) {
 		return nil, err
 	}
 	defer r.Close()
-	return io.ReadAll(r)
+	return io.ReadAll(io.LimitReader(r, maxLinkTarget+1))
 }
 
-func writeBlob(b *object.Blob, target string, mode os.FileMode) error {
+// writeBlob creates name (O_EXCL: an existing entry, a link included, is never
+// opened) and copies the blob into it, checking ctx between chunks.
+func (e *exporter) writeBlob(b *object.Blob, dir *os.Root, name string, mode os.FileMode) error {
 	r, err := b.Reader()
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	f, err := os.OpenFile(target, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	f, err := dir.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(f, r); err != nil {
+	if _, err := io.Copy(f, ctxReader{e.ctx, io.LimitReader(r, b.Size)}); err != nil {
 		f.Close()
 		return err
 	}
 	return f.Close()
+}
+
+// ctxReader stops a copy once ctx ends: a large blob is read in chunks of io.Copy's
+// buffer, and each one checks.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }
 
 func humanBytes(n int64) string {

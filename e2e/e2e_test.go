@@ -87,6 +87,23 @@ func TestPlatform(t *testing.T) {
 				t.Fatalf("the serving release stopped answering: %v", err)
 			}
 		}},
+		{"a build step past --build-memory is rejected with the reason", func(t *testing.T) {
+			shell.git(t, "reset", "-q", "--hard", firstCommit)
+			shell.commit(t, "too much memory", map[string]string{"Dockerfile": "FROM busybox\nRUN dd if=/dev/zero of=/dev/null bs=400M count=1\n"})
+			out, err := shell.push()
+			if err == nil {
+				t.Fatalf("a push whose step ran out of memory was accepted:\n%s", out)
+			}
+			if want := "build step ran out of memory (limit 256 MiB): [2/2] RUN dd if=/dev/zero of=/dev/null bs=400M count=1"; !strings.Contains(out, want) {
+				t.Fatalf("the rejection lacks %q:\n%s", want, out)
+			}
+			if got := shell.remoteHead(t); got != firstCommit {
+				t.Fatalf("main moved to %s after a failed build; want %s", got, firstCommit)
+			}
+			if err := p.answers("hello-shell", "/", "hello from bex")(); err != nil {
+				t.Fatalf("the serving release stopped answering: %v", err)
+			}
+		}},
 		{"a release that never becomes healthy is rejected and the old one serves", func(t *testing.T) {
 			// A short boot timeout, so the test does not wait the default minute.
 			p.kubectl(t, "patch", "app", "hello-shell", "--type", "merge", "-p", `{"spec":{"healthCheck":{"path":"/","bootTimeoutSeconds":8}}}`)

@@ -88,7 +88,9 @@ func (p *platform) start(t testing.TB) {
 		"--admin-key", p.keyPath+".pub",
 		// Nothing can be pulled here: builds use the busybox base that bex up
 		// makes from Debian's busybox-static, as make run does on such a machine.
-		"--image-resolve-mode", "local", "--busybox-base")
+		"--image-resolve-mode", "local", "--busybox-base",
+		// Small enough for a test step to pass it without taking the machine's memory.
+		"--build-memory", "256Mi")
 	p.out = &testenv.SyncBuffer{}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -37,6 +37,9 @@ type Config struct {
 	// MaxObjectBytes is passed to the gitserver (--max-object-size); 0 keeps its
 	// default.
 	MaxObjectBytes int64
+	// BuildMemory is the memory limit shared by the build steps running at once, in
+	// bytes; 0 is the default, the smaller of 4 GiB and half the machine's memory.
+	BuildMemory int64
 	// Bex is the path of the bex binary that runs the components.
 	Bex string
 	// Out receives the progress lines and the final instructions.
@@ -70,6 +73,9 @@ func (c Config) Validate() error {
 	}
 	if c.BaseDomain == "" || strings.ContainsAny(c.BaseDomain, "/: ") {
 		return fmt.Errorf("--base-domain %q: want a domain such as localhost or apps.example.com", c.BaseDomain)
+	}
+	if c.BuildMemory < 0 || c.BuildMemory > 0 && c.BuildMemory < 16<<20 {
+		return fmt.Errorf("--build-memory %d: give at least 16Mi, or nothing for the default", c.BuildMemory)
 	}
 	if c.Bex == "" || c.Out == nil {
 		return fmt.Errorf("up: Config.Bex and Config.Out are required")

@@ -37,6 +37,7 @@ type Platform struct {
 	containerdAddr string
 	kubeconfig     string
 	hasAdmin       bool
+	buildCgroup    daemons.BuildCgroup
 }
 
 // Start checks the machine, then starts everything and returns once every part
@@ -146,11 +147,37 @@ func (p *Platform) startDaemons(ctx context.Context) error {
 		}
 	}
 	b := daemons.Buildkitd{Dir: filepath.Join(p.cfg.StateDir, "buildkitd"), ContainerdAddress: p.containerdAddr, Namespace: ContainerdNamespace}
+	if err := p.limitBuildSteps(&b); err != nil {
+		return err
+	}
 	args, err := b.WriteConfig()
 	if err != nil {
 		return err
 	}
-	return p.start(ctx, supervise.Process{Name: "buildkitd", Path: p.bins["buildkitd"], Args: args, Ready: b.Ready}, "builds images into containerd")
+	return p.start(ctx, supervise.Process{Name: "buildkitd", Path: p.bins["buildkitd"], Args: args, Ready: b.Ready,
+		AfterStop: func() { _ = p.buildCgroup.Remove() }}, "builds images into containerd")
+}
+
+// limitBuildSteps makes the cgroup build steps run under, with --build-memory as its
+// limit (daemons.BuildCgroup), and points buildkitd's worker at it.
+func (p *Platform) limitBuildSteps(b *daemons.Buildkitd) error {
+	limit := p.cfg.BuildMemory
+	if limit == 0 {
+		limit = daemons.DefaultBuildMemory()
+	}
+	p.buildCgroup = daemons.BuildCgroupFor(b.Dir, limit)
+	if err := p.buildCgroup.Setup(); err != nil {
+		return fmt.Errorf("limiting the memory of build steps: %w", err)
+	}
+	b.CgroupParent = p.buildCgroup.Name
+	fmt.Fprintf(p.cfg.Out, "    %-15s build steps share %d MiB of memory (--build-memory), cgroup %s\n", "", limit>>20, p.buildCgroup.Dir())
+	return nil
+}
+
+// buildStepArgs tell the gitserver the build steps' limit and cgroup, so that it
+// reports a step killed by it as such.
+func (p *Platform) buildStepArgs() []string {
+	return []string{"--build-memory", strconv.FormatInt(p.buildCgroup.Memory, 10), "--build-cgroup", p.buildCgroup.Dir()}
 }
 
 // busyboxBase imports Debian's busybox as the busybox base image, unless
@@ -300,6 +327,7 @@ func (p *Platform) startComponents(ctx context.Context) error {
 	if p.cfg.MaxObjectBytes > 0 {
 		gitArgs = append(gitArgs, "--max-object-size", strconv.FormatInt(p.cfg.MaxObjectBytes, 10))
 	}
+	gitArgs = append(gitArgs, p.buildStepArgs()...)
 	if p.cfg.HooksAddr != "" {
 		gitArgs = append(gitArgs, "--hooks-addr", p.cfg.HooksAddr, "--hooks-url", p.PlatformURL())
 	}

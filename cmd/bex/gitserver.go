@@ -51,6 +51,8 @@ type gitserverCmd struct {
 	hooksURL         string
 	allowFile        bool
 	maxObjectSize    byteSize
+	buildMemory      byteSize
+	buildCgroup      string
 
 	// ready, when set, receives the listen address once the server accepts;
 	// hooksReady the HTTP address of the hooks.
@@ -90,6 +92,8 @@ func (c *gitserverCmd) command() *cobra.Command {
 	f.StringVar(&c.hooksURL, "hooks-url", "", "how git hosts reach the webhooks, for `webhooks APP` (default http://HOOKS-ADDR)")
 	c.maxObjectSize = gitserver.DefaultMaxObjectBytes
 	f.Var(&c.maxObjectSize, "max-object-size", "largest object (a file, mostly) that a push or an upstream fetch may hold, checked before it is inflated (GitHub's limit is 100MiB); it also bounds the gitserver's memory")
+	f.Var(&c.buildMemory, "build-memory", "the memory limit of build steps, as set on --build-cgroup (e.g. 4Gi), named when a step is killed by it")
+	f.StringVar(&c.buildCgroup, "build-cgroup", "", "directory of the cgroup buildkitd runs build steps under (bex up sets it); its OOM counters tell a step killed by --build-memory; empty: a step killed for memory is reported by its exit code")
 	f.BoolVar(&c.allowFile, "allow-file-upstreams", false, "let webhooks fetch file:// upstreams (a file:// URL can name any repository on this machine, another app's too)")
 	return cmd
 }
@@ -126,10 +130,13 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	bcfg.ImageRepo = c.imageRepo
 	bcfg.Push, bcfg.RegistryConfig = c.push, c.registryConfig
 	bcfg.ImageResolveMode = c.imageResolveMode
+	bcfg.StepMemory = int64(c.buildMemory)
+	bcfg.StepCgroup = c.buildCgroup
 	b, err := builder.New(bcfg, c.log)
 	if err != nil {
 		return err
 	}
+	defer b.Close()
 	if err := b.Preflight(ctx); err != nil {
 		return err
 	}

@@ -22,6 +22,7 @@ type upCmd struct {
 	cfg           up.Config
 	adminKeyFile  string
 	maxObjectSize byteSize
+	buildMemory   byteSize
 
 	// started, when set, receives the platform once it is up (tests).
 	started chan<- *up.Platform
@@ -54,10 +55,12 @@ func (c *upCmd) command() *cobra.Command {
 	c.maxObjectSize = gitserver.DefaultMaxObjectBytes
 	f.Var(&c.maxObjectSize, "max-object-size", "largest object (a file, mostly) that a push may hold, passed to the gitserver (GitHub's limit is 100MiB)")
 	f.BoolVar(&c.cfg.BusyboxBase, "busybox-base", false, "put Debian's busybox-static into containerd as docker.io/library/busybox:latest if no such image is there, so FROM busybox builds without a registry (with --image-resolve-mode local)")
+	f.Var(&c.buildMemory, "build-memory", "memory limit shared by the build steps running at once, e.g. 4Gi or 512Mi; a step past it fails the build (default: the smaller of 4Gi and half the machine's memory)")
 	return cmd
 }
 
 func (c *upCmd) run(ctx context.Context) error {
+	c.cfg.BuildMemory = int64(c.buildMemory)
 	if c.adminKeyFile != "" {
 		key, err := os.ReadFile(c.adminKeyFile)
 		if err != nil {

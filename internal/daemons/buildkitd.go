@@ -56,6 +56,9 @@ type Buildkitd struct {
 	// HTTPRegistries are registries (host:port) reached over plain HTTP, such as a
 	// test registry on loopback.
 	HTTPRegistries []string
+	// CgroupParent is the cgroup build steps run under (BuildCgroup.Name), which
+	// holds their memory limit; empty: buildkitd's default, no limit.
+	CgroupParent string
 }
 
 // Address is its gRPC address, "unix://<path>".
@@ -76,7 +79,8 @@ func (b Buildkitd) WriteConfig() ([]string, error) {
 	for _, host := range b.HTTPRegistries {
 		fmt.Fprintf(&content, "\n[registry.%q]\n  http = true\n", host)
 	}
-	if err := os.WriteFile(config, []byte(content.String()), 0o644); err != nil {
+	text := withCgroupParent(content.String(), b.ContainerdAddress != "", b.CgroupParent)
+	if err := os.WriteFile(config, []byte(text), 0o644); err != nil {
 		return nil, err
 	}
 	// Without --otel-socket-path buildkitd creates /run/buildkit/otel-grpc.sock,

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -20,17 +21,33 @@ type Buildkitd struct {
 	Address string
 	// Containerd is the containerd it builds into.
 	Containerd *Containerd
+	// StepCgroup is the directory of the cgroup its build steps run under, and
+	// StepMemory that cgroup's limit (WithBuildMemory); empty without a limit.
+	StepCgroup string
+	StepMemory int64
 
-	proc *process
+	proc   *process
+	cgroup *daemons.BuildCgroup
 }
 
 // BuildkitdOption changes how StartBuildkitd configures the daemon.
-type BuildkitdOption func(*daemons.Buildkitd)
+type BuildkitdOption func(*buildkitdOptions)
+
+type buildkitdOptions struct {
+	daemons.Buildkitd
+	buildMemory int64
+}
 
 // WithHTTPRegistry lets buildkitd push to and pull from host (e.g. 127.0.0.1:5000)
 // over plain HTTP: a test registry on loopback has no TLS.
 func WithHTTPRegistry(host string) BuildkitdOption {
-	return func(b *daemons.Buildkitd) { b.HTTPRegistries = append(b.HTTPRegistries, host) }
+	return func(b *buildkitdOptions) { b.HTTPRegistries = append(b.HTTPRegistries, host) }
+}
+
+// WithBuildMemory puts the build steps under a cgroup of their own limited to
+// limit bytes, as bex up does (daemons.BuildCgroup).
+func WithBuildMemory(limit int64) BuildkitdOption {
+	return func(b *buildkitdOptions) { b.buildMemory = limit }
 }
 
 // StartBuildkitd starts buildkitd from bin/ with its state under dir, building into c.
@@ -39,17 +56,28 @@ func StartBuildkitd(dir string, c *Containerd, opts ...BuildkitdOption) (*Buildk
 	if err != nil {
 		return nil, err
 	}
-	d := daemons.Buildkitd{Dir: dir, ContainerdAddress: c.Address, Namespace: Namespace}
+	o := buildkitdOptions{Buildkitd: daemons.Buildkitd{Dir: dir, ContainerdAddress: c.Address, Namespace: Namespace}}
 	for _, opt := range opts {
-		opt(&d)
+		opt(&o)
+	}
+	d := o.Buildkitd
+	b := &Buildkitd{Address: d.Address(), Containerd: c}
+	if o.buildMemory > 0 {
+		cg := daemons.BuildCgroupFor(dir, o.buildMemory)
+		if err := cg.Setup(); err != nil {
+			return nil, err
+		}
+		d.CgroupParent = cg.Name
+		b.cgroup, b.StepCgroup, b.StepMemory = &cg, cg.Dir(), o.buildMemory
 	}
 	args, err := d.WriteConfig()
-	if err != nil {
-		return nil, err
+	if err == nil {
+		b.proc, err = startProcess(dir, "buildkitd", bin, args)
 	}
-	b := &Buildkitd{Address: d.Address(), Containerd: c}
-	b.proc, err = startProcess(dir, "buildkitd", bin, args)
 	if err != nil {
+		if b.cgroup != nil {
+			_ = b.cgroup.Remove()
+		}
 		return nil, err
 	}
 	err = b.proc.waitReady(30*time.Second, d.Ready)
@@ -65,8 +93,14 @@ func (b *Buildkitd) Client(ctx context.Context) (*bkclient.Client, error) {
 	return bkclient.New(ctx, b.Address)
 }
 
-// Stop stops buildkitd.
-func (b *Buildkitd) Stop() error { return b.proc.stop(10 * time.Second) }
+// Stop stops buildkitd, and removes its build steps' cgroup.
+func (b *Buildkitd) Stop() error {
+	err := b.proc.stop(10 * time.Second)
+	if b.cgroup != nil {
+		err = errors.Join(err, b.cgroup.Remove())
+	}
+	return err
+}
 
 // SharedBuildkitd returns the buildkitd of this test binary, started on first use
 // with SharedContainerd as its worker.

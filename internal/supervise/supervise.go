@@ -64,6 +64,8 @@ type Supervisor struct {
 	mu       sync.Mutex
 	children []*child
 	stopping bool
+
+	oomWarning sync.Once // the missing CAP_SYS_RESOURCE is said once
 }
 
 // New returns a supervisor logging to log.
@@ -75,8 +77,9 @@ func New(log *slog.Logger) *Supervisor {
 }
 
 type child struct {
-	p   Process
-	log *slog.Logger
+	p          Process
+	log        *slog.Logger
+	oomWarning *sync.Once
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -102,7 +105,7 @@ func (s *Supervisor) Start(ctx context.Context, p Process) (int, error) {
 		return 0, errors.New("supervisor is stopping")
 	}
 	s.mu.Unlock()
-	c := &child{p: p, log: s.log.With("process", p.Name), stop: make(chan struct{}), stopped: make(chan struct{})}
+	c := &child{p: p, log: s.log.With("process", p.Name), oomWarning: &s.oomWarning, stop: make(chan struct{}), stopped: make(chan struct{})}
 	if err := c.start(); err != nil {
 		return 0, err
 	}
@@ -170,7 +173,9 @@ func (c *child) start() error {
 		// Without CAP_SYS_RESOURCE (bex up in a container that drops it) a value
 		// below the inherited one is refused: the child keeps the supervisor's,
 		// still below what tenants get.
-		c.log.Warn("cannot lower oom_score_adj without CAP_SYS_RESOURCE; the child keeps the supervisor's", "want", c.p.OOMScoreAdj, "err", err)
+		c.oomWarning.Do(func() {
+			c.log.Warn("cannot lower oom_score_adj without CAP_SYS_RESOURCE; children keep the supervisor's", "want", c.p.OOMScoreAdj, "err", err)
+		})
 	} else if err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()

@@ -211,8 +211,10 @@ func (p *Platform) startAPI(ctx context.Context) error {
 const apiSetupTimeout = 2 * time.Minute
 
 // setupAPI installs the CRDs, waits until discovery lists their kinds, then gives
-// the admin keys, with a client made after that: a client made earlier may have
-// read discovery while it lacked a kind, and its REST mapper would not look again.
+// the admin keys with a client made after that. Established comes before
+// discovery lists a kind: a client that looked the kind up in between failed that
+// call with `no matches for kind "User"` (seen 2 starts in 8; reproduced once in 15
+// installs on this machine), which ended bex up.
 func (p *Platform) setupAPI(ctx context.Context, rc *rest.Config) error {
 	c, err := newClient(rc)
 	if err != nil {

@@ -12,10 +12,10 @@ import (
 
 // WaitServed waits until the API server's discovery lists every kind of bex's
 // CRDs in every served version. Established says the API server serves a CRD's
-// objects; discovery is updated after that, on its own, and a client whose REST
-// mapper read it in between (App listed, User not yet) fails with `no matches
-// for kind "User"` and does not look again. So: Install, WaitServed, and only
-// then make the client that uses bex's kinds.
+// objects; discovery is updated after that, on its own, and a call whose REST
+// mapper looked the kind up in between (App listed, User not yet) fails with
+// `no matches for kind "User"`. So: Install, WaitServed, and only then use bex's
+// kinds, with a client made after it.
 func WaitServed(ctx context.Context, cfg *rest.Config) error {
 	all, err := All()
 	if err != nil {

@@ -25,6 +25,9 @@ import (
 var bexBinary string
 
 func TestMain(m *testing.M) {
+	if os.Getenv(dialHelperEnv) != "" {
+		dialHelper()
+	}
 	dir, err := os.MkdirTemp("", "bex-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

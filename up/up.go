@@ -16,6 +16,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
@@ -38,6 +39,7 @@ type Platform struct {
 	kubeconfig     string
 	hasAdmin       bool
 	buildCgroup    daemons.BuildCgroup
+	crdsSaid       bool
 }
 
 // Start checks the machine, then starts everything and returns once every part
@@ -63,6 +65,7 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 		}
 	}()
 	fmt.Fprintf(cfg.Out, "bex up: state in %s, logs in %s\n", cfg.StateDir, p.logDir())
+	p.protect()
 	if err := p.startDaemons(ctx); err != nil {
 		return nil, err
 	}
@@ -112,6 +115,7 @@ func (p *Platform) start(ctx context.Context, proc supervise.Process, what strin
 	if proc.LogPath == "" {
 		proc.LogPath = filepath.Join(p.logDir(), proc.Name+".log")
 	}
+	proc.OOMScoreAdj = oomScoreAdj[proc.Name]
 	began := time.Now()
 	fmt.Fprintf(p.cfg.Out, "==> %-15s starting: %s\n", proc.Name, what)
 	pid, err := p.sup.Start(ctx, proc)
@@ -125,14 +129,14 @@ func (p *Platform) start(ctx context.Context, proc supervise.Process, what strin
 func (p *Platform) startDaemons(ctx context.Context) error {
 	p.containerdAddr = p.cfg.ContainerdAddr
 	if p.containerdAddr == "" {
-		d := daemons.Containerd{Dir: filepath.Join(p.cfg.StateDir, "containerd")}
+		d := daemons.Containerd{Dir: filepath.Join(p.cfg.StateDir, "containerd"), Runc: p.bins["runc"], TenantOOMScoreAdj: TenantOOMScoreAdj}
 		args, err := d.WriteConfig()
 		if err != nil {
 			return err
 		}
 		p.containerdAddr = d.Address()
 		err = p.start(ctx, supervise.Process{
-			Name: "containerd", Path: p.bins["containerd"], Args: args, Ready: d.Ready,
+			Name: "containerd", Path: p.bins["containerd"], Args: args, Env: d.Env(), Ready: d.Ready,
 			// The shims of the apps' containers are stopped with the deployer; these
 			// are whatever is left (a build's), found by this containerd's socket.
 			AfterStop: func() { daemons.KillProcessesWithArg(d.Address()) },
@@ -226,23 +230,48 @@ func (p *Platform) startAPI(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s := k8sruntime.NewScheme()
-	for _, add := range []func(*k8sruntime.Scheme) error{clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, appv1.AddToScheme} {
-		if err := add(s); err != nil {
-			return err
-		}
-	}
-	c, err := client.New(rc, client.Options{Scheme: s})
+	ctx, cancel := context.WithTimeout(ctx, apiSetupTimeout)
+	defer cancel()
+	return retryTransient(ctx, func(ctx context.Context) error { return p.setupAPI(ctx, rc) })
+}
+
+// apiSetupTimeout bounds the CRDs and admin keys at start, retries included.
+const apiSetupTimeout = 2 * time.Minute
+
+// setupAPI installs the CRDs, waits until discovery lists their kinds, then gives
+// the admin keys with a client made after that. Established comes before
+// discovery lists a kind: a client that looked the kind up in between failed that
+// call with `no matches for kind "User"` (seen 2 starts in 8; reproduced once in 15
+// installs on this machine), which ended bex up.
+func (p *Platform) setupAPI(ctx context.Context, rc *rest.Config) error {
+	c, err := newClient(rc)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
 	if err := crds.Install(ctx, c); err != nil {
 		return err
 	}
-	fmt.Fprintf(p.cfg.Out, "    %-15s CRDs installed; kubectl --kubeconfig %s get apps\n", "", p.kubeconfig)
+	if err := crds.WaitServed(ctx, rc); err != nil {
+		return err
+	}
+	if c, err = newClient(rc); err != nil {
+		return err
+	}
+	if !p.crdsSaid {
+		fmt.Fprintf(p.cfg.Out, "    %-15s CRDs installed; kubectl --kubeconfig %s get apps\n", "", p.kubeconfig)
+		p.crdsSaid = true
+	}
 	return p.ensureAdmins(ctx, c)
+}
+
+func newClient(rc *rest.Config) (client.Client, error) {
+	s := k8sruntime.NewScheme()
+	for _, add := range []func(*k8sruntime.Scheme) error{clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, appv1.AddToScheme} {
+		if err := add(s); err != nil {
+			return nil, err
+		}
+	}
+	return client.New(rc, client.Options{Scheme: s})
 }
 
 // ensureAdmins gives the admin keys to the admin user and finds out whether any
@@ -274,7 +303,8 @@ func (p *Platform) component(name string, args []string, ready func(context.Cont
 }
 
 func (p *Platform) startComponents(ctx context.Context) error {
-	health, err := freeLoopbackAddr()
+	// The deployer's probes on a socket only root reaches (STATE/run is 0700).
+	health, err := p.runPath("deployer-health.sock")
 	if err != nil {
 		return err
 	}
@@ -285,8 +315,8 @@ func (p *Platform) startComponents(ctx context.Context) error {
 		"--base-domain", p.cfg.BaseDomain,
 		"--https-port", port(p.cfg.HTTPSAddr),
 		"--metrics-addr", "0",
-		"--health-addr", health,
-	}, httpReady("http://"+health+"/readyz"))
+		"--health-addr", "unix:" + health,
+	}, unixHTTPReady(health, "/readyz"))
 	// Stopping the deployer leaves the apps' containers running (a restarted deployer
 	// adopts them); bex up is stopping everything, so it stops them too.
 	deployer.AfterStop = func() {
@@ -422,13 +452,17 @@ func (p *Platform) printInstructions() {
 	fmt.Fprint(p.cfg.Out, b.String())
 }
 
-func freeLoopbackAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+// runPath is the path of name in STATE/run, the directory of bex's own sockets:
+// 0700, so that only root reaches them.
+func (p *Platform) runPath(name string) (string, error) {
+	dir := filepath.Join(p.cfg.StateDir, "run")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, name), nil
 }
 
 // tcpReady succeeds once every address accepts connections.
@@ -446,20 +480,24 @@ func tcpReady(addrs ...string) func(context.Context) error {
 	}
 }
 
-// httpReady succeeds once url answers 200.
-func httpReady(url string) func(context.Context) error {
+// unixHTTPReady succeeds once path answers 200 on the HTTP server at socket.
+func unixHTTPReady(socket, path string) func(context.Context) error {
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+	}}}
 	return func(ctx context.Context) error {
+		url := "http://localhost" + path
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			return err
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := hc.Do(req)
 		if err != nil {
 			return err
 		}
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
-			return errors.New(url + ": " + resp.Status)
+			return errors.New(socket + " " + path + ": " + resp.Status)
 		}
 		return nil
 	}

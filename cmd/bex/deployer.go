@@ -6,13 +6,18 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
+	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"bex.co/bex/deployer"
@@ -65,7 +70,7 @@ func (c *deployerCmd) command() *cobra.Command {
 	f.BoolVar(&c.leaderElect, "leader-elect", false, "elect a leader, for several deployer replicas on a cluster")
 	f.StringVar(&c.leaderElectNS, "leader-election-namespace", "", "namespace of the leader election Lease (default: --namespace, else default)")
 	f.StringVar(&c.metricsAddr, "metrics-addr", "127.0.0.1:9091", "Prometheus metrics address (0 turns it off)")
-	f.StringVar(&c.healthAddr, "health-addr", "127.0.0.1:9092", "health and readiness probes address (0 turns it off)")
+	f.StringVar(&c.healthAddr, "health-addr", "127.0.0.1:9092", "health and readiness probes address, or unix:PATH for a socket only root reaches (0 turns it off)")
 	return cmd
 }
 
@@ -74,10 +79,15 @@ func (c *deployerCmd) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	healthSocket, unixHealth := strings.CutPrefix(c.healthAddr, "unix:")
+	probeAddr := c.healthAddr
+	if unixHealth {
+		probeAddr = "0" // served below, on the socket
+	}
 	opts := ctrl.Options{
 		Scheme:                  s,
 		Metrics:                 metricsserver.Options{BindAddress: c.metricsAddr},
-		HealthProbeBindAddress:  c.healthAddr,
+		HealthProbeBindAddress:  probeAddr,
 		LeaderElection:          c.leaderElect,
 		LeaderElectionID:        "bex-deployer.app.bex.co",
 		LeaderElectionNamespace: c.namespace,
@@ -114,9 +124,51 @@ func (c *deployerCmd) run(ctx context.Context) error {
 	if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 		return err
 	}
+	if unixHealth {
+		if err := mgr.Add(unixHealthServer(healthSocket)); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(c.errOut, "bex deployer: reconciling Apps with the %s runtime\n", c.runtimeName)
 	return mgr.Start(ctx)
 }
+
+// unixHealthServer serves /healthz and /readyz on a unix socket (mode 0600), for
+// bex up: a TCP port on loopback would answer every local process and every
+// container on the host's network. It runs with the manager, as controller-runtime's
+// own probe server does, leader or not.
+func unixHealthServer(path string) manager.Runnable {
+	return notElected(func(ctx context.Context) error {
+		_ = os.Remove(path) // a socket left by a killed deployer
+		l, err := net.Listen("unix", path)
+		if err != nil {
+			return fmt.Errorf("health socket: %w", err)
+		}
+		if err := os.Chmod(path, 0o600); err != nil {
+			l.Close()
+			return err
+		}
+		ping := &healthz.Handler{Checks: map[string]healthz.Checker{"ping": healthz.Ping}}
+		mux := http.NewServeMux()
+		mux.Handle("/healthz", http.StripPrefix("/healthz", ping))
+		mux.Handle("/readyz", http.StripPrefix("/readyz", ping))
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			<-ctx.Done()
+			_ = srv.Close()
+		}()
+		if err := srv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+}
+
+// notElected is a runnable that runs on every replica, not only on the leader.
+type notElected manager.RunnableFunc
+
+func (f notElected) Start(ctx context.Context) error { return f(ctx) }
+func (notElected) NeedLeaderElection() bool          { return false }
 
 func (c *deployerCmd) newRuntime(mgr ctrl.Manager) (runtime.Runtime, error) {
 	switch c.runtimeName {

@@ -13,8 +13,9 @@ import (
 const FieldManager = "bex"
 
 // Install creates or updates bex's CRDs by server-side apply and waits until the API
-// server serves each of them (condition Established), so that the next call can
-// create Apps. c's scheme must know apiextensions/v1.
+// server serves each of them (condition Established). c's scheme must know
+// apiextensions/v1. A client that maps bex's kinds must be made after WaitServed:
+// discovery lags behind Established.
 func Install(ctx context.Context, c client.Client) error {
 	all, err := All()
 	if err != nil {

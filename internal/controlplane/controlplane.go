@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -44,21 +45,30 @@ type ControlPlane struct {
 // the kubeconfig names the API server's.
 type ports struct {
 	EtcdClient int `json:"etcdClient"`
-	EtcdPeer   int `json:"etcdPeer"`
-	APIServer  int `json:"apiServer"`
+	// EtcdPeer was etcd's peer port before etcd's peer listener moved to a socket
+	// (peerURL); kept when a ports.json has it, never used.
+	EtcdPeer  int `json:"etcdPeer,omitempty"`
+	APIServer int `json:"apiServer"`
 }
 
-// Prepare makes whatever is missing under cfg.Dir (keys, certificates, ports) and
-// checks that the kept ports are free.
+// Prepare makes whatever is missing under cfg.Dir (keys, certificates, ports, the
+// peer socket's directory) and checks that the kept ports are free. A directory
+// made by an older bex gets what is missing and keeps its data.
 func Prepare(cfg Config) (*ControlPlane, error) {
 	cp := &ControlPlane{cfg: cfg, pki: pki{dir: filepath.Join(cfg.Dir, "pki")}}
 	if err := cp.pki.ensure(); err != nil {
 		return nil, fmt.Errorf("control plane keys in %s: %w", cp.pki.dir, err)
 	}
+	if err := os.MkdirAll(cp.runDir(), 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(cp.runDir(), 0o700); err != nil {
+		return nil, err
+	}
 	if err := cp.loadPorts(); err != nil {
 		return nil, err
 	}
-	for name, port := range map[string]int{"etcd": cp.ports.EtcdClient, "etcd peer": cp.ports.EtcdPeer, "kube-apiserver": cp.ports.APIServer} {
+	for name, port := range map[string]int{"etcd": cp.ports.EtcdClient, "kube-apiserver": cp.ports.APIServer} {
 		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err != nil {
 			return nil, fmt.Errorf("%s port 127.0.0.1:%d (kept in %s) is taken: is another bex up running on this state dir? (%v)", name, port, cp.portsPath(), err)
@@ -69,6 +79,9 @@ func Prepare(cfg Config) (*ControlPlane, error) {
 }
 
 func (cp *ControlPlane) portsPath() string { return filepath.Join(cp.cfg.Dir, "ports.json") }
+
+// runDir holds etcd's peer socket: 0700, so that only root reaches it.
+func (cp *ControlPlane) runDir() string { return filepath.Join(cp.cfg.Dir, "run") }
 
 func (cp *ControlPlane) loadPorts() error {
 	data, err := os.ReadFile(cp.portsPath())
@@ -81,7 +94,7 @@ func (cp *ControlPlane) loadPorts() error {
 	if !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	for _, p := range []*int{&cp.ports.EtcdClient, &cp.ports.EtcdPeer, &cp.ports.APIServer} {
+	for _, p := range []*int{&cp.ports.EtcdClient, &cp.ports.APIServer} {
 		if *p, err = freePort(); err != nil {
 			return err
 		}
@@ -102,34 +115,128 @@ func freePort() (int, error) {
 // Host is the API server's URL.
 func (cp *ControlPlane) Host() string { return fmt.Sprintf("https://127.0.0.1:%d", cp.ports.APIServer) }
 
-func (cp *ControlPlane) etcdURL() string {
-	return fmt.Sprintf("http://127.0.0.1:%d", cp.ports.EtcdClient)
+// EtcdURL is etcd's client URL: HTTPS on loopback, and only clients with a
+// certificate from etcd's own CA get an answer (--client-cert-auth).
+func (cp *ControlPlane) EtcdURL() string {
+	return fmt.Sprintf("https://127.0.0.1:%d", cp.ports.EtcdClient)
 }
+
+// peerURL is etcd's peer listener: a unix socket in runDir, relative to etcd's
+// working directory because etcd takes a unix URL's host as the socket's path.
+// A single member has no peer to talk to, but etcd always opens the listener;
+// a socket in a 0700 directory is one nobody else reaches, where a TCP port on
+// loopback would answer every local process and every container on the host's
+// network.
+const peerURL = "unix://peer.sock"
 
 // Etcd is the etcd process.
 func (cp *ControlPlane) Etcd() supervise.Process {
-	peer := fmt.Sprintf("http://127.0.0.1:%d", cp.ports.EtcdPeer)
 	return supervise.Process{
 		Name: "etcd",
 		Path: cp.cfg.Etcd,
+		Dir:  cp.runDir(),
 		Args: []string{
 			"--name", "bex",
 			"--data-dir", filepath.Join(cp.cfg.Dir, "etcd"),
-			"--listen-client-urls", cp.etcdURL(),
-			"--advertise-client-urls", cp.etcdURL(),
-			"--listen-peer-urls", peer,
-			"--initial-advertise-peer-urls", peer,
-			"--initial-cluster", "bex=" + peer,
+			"--listen-client-urls", cp.EtcdURL(),
+			"--advertise-client-urls", cp.EtcdURL(),
+			"--client-cert-auth",
+			"--trusted-ca-file", cp.pki.path(etcdCACert),
+			"--cert-file", cp.pki.path(etcdServerCert),
+			"--key-file", cp.pki.path(etcdServerKey),
+			"--listen-peer-urls", peerURL,
+			// Read on the first start only; a data dir made by an older bex keeps the
+			// member's old peer URL, which no one dials on one machine.
+			"--initial-advertise-peer-urls", peerURL,
+			"--initial-cluster", "bex=" + peerURL,
 			"--log-level", "warn",
 		},
 		LogPath: filepath.Join(cp.cfg.Dir, "etcd.log"),
 		Ready: func(ctx context.Context) error {
-			return get(ctx, http.DefaultClient, cp.etcdURL()+"/health")
+			hc, err := cp.EtcdClient()
+			if err != nil {
+				return err
+			}
+			if err := get(ctx, hc, cp.EtcdURL()+"/health"); err != nil {
+				return err
+			}
+			return cp.updatePeerURL(ctx, hc)
 		},
 		// etcd fsyncs its WAL on shutdown; give it time rather than corrupt it.
 		Grace: 20 * time.Second,
 	}
 }
+
+// updatePeerURL makes the member's peer URL the socket's when a data dir made by
+// an older bex still names its TCP peer port (etcd reads --initial-advertise-peer-urls
+// on the first start only), so that the member list says what etcd listens on.
+// It goes through etcd's JSON gateway, to need no etcd client library.
+func (cp *ControlPlane) updatePeerURL(ctx context.Context, hc *http.Client) error {
+	var list struct {
+		Members []struct {
+			ID       string   `json:"ID"`
+			PeerURLs []string `json:"peerURLs"`
+		} `json:"members"`
+	}
+	if err := postJSON(ctx, hc, cp.EtcdURL()+"/v3/cluster/member/list", struct{}{}, &list); err != nil {
+		return err
+	}
+	for _, m := range list.Members {
+		if len(m.PeerURLs) == 1 && m.PeerURLs[0] == peerURL {
+			continue
+		}
+		update := map[string]any{"ID": m.ID, "peerURLs": []string{peerURL}}
+		if err := postJSON(ctx, hc, cp.EtcdURL()+"/v3/cluster/member/update", update, nil); err != nil {
+			return fmt.Errorf("etcd member %s: peer URLs %v to %s: %w", m.ID, m.PeerURLs, peerURL, err)
+		}
+	}
+	return nil
+}
+
+func postJSON(ctx context.Context, hc *http.Client, url string, in, out any) error {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s: %s", url, resp.Status, data)
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(data, out)
+}
+
+// EtcdClient is an HTTP client that etcd answers: the API server's client
+// certificate, and etcd's CA.
+func (cp *ControlPlane) EtcdClient() (*http.Client, error) {
+	cfg := &rest.Config{TLSClientConfig: rest.TLSClientConfig{
+		CAFile:   cp.pki.path(etcdCACert),
+		CertFile: cp.pki.path(etcdClientCert),
+		KeyFile:  cp.pki.path(etcdClientKey),
+	}}
+	return rest.HTTPClientFor(cfg)
+}
+
+// EtcdCAFile is the certificate of etcd's CA, for clients that check etcd.
+func (cp *ControlPlane) EtcdCAFile() string { return cp.pki.path(etcdCACert) }
+
+// CAFile is the certificate of the API's CA.
+func (cp *ControlPlane) CAFile() string { return cp.pki.path(caCert) }
 
 // APIServer is the kube-apiserver process.
 func (cp *ControlPlane) APIServer() supervise.Process {
@@ -137,7 +244,10 @@ func (cp *ControlPlane) APIServer() supervise.Process {
 		Name: "kube-apiserver",
 		Path: cp.cfg.APIServer,
 		Args: []string{
-			"--etcd-servers", cp.etcdURL(),
+			"--etcd-servers", cp.EtcdURL(),
+			"--etcd-cafile", cp.pki.path(etcdCACert),
+			"--etcd-certfile", cp.pki.path(etcdClientCert),
+			"--etcd-keyfile", cp.pki.path(etcdClientKey),
 			"--bind-address", "127.0.0.1",
 			"--advertise-address", "127.0.0.1",
 			"--secure-port", strconv.Itoa(cp.ports.APIServer),
@@ -145,6 +255,9 @@ func (cp *ControlPlane) APIServer() supervise.Process {
 			"--tls-cert-file", cp.pki.path(servingCert),
 			"--tls-private-key-file", cp.pki.path(servingKey),
 			"--client-ca-file", cp.pki.path(caCert),
+			// Every client has a certificate (the kubeconfig's) or a token; the
+			// readiness check below uses the admin's.
+			"--anonymous-auth=false",
 			"--service-account-issuer", "https://kubernetes.default.svc",
 			"--service-account-key-file", cp.pki.path(serviceAcctKy),
 			"--service-account-signing-key-file", cp.pki.path(serviceAcctKy),

@@ -13,6 +13,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -41,6 +42,24 @@ func binaries(t *testing.T) controlplane.Config {
 // start runs the control plane under a supervisor and returns an admin client.
 func start(t *testing.T, cfg controlplane.Config) (*supervise.Supervisor, client.Client) {
 	t.Helper()
+	sup, c, _ := startCP(t, cfg)
+	return sup, c
+}
+
+func newClient(t *testing.T, rc *rest.Config) client.Client {
+	t.Helper()
+	s := runtime.NewScheme()
+	_ = apiextensionsv1.AddToScheme(s)
+	_ = appv1.AddToScheme(s)
+	c, err := client.New(rc, client.Options{Scheme: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func startCP(t *testing.T, cfg controlplane.Config) (*supervise.Supervisor, client.Client, *controlplane.ControlPlane) {
+	t.Helper()
 	cp, err := controlplane.Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -60,14 +79,7 @@ func start(t *testing.T, cfg controlplane.Config) (*supervise.Supervisor, client
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := runtime.NewScheme()
-	_ = apiextensionsv1.AddToScheme(s)
-	_ = appv1.AddToScheme(s)
-	c, err := client.New(rc, client.Options{Scheme: s})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sup, c
+	return sup, newClient(t, rc), cp
 }
 
 // The control plane comes up with bex's CRDs, kubectl works through the kubeconfig,

@@ -31,6 +31,16 @@ const (
 	adminCert     = "admin.crt"
 	adminKey      = "admin.key"
 	serviceAcctKy = "service-account.key"
+
+	// etcd has a CA of its own, as kubeadm gives it: a certificate for etcd's
+	// clients is then never a user of the API, and the admin's (which the
+	// kubeconfig carries around) never a client of etcd.
+	etcdCACert     = "etcd/ca.crt"
+	etcdCAKey      = "etcd/ca.key"
+	etcdServerCert = "etcd/server.crt"
+	etcdServerKey  = "etcd/server.key"
+	etcdClientCert = "apiserver-etcd-client.crt"
+	etcdClientKey  = "apiserver-etcd-client.key"
 )
 
 // validity of every certificate: long, because nothing renews them on one machine;
@@ -38,61 +48,68 @@ const (
 const validity = 10 * 365 * 24 * time.Hour
 
 // ensure creates whatever is missing. Existing files are kept, so the kubeconfig
-// made from them stays valid.
+// made from them stays valid; a state dir made by an older bex (without etcd's
+// certificates) gets the missing ones and keeps the rest.
 func (p pki) ensure() error {
-	if err := os.MkdirAll(p.dir, 0o700); err != nil {
+	for _, dir := range []string{p.dir, p.path("etcd")} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return err
+		}
+		// An older bex made pki/ 0700 too; make sure of it, it holds private keys.
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return err
+		}
+	}
+	if err := p.ensureCA(caCert, caKey, "bex control plane CA", servingCert, adminCert); err != nil {
 		return err
 	}
-	if !exists(p.path(caCert)) {
-		// A new CA invalidates certificates signed by an older one.
-		for _, f := range []string{servingCert, servingKey, adminCert, adminKey} {
-			_ = os.Remove(p.path(f))
-		}
-		key, err := newKey()
-		if err != nil {
-			return err
-		}
-		tmpl := &x509.Certificate{
-			Subject:               pkix.Name{CommonName: "bex control plane CA"},
-			KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageCRLSign,
-			BasicConstraintsValid: true,
-			IsCA:                  true,
-		}
-		if err := p.issue(caKey, caCert, key, tmpl, nil, nil); err != nil {
-			return err
-		}
-	}
-	ca, caPriv, err := p.load(caCert, caKey)
-	if err != nil {
+	if err := p.ensureCA(etcdCACert, etcdCAKey, "bex etcd CA", etcdServerCert, etcdClientCert); err != nil {
 		return err
 	}
-	if !exists(p.path(servingCert)) {
-		key, err := newKey()
-		if err != nil {
-			return err
-		}
-		tmpl := &x509.Certificate{
+	loopback := []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
+	leaves := []struct {
+		ca, caKey, cert, key string
+		tmpl                 *x509.Certificate
+	}{
+		{caCert, caKey, servingCert, servingKey, &x509.Certificate{
 			Subject:     pkix.Name{CommonName: "kube-apiserver"},
 			KeyUsage:    x509.KeyUsageDigitalSignature,
 			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 			DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"},
-			IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, net.IPv4(10, 96, 0, 1)},
+			IPAddresses: append(loopback, net.IPv4(10, 96, 0, 1)),
+		}},
+		{caCert, caKey, adminCert, adminKey, &x509.Certificate{
+			Subject:     pkix.Name{CommonName: "bex-admin", Organization: []string{"system:masters"}},
+			KeyUsage:    x509.KeyUsageDigitalSignature,
+			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		}},
+		{etcdCACert, etcdCAKey, etcdServerCert, etcdServerKey, &x509.Certificate{
+			Subject:  pkix.Name{CommonName: "etcd"},
+			KeyUsage: x509.KeyUsageDigitalSignature,
+			// Client too: etcd's JSON gateway dials etcd's gRPC with this certificate.
+			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+			DNSNames:    []string{"localhost"},
+			IPAddresses: loopback,
+		}},
+		{etcdCACert, etcdCAKey, etcdClientCert, etcdClientKey, &x509.Certificate{
+			Subject:     pkix.Name{CommonName: "kube-apiserver-etcd-client"},
+			KeyUsage:    x509.KeyUsageDigitalSignature,
+			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		}},
+	}
+	for _, l := range leaves {
+		if exists(p.path(l.cert)) && exists(p.path(l.key)) {
+			continue
 		}
-		if err := p.issue(servingKey, servingCert, key, tmpl, ca, caPriv); err != nil {
+		ca, caPriv, err := p.load(l.ca, l.caKey)
+		if err != nil {
 			return err
 		}
-	}
-	if !exists(p.path(adminCert)) {
 		key, err := newKey()
 		if err != nil {
 			return err
 		}
-		tmpl := &x509.Certificate{
-			Subject:     pkix.Name{CommonName: "bex-admin", Organization: []string{"system:masters"}},
-			KeyUsage:    x509.KeyUsageDigitalSignature,
-			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-		}
-		if err := p.issue(adminKey, adminCert, key, tmpl, ca, caPriv); err != nil {
+		if err := p.issue(l.key, l.cert, key, l.tmpl, ca, caPriv); err != nil {
 			return err
 		}
 	}
@@ -106,6 +123,29 @@ func (p pki) ensure() error {
 		}
 	}
 	return nil
+}
+
+// ensureCA makes a self-signed CA when there is none. A new CA invalidates the
+// certificates signed by an older one, so those (issued) are removed to be made
+// again.
+func (p pki) ensureCA(certFile, keyFile, name string, issued ...string) error {
+	if exists(p.path(certFile)) && exists(p.path(keyFile)) {
+		return nil
+	}
+	for _, f := range issued {
+		_ = os.Remove(p.path(f))
+	}
+	key, err := newKey()
+	if err != nil {
+		return err
+	}
+	tmpl := &x509.Certificate{
+		Subject:               pkix.Name{CommonName: name},
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageCRLSign,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	return p.issue(keyFile, certFile, key, tmpl, nil, nil)
 }
 
 func exists(path string) bool {

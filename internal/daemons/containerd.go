@@ -43,6 +43,33 @@ disabled_plugins = [
 // Containerd is a containerd with everything under Dir.
 type Containerd struct {
 	Dir string
+	// Runc, when set, is the real runc: containerd's shims then run the
+	// containers through a wrapper (Dir/bin/runc, found first in the PATH that
+	// Env gives) that sets TenantOOMScoreAdj on itself before it execs runc, so
+	// that every container (an app's, a build step's) starts with that value.
+	// Without it a container inherits its shim's, which is containerd's plus one:
+	// a protected containerd would protect every tenant with it.
+	Runc              string
+	TenantOOMScoreAdj int
+}
+
+// runcWrapper raises its own oom_score_adj (always allowed, and the kernel then
+// refuses to lower it again without CAP_SYS_RESOURCE) and becomes runc; runc's
+// children, the container's processes, inherit the value. A spec that sets
+// process.oomScoreAdj still wins: runc writes it.
+const runcWrapper = `#!/bin/sh
+# Written by bex: containers start with the tenants' oom_score_adj.
+echo %d > /proc/self/oom_score_adj || exit 1
+exec %s "$@"
+`
+
+// Env is the environment containerd runs with: the runc wrapper's directory
+// first in PATH when Runc is set.
+func (c Containerd) Env() []string {
+	if c.Runc == "" {
+		return nil
+	}
+	return []string{"PATH=" + filepath.Join(c.Dir, "bin") + ":" + os.Getenv("PATH")}
 }
 
 // Address is the path of its gRPC socket.
@@ -56,6 +83,15 @@ func (c Containerd) WriteConfig() ([]string, error) {
 	if err := os.MkdirAll(c.Dir, 0o711); err != nil {
 		return nil, err
 	}
+	if c.Runc != "" {
+		if err := os.MkdirAll(filepath.Join(c.Dir, "bin"), 0o755); err != nil {
+			return nil, err
+		}
+		script := fmt.Sprintf(runcWrapper, c.TenantOOMScoreAdj, shellQuote(c.Runc))
+		if err := os.WriteFile(filepath.Join(c.Dir, "bin", "runc"), []byte(script), 0o755); err != nil {
+			return nil, err
+		}
+	}
 	config := filepath.Join(c.Dir, "config.toml")
 	content := fmt.Sprintf(containerdConfig, c.Root(), filepath.Join(c.Dir, "state"), c.Address(), filepath.Join(c.Dir, "opt"))
 	if err := os.WriteFile(config, []byte(content), 0o644); err != nil {
@@ -63,6 +99,9 @@ func (c Containerd) WriteConfig() ([]string, error) {
 	}
 	return []string{"--config", config}, nil
 }
+
+// shellQuote quotes s as one word for /bin/sh.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // Client connects to the daemon with namespace as the default.
 func (c Containerd) Client(namespace string) (*containerd.Client, error) {

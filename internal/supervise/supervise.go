@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -37,6 +38,12 @@ type Process struct {
 	ReadyTimeout time.Duration
 	// Grace is how long Stop waits after SIGTERM before SIGKILL. Default 10s.
 	Grace time.Duration
+	// OOMScoreAdj is written to the child's /proc/PID/oom_score_adj on every start
+	// (-1000..1000; lower is killed later by the kernel when memory runs out). The
+	// child inherits the supervisor's own until then, so a supervisor that protects
+	// itself leaves no window in which a protected child is not. 0 is an ordinary
+	// process's value, whatever the supervisor's.
+	OOMScoreAdj int
 	// AfterStop, when set, runs after the child has stopped for good (Stop), to
 	// clean up what it leaves behind (a daemon's own children, sockets).
 	AfterStop func()
@@ -57,6 +64,8 @@ type Supervisor struct {
 	mu       sync.Mutex
 	children []*child
 	stopping bool
+
+	oomWarning sync.Once // the missing CAP_SYS_RESOURCE is said once
 }
 
 // New returns a supervisor logging to log.
@@ -68,8 +77,9 @@ func New(log *slog.Logger) *Supervisor {
 }
 
 type child struct {
-	p   Process
-	log *slog.Logger
+	p          Process
+	log        *slog.Logger
+	oomWarning *sync.Once
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -95,7 +105,7 @@ func (s *Supervisor) Start(ctx context.Context, p Process) (int, error) {
 		return 0, errors.New("supervisor is stopping")
 	}
 	s.mu.Unlock()
-	c := &child{p: p, log: s.log.With("process", p.Name), stop: make(chan struct{}), stopped: make(chan struct{})}
+	c := &child{p: p, log: s.log.With("process", p.Name), oomWarning: &s.oomWarning, stop: make(chan struct{}), stopped: make(chan struct{})}
 	if err := c.start(); err != nil {
 		return 0, err
 	}
@@ -156,6 +166,19 @@ func (c *child) start() error {
 	// its children along.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return fmt.Errorf("start %s: %w", c.p.Name, err)
+	}
+	if err := SetOOMScoreAdj(cmd.Process.Pid, c.p.OOMScoreAdj); errors.Is(err, os.ErrPermission) {
+		// Without CAP_SYS_RESOURCE (bex up in a container that drops it) a value
+		// below the inherited one is refused: the child keeps the supervisor's,
+		// still below what tenants get.
+		c.oomWarning.Do(func() {
+			c.log.Warn("cannot lower oom_score_adj without CAP_SYS_RESOURCE; children keep the supervisor's", "want", c.p.OOMScoreAdj, "err", err)
+		})
+	} else if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
 		logFile.Close()
 		return fmt.Errorf("start %s: %w", c.p.Name, err)
 	}
@@ -288,6 +311,24 @@ func (c *child) terminate() error {
 	_ = cmd.Process.Kill()
 	<-exited
 	return fmt.Errorf("%s ignored SIGTERM for %s and was killed", c.p.Name, c.p.Grace)
+}
+
+// SetOOMScoreAdj sets the oom_score_adj of process pid (0 for the caller). A value
+// below the lowest one the process had needs CAP_SYS_RESOURCE; without it the
+// error is os.ErrPermission.
+func SetOOMScoreAdj(pid, score int) error {
+	if score < -1000 || score > 1000 {
+		return fmt.Errorf("oom_score_adj %d: want -1000..1000", score)
+	}
+	proc := "self"
+	if pid != 0 {
+		proc = strconv.Itoa(pid)
+	}
+	path := filepath.Join("/proc", proc, "oom_score_adj")
+	if err := os.WriteFile(path, []byte(strconv.Itoa(score)), 0); err != nil {
+		return fmt.Errorf("set %s to %d: %w", path, score, err)
+	}
+	return nil
 }
 
 // Tail returns the last n lines of the file at path, indented, for error messages.

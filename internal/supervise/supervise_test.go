@@ -155,3 +155,97 @@ func TestStopKillsWhatIgnoresSIGTERM(t *testing.T) {
 		t.Fatalf("pid %d survived", pid)
 	}
 }
+
+func oomScoreAdj(t *testing.T, pid int) string {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(data))
+}
+
+// canLowerOOMScore reports whether this process has CAP_SYS_RESOURCE (bit 24 of
+// CapEff), which lowering an oom_score_adj needs.
+func canLowerOOMScore(t *testing.T) bool {
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if hex, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			var caps uint64
+			if _, err := fmt.Sscanf(strings.TrimSpace(hex), "%x", &caps); err != nil {
+				t.Fatal(err)
+			}
+			return caps&(1<<24) != 0
+		}
+	}
+	t.Fatal("no CapEff in /proc/self/status")
+	return false
+}
+
+// A child gets its oom_score_adj on the first start and on every restart; one
+// that asks for nothing gets 0, not the supervisor's own. A value below the
+// supervisor's, where the kernel refuses it (no CAP_SYS_RESOURCE), leaves the
+// child with the supervisor's and does not fail the start.
+func TestOOMScoreAdjOnEveryStart(t *testing.T) {
+	s := New(nil)
+	defer s.Stop()
+	dir := t.TempDir()
+	ready := filepath.Join(dir, "ready")
+	// The first child exits when told to: its restart must get the value too.
+	p := shell(t, "tenant-like", fmt.Sprintf(`touch %[2]s
+if [ ! -e %[1]s/once ]; then touch %[1]s/once; while [ ! -e %[1]s/exit ]; do sleep 0.01; done; exit 1; fi
+exec sleep 60`, dir, ready))
+	p.Ready, p.OOMScoreAdj = fileExists(ready), 321
+	pid, err := s.Start(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := oomScoreAdj(t, pid); got != "321" {
+		t.Fatalf("child: oom_score_adj %s, want 321", got)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "exit"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	current := func() int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.children[0].pid()
+	}
+	waitFor(t, "the restarted child", func() bool { return current() != pid && alive(current()) })
+	if got := oomScoreAdj(t, current()); got != "321" {
+		t.Fatalf("restarted child: oom_score_adj %s, want 321", got)
+	}
+
+	self := oomScoreAdj(t, os.Getpid())
+	defer func() { _ = os.WriteFile("/proc/self/oom_score_adj", []byte(self), 0) }()
+	// The supervisor raises its own (always allowed): an ordinary child is still 0.
+	if err := SetOOMScoreAdj(0, 100); err != nil {
+		t.Fatal(err)
+	}
+	plain := shell(t, "plain", "exec sleep 60")
+	if pid, err = s.Start(context.Background(), plain); err != nil {
+		t.Fatal(err)
+	}
+	if got := oomScoreAdj(t, pid); got != "0" {
+		t.Fatalf("child without OOMScoreAdj: oom_score_adj %s, want 0", got)
+	}
+
+	protected := shell(t, "protected", "exec sleep 60")
+	protected.OOMScoreAdj = -567
+	if pid, err = s.Start(context.Background(), protected); err != nil {
+		t.Fatal(err)
+	}
+	want := "-567"
+	if !canLowerOOMScore(t) {
+		want = "100" // the supervisor's, inherited
+	}
+	if got := oomScoreAdj(t, pid); got != want {
+		t.Fatalf("protected child (CAP_SYS_RESOURCE: %v): oom_score_adj %s, want %s", canLowerOOMScore(t), got, want)
+	}
+	if err := SetOOMScoreAdj(0, 2000); err == nil {
+		t.Fatal("SetOOMScoreAdj accepted 2000")
+	}
+}

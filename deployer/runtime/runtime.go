@@ -87,3 +87,24 @@ type Notifier interface {
 	// that matters: the reconciler's requeue still comes.
 	Changes() <-chan types.NamespacedName
 }
+
+// Capabilities is the capability set of an app's processes on both runtimes:
+// Docker's default without NET_RAW (raw sockets: ARP and ICMP spoofing of the
+// neighbours) and MKNOD (a device node is of no use in a user namespace). The
+// local runtime sets exactly these; the kubernetes runtime drops ALL and adds
+// these back (without the CAP_ prefix). In a user namespace they act on the
+// container's own files and processes only.
+var Capabilities = []string{
+	"CAP_AUDIT_WRITE",
+	"CAP_CHOWN",
+	"CAP_DAC_OVERRIDE",
+	"CAP_FOWNER",
+	"CAP_FSETID",
+	"CAP_KILL",
+	"CAP_NET_BIND_SERVICE",
+	"CAP_SETFCAP",
+	"CAP_SETGID",
+	"CAP_SETPCAP",
+	"CAP_SETUID",
+	"CAP_SYS_CHROOT",
+}

@@ -40,6 +40,8 @@ type instance struct {
 	// healthPath is the HTTP check of a web instance ("" = TCP connect).
 	healthPath  string
 	bootTimeout time.Duration
+	// memory is the instance's memory limit in bytes, for the OOM message.
+	memory int64
 
 	ctx     context.Context // ends when the instance is stopped or the runtime closes
 	cancel  context.CancelFunc
@@ -143,6 +145,17 @@ func (r *Runtime) create(ctx context.Context, a *appState, d runtime.Desired, g 
 		}
 		opts = append(opts, oci.WithProcessArgs(args...))
 	}
+	// Isolation: after the image's config and the namespaces above (see security.go).
+	ids, err := r.store.ids(a.key.String())
+	if err != nil {
+		_ = r.store.free(port, id)
+		return nil, err
+	}
+	idm := idmap{host: ids, size: IDRangeSize}
+	lim := limitsOf(d.Processes[process])
+	inst.memory = lim.memory
+	opts = append(opts, securityOpts(lim, idm)...)
+
 	labels := map[string]string{
 		labelRuntime:   runtimeName,
 		labelNamespace: a.key.Namespace,
@@ -156,11 +169,16 @@ func (r *Runtime) create(ctx context.Context, a *appState, d runtime.Desired, g 
 		labelBoot:      inst.bootTimeout.String(),
 		labelHealth:    inst.healthPath,
 		labelRestart:   inst.restart,
+		labelIDs:       strconv.FormatUint(uint64(idm.host), 10),
+		labelMemory:    strconv.FormatInt(lim.memory, 10),
 	}
 	ctr, err := r.cd.NewContainer(ctx, id,
 		containerd.WithImage(img),
 		containerd.WithSnapshotter(r.cfg.Snapshotter),
-		containerd.WithNewSnapshot(id, img),
+		// The image's files owned by the app's ids: one chowned copy per image and
+		// range, kept as the parent of the instances' snapshots (containerd 1.6
+		// has no idmapped mounts).
+		containerd.WithUserNSRemappedSnapshot(id, img, idm.mappings(), idm.mappings()),
 		containerd.WithContainerLabels(labels),
 		containerd.WithNewSpec(opts...))
 	if err != nil {
@@ -196,6 +214,9 @@ func instanceFromLabels(ctr containerd.Container, l map[string]string, cfg Confi
 	}
 	if n, err := strconv.Atoi(l[labelRestarts]); err == nil {
 		inst.restarts = int32(n)
+	}
+	if n, err := strconv.ParseInt(l[labelMemory], 10, 64); err == nil {
+		inst.memory = n
 	}
 	if inst.app.Name == "" || inst.app.Namespace == "" || inst.process == "" || inst.logPath == "" {
 		errs = append(errs, errors.New("app, namespace, process or log missing"))

@@ -46,6 +46,8 @@ const (
 	labelHealth    = "app.bex.co/health-path"
 	labelRestarts  = "app.bex.co/restarts"
 	labelRestart   = "app.bex.co/restart-token"
+	labelIDs       = "app.bex.co/host-uid" // first host id of the user namespace
+	labelMemory    = "app.bex.co/memory"   // memory limit in bytes
 	runtimeName    = "local"
 )
 
@@ -134,7 +136,7 @@ func New(cfg Config, c client.Client, log *slog.Logger) (*Runtime, error) {
 	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "logs"), 0o700); err != nil {
 		return nil, fmt.Errorf("local runtime: state dir: %w", err)
 	}
-	st, err := openStore(filepath.Join(cfg.StateDir, "state.json"), cfg.PortMin, cfg.PortMax)
+	st, err := openStore(filepath.Join(cfg.StateDir, "state.json"), cfg.PortMin, cfg.PortMax, cfg.IDBase, cfg.IDRanges)
 	if err != nil {
 		return nil, fmt.Errorf("local runtime: %w", err)
 	}
@@ -203,6 +205,11 @@ func (r *Runtime) adopt() error {
 		}
 		if err := r.store.reserve(inst.port, inst.id); err != nil {
 			return err
+		}
+		if base, err := strconv.ParseUint(labels[labelIDs], 10, 32); err == nil {
+			if err := r.store.reserveIDs(inst.app.String(), uint32(base)); err != nil {
+				return err
+			}
 		}
 		live[inst.id] = true
 		task, err := ctr.Task(ctx, nil)
@@ -646,6 +653,9 @@ func (r *Runtime) Delete(ctx context.Context, key types.NamespacedName) error {
 	r.mu.Lock()
 	delete(r.apps, key)
 	r.mu.Unlock()
+	if err := r.store.freeIDs(key.String()); err != nil {
+		return err
+	}
 	if err := os.RemoveAll(r.logDir(key)); err != nil {
 		return err
 	}
@@ -722,11 +732,14 @@ func (r *Runtime) resolveEnv(ctx context.Context, d runtime.Desired) ([]envVar, 
 
 // configHash hashes what reaches an instance besides its release number and
 // replicas: image, commands, resolved env (Secret values included, so rotating a
-// Secret rolls the instances) and the health check.
+// Secret rolls the instances), the health check and the limits (ps:resources rolls
+// the instances, as a change of a Deployment's pod template does).
 func configHash(d runtime.Desired, env []envVar) string {
 	cmds := map[string][]string{}
+	lims := map[string]limits{}
 	for p, s := range d.Processes {
 		cmds[p] = s.Command
+		lims[p] = limitsOf(s)
 	}
 	envs := make([][2]string, len(env))
 	for i, e := range env {
@@ -737,7 +750,8 @@ func configHash(d runtime.Desired, env []envVar) string {
 		Commands    map[string][]string
 		Env         [][2]string
 		HealthCheck *appv1.HealthCheck
-	}{d.Image, cmds, envs, d.HealthCheck})
+		Limits      map[string][3]int64
+	}{d.Image, cmds, envs, d.HealthCheck, limitsJSON(lims)})
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:6])
 }
@@ -790,4 +804,12 @@ func collapseDashes(s string) string {
 		s = strings.ReplaceAll(s, "--", "-")
 	}
 	return s
+}
+
+func limitsJSON(m map[string]limits) map[string][3]int64 {
+	out := make(map[string][3]int64, len(m))
+	for p, l := range m {
+		out[p] = [3]int64{l.memory, l.pids, l.cpuMillis}
+	}
+	return out
 }

@@ -92,7 +92,7 @@ func TestPortsArePersistedNeverSharedAndBindChecked(t *testing.T) {
 	}
 	defer l.Close()
 	held := l.Addr().(*net.TCPAddr).Port
-	s, err := openStore(path, held, held+2)
+	s, err := openStore(path, held, held+2, 1<<30, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestPortsArePersistedNeverSharedAndBindChecked(t *testing.T) {
 		t.Fatalf("allocation from an exhausted range: %v", err)
 	}
 	// Another store on the same file (a restart) sees the reservations.
-	s2, err := openStore(path, held, held+2)
+	s2, err := openStore(path, held, held+2, 1<<30, 4)
 	if err != nil {
 		t.Fatal(err)
 	}

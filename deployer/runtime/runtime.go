@@ -47,8 +47,10 @@ type Status struct {
 	RolledOut bool
 	// Failure, when not empty, says why the desired release cannot come up (one
 	// of the Reason constants of the API package, e.g. HealthCheckFailed,
-	// CrashLoop, ImageNotFound); Message says it for a person. Older instances keep
-	// serving meanwhile.
+	// CrashLoop, ImageNotFound, OOMKilled); Message says it for a person. Older
+	// instances keep serving meanwhile. A release that serves may report one
+	// too while an instance of it is down (OOMKilled, CrashLoop): it is being
+	// restarted.
 	Failure string
 	Message string
 	// Processes reports each process type of the desired release.
@@ -60,6 +62,8 @@ type ProcessStatus struct {
 	Desired  int32
 	Ready    int32
 	Restarts int32
+	// OOMKills counts the restarts that followed a kill by the memory limit.
+	OOMKills int32
 }
 
 // Runtime runs apps.

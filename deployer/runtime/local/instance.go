@@ -20,6 +20,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"k8s.io/apimachinery/pkg/types"
 
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/deployer/runtime"
 )
 
@@ -58,6 +59,12 @@ type instance struct {
 	restarts     int32
 	exits        []time.Time
 	lastExit     string
+	// oomSeq is the startSeq of the task that a TaskOOM event was seen for.
+	oomSeq int
+	// lastExitOOM: the last exit was a kill by the memory limit; oomKills counts
+	// them over the instance's life.
+	lastExitOOM bool
+	oomKills    int32
 	retireAt     time.Time // set: draining, stops then
 	stopNow      bool      // stop at the next reap
 	stopping     bool      // being stopped
@@ -295,11 +302,21 @@ func (r *Runtime) superviseLoop(inst *instance, task containerd.Task) {
 			if code > 128 {
 				err = fmt.Errorf("exited with code %d (signal %d)", code, code-128)
 			}
+			oom := r.oomKilled(ctx, inst, seqOf(r, inst))
 			r.mu.Lock()
 			if inst.killedWhy != "" {
 				err = errors.New(inst.killedWhy)
 				inst.killedWhy = ""
 			}
+			inst.lastExitOOM = oom
+			if oom {
+				inst.oomKills++
+				err = fmt.Errorf("ran out of memory (limit %s) and was killed (%s)", formatBytes(inst.memory), appv1.OOMKilledReason)
+			}
+			r.mu.Unlock()
+		} else {
+			r.mu.Lock()
+			inst.lastExitOOM = false
 			r.mu.Unlock()
 		}
 		r.mu.Lock()
@@ -580,4 +597,27 @@ func (r *Runtime) stop(inst *instance) {
 	if a != nil {
 		r.pruneLogs(a)
 	}
+}
+
+func seqOf(r *Runtime, inst *instance) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return inst.startSeq
+}
+
+// oomKilled reports whether the task run seq of inst, which just exited, was
+// killed by its memory limit: a TaskOOM event came for it, or its cgroup counted
+// an OOM kill (read before the task is deleted, which removes the cgroup).
+func (r *Runtime) oomKilled(ctx context.Context, inst *instance, seq int) bool {
+	r.mu.Lock()
+	evented := inst.oomSeq == seq
+	r.mu.Unlock()
+	if evented {
+		return true
+	}
+	spec, err := inst.ctr.Spec(ctx)
+	if err != nil || spec.Linux == nil {
+		return false
+	}
+	return oomKills(spec.Linux.CgroupsPath) > 0
 }

@@ -152,8 +152,9 @@ func New(cfg Config, c client.Client, log *slog.Logger) (*Runtime, error) {
 		cd.Close()
 		return nil, fmt.Errorf("local runtime: adopt running containers: %w", err)
 	}
-	r.wg.Add(1)
+	r.wg.Add(2)
 	go r.rotateLogs()
+	go r.watchOOM()
 	return r, nil
 }
 
@@ -292,7 +293,11 @@ func (r *Runtime) Sync(ctx context.Context, d runtime.Desired) (runtime.Status, 
 			a.failed[fk] = *f
 		}
 		r.mu.Unlock()
-		log.Warn("release failed", "reason", f.reason, "err", f.message)
+		if serving {
+			log.Warn("serving release lacks an instance", "reason", f.reason, "err", f.message)
+		} else {
+			log.Warn("release failed", "reason", f.reason, "err", f.message)
+		}
 		if !serving {
 			// Its instances go; the serving release and its endpoints stay.
 			r.stopUnserved(a, g)
@@ -515,10 +520,27 @@ func (r *Runtime) assess(a *appState, g gen) *failure {
 	for _, inst := range insts {
 		if n := inst.exitsWithin(now, r.cfg.CrashLoopWindow); n >= r.cfg.CrashLoopRestarts {
 			msg := fmt.Sprintf("%s keeps exiting: %d exits within %v (last: %s)", inst.name(), n, r.cfg.CrashLoopWindow, inst.lastExit)
+			reason := appv1.CrashLoopReason
+			if inst.lastExitOOM {
+				reason = appv1.OOMKilledReason
+				msg = fmt.Sprintf("%s keeps running out of memory: %d exits within %v (last: %s); raise its limit with ps:resources %s %s --memory ...",
+					inst.name(), n, r.cfg.CrashLoopWindow, inst.lastExit, inst.app.Name, inst.process)
+			}
 			if lines := tailLines(inst.logPath, 10); len(lines) > 0 {
 				msg += "; last log lines:\n" + strings.Join(lines, "\n")
 			}
-			return &failure{reason: appv1.CrashLoopReason, message: msg}
+			return &failure{reason: reason, message: msg}
+		}
+	}
+	if a.serving == g {
+		// A serving instance killed by its memory limit is restarted; until it
+		// is ready again the app says why it lacks one.
+		for _, inst := range insts {
+			if inst.lastExitOOM && !inst.ready {
+				return &failure{reason: appv1.OOMKilledReason, message: fmt.Sprintf(
+					"%s ran out of memory (limit %s) and was killed; it is being restarted (ps:resources %s %s --memory ... raises the limit).",
+					inst.name(), formatBytes(inst.memory), inst.app.Name, inst.process)}
+			}
 		}
 	}
 	for _, inst := range insts {
@@ -561,6 +583,7 @@ func (r *Runtime) processStatusLocked(a *appState, d runtime.Desired, g gen) map
 			s.Ready++
 		}
 		s.Restarts += inst.restarts
+		s.OOMKills += inst.oomKills
 		ps[inst.process] = s
 	}
 	return ps

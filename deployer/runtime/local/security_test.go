@@ -1,12 +1,12 @@
 package local
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,7 +41,7 @@ func statusField(status, name string) string {
 }
 
 func TestInstanceIsConfined(t *testing.T) {
-	f := newFixture(t, "confined")
+	f := newFixture(t, uniqueName("confined"))
 	d := f.desired(1, f.v1, 1)
 	d.Processes = map[string]appv1.ProcessSpec{"web": {Replicas: 1, Command: []string{"sh", "-c", probeScript},
 		Resources: &appv1.Resources{Memory: resource.NewQuantity(96<<20, resource.BinarySI), CPU: resource.NewMilliQuantity(1500, resource.DecimalSI)}}}
@@ -132,6 +132,11 @@ func TestInstanceIsConfined(t *testing.T) {
 	}
 }
 
+var nameSeq atomic.Int32
+
+// uniqueName is name with a number, so that -count=N runs get fresh namespaces.
+func uniqueName(name string) string { return fmt.Sprintf("%s-%d", name, nameSeq.Add(1)) }
+
 // taskPid is the host pid of the one running instance of process.
 func (f *fixture) taskPid(process string) uint32 {
 	f.t.Helper()
@@ -167,6 +172,92 @@ func TestDefaultLimits(t *testing.T) {
 	if s := limitsOf(appv1.ProcessSpec{Resources: &appv1.Resources{CPU: &tiny}}).cpuShares(); s != 10 {
 		t.Fatalf("shares of 10m: %d, want the minimum 10", s)
 	}
-	_ = runtime.Capabilities
-	_ = context.Background
+}
+
+// eaterScript serves /www like the test app, with a CGI script /cgi-bin/eat. The
+// first run waits for a GET of it and then doubles a shell string until the limit
+// kills the shell (PID 1 of the container, so the kill ends the task; nothing else
+// would end it); the restarted run serves only.
+const eaterScript = `mkdir -p /www/cgi-bin
+printf '#!/bin/sh\necho Content-Type: text/plain\necho\necho eating\ntouch /eat\n' > /www/cgi-bin/eat
+chmod +x /www/cgi-bin/eat
+echo "version v1" > /www/index.html
+if [ -e /eaten ]; then exec httpd -f -p 127.0.0.1:$PORT -h /www; fi
+httpd -p 127.0.0.1:$PORT -h /www
+while [ ! -e /eat ]; do sleep 0.05; done
+touch /eaten
+x=0123456789abcdef
+while :; do x="$x$x"; done`
+
+func TestInstanceOverItsMemoryLimitIsOOMKilledAndRestarted(t *testing.T) {
+	f := newFixture(t, uniqueName("oom"))
+	// A restart backoff long enough for the report of the kill to be seen.
+	f.rt.Close()
+	f.cfg.RestartBackoff = 2 * time.Second
+	f.cfg.RestartBackoffMax = 2 * time.Second
+	f.rt = f.newRuntime()
+	d := f.desired(1, f.v1, 1)
+	d.Processes = map[string]appv1.ProcessSpec{"web": {Replicas: 1, Command: []string{"sh", "-c", eaterScript},
+		Resources: &appv1.Resources{Memory: resource.NewQuantity(32<<20, resource.BinarySI)}}}
+	f.syncUntil(d, time.Minute, "rolled out", rolledOut)
+	eps := f.endpoints()
+	if len(eps) != 1 {
+		t.Fatalf("endpoints %v", eps)
+	}
+	if got, err := get(eps[0] + "/cgi-bin/eat"); err != nil || got != "eating" {
+		t.Fatalf("GET /cgi-bin/eat = %q, %v", got, err)
+	}
+
+	st := f.syncUntil(d, 30*time.Second, "OOMKilled reported", func(st runtime.Status) bool { return st.Failure != "" })
+	if st.Failure != appv1.OOMKilledReason || !strings.Contains(st.Message, "web.1 ran out of memory (limit 32 MiB)") || st.Serving != 1 {
+		t.Fatalf("status after the kill: %+v", st)
+	}
+	// The API server answered throughout (the runtime wrote the endpoints through
+	// it); it still does.
+	if _, err := readEndpoints(f.k8s, f.key()); err != nil {
+		t.Fatalf("API server after the kill: %v", err)
+	}
+
+	st = f.syncUntil(d, time.Minute, "rolled out again", rolledOut)
+	if p := st.Processes["web"]; p.OOMKills != 1 || p.Restarts != 1 || p.Ready != 1 {
+		t.Fatalf("web after the restart: %+v", p)
+	}
+	eps = f.endpoints()
+	if len(eps) != 1 {
+		t.Fatalf("endpoints after the restart: %v", eps)
+	}
+	f.mustGet(eps[0], "version v1")
+	f.rt.mu.Lock()
+	var last string
+	for _, inst := range f.rt.apps[f.key()].instances {
+		last = inst.lastExit
+	}
+	f.rt.mu.Unlock()
+	if !strings.Contains(last, "ran out of memory (limit 32 MiB) and was killed (OOMKilled)") {
+		t.Fatalf("last exit: %q", last)
+	}
+}
+
+func TestOOMCounterFiles(t *testing.T) {
+	dir := t.TempDir()
+	v1 := dir + "/memory.oom_control"
+	v2 := dir + "/memory.events"
+	if err := os.WriteFile(v1, []byte("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(v2, []byte("low 0\nhigh 0\nmax 5\noom 1\noom_kill 1\noom_group_kill 0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if n := counter(v1, "oom_kill"); n != 2 {
+		t.Errorf("v1 oom_kill: %d", n)
+	}
+	if n := counter(v2, "oom_kill"); n != 1 {
+		t.Errorf("v2 oom_kill: %d", n)
+	}
+	if n := counter(dir+"/missing", "oom_kill"); n != -1 {
+		t.Errorf("missing file: %d", n)
+	}
+	if n := oomKills("slice:prefix:name"); n != -1 {
+		t.Errorf("systemd path: %d", n)
+	}
 }

@@ -65,9 +65,9 @@ type instance struct {
 	// them over the instance's life.
 	lastExitOOM bool
 	oomKills    int32
-	retireAt     time.Time // set: draining, stops then
-	stopNow      bool      // stop at the next reap
-	stopping     bool      // being stopped
+	retireAt    time.Time // set: draining, stops then
+	stopNow     bool      // stop at the next reap
+	stopping    bool      // being stopped
 }
 
 // name is the instance as people call it: "web.1".

@@ -130,6 +130,26 @@ func TestInstanceIsConfined(t *testing.T) {
 	if gids := strings.Fields(statusField(string(hostStatus), "Gid")); len(gids) == 0 || gids[0] != strconv.FormatUint(uint64(base), 10) {
 		t.Errorf("host view of the instance's gids: %v, want %d", gids, base)
 	}
+
+	// ps:resources changes the spec's resources: the instances are replaced, as
+	// in a rollout, and the new one has the new limits (and the same uid range).
+	old := eps[0]
+	d.Processes["web"] = appv1.ProcessSpec{Replicas: 1, Command: []string{"sh", "-c", probeScript},
+		Resources: &appv1.Resources{Memory: resource.NewQuantity(128<<20, resource.BinarySI)}}
+	f.syncUntil(d, time.Minute, "rolled out with the new limits", func(st runtime.Status) bool {
+		eps := f.endpoints()
+		return st.RolledOut && len(eps) == 1 && eps[0] != old
+	})
+	eps = f.endpoints()
+	if got := read("memory"); got != strconv.Itoa(128<<20) {
+		t.Errorf("memory limit after the change: %q, want %d", got, 128<<20)
+	}
+	if got := read("cpu"); got != "-1" && got != "max" {
+		t.Errorf("cpu quota after the cap was removed: %q", got)
+	}
+	if got := strings.Fields(read("uid_map")); len(got) != 3 || got[1] != strconv.FormatUint(uint64(base), 10) {
+		t.Errorf("uid_map after the change: %v, want the same range %d", got, base)
+	}
 }
 
 var nameSeq atomic.Int32

@@ -184,8 +184,8 @@ func (r *Runtime) create(ctx context.Context, a *appState, d runtime.Desired, g 
 		containerd.WithSnapshotter(r.cfg.Snapshotter),
 		// The image's files owned by the app's ids: one chowned copy per image and
 		// range, kept as the parent of the instances' snapshots (containerd 1.6
-		// has no idmapped mounts). NewContainer holds a lease meanwhile.
-		r.withRemappedSnapshot(id, img, idm),
+		// has no idmapped mounts).
+		containerd.WithUserNSRemappedSnapshot(id, img, idm.mappings(), idm.mappings()),
 		containerd.WithContainerLabels(labels),
 		containerd.WithNewSpec(opts...))
 	if err != nil {

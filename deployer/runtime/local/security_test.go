@@ -224,6 +224,25 @@ func TestInstanceOverItsMemoryLimitIsOOMKilledAndRestarted(t *testing.T) {
 	if len(eps) != 1 {
 		t.Fatalf("endpoints %v", eps)
 	}
+	// The API server is asked throughout, from the kill until the instance is back.
+	stop := make(chan struct{})
+	apiDone := make(chan error, 1)
+	var apiCalls atomic.Int32
+	go func() {
+		for {
+			select {
+			case <-stop:
+				apiDone <- nil
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			if _, err := readEndpoints(f.k8s, f.key()); err != nil {
+				apiDone <- err
+				return
+			}
+			apiCalls.Add(1)
+		}
+	}()
 	if got, err := get(eps[0] + "/cgi-bin/eat"); err != nil || got != "eating" {
 		t.Fatalf("GET /cgi-bin/eat = %q, %v", got, err)
 	}
@@ -232,13 +251,11 @@ func TestInstanceOverItsMemoryLimitIsOOMKilledAndRestarted(t *testing.T) {
 	if st.Failure != appv1.OOMKilledReason || !strings.Contains(st.Message, "web.1 ran out of memory (limit 32 MiB)") || st.Serving != 1 {
 		t.Fatalf("status after the kill: %+v", st)
 	}
-	// The API server answered throughout (the runtime wrote the endpoints through
-	// it); it still does.
-	if _, err := readEndpoints(f.k8s, f.key()); err != nil {
-		t.Fatalf("API server after the kill: %v", err)
-	}
-
 	st = f.syncUntil(d, time.Minute, "rolled out again", rolledOut)
+	close(stop)
+	if err := <-apiDone; err != nil || apiCalls.Load() == 0 {
+		t.Fatalf("the API server during the kill and the restart: %v (%d answers)", err, apiCalls.Load())
+	}
 	if p := st.Processes["web"]; p.OOMKills != 1 || p.Restarts != 1 || p.Ready != 1 {
 		t.Fatalf("web after the restart: %+v", p)
 	}

@@ -370,6 +370,9 @@ func TestResources(t *testing.T) {
 	if code != 0 || out != "Set web of shop to 1Gi, 2 CPU: its instances are replaced, the new ones ready before the old stop.\n" {
 		t.Fatalf("ps:resources: %d %q %q", code, out, errOut)
 	}
+	if !strings.Contains(f.log.String(), `sshcmd.command=ps:resources sshcmd.app=shop sshcmd.type=web sshcmd.resources="memory 1Gi cpu 2"`) {
+		t.Fatalf("audit log:\n%s", f.log.String())
+	}
 	a := f.app("shop")
 	r := a.Spec.Processes["web"].Resources
 	if r == nil || r.Memory.String() != "1Gi" || r.CPU.String() != "2" || a.Spec.Release != 0 || a.Spec.Processes["worker"].Resources != nil {

@@ -50,9 +50,10 @@ type Condition struct {
 
 // Process is one process type.
 type Process struct {
-	Type     string   `json:"type"`
-	Command  []string `json:"command"`
-	Replicas int32    `json:"replicas"`
+	Type      string              `json:"type"`
+	Command   []string            `json:"command"`
+	Replicas  int32               `json:"replicas"`
+	Resources appops.ResourceInfo `json:"resources" jsonschema:"the limits of each instance: memory (over it the instance is killed, reason OOMKilled, and restarted) and CPUs (empty: no cap)"`
 }
 
 // BuildResult is an app's last build.
@@ -195,7 +196,7 @@ func processes(a *appv1.App) []Process {
 		if cmd == nil {
 			cmd = []string{}
 		}
-		out = append(out, Process{Type: t, Command: cmd, Replicas: p.Replicas})
+		out = append(out, Process{Type: t, Command: cmd, Replicas: p.Replicas, Resources: appops.ResourcesOf(p)})
 	}
 	return out
 }

@@ -114,6 +114,9 @@ func describeProcesses(ps map[string]runtime.ProcessStatus) string {
 		if p.Restarts > 0 {
 			part += fmt.Sprintf(", %d restarts", p.Restarts)
 		}
+		if p.OOMKills > 0 {
+			part += fmt.Sprintf(" (%d %s)", p.OOMKills, appv1.OOMKilledReason)
+		}
 		parts = append(parts, part)
 	}
 	return strings.Join(parts, ", ")

@@ -67,6 +67,14 @@ type platform struct {
 func newPlatform(t testing.TB) *platform {
 	t.Helper()
 	p := &platform{dir: t.TempDir()}
+	// The apps' user namespaces reach their root filesystems through the state
+	// dir: it and t.TempDir's parent (0700) must be searchable by others, as
+	// /var/lib/bex is.
+	for _, d := range []string{filepath.Dir(p.dir), p.dir} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, a := range []*string{&p.sshAddr, &p.httpAddr, &p.httpsAddr, &p.hooksAddr} {
 		port, err := testenv.FreePort()
 		if err != nil {

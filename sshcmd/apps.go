@@ -181,7 +181,7 @@ func (s *session) appCommands() []*cobra.Command {
 			{"Created", in.Created.Format(time.RFC3339)},
 		}
 		for _, p := range in.Processes {
-			rows = append(rows, [2]string{"Process " + p.Type, fmt.Sprintf("%d × %s", p.Replicas, commandLine(p.Command))})
+			rows = append(rows, [2]string{"Process " + p.Type, fmt.Sprintf("%d × %s (%s)", p.Replicas, commandLine(p.Command), limitsLine(p.Resources))})
 		}
 		if c := meta.FindStatusCondition(app.Status.Conditions, appv1.RolledOutCondition); c != nil && c.Status != metav1.ConditionTrue && c.Message != "" {
 			rows = append(rows, [2]string{"Rollout", c.Message})

@@ -10,6 +10,9 @@ import (
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
@@ -23,6 +26,15 @@ type ProcessInfo struct {
 	Replicas int32    `json:"replicas"`
 	// RestartedAt is the last ps:restart of the type or the app (RFC3339), or "".
 	RestartedAt string `json:"restartedAt"`
+	// Resources are the limits of each instance (ps:resources), defaults included.
+	Resources appops.ResourceInfo `json:"resources"`
+}
+
+// PsResources is `ps:resources --json`.
+type PsResources struct {
+	App       string              `json:"app"`
+	Type      string              `json:"type"`
+	Resources appops.ResourceInfo `json:"resources"`
 }
 
 // PsList is `ps --json`.
@@ -32,6 +44,28 @@ type PsList struct {
 	Revision  int64         `json:"revision"`
 	Suspended bool          `json:"suspended"`
 	Processes []ProcessInfo `json:"processes"`
+	// Trouble is the RolledOut condition's reason and message when it is not
+	// true (e.g. OOMKilled: an instance was killed by its memory limit), else "".
+	Trouble        string `json:"trouble"`
+	TroubleMessage string `json:"troubleMessage"`
+}
+
+// trouble is the RolledOut condition when it is not true.
+func trouble(a *appv1.App) (string, string) {
+	c := meta.FindStatusCondition(a.Status.Conditions, appv1.RolledOutCondition)
+	if c == nil || c.Status == metav1.ConditionTrue {
+		return "", ""
+	}
+	return c.Reason, c.Message
+}
+
+// limitsLine is an instance's limits for people: "512Mi, no CPU cap".
+func limitsLine(r appops.ResourceInfo) string {
+	cpu := "no CPU cap"
+	if r.CPU != "" {
+		cpu = r.CPU + " CPU"
+	}
+	return r.Memory + ", " + cpu
 }
 
 func processes(a *appv1.App) []ProcessInfo {
@@ -42,7 +76,7 @@ func processes(a *appv1.App) []ProcessInfo {
 		if all := a.Annotations[appv1.RestartedAtAnnotation]; all > at {
 			at = all
 		}
-		out = append(out, ProcessInfo{Type: name, Command: nonNil(p.Command), Replicas: p.Replicas, RestartedAt: at})
+		out = append(out, ProcessInfo{Type: name, Command: nonNil(p.Command), Replicas: p.Replicas, RestartedAt: at, Resources: appops.ResourcesOf(p)})
 	}
 	return out
 }
@@ -68,6 +102,7 @@ func (s *session) psCommands() []*cobra.Command {
 			return err
 		}
 		out := PsList{App: app.Name, Phase: phase(app), Revision: app.Status.Revision, Suspended: app.Spec.Suspended, Processes: processes(app)}
+		out.Trouble, out.TroubleMessage = trouble(app)
 		if asJSON {
 			return s.json(out)
 		}
@@ -78,14 +113,84 @@ func (s *session) psCommands() []*cobra.Command {
 		if out.Suspended {
 			fmt.Fprintf(s.out, "%s is suspended: nothing runs (resume %s).\n", app.Name, app.Name)
 		}
+		if out.Trouble != "" && out.Trouble != appv1.RollingOutReason {
+			fmt.Fprintf(s.out, "%s: %s\n", out.Trouble, out.TroubleMessage)
+		}
 		w := s.table()
-		fmt.Fprintln(w, "TYPE\tREPLICAS\tCOMMAND")
+		fmt.Fprintln(w, "TYPE\tREPLICAS\tMEMORY\tCPU\tCOMMAND")
 		for _, p := range out.Processes {
-			fmt.Fprintf(w, "%s\t%d\t%s\n", p.Type, p.Replicas, commandLine(p.Command))
+			cpu := p.Resources.CPU
+			if cpu == "" {
+				cpu = "-"
+			}
+			fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\n", p.Type, p.Replicas, p.Resources.Memory, cpu, commandLine(p.Command))
 		}
 		return w.Flush()
 	})
 	jsonFlag(ps, &asJSON)
+
+	var memory, cpu string
+	var resJSON bool
+	resources := newCmd(groupRun, "ps:resources APP TYPE [--memory Q|default] [--cpu Q|none]", "Show or set the memory and CPU of each instance of a process type", args(2, 2), func(_ *cobra.Command, a []string) error {
+		var ch appops.ResourceChange
+		var parts []string
+		switch memory {
+		case "":
+		case "default":
+			ch.ResetMemory = true
+			parts = append(parts, "memory default")
+		default:
+			q, err := resource.ParseQuantity(memory)
+			if err != nil {
+				return fail("--memory %q is not a size: use e.g. 256Mi, 1Gi (or default for 512Mi)", memory)
+			}
+			ch.Memory = &q
+			parts = append(parts, "memory "+q.String())
+		}
+		switch cpu {
+		case "":
+		case "none":
+			ch.NoCPU = true
+			parts = append(parts, "cpu none")
+		default:
+			q, err := resource.ParseQuantity(cpu)
+			if err != nil {
+				return fail("--cpu %q is not a number of CPUs: use e.g. 500m, 2 (or none for no cap)", cpu)
+			}
+			ch.CPU = &q
+			parts = append(parts, "cpu "+q.String())
+		}
+		var ri appops.ResourceInfo
+		if len(parts) == 0 {
+			app, err := s.app(a[0])
+			if err != nil {
+				return err
+			}
+			p, ok := app.Spec.Processes[a[1]]
+			if !ok {
+				return fail("%s has no process type %q: its types are %s", app.Name, a[1], strings.Join(sortedKeys(app.Spec.Processes), ", "))
+			}
+			ri = appops.ResourcesOf(p)
+		} else {
+			var err error
+			if ri, err = s.ops.SetResources(s.ctx, s.user, a[0], a[1], ch); err != nil {
+				return err
+			}
+			s.audit("ps:resources", a[0], "type", a[1], "resources", strings.Join(parts, " "))
+		}
+		if resJSON {
+			return s.json(PsResources{App: a[0], Type: a[1], Resources: ri})
+		}
+		if len(parts) == 0 {
+			fmt.Fprintf(s.out, "Each %s instance of %s may use %s.\n", a[1], a[0], limitsLine(ri))
+			return nil
+		}
+		fmt.Fprintf(s.out, "Set %s of %s to %s: its instances are replaced, the new ones ready before the old stop.\n", a[1], a[0], limitsLine(ri))
+		return nil
+	})
+	resources.Flags().StringVar(&memory, "memory", "", "memory limit of each instance (e.g. 256Mi, 1Gi; default: back to 512Mi); over it the instance is killed (OOMKilled) and restarted")
+	resources.Flags().StringVar(&cpu, "cpu", "", "CPUs each instance may use (e.g. 500m, 2; none: no cap), also its share under contention")
+	jsonFlag(resources, &resJSON)
 
 	scale := newCmd(groupRun, "ps:scale APP TYPE=N...", "Set how many instances of each process type run", args(2, -1), func(_ *cobra.Command, a []string) error {
 		want := map[string]int32{}
@@ -145,7 +250,7 @@ func (s *session) psCommands() []*cobra.Command {
 	resume := newCmd(groupRun, "resume APP", "Start a suspended app again, on the same release", args(1, 1), func(_ *cobra.Command, a []string) error {
 		return s.setSuspended(a[0], false)
 	})
-	return append([]*cobra.Command{ps, scale, restart, suspend, resume}, s.releaseCommands()...)
+	return append([]*cobra.Command{ps, scale, resources, restart, suspend, resume}, s.releaseCommands()...)
 }
 
 func (s *session) setSuspended(name string, suspended bool) error {

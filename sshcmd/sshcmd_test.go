@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -157,6 +158,12 @@ func TestRefusals(t *testing.T) {
 		{bob, []string{"ps:scale", "shop", "web=many"}, `"web=many" is not TYPE=N`},
 		{bob, []string{"ps:scale", "shop", "web=101"}, `"web=101" is not TYPE=N`},
 		{bob, []string{"ps:restart", "shop", "clock"}, `no process type "clock"`},
+		{bob, []string{"ps:resources", "shop", "clock", "--memory", "1Gi"}, `shop has no process type "clock": its types are web, worker`},
+		{bob, []string{"ps:resources", "shop", "web", "--memory", "lots"}, `--memory "lots" is not a size: use e.g. 256Mi, 1Gi`},
+		{bob, []string{"ps:resources", "shop", "web", "--memory", "1Mi"}, "memory 1Mi: the limit of an instance goes from 16Mi to 64Gi"},
+		{bob, []string{"ps:resources", "shop", "web", "--cpu", "1000"}, "cpu 1k: the CPUs of an instance go from 10m"},
+		{bob, []string{"ps:resources", "shop", "web", "--cpu", "two"}, `--cpu "two" is not a number of CPUs`},
+		{bob, []string{"ps:resources", "secret", "web", "--cpu", "1"}, "user bob has no access to app secret"},
 		{bob, []string{"rollback", "shop", "v9"}, "shop has no release v9 to roll back to"},
 		{bob, []string{"rollback", "shop", "nine"}, `"nine" is not a release`},
 		{bob, []string{"rollback", "shop"}, "shop has no release before v0"},
@@ -354,6 +361,71 @@ func TestScaleRestartSuspendDomains(t *testing.T) {
 	}
 	if _, _, code := f.run(bob, "", "domains:remove", "shop", "www.example.com"); code != 0 || len(f.app("shop").Spec.Domains) != 0 {
 		t.Fatal("domains:remove")
+	}
+}
+
+func TestResources(t *testing.T) {
+	f := newFixture(t, deployed(app("shop", "bob")))
+	out, errOut, code := f.run(bob, "", "ps:resources", "shop", "web", "--memory", "1Gi", "--cpu", "2")
+	if code != 0 || out != "Set web of shop to 1Gi, 2 CPU: its instances are replaced, the new ones ready before the old stop.\n" {
+		t.Fatalf("ps:resources: %d %q %q", code, out, errOut)
+	}
+	if !strings.Contains(f.log.String(), `sshcmd.command=ps:resources sshcmd.app=shop sshcmd.type=web sshcmd.resources="memory 1Gi cpu 2"`) {
+		t.Fatalf("audit log:\n%s", f.log.String())
+	}
+	a := f.app("shop")
+	r := a.Spec.Processes["web"].Resources
+	if r == nil || r.Memory.String() != "1Gi" || r.CPU.String() != "2" || a.Spec.Release != 0 || a.Spec.Processes["worker"].Resources != nil {
+		t.Fatalf("processes %+v, release %d", a.Spec.Processes, a.Spec.Release)
+	}
+	// Only what is given changes; "none" and "default" go back.
+	f.run(bob, "", "ps:resources", "shop", "web", "--cpu", "none")
+	if r := f.app("shop").Spec.Processes["web"].Resources; r == nil || r.CPU != nil || r.Memory.String() != "1Gi" {
+		t.Fatalf("after --cpu none: %+v", r)
+	}
+	out, _, _ = f.run(bob, "", "ps:resources", "shop", "web", "--json")
+	var pr sshcmd.PsResources
+	if err := json.Unmarshal([]byte(out), &pr); err != nil || pr.Resources.Memory != "1Gi" || pr.Resources.MemoryBytes != 1<<30 || pr.Resources.CPU != "" || pr.Resources.Default {
+		t.Fatalf("ps:resources --json: %v %s", err, out)
+	}
+	f.run(bob, "", "ps:resources", "shop", "web", "--memory", "default")
+	if r := f.app("shop").Spec.Processes["web"].Resources; r != nil {
+		t.Fatalf("after --memory default: %+v", r)
+	}
+	out, _, _ = f.run(bob, "", "ps:resources", "shop", "worker")
+	if out != "Each worker instance of shop may use 512Mi, no CPU cap.\n" {
+		t.Fatalf("ps:resources shop worker: %q", out)
+	}
+	f.run(bob, "", "ps:resources", "shop", "worker", "--memory", "256Mi")
+	out, _, _ = f.run(bob, "", "ps", "shop", "--json")
+	var ps sshcmd.PsList
+	if err := json.Unmarshal([]byte(out), &ps); err != nil || len(ps.Processes) != 2 || ps.Processes[0].Resources.Memory != "512Mi" || !ps.Processes[0].Resources.Default ||
+		ps.Processes[1].Resources.Memory != "256Mi" || ps.Processes[1].Resources.MemoryBytes != 256<<20 {
+		t.Fatalf("ps --json: %v %s", err, out)
+	}
+	out, _, _ = f.run(bob, "", "ps", "shop")
+	if !strings.Contains(out, "MEMORY") || !regexp.MustCompile(`worker\s+\d+\s+256Mi\s+-`).MatchString(out) {
+		t.Fatalf("ps:\n%s", out)
+	}
+	out, _, _ = f.run(bob, "", "apps:info", "shop", "--json")
+	var info sshcmd.AppInfo
+	if err := json.Unmarshal([]byte(out), &info); err != nil || info.Processes[1].Resources.Memory != "256Mi" {
+		t.Fatalf("apps:info --json: %v %s", err, out)
+	}
+
+	// An OOM kill in the App's status shows in ps.
+	a = f.app("shop")
+	a.Status.Conditions = []metav1.Condition{{Type: appv1.RolledOutCondition, Status: metav1.ConditionFalse, Reason: appv1.OOMKilledReason,
+		Message: "web.1 ran out of memory (limit 512 MiB) and was killed; it is being restarted.", LastTransitionTime: metav1.Now()}}
+	if err := f.c.Status().Update(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	out, _, _ = f.run(bob, "", "ps", "shop", "--json")
+	if err := json.Unmarshal([]byte(out), &ps); err != nil || ps.Trouble != appv1.OOMKilledReason || !strings.Contains(ps.TroubleMessage, "ran out of memory") {
+		t.Fatalf("ps --json after an OOM kill: %v %s", err, out)
+	}
+	if out, _, _ := f.run(bob, "", "ps", "shop"); !strings.HasPrefix(out, "OOMKilled: web.1 ran out of memory") {
+		t.Fatalf("ps:\n%s", out)
 	}
 }
 

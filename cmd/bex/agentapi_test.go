@@ -117,6 +117,16 @@ func TestAgentAPI(t *testing.T) {
 		st.LastRelease == nil || st.LastRelease.Cause != "Deploy" || !strings.Contains(text(res), "agentapp is Running, serving release v1") {
 		t.Fatalf("app_status: %s %+v", text(res), st)
 	}
+	if len(st.Processes) != 1 || st.Processes[0].Resources.Memory != "512Mi" || !st.Processes[0].Resources.Default {
+		t.Fatalf("app_status processes before ps:resources: %+v", st.Processes)
+	}
+	if out := e.ssh("ps:resources", "agentapp", "web", "--memory", "1Gi", "--cpu", "2"); !strings.Contains(out, "Set web of agentapp to 1Gi, 2 CPU") {
+		t.Fatalf("ps:resources: %q", out)
+	}
+	res = call(t, ctx, s, "app_status", map[string]any{"app": "agentapp"}, &st)
+	if r := st.Processes[0].Resources; r.Memory != "1Gi" || r.MemoryBytes != 1<<30 || r.CPU != "2" || r.Default {
+		t.Fatalf("app_status processes after ps:resources: %s %+v", text(res), st.Processes)
+	}
 	if out, _, err := e.bk.Containerd.Run(ctx, "bex.local/agentapp:"+head1[:12]); err != nil || out != "one" {
 		t.Fatalf("the deployed image: %q %v", out, err)
 	}

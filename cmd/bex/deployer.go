@@ -35,6 +35,7 @@ type deployerCmd struct {
 	apiFlags
 	namespace      string
 	runtimeName    string
+	hostUsers      bool
 	containerdAddr string
 	containerdNS   string
 	baseDomain     string
@@ -64,6 +65,7 @@ func (c *deployerCmd) command() *cobra.Command {
 	f.StringVar(&c.runtimeName, "runtime", "local", "where processes run: local (containerd on this host) or kubernetes")
 	f.StringVar(&c.containerdAddr, "containerd-addr", "", "containerd socket for the local runtime (default: STATE_DIR/containerd/containerd.sock)")
 	f.StringVar(&c.containerdNS, "containerd-namespace", "bex", "containerd namespace of the local runtime")
+	f.BoolVar(&c.hostUsers, "host-users", false, "kubernetes runtime: run app pods in the node's user namespace (hostUsers: true), for nodes without user-namespace support; by default each pod gets its own")
 	f.StringVar(&c.baseDomain, "base-domain", "localhost", "apps answer at <app>.<base-domain>")
 	f.IntVar(&c.httpsPort, "https-port", 443, "the edge's HTTPS port, shown in app URLs when not 443")
 	f.IntVar(&c.keepReleases, "keep-releases", 20, "releases kept per app (the current one is never pruned)")
@@ -173,7 +175,7 @@ func (notElected) NeedLeaderElection() bool          { return false }
 func (c *deployerCmd) newRuntime(mgr ctrl.Manager) (runtime.Runtime, error) {
 	switch c.runtimeName {
 	case "kubernetes":
-		return kube.New(kube.Config{}, mgr.GetClient())
+		return kube.New(kube.Config{HostUsers: c.hostUsers}, mgr.GetClient())
 	case "local":
 		addr := c.containerdAddr
 		if addr == "" {

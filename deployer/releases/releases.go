@@ -350,14 +350,16 @@ func (r *Recorder) revert(ctx context.Context, name string, n int64, reason stri
 	return r.Client.Update(ctx, app)
 }
 
-// withScaleOf returns the process types of commands, each with the replicas it has
-// in current when it is there: going back to an older release brings back its
-// commands, not its scale.
+// withScaleOf returns the process types of commands, each with the replicas and
+// resources it has in current when it is there: going back to an older release
+// brings back its commands, not its scale or its limits (ps:scale and
+// ps:resources make no release).
 func withScaleOf(commands, current map[string]appv1.ProcessSpec) map[string]appv1.ProcessSpec {
 	procs := make(map[string]appv1.ProcessSpec, len(commands))
 	for name, p := range commands {
 		if cur, ok := current[name]; ok {
 			p.Replicas = cur.Replicas
+			p.Resources = cur.Resources.DeepCopy()
 		}
 		procs[name] = p
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -265,7 +266,8 @@ func TestRevertGoesBackToTheServingRelease(t *testing.T) {
 	}
 	setStatus(t, c, r.Namespace, v1)
 	app := getApp(t, c, r.Namespace)
-	app.Spec.Processes["web"] = appv1.ProcessSpec{Command: []string{"./old"}, Replicas: 3}
+	gig := resource.MustParse("1Gi")
+	app.Spec.Processes["web"] = appv1.ProcessSpec{Command: []string{"./old"}, Replicas: 3, Resources: &appv1.Resources{Memory: &gig}}
 	if err := c.Update(ctx, app); err != nil {
 		t.Fatal(err)
 	}
@@ -281,6 +283,10 @@ func TestRevertGoesBackToTheServingRelease(t *testing.T) {
 	if app.Spec.Release != v1 || app.Spec.Image != "bex.local/hello@"+digestA || app.Spec.Processes["web"].Command[0] != "./old" ||
 		app.Spec.Processes["web"].Replicas != 3 || len(app.Spec.Env) != 1 || app.Spec.Env[0].Name != "GREETING" {
 		t.Fatalf("after the revert: %+v", app.Spec)
+	}
+	// The limits set after v1 (ps:resources, no release) stay, as the scale does.
+	if r := app.Spec.Processes["web"].Resources; r == nil || r.Memory == nil || r.Memory.Cmp(gig) != 0 {
+		t.Fatalf("resources after the revert: %+v", r)
 	}
 	rels, err := r.List(ctx, "hello")
 	if err != nil || len(rels) != 2 || rels[0].Annotations[releases.AnnotationFailed] != "web.1 did not answer" {

@@ -47,8 +47,10 @@ type Status struct {
 	RolledOut bool
 	// Failure, when not empty, says why the desired release cannot come up (one
 	// of the Reason constants of the API package, e.g. HealthCheckFailed,
-	// CrashLoop, ImageNotFound); Message says it for a person. Older instances keep
-	// serving meanwhile.
+	// CrashLoop, ImageNotFound, OOMKilled); Message says it for a person. Older
+	// instances keep serving meanwhile. A release that serves may report one
+	// too while an instance of it is down (OOMKilled, CrashLoop): it is being
+	// restarted.
 	Failure string
 	Message string
 	// Processes reports each process type of the desired release.
@@ -60,6 +62,8 @@ type ProcessStatus struct {
 	Desired  int32
 	Ready    int32
 	Restarts int32
+	// OOMKills counts the restarts that followed a kill by the memory limit.
+	OOMKills int32
 }
 
 // Runtime runs apps.
@@ -86,4 +90,25 @@ type Notifier interface {
 	// Changes receives the apps whose state changed. A slow reader loses nothing
 	// that matters: the reconciler's requeue still comes.
 	Changes() <-chan types.NamespacedName
+}
+
+// Capabilities is the capability set of an app's processes on both runtimes:
+// Docker's default without NET_RAW (raw sockets: ARP and ICMP spoofing of the
+// neighbours) and MKNOD (a device node is of no use in a user namespace). The
+// local runtime sets exactly these; the kubernetes runtime drops ALL and adds
+// these back (without the CAP_ prefix). In a user namespace they act on the
+// container's own files and processes only.
+var Capabilities = []string{
+	"CAP_AUDIT_WRITE",
+	"CAP_CHOWN",
+	"CAP_DAC_OVERRIDE",
+	"CAP_FOWNER",
+	"CAP_FSETID",
+	"CAP_KILL",
+	"CAP_NET_BIND_SERVICE",
+	"CAP_SETFCAP",
+	"CAP_SETGID",
+	"CAP_SETPCAP",
+	"CAP_SETUID",
+	"CAP_SYS_CHROOT",
 }

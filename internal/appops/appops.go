@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"regexp"
 	"slices"
 	"sort"
@@ -227,6 +228,97 @@ func (o *Ops) Scale(ctx context.Context, u *gitserver.User, name string, order [
 		return nil
 	})
 	return err
+}
+
+// ResourceInfo is what one instance of a process type may use, defaults
+// included, as ps, apps:info and app_status show it.
+type ResourceInfo struct {
+	// Memory is the memory limit as a quantity ("512Mi"), MemoryBytes in bytes.
+	Memory      string `json:"memory"`
+	MemoryBytes int64  `json:"memoryBytes"`
+	// CPU is the CPU cap in CPUs ("2", "500m"), or "" for none.
+	CPU string `json:"cpu"`
+	// Default is true when the type sets nothing and has the platform's defaults.
+	Default bool `json:"default"`
+}
+
+// ResourcesOf is the ResourceInfo of p.
+func ResourcesOf(p appv1.ProcessSpec) ResourceInfo {
+	ri := ResourceInfo{MemoryBytes: p.MemoryBytes(), Default: p.Resources == nil || (p.Resources.Memory == nil && p.Resources.CPU == nil)}
+	ri.Memory = resource.NewQuantity(ri.MemoryBytes, resource.BinarySI).String()
+	if m := p.CPUMillis(); m > 0 {
+		ri.CPU = resource.NewMilliQuantity(m, resource.DecimalSI).String()
+	}
+	return ri
+}
+
+// ResourceChange is what ps:resources sets: a nil field is left as it is.
+type ResourceChange struct {
+	// Memory sets the memory limit; ResetMemory goes back to the default.
+	Memory      *resource.Quantity
+	ResetMemory bool
+	// CPU sets the CPU cap; NoCPU removes it.
+	CPU   *resource.Quantity
+	NoCPU bool
+}
+
+// SetResources changes the limits of one process type; no release, as for
+// Scale: the instances are replaced with ones that have the new limits, healthy
+// before the old ones stop.
+func (o *Ops) SetResources(ctx context.Context, u *gitserver.User, name, process string, ch ResourceChange) (ResourceInfo, error) {
+	if ch.Memory != nil {
+		if v := ch.Memory.Value(); v < appv1.MinMemory || v > appv1.MaxMemory {
+			return ResourceInfo{}, Fail(Invalid, "memory %s: the limit of an instance goes from 16Mi to 64Gi", ch.Memory.String())
+		}
+	}
+	if ch.CPU != nil {
+		if m := ch.CPU.MilliValue(); m < appv1.MinCPUMillis || m > appv1.MaxCPUMillis {
+			return ResourceInfo{}, Fail(Invalid, "cpu %s: the CPUs of an instance go from 10m (a hundredth) to 64", ch.CPU.String())
+		}
+	}
+	var out ResourceInfo
+	_, err := o.Update(ctx, u, name, func(app *appv1.App) error {
+		p, ok := app.Spec.Processes[process]
+		if !ok {
+			if len(app.Spec.Processes) == 0 {
+				return Fail(Invalid, "%s has no process types yet: git push deploys it first", app.Name)
+			}
+			return Fail(Invalid, "%s has no process type %q: its types are %s", app.Name, process, strings.Join(SortedKeys(app.Spec.Processes), ", "))
+		}
+		r := &appv1.Resources{}
+		if p.Resources != nil {
+			r = p.Resources.DeepCopy()
+		}
+		switch {
+		case ch.ResetMemory:
+			r.Memory = nil
+		case ch.Memory != nil:
+			q := ch.Memory.DeepCopy()
+			r.Memory = &q
+		}
+		switch {
+		case ch.NoCPU:
+			r.CPU = nil
+		case ch.CPU != nil:
+			q := ch.CPU.DeepCopy()
+			r.CPU = &q
+		}
+		if r.Memory == nil && r.CPU == nil {
+			r = nil
+		}
+		before := ResourcesOf(p)
+		p.Resources = r
+		out = ResourcesOf(p)
+		if out == before && (p.Resources == nil) == before.Default {
+			return ErrNoChange
+		}
+		app.Spec.Processes[process] = p
+		return nil
+	})
+	if errors.Is(err, ErrNoChange) {
+		return out, nil
+	}
+	return out, err
 }
 
 // RollbackTarget picks the release a rollback of app brings back: to when not 0

@@ -83,6 +83,9 @@ func (c Containerd) WriteConfig() ([]string, error) {
 	if err := os.MkdirAll(c.Dir, 0o711); err != nil {
 		return nil, err
 	}
+	if err := searchable(c.Dir); err != nil {
+		return nil, err
+	}
 	if c.Runc != "" {
 		if err := os.MkdirAll(filepath.Join(c.Dir, "bin"), 0o755); err != nil {
 			return nil, err
@@ -181,6 +184,30 @@ func KillProcessesWithArg(arg string) {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 				break
 			}
+		}
+	}
+}
+
+// searchable checks that every directory from / to dir may be searched by any uid.
+// runc, inside a container's user namespace (uid 0 there is an unprivileged host
+// uid), bind-mounts the container's rootfs from its bundle under dir: a directory
+// on the way that only root may enter makes every container fail with "mount
+// rootfs: permission denied".
+func searchable(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	for d := abs; ; d = filepath.Dir(d) {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("containerd's directory %s is inside %s, which other users may not search (mode %v): the apps' user namespaces must reach their root filesystems through it; chmod o+x %s, or choose another state dir", abs, d, fi.Mode().Perm(), d)
+		}
+		if d == filepath.Dir(d) {
+			return nil
 		}
 	}
 }

@@ -98,6 +98,11 @@ func sharedDaemon[T any](t testing.TB, name string, start func(dir string) (T, f
 	}
 	if shared.dir == "" {
 		dir, err := os.MkdirTemp("", "bex-testenv-")
+		if err == nil {
+			// Searchable, not listable: the containers' user namespaces reach their
+			// bundles under containerd's state dir through it.
+			err = os.Chmod(dir, 0o711)
+		}
 		if err != nil {
 			t.Fatalf("testenv: %v", err)
 		}

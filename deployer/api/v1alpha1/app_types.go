@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -141,6 +142,70 @@ type ProcessSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=100
 	Replicas int32 `json:"replicas,omitempty"`
+
+	// resources bound each instance of the type. Unset fields take the platform's
+	// defaults (DefaultMemory, no CPU cap).
+	// +optional
+	Resources *Resources `json:"resources,omitempty"`
+}
+
+// DefaultMemory is the memory limit of an instance whose process type sets none:
+// 512 MiB, a Heroku standard dyno.
+const DefaultMemory = 512 << 20
+
+// DefaultPids is the most processes and threads one instance may have.
+const DefaultPids = 4096
+
+// MinMemory and MaxMemory bound resources.memory: below 16 MiB nothing boots, and
+// 64 GiB is a guard against typos, not a capacity plan.
+const (
+	MinMemory = 16 << 20
+	MaxMemory = 64 << 30
+)
+
+// MinCPUMillis and MaxCPUMillis bound resources.cpu, in thousandths of a CPU.
+const (
+	MinCPUMillis = 10
+	MaxCPUMillis = 64_000
+)
+
+// Resources are the limits of one instance.
+//
+// memory is a hard limit: an instance that uses more is killed by the kernel
+// (reported as OOMKilled) and restarted. cpu is a number of CPUs (e.g. "500m",
+// "2"): the instance gets at most that much CPU time per period (a CFS quota),
+// and under contention a share of the machine in proportion to it (a CPU weight);
+// without it an instance may use every CPU, at the weight of one CPU.
+//
+// The bounds (MinMemory..MaxMemory, MinCPUMillis..MaxCPUMillis) are checked by ps:resources
+// and applied by the runtimes (a value outside is taken as the nearest bound): a
+// CEL rule on a quantity exceeds the API server's cost budget in a map of 20
+// process types.
+type Resources struct {
+	// memory is the instance's memory limit (e.g. 256Mi, 1Gi). Default 512Mi.
+	// +optional
+	Memory *resource.Quantity `json:"memory,omitempty"`
+
+	// cpu is how many CPUs the instance may use (e.g. 500m, 2). Default: no cap.
+	// +optional
+	CPU *resource.Quantity `json:"cpu,omitempty"`
+}
+
+// MemoryBytes is the memory limit of an instance of the type, default included.
+func (p ProcessSpec) MemoryBytes() int64 {
+	if p.Resources != nil && p.Resources.Memory != nil {
+		return min(max(p.Resources.Memory.Value(), MinMemory), MaxMemory)
+	}
+	return DefaultMemory
+}
+
+// CPUMillis is the CPU cap of an instance of the type in thousandths of a CPU, or
+// 0 when it has none.
+func (p ProcessSpec) CPUMillis() int64 {
+	if p.Resources != nil && p.Resources.CPU != nil {
+		return min(max(p.Resources.CPU.MilliValue(), MinCPUMillis), MaxCPUMillis)
+	}
+	return 0
 }
 
 // EnvVar is one config var: a literal value, or a key of a Secret.

@@ -28,6 +28,10 @@ const (
 	HealthCheckFailedReason = "HealthCheckFailed"
 	// CrashLoopReason: instances keep exiting and are being restarted with backoff.
 	CrashLoopReason = "CrashLoop"
+	// OOMKilledReason: an instance used more memory than its limit and was killed
+	// by the kernel; it is restarted with backoff (raise the limit with
+	// ps:resources APP TYPE --memory ...).
+	OOMKilledReason = "OOMKilled"
 	// ImageNotFoundReason: spec.image cannot be found by the runtime.
 	ImageNotFoundReason = "ImageNotFound"
 	// SuspendedReason: spec.suspended is true.

@@ -56,6 +56,13 @@ type Config struct {
 	ImagePullSecret string
 	// FieldManager is the server-side apply field manager. Default "bex-deployer".
 	FieldManager string
+	// HostUsers runs app pods in the node's user namespace (hostUsers: true).
+	// Default false: every pod gets a user namespace of its own (hostUsers:
+	// false), so uid 0 in an app is an unprivileged uid on the node, as on the
+	// local runtime. It needs nodes that support it (Kubernetes 1.33 or later,
+	// containerd 2 or CRI-O 1.25 with idmapped mounts, Linux 6.3 or later); on a
+	// cluster whose nodes do not, set it, or app pods fail to start.
+	HostUsers bool
 }
 
 // Defaults returns c with every zero field set to its default.

@@ -31,5 +31,11 @@
 // the kubelet reports in CrashLoopBackOff, or unable to pull its image, fails an
 // unfinished rollout at once (CrashLoop, ImageNotFound, with the exit code or the
 // kubelet's message), as the local runtime reports them, instead of a
-// progress-deadline failure minutes later.
+// progress-deadline failure minutes later. A container whose last termination
+// was OOMKilled and that is not ready again reports OOMKilled, and is counted.
+//
+// Every app container is confined as on the local runtime: resources from the
+// process type's resources (memory request = limit; cpu request = limit when
+// set), seccomp RuntimeDefault, capabilities dropped to runtime.Capabilities, no
+// privilege escalation, and hostUsers: false unless Config.HostUsers.
 package kube

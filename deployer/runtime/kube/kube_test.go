@@ -11,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -629,5 +630,100 @@ func TestCrashLoopingPodIsAFailure(t *testing.T) {
 		if !strings.Contains(st.Message, want) {
 			t.Errorf("message %q does not say %q", st.Message, want)
 		}
+	}
+}
+
+func TestPodsAreConfinedAndLimited(t *testing.T) {
+	f := setup(t)
+	two, gig := resource.MustParse("2"), resource.MustParse("1Gi")
+	f.sync(f.desired(1, imageA, map[string]appv1.ProcessSpec{
+		"web":    {Replicas: 1, Resources: &appv1.Resources{Memory: &gig, CPU: &two}},
+		"worker": {Replicas: 1},
+	}))
+	wantCaps := []corev1.Capability{}
+	for _, c := range runtime.Capabilities {
+		wantCaps = append(wantCaps, corev1.Capability(strings.TrimPrefix(c, "CAP_")))
+	}
+	for _, tc := range []struct {
+		process             string
+		memory, cpuReq, cpu string // cpu "" = no limit
+	}{
+		{"web", "1Gi", "2", "2"},
+		{"worker", "512Mi", "100m", ""},
+	} {
+		dep := f.deployment("hello-" + tc.process)
+		pod := dep.Spec.Template.Spec
+		if pod.HostUsers == nil || *pod.HostUsers {
+			t.Errorf("%s: hostUsers %v, want false", tc.process, pod.HostUsers)
+		}
+		c := pod.Containers[0]
+		r := c.Resources
+		if q := r.Limits[corev1.ResourceMemory]; q.Cmp(resource.MustParse(tc.memory)) != 0 {
+			t.Errorf("%s: memory limit %s, want %s", tc.process, q.String(), tc.memory)
+		}
+		if q := r.Requests[corev1.ResourceMemory]; q.Cmp(resource.MustParse(tc.memory)) != 0 {
+			t.Errorf("%s: memory request %s, want %s", tc.process, q.String(), tc.memory)
+		}
+		if q := r.Requests[corev1.ResourceCPU]; q.Cmp(resource.MustParse(tc.cpuReq)) != 0 {
+			t.Errorf("%s: cpu request %s, want %s", tc.process, q.String(), tc.cpuReq)
+		}
+		if q, ok := r.Limits[corev1.ResourceCPU]; tc.cpu == "" && ok || tc.cpu != "" && q.Cmp(resource.MustParse(tc.cpu)) != 0 {
+			t.Errorf("%s: cpu limit %v (set %v), want %q", tc.process, q.String(), ok, tc.cpu)
+		}
+		sc := c.SecurityContext
+		if sc == nil || sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+			t.Fatalf("%s: securityContext %+v, want seccomp RuntimeDefault", tc.process, sc)
+		}
+		if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.Privileged == nil || *sc.Privileged {
+			t.Errorf("%s: privilege escalation %v, privileged %v", tc.process, sc.AllowPrivilegeEscalation, sc.Privileged)
+		}
+		if sc.RunAsNonRoot != nil {
+			t.Errorf("%s: runAsNonRoot %v: images run as root in their user namespace", tc.process, *sc.RunAsNonRoot)
+		}
+		if sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || !slices.Equal(sc.Capabilities.Add, wantCaps) {
+			t.Errorf("%s: capabilities %+v", tc.process, sc.Capabilities)
+		}
+		if slices.Contains(sc.Capabilities.Add, "NET_RAW") || slices.Contains(sc.Capabilities.Add, "SYS_ADMIN") {
+			t.Errorf("%s: NET_RAW or SYS_ADMIN added back", tc.process)
+		}
+	}
+
+	// ps:resources on a running app: the pod template changes, so the Deployment
+	// rolls.
+	half := resource.MustParse("256Mi")
+	f.sync(f.desired(1, imageA, map[string]appv1.ProcessSpec{
+		"web":    {Replicas: 1, Resources: &appv1.Resources{Memory: &half}},
+		"worker": {Replicas: 1},
+	}))
+	r := f.deployment("hello-web").Spec.Template.Spec.Containers[0].Resources
+	if q := r.Limits[corev1.ResourceMemory]; q.Cmp(half) != 0 {
+		t.Errorf("web memory after the change: %s", q.String())
+	}
+	if _, ok := r.Limits[corev1.ResourceCPU]; ok {
+		t.Errorf("web cpu limit after it was unset: %v", r.Limits)
+	}
+}
+
+func TestHostUsersConfig(t *testing.T) {
+	cp := testenv.SharedControlPlane(t)
+	ns := cp.Namespace(t, "kube")
+	app := &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: ns}}
+	if err := cp.Client.Create(context.Background(), app); err != nil {
+		t.Fatal(err)
+	}
+	rt, err := kube.New(kube.Config{HostUsers: true}, cp.Client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Sync(context.Background(), runtime.Desired{App: app, Release: 1, Image: imageA,
+		Processes: map[string]appv1.ProcessSpec{"web": {Replicas: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	dep := &appsv1.Deployment{}
+	if err := cp.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "hello-web"}, dep); err != nil {
+		t.Fatal(err)
+	}
+	if h := dep.Spec.Template.Spec.HostUsers; h == nil || !*h {
+		t.Fatalf("hostUsers %v with HostUsers set, want true", h)
 	}
 }

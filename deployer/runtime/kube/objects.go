@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
@@ -156,8 +157,11 @@ func deployment(cfg Config, d runtime.Desired, process string, serving int64) *a
 		}
 	}
 
+	c.WithResources(resources(spec)).WithSecurityContext(securityContext())
+
 	pod := corev1ac.PodSpec().
 		WithContainers(c).
+		WithHostUsers(cfg.HostUsers).
 		WithTerminationGracePeriodSeconds(cfg.TerminationGracePeriodSeconds).
 		// Apps get their config vars and nothing else: no FOO_SERVICE_HOST for
 		// every Service of the namespace (which could also shadow a config var),
@@ -193,6 +197,40 @@ func deployment(cfg Config, d runtime.Desired, process string, serving int64) *a
 					WithMaxSurge(intstr.FromInt32(cfg.MaxSurge)))).
 			WithTemplate(template))
 	return dep
+}
+
+// resources are the limits of one instance, as on the local runtime: memory is a
+// request and a limit of the same size (the scheduler places the pod where it
+// fits; over it the kernel kills the process, OOMKilled); cpu, when set, is a
+// request and a limit of that many CPUs (a CFS quota, and the weight that follows
+// from the request); without it the pod asks for a tenth of a CPU and is not
+// capped, as the local runtime caps nothing then.
+func resources(p appv1.ProcessSpec) *corev1ac.ResourceRequirementsApplyConfiguration {
+	mem := *resource.NewQuantity(p.MemoryBytes(), resource.BinarySI)
+	requests := corev1.ResourceList{corev1.ResourceMemory: mem, corev1.ResourceCPU: resource.MustParse("100m")}
+	limits := corev1.ResourceList{corev1.ResourceMemory: mem}
+	if m := p.CPUMillis(); m > 0 {
+		cpu := *resource.NewMilliQuantity(m, resource.DecimalSI)
+		requests[corev1.ResourceCPU] = cpu
+		limits[corev1.ResourceCPU] = cpu
+	}
+	return corev1ac.ResourceRequirements().WithRequests(requests).WithLimits(limits)
+}
+
+// securityContext confines an app's container as the local runtime does: the
+// runtime's default seccomp profile, every capability dropped but
+// runtime.Capabilities, no privilege escalation (no_new_privs). runAsNonRoot is
+// not set: images run as root inside their user namespace (hostUsers: false).
+func securityContext() *corev1ac.SecurityContextApplyConfiguration {
+	add := make([]corev1.Capability, len(runtime.Capabilities))
+	for i, c := range runtime.Capabilities {
+		add[i] = corev1.Capability(strings.TrimPrefix(c, "CAP_"))
+	}
+	return corev1ac.SecurityContext().
+		WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault)).
+		WithCapabilities(corev1ac.Capabilities().WithDrop("ALL").WithAdd(add...)).
+		WithAllowPrivilegeEscalation(false).
+		WithPrivileged(false)
 }
 
 // service is the apply configuration of the app's Service: port 80 to PORT of the

@@ -123,6 +123,7 @@ func processOrder(processes map[string]appv1.ProcessSpec) []string {
 // sentence).
 type podTrouble struct {
 	restarts        int32
+	oomKills        int32
 	reason, message string
 }
 
@@ -142,7 +143,17 @@ func troubleOf(d runtime.Desired, pods []corev1.Pod) map[string]podTrouble {
 		pt := out[p]
 		for _, cs := range pod.Status.ContainerStatuses {
 			pt.restarts += cs.RestartCount
+			// The kubelet's reason for a container killed by its memory limit.
+			oom := cs.LastTerminationState.Terminated != nil && cs.LastTerminationState.Terminated.Reason == appv1.OOMKilledReason
+			if oom {
+				pt.oomKills++
+			}
 			w := cs.State.Waiting
+			if pt.reason == "" && oom && !cs.Ready {
+				pt.reason = appv1.OOMKilledReason
+				pt.message = fmt.Sprintf("instance %s ran out of memory and was killed (%d restarts; last: %s); ps:resources raises the limit", pod.Name, cs.RestartCount, lastExit(cs))
+				continue
+			}
 			if pt.reason != "" || w == nil {
 				continue
 			}
@@ -197,6 +208,7 @@ func statusOf(d runtime.Desired, deps map[string]*appsv1.Deployment, pods []core
 		if current {
 			ps.Ready = readyOfTemplate(dep)
 			ps.Restarts = trouble[p].restarts
+			ps.OOMKills = trouble[p].oomKills
 		}
 		st.Processes[p] = ps
 		if current && deploymentReady(dep) {

@@ -240,14 +240,26 @@ func TestStatusOf(t *testing.T) {
 			d:    runtime.Desired{App: app, Release: 3, Processes: webWorker},
 			deps: map[string]*appsv1.Deployment{"web": rolling(3, 2, 2), "worker": complete(3, 1)},
 			pods: []corev1.Pod{
-				pod("hello-web-b", "web", 3, waiting("CrashLoopBackOff", "", 4, &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"})),
-				pod("hello-web-a", "web", 3, waiting("CrashLoopBackOff", "", 3, &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"})),
+				pod("hello-web-b", "web", 3, waiting("CrashLoopBackOff", "", 4, &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "Killed"})),
+				pod("hello-web-a", "web", 3, waiting("CrashLoopBackOff", "", 3, &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"})),
 				pod("hello-web-old", "web", 2, running(9)), // the previous release: not counted
 				pod("hello-worker-a", "worker", 3, running(1)),
 			},
 			want: runtime.Status{Serving: 2, Failure: appv1.CrashLoopReason, Processes: map[string]runtime.ProcessStatus{
 				"web": {Desired: 2, Ready: 0, Restarts: 7}, "worker": {Desired: 1, Ready: 1, Restarts: 1}}},
-			message: "the web process of release 3 cannot run: instance hello-web-a keeps exiting: 3 restarts (last: exited with code 137 (OOMKilled)); the previous release keeps serving",
+			message: "the web process of release 3 cannot run: instance hello-web-a keeps exiting: 3 restarts (last: exited with code 1); the previous release keeps serving",
+		},
+		{
+			name: "web killed by its memory limit: OOMKilled, counted",
+			d:    runtime.Desired{App: app, Release: 3, Processes: map[string]appv1.ProcessSpec{"web": {Replicas: 2}}},
+			deps: map[string]*appsv1.Deployment{"web": rolling(3, 2, 2)},
+			pods: []corev1.Pod{
+				pod("hello-web-a", "web", 3, waiting("CrashLoopBackOff", "", 3, &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"})),
+				pod("hello-web-b", "web", 3, waiting("CrashLoopBackOff", "", 4, &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"})),
+			},
+			want: runtime.Status{Serving: 2, Failure: appv1.OOMKilledReason, Processes: map[string]runtime.ProcessStatus{
+				"web": {Desired: 2, Ready: 0, Restarts: 7, OOMKills: 1}}},
+			message: "instance hello-web-a ran out of memory and was killed (3 restarts; last: exited with code 137 (OOMKilled))",
 		},
 		{
 			name: "image cannot be pulled",

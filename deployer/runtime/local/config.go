@@ -25,6 +25,14 @@ type Config struct {
 	// Default 20000-29999.
 	PortMin, PortMax int
 
+	// IDBase is the first host uid (and gid) given to apps' user namespaces;
+	// IDRanges is how many ranges of IDRangeSize ids follow it, one per app. uid 0
+	// in an instance is IDBase + n*65536 on the host, an id no host user has.
+	// Defaults 1<<30 (above the subordinate ids useradd hands out from 100000) and
+	// 4096 ranges.
+	IDBase   uint32
+	IDRanges int
+
 	// Drain is how long the instances of a release keep running after the
 	// endpoints moved away from them, for requests already routed to them.
 	// Default 5s.
@@ -73,6 +81,12 @@ func (cfg Config) Defaults() Config {
 	if cfg.PortMin == 0 && cfg.PortMax == 0 {
 		cfg.PortMin, cfg.PortMax = 20000, 29999
 	}
+	if cfg.IDBase == 0 {
+		cfg.IDBase = 1 << 30
+	}
+	if cfg.IDRanges == 0 {
+		cfg.IDRanges = 4096
+	}
 	if cfg.Drain == 0 {
 		cfg.Drain = 5 * time.Second
 	}
@@ -117,6 +131,12 @@ func (cfg Config) Validate() error {
 	}
 	if cfg.PortMin < 1024 || cfg.PortMax > 65535 || cfg.PortMin > cfg.PortMax {
 		errs = append(errs, fmt.Errorf("port range %d-%d: want 1024 <= min <= max <= 65535", cfg.PortMin, cfg.PortMax))
+	}
+	if cfg.IDBase < IDRangeSize {
+		errs = append(errs, fmt.Errorf("uid base %d: want at least %d, above the host's own users", cfg.IDBase, IDRangeSize))
+	}
+	if cfg.IDRanges < 1 || uint64(cfg.IDBase)+uint64(cfg.IDRanges)*IDRangeSize > 1<<32-1 {
+		errs = append(errs, fmt.Errorf("uid ranges %d from %d: want at least one, ending below 2^32-1", cfg.IDRanges, cfg.IDBase))
 	}
 	for _, d := range []struct {
 		name string

@@ -59,6 +59,15 @@
 // serves comes from the state file, so the first Sync after a restart finds the
 // instances it wants already there and starts nothing.
 //
+// Confinement (security.go, oom.go): each instance runs in a user namespace
+// whose ids 0..65535 are the app's own range of host ids (allocated per app in the
+// state file, recorded on the container), with containerd's default seccomp
+// profile, runtime.Capabilities, no_new_privs, the host's /sys read-only with the
+// container's own cgroups over /sys/fs/cgroup, and the process type's memory, pids
+// and CPU limits. The rootfs is a snapshot of the image chowned into the range,
+// made once per image and range. An exit after a kill by the memory limit
+// (TaskOOM event, or the cgroup's oom_kill count) is reported as OOMKilled.
+//
 // Commands may use $(NAME) references to the instance's environment, expanded as
 // the kubelet does ($$ is a literal $; unknown references stay as written). A
 // config var whose Secret or key is missing makes Sync return an error naming it.

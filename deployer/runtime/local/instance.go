@@ -20,6 +20,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"k8s.io/apimachinery/pkg/types"
 
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/deployer/runtime"
 )
 
@@ -40,6 +41,8 @@ type instance struct {
 	// healthPath is the HTTP check of a web instance ("" = TCP connect).
 	healthPath  string
 	bootTimeout time.Duration
+	// memory is the instance's memory limit in bytes, for the OOM message.
+	memory int64
 
 	ctx     context.Context // ends when the instance is stopped or the runtime closes
 	cancel  context.CancelFunc
@@ -56,9 +59,15 @@ type instance struct {
 	restarts     int32
 	exits        []time.Time
 	lastExit     string
-	retireAt     time.Time // set: draining, stops then
-	stopNow      bool      // stop at the next reap
-	stopping     bool      // being stopped
+	// oomSeq is the startSeq of the task that a TaskOOM event was seen for.
+	oomSeq int
+	// lastExitOOM: the last exit was a kill by the memory limit; oomKills counts
+	// them over the instance's life.
+	lastExitOOM bool
+	oomKills    int32
+	retireAt    time.Time // set: draining, stops then
+	stopNow     bool      // stop at the next reap
+	stopping    bool      // being stopped
 }
 
 // name is the instance as people call it: "web.1".
@@ -143,6 +152,17 @@ func (r *Runtime) create(ctx context.Context, a *appState, d runtime.Desired, g 
 		}
 		opts = append(opts, oci.WithProcessArgs(args...))
 	}
+	// Isolation: after the image's config and the namespaces above (see security.go).
+	ids, err := r.store.ids(a.key.String())
+	if err != nil {
+		_ = r.store.free(port, id)
+		return nil, err
+	}
+	idm := idmap{host: ids, size: IDRangeSize}
+	lim := limitsOf(d.Processes[process])
+	inst.memory = lim.memory
+	opts = append(opts, securityOpts(lim, idm)...)
+
 	labels := map[string]string{
 		labelRuntime:   runtimeName,
 		labelNamespace: a.key.Namespace,
@@ -156,11 +176,16 @@ func (r *Runtime) create(ctx context.Context, a *appState, d runtime.Desired, g 
 		labelBoot:      inst.bootTimeout.String(),
 		labelHealth:    inst.healthPath,
 		labelRestart:   inst.restart,
+		labelIDs:       strconv.FormatUint(uint64(idm.host), 10),
+		labelMemory:    strconv.FormatInt(lim.memory, 10),
 	}
 	ctr, err := r.cd.NewContainer(ctx, id,
 		containerd.WithImage(img),
 		containerd.WithSnapshotter(r.cfg.Snapshotter),
-		containerd.WithNewSnapshot(id, img),
+		// The image's files owned by the app's ids: one chowned copy per image and
+		// range, kept as the parent of the instances' snapshots (containerd 1.6
+		// has no idmapped mounts).
+		containerd.WithUserNSRemappedSnapshot(id, img, idm.mappings(), idm.mappings()),
 		containerd.WithContainerLabels(labels),
 		containerd.WithNewSpec(opts...))
 	if err != nil {
@@ -196,6 +221,9 @@ func instanceFromLabels(ctr containerd.Container, l map[string]string, cfg Confi
 	}
 	if n, err := strconv.Atoi(l[labelRestarts]); err == nil {
 		inst.restarts = int32(n)
+	}
+	if n, err := strconv.ParseInt(l[labelMemory], 10, 64); err == nil {
+		inst.memory = n
 	}
 	if inst.app.Name == "" || inst.app.Namespace == "" || inst.process == "" || inst.logPath == "" {
 		errs = append(errs, errors.New("app, namespace, process or log missing"))
@@ -274,11 +302,21 @@ func (r *Runtime) superviseLoop(inst *instance, task containerd.Task) {
 			if code > 128 {
 				err = fmt.Errorf("exited with code %d (signal %d)", code, code-128)
 			}
+			oom := r.oomKilled(ctx, inst, seqOf(r, inst))
 			r.mu.Lock()
 			if inst.killedWhy != "" {
 				err = errors.New(inst.killedWhy)
 				inst.killedWhy = ""
 			}
+			inst.lastExitOOM = oom
+			if oom {
+				inst.oomKills++
+				err = fmt.Errorf("ran out of memory (limit %s) and was killed (%s)", formatBytes(inst.memory), appv1.OOMKilledReason)
+			}
+			r.mu.Unlock()
+		} else {
+			r.mu.Lock()
+			inst.lastExitOOM = false
 			r.mu.Unlock()
 		}
 		r.mu.Lock()
@@ -559,4 +597,27 @@ func (r *Runtime) stop(inst *instance) {
 	if a != nil {
 		r.pruneLogs(a)
 	}
+}
+
+func seqOf(r *Runtime, inst *instance) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return inst.startSeq
+}
+
+// oomKilled reports whether the task run seq of inst, which just exited, was
+// killed by its memory limit: a TaskOOM event came for it, or its cgroup counted
+// an OOM kill (read before the task is deleted, which removes the cgroup).
+func (r *Runtime) oomKilled(ctx context.Context, inst *instance, seq int) bool {
+	r.mu.Lock()
+	evented := inst.oomSeq == seq
+	r.mu.Unlock()
+	if evented {
+		return true
+	}
+	spec, err := inst.ctr.Spec(ctx)
+	if err != nil || spec.Linux == nil {
+		return false
+	}
+	return oomKills(spec.Linux.CgroupsPath) > 0
 }

@@ -46,6 +46,8 @@ const (
 	labelHealth    = "app.bex.co/health-path"
 	labelRestarts  = "app.bex.co/restarts"
 	labelRestart   = "app.bex.co/restart-token"
+	labelIDs       = "app.bex.co/host-uid" // first host id of the user namespace
+	labelMemory    = "app.bex.co/memory"   // memory limit in bytes
 	runtimeName    = "local"
 )
 
@@ -134,7 +136,7 @@ func New(cfg Config, c client.Client, log *slog.Logger) (*Runtime, error) {
 	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "logs"), 0o700); err != nil {
 		return nil, fmt.Errorf("local runtime: state dir: %w", err)
 	}
-	st, err := openStore(filepath.Join(cfg.StateDir, "state.json"), cfg.PortMin, cfg.PortMax)
+	st, err := openStore(filepath.Join(cfg.StateDir, "state.json"), cfg.PortMin, cfg.PortMax, cfg.IDBase, cfg.IDRanges)
 	if err != nil {
 		return nil, fmt.Errorf("local runtime: %w", err)
 	}
@@ -150,8 +152,9 @@ func New(cfg Config, c client.Client, log *slog.Logger) (*Runtime, error) {
 		cd.Close()
 		return nil, fmt.Errorf("local runtime: adopt running containers: %w", err)
 	}
-	r.wg.Add(1)
+	r.wg.Add(2)
 	go r.rotateLogs()
+	go r.watchOOM()
 	return r, nil
 }
 
@@ -203,6 +206,11 @@ func (r *Runtime) adopt() error {
 		}
 		if err := r.store.reserve(inst.port, inst.id); err != nil {
 			return err
+		}
+		if base, err := strconv.ParseUint(labels[labelIDs], 10, 32); err == nil {
+			if err := r.store.reserveIDs(inst.app.String(), uint32(base)); err != nil {
+				return err
+			}
 		}
 		live[inst.id] = true
 		task, err := ctr.Task(ctx, nil)
@@ -285,7 +293,11 @@ func (r *Runtime) Sync(ctx context.Context, d runtime.Desired) (runtime.Status, 
 			a.failed[fk] = *f
 		}
 		r.mu.Unlock()
-		log.Warn("release failed", "reason", f.reason, "err", f.message)
+		if serving {
+			log.Warn("serving release lacks an instance", "reason", f.reason, "err", f.message)
+		} else {
+			log.Warn("release failed", "reason", f.reason, "err", f.message)
+		}
 		if !serving {
 			// Its instances go; the serving release and its endpoints stay.
 			r.stopUnserved(a, g)
@@ -508,10 +520,27 @@ func (r *Runtime) assess(a *appState, g gen) *failure {
 	for _, inst := range insts {
 		if n := inst.exitsWithin(now, r.cfg.CrashLoopWindow); n >= r.cfg.CrashLoopRestarts {
 			msg := fmt.Sprintf("%s keeps exiting: %d exits within %v (last: %s)", inst.name(), n, r.cfg.CrashLoopWindow, inst.lastExit)
+			reason := appv1.CrashLoopReason
+			if inst.lastExitOOM {
+				reason = appv1.OOMKilledReason
+				msg = fmt.Sprintf("%s keeps running out of memory: %d exits within %v (last: %s); raise its limit with ps:resources %s %s --memory ...",
+					inst.name(), n, r.cfg.CrashLoopWindow, inst.lastExit, inst.app.Name, inst.process)
+			}
 			if lines := tailLines(inst.logPath, 10); len(lines) > 0 {
 				msg += "; last log lines:\n" + strings.Join(lines, "\n")
 			}
-			return &failure{reason: appv1.CrashLoopReason, message: msg}
+			return &failure{reason: reason, message: msg}
+		}
+	}
+	if a.serving == g {
+		// A serving instance killed by its memory limit is restarted; until it
+		// is ready again the app says why it lacks one.
+		for _, inst := range insts {
+			if inst.lastExitOOM && !inst.ready {
+				return &failure{reason: appv1.OOMKilledReason, message: fmt.Sprintf(
+					"%s ran out of memory (limit %s) and was killed; it is being restarted (ps:resources %s %s --memory ... raises the limit).",
+					inst.name(), formatBytes(inst.memory), inst.app.Name, inst.process)}
+			}
 		}
 	}
 	for _, inst := range insts {
@@ -554,6 +583,7 @@ func (r *Runtime) processStatusLocked(a *appState, d runtime.Desired, g gen) map
 			s.Ready++
 		}
 		s.Restarts += inst.restarts
+		s.OOMKills += inst.oomKills
 		ps[inst.process] = s
 	}
 	return ps
@@ -646,6 +676,9 @@ func (r *Runtime) Delete(ctx context.Context, key types.NamespacedName) error {
 	r.mu.Lock()
 	delete(r.apps, key)
 	r.mu.Unlock()
+	if err := r.store.freeIDs(key.String()); err != nil {
+		return err
+	}
 	if err := os.RemoveAll(r.logDir(key)); err != nil {
 		return err
 	}
@@ -722,11 +755,14 @@ func (r *Runtime) resolveEnv(ctx context.Context, d runtime.Desired) ([]envVar, 
 
 // configHash hashes what reaches an instance besides its release number and
 // replicas: image, commands, resolved env (Secret values included, so rotating a
-// Secret rolls the instances) and the health check.
+// Secret rolls the instances), the health check and the limits (ps:resources rolls
+// the instances, as a change of a Deployment's pod template does).
 func configHash(d runtime.Desired, env []envVar) string {
 	cmds := map[string][]string{}
+	lims := map[string]limits{}
 	for p, s := range d.Processes {
 		cmds[p] = s.Command
+		lims[p] = limitsOf(s)
 	}
 	envs := make([][2]string, len(env))
 	for i, e := range env {
@@ -737,7 +773,8 @@ func configHash(d runtime.Desired, env []envVar) string {
 		Commands    map[string][]string
 		Env         [][2]string
 		HealthCheck *appv1.HealthCheck
-	}{d.Image, cmds, envs, d.HealthCheck})
+		Limits      map[string][3]int64
+	}{d.Image, cmds, envs, d.HealthCheck, limitsJSON(lims)})
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:6])
 }
@@ -790,4 +827,12 @@ func collapseDashes(s string) string {
 		s = strings.ReplaceAll(s, "--", "-")
 	}
 	return s
+}
+
+func limitsJSON(m map[string]limits) map[string][3]int64 {
+	out := make(map[string][3]int64, len(m))
+	for p, l := range m {
+		out[p] = [3]int64{l.memory, l.pids, l.cpuMillis}
+	}
+	return out
 }

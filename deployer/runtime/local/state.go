@@ -32,26 +32,42 @@ type stateFile struct {
 	// Serving maps "namespace/app" to the gen whose instances are in the endpoints,
 	// so that a restarted bex knows which adopted instances serve.
 	Serving map[string]gen `json:"serving"`
+	// IDs maps "namespace/app" to the first host uid (and gid) of the app's user
+	// namespace; the range is IDRangeSize long.
+	IDs map[string]uint32 `json:"ids,omitempty"`
+	// NextID is where the search for the next range starts: a range given up (a
+	// deleted app) is not handed to another app before the others were used, so
+	// files an old app left are not at once another app's.
+	NextID uint32 `json:"nextID,omitempty"`
 }
+
+// IDRangeSize is the length of an app's uid and gid range: the 16-bit ids an image
+// may use (0..65535), as Kubernetes gives a pod.
+const IDRangeSize = 65536
 
 // store owns the state file and the port allocations.
 type store struct {
 	mu       sync.Mutex
 	path     string
 	min, max int
+	// idBase and idRanges bound the user-namespace ranges: range i starts at
+	// idBase + i*IDRangeSize.
+	idBase   uint32
+	idRanges int
 	next     int // where the next search starts: ports are not reused at once
 	st       stateFile
 	// bindable reports whether a port can be bound now; tests may replace it.
 	bindable func(port int) bool
 }
 
-func openStore(path string, min, max int) (*store, error) {
+func openStore(path string, min, max int, idBase uint32, idRanges int) (*store, error) {
 	// The search starts at a random place in the range: allocate checks that a port
 	// can be bound, but between that check and the instance binding it, another
 	// runtime on the same host (a second state dir, a test running beside) starting
 	// from the same place would take the same port.
 	s := &store{path: path, min: min, max: max, next: min + rand.IntN(max-min+1), bindable: portBindable,
-		st: stateFile{Ports: map[string]string{}, Serving: map[string]gen{}}}
+		idBase: idBase, idRanges: idRanges,
+		st: stateFile{Ports: map[string]string{}, Serving: map[string]gen{}, IDs: map[string]uint32{}}}
 	data, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -66,6 +82,9 @@ func openStore(path string, min, max int) (*store, error) {
 		}
 		if s.st.Serving == nil {
 			s.st.Serving = map[string]gen{}
+		}
+		if s.st.IDs == nil {
+			s.st.IDs = map[string]uint32{}
 		}
 	}
 	return s, nil
@@ -207,5 +226,60 @@ func (s *store) setServing(app string, g gen) error {
 	} else {
 		s.st.Serving[app] = g
 	}
+	return s.save()
+}
+
+// ids returns the first host id of app's user namespace, allocating a free range
+// (persisted before it is returned) when the app has none.
+func (s *store) ids(app string) (uint32, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if base, ok := s.st.IDs[app]; ok {
+		return base, nil
+	}
+	taken := make(map[uint32]bool, len(s.st.IDs))
+	for _, base := range s.st.IDs {
+		taken[base] = true
+	}
+	start := s.st.NextID
+	for i := 0; i < s.idRanges; i++ {
+		n := (start + uint32(i)) % uint32(s.idRanges)
+		base := s.idBase + n*IDRangeSize
+		if taken[base] {
+			continue
+		}
+		s.st.IDs[app] = base
+		prev := s.st.NextID
+		s.st.NextID = (n + 1) % uint32(s.idRanges)
+		if err := s.save(); err != nil {
+			delete(s.st.IDs, app)
+			s.st.NextID = prev
+			return 0, fmt.Errorf("save uid range: %w", err)
+		}
+		return base, nil
+	}
+	return 0, fmt.Errorf("no free uid range: all %d ranges of %d ids from %d are given to apps", s.idRanges, IDRangeSize, s.idBase)
+}
+
+// reserveIDs records that app has the range at base (an adopted container),
+// unless it has one already.
+func (s *store) reserveIDs(app string, base uint32) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.st.IDs[app]; ok {
+		return nil
+	}
+	s.st.IDs[app] = base
+	return s.save()
+}
+
+// freeIDs gives up app's range (the app was deleted).
+func (s *store) freeIDs(app string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.st.IDs[app]; !ok {
+		return nil
+	}
+	delete(s.st.IDs, app)
 	return s.save()
 }

@@ -92,7 +92,7 @@ func TestPortsArePersistedNeverSharedAndBindChecked(t *testing.T) {
 	}
 	defer l.Close()
 	held := l.Addr().(*net.TCPAddr).Port
-	s, err := openStore(path, held, held+2)
+	s, err := openStore(path, held, held+2, 1<<30, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestPortsArePersistedNeverSharedAndBindChecked(t *testing.T) {
 		t.Fatalf("allocation from an exhausted range: %v", err)
 	}
 	// Another store on the same file (a restart) sees the reservations.
-	s2, err := openStore(path, held, held+2)
+	s2, err := openStore(path, held, held+2, 1<<30, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,5 +234,79 @@ func TestReadLogs(t *testing.T) {
 	}
 	if strings.Join(got, "|") != "web.1[r3]: w3|web.1[r3]: w4" {
 		t.Fatalf("ReadLogs -f --process web: %q", got)
+	}
+}
+
+func TestUIDRangesArePersistedPerAppAndNotReusedAtOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.json")
+	const base = 1 << 30
+	s, err := openStore(path, 20000, 20010, base, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.ids("ns/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.ids("ns/b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a == b || a < base || b < base || (a-base)%IDRangeSize != 0 || (b-base)%IDRangeSize != 0 {
+		t.Fatalf("ranges a %d, b %d: want distinct multiples of %d from %d", a, b, IDRangeSize, base)
+	}
+	if again, _ := s.ids("ns/a"); again != a {
+		t.Fatalf("a's range moved from %d to %d", a, again)
+	}
+	// A restart sees them.
+	s2, err := openStore(path, 20000, 20010, base, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s2.ids("ns/b"); got != b {
+		t.Fatalf("after reopen b has %d, want %d", got, b)
+	}
+	// A freed range goes to no one before the unused one.
+	if err := s2.freeIDs("ns/a"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s2.ids("ns/c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c == a || c == b {
+		t.Fatalf("c got %d, a range given before (a %d, b %d) while one was never used", c, a, b)
+	}
+	d, err := s2.ids("ns/d") // only a's old range is left
+	if err != nil || d != a {
+		t.Fatalf("d got %d, %v; want the freed %d", d, err, a)
+	}
+	if _, err := s2.ids("ns/e"); err == nil || !strings.Contains(err.Error(), "no free uid range") {
+		t.Fatalf("a fourth app in 3 ranges: %v", err)
+	}
+	// Adoption records a container's range for an app the file does not know.
+	if err := s2.freeIDs("ns/c"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.reserveIDs("ns/x", c); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s2.ids("ns/x"); got != c {
+		t.Fatalf("adopted range %d, want %d", got, c)
+	}
+}
+
+func TestIDRangeConfig(t *testing.T) {
+	cfg := Config{StateDir: "/x"}.Defaults()
+	if cfg.IDBase != 1<<30 || cfg.IDRanges != 4096 || cfg.Validate() != nil {
+		t.Fatalf("defaults %d %d: %v", cfg.IDBase, cfg.IDRanges, cfg.Validate())
+	}
+	cfg.IDBase = 1000
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "uid base 1000") {
+		t.Fatalf("a base among the host's users: %v", err)
+	}
+	cfg = Config{StateDir: "/x", IDBase: 1 << 31, IDRanges: 1 << 15}.Defaults()
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "ending below 2^32-1") {
+		t.Fatalf("ranges past 2^32: %v", err)
 	}
 }

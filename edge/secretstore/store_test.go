@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,8 +111,12 @@ func TestLocksExclude(t *testing.T) {
 	// b waits while a holds it, longer than the lease duration: a renews it.
 	short, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	if err := b.Lock(short, "issue_cert_web.example.com"); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("b took a held lock: %v", err)
+	// The wait ends at the deadline, or just before it when the client's rate
+	// limiter sees that its next request would pass it (under load).
+	if err := b.Lock(short, "issue_cert_web.example.com"); err == nil {
+		t.Fatal("b took a held lock")
+	} else if !errors.Is(err, context.DeadlineExceeded) && !strings.Contains(err.Error(), "would exceed context deadline") {
+		t.Fatalf("b's wait for a held lock ended with %v, not at its deadline", err)
 	}
 	// Another name is free.
 	if err := b.Lock(ctx, "issue_cert_api.example.com"); err != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -161,12 +162,41 @@ func Binary(name string) (string, error) {
 	return "", fmt.Errorf("%s is not installed: run `make tools` (hack/tools.sh builds it into bin/ or installs its Debian package)", name)
 }
 
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago, for a
+// daemon that is told its port before it listens. It is chosen outside the
+// kernel's ephemeral range (ip_local_port_range): a port from `listen :0` is an
+// ephemeral one, and under load any outgoing connection of a test running beside
+// may take it as its source port between this check and the daemon's bind (seen:
+// Pebble's validation port "address already in use").
 func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	lo, hi := ephemeralRange()
+	// Below the ephemeral range if it leaves room, else above it.
+	first, last := 10000, lo-1
+	if last-first < 1000 {
+		first, last = hi+1, 65535
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	for range 100 {
+		port := first + rand.IntN(last-first+1)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return port, nil
+	}
+	return 0, fmt.Errorf("no free TCP port on 127.0.0.1 between %d and %d after 100 tries", first, last)
+}
+
+// ephemeralRange is the kernel's range of source ports for outgoing connections.
+func ephemeralRange() (lo, hi int) {
+	lo, hi = 32768, 60999
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return lo, hi
+	}
+	var l, h int
+	if n, _ := fmt.Sscanf(string(b), "%d %d", &l, &h); n == 2 && l > 0 && h >= l {
+		return l, h
+	}
+	return lo, hi
 }

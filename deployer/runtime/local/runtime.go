@@ -46,6 +46,7 @@ const (
 	labelHealth    = "app.bex.co/health-path"
 	labelRestarts  = "app.bex.co/restarts"
 	labelRestart   = "app.bex.co/restart-token"
+	labelAddress   = "app.bex.co/address" // the instance's IP address; absent: 127.0.0.1 (host network)
 	runtimeName    = "local"
 )
 
@@ -60,6 +61,7 @@ type Runtime struct {
 	kube  client.Client
 	log   *slog.Logger
 	store *store
+	net   *network
 
 	// ctx lives as long as the Runtime and carries the containerd namespace; the
 	// supervisors run under it.
@@ -138,12 +140,16 @@ func New(cfg Config, c client.Client, log *slog.Logger) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("local runtime: %w", err)
 	}
+	nw, err := newNetwork(cfg, log.With("component", "runtime/local"))
+	if err != nil {
+		return nil, fmt.Errorf("local runtime: %w", err)
+	}
 	cd, err := containerd.New(cfg.Address, containerd.WithDefaultNamespace(cfg.Namespace), containerd.WithTimeout(10*time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("local runtime: cannot reach containerd at %s: %w", cfg.Address, err)
 	}
 	ctx, cancel := context.WithCancel(namespaces.WithNamespace(context.Background(), cfg.Namespace))
-	r := &Runtime{cfg: cfg, cd: cd, kube: c, log: log.With("component", "runtime/local"), store: st, changes: make(chan types.NamespacedName, 256),
+	r := &Runtime{cfg: cfg, cd: cd, kube: c, log: log.With("component", "runtime/local"), store: st, net: nw, changes: make(chan types.NamespacedName, 256),
 		ctx: ctx, cancel: cancel, apps: map[types.NamespacedName]*appState{}}
 	if err := r.adopt(); err != nil {
 		cancel()
@@ -213,9 +219,10 @@ func (r *Runtime) adopt() error {
 		a := r.appLocked(inst.app)
 		a.instances[inst.id] = inst
 		r.mu.Unlock()
-		r.log.Info("adopted instance", "app", inst.app.String(), "release", inst.gen.Release, "instance", inst.name(), "container", inst.id, "port", inst.port)
+		r.log.Info("adopted instance", "app", inst.app.String(), "release", inst.gen.Release, "instance", inst.name(), "container", inst.id, "address", inst.addr, "port", inst.port)
 		r.supervise(inst, task)
 	}
+	r.net.cleanup(ctx, live)
 	return r.store.retain(live)
 }
 
@@ -419,7 +426,7 @@ func (r *Runtime) ensureInstances(ctx context.Context, a *appState, d runtime.De
 		if err != nil {
 			return err
 		}
-		log.Info("instance started", "instance", inst.name(), "container", inst.id, "port", inst.port)
+		log.Info("instance started", "instance", inst.name(), "container", inst.id, "address", inst.addr, "port", inst.port)
 	}
 	return nil
 }
@@ -636,6 +643,9 @@ func (r *Runtime) Delete(ctx context.Context, key types.NamespacedName) error {
 		}
 		if err := ctr.Delete(ctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 			return fmt.Errorf("delete container %s: %w", ctr.ID(), err)
+		}
+		if err := r.net.teardown(ctx, ctr.ID()); err != nil {
+			return fmt.Errorf("network of container %s: %w", ctr.ID(), err)
 		}
 		if labels, err := ctr.Labels(ctx); err == nil {
 			if p, err := strconv.Atoi(labels[labelPort]); err == nil {

@@ -1,0 +1,67 @@
+package tenantnet
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	gocni "github.com/containerd/go-cni"
+)
+
+// Network attaches namespaces to one of the tenants' CNI networks.
+type Network struct {
+	name string
+	cni  gocni.CNI
+}
+
+// AppsNetwork returns the app instances' network. Its plugins are checked once
+// here, so that a missing package is named at start rather than at the first
+// instance.
+func NewAppsNetwork(cfg Config) (*Network, error) {
+	cfg = cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("tenant network: %w", err)
+	}
+	if err := cfg.CheckPlugins(); err != nil {
+		return nil, err
+	}
+	c, err := gocni.New(gocni.WithMinNetworkCount(2), gocni.WithPluginDir([]string{cfg.PluginDir}), gocni.WithInterfacePrefix("eth"))
+	if err != nil {
+		return nil, fmt.Errorf("tenant network: %w", err)
+	}
+	if err := c.Load(gocni.WithConfListBytes(cfg.AppsConfList()), gocni.WithLoNetwork); err != nil {
+		return nil, fmt.Errorf("tenant network: %w", err)
+	}
+	return &Network{name: AppsNetwork, cni: c}, nil
+}
+
+// Attach runs CNI ADD for the namespace at nsPath on behalf of id (a container id)
+// and returns the namespace's address on eth0.
+func (n *Network) Attach(ctx context.Context, id, nsPath string) (netip.Addr, error) {
+	res, err := n.cni.Setup(ctx, id, nsPath)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("attach %s to %s: %w", id, n.name, err)
+	}
+	for name, iface := range res.Interfaces {
+		if name == "lo" {
+			continue
+		}
+		for _, ipc := range iface.IPConfigs {
+			if a, ok := netip.AddrFromSlice(ipc.IP); ok && a.Unmap().Is4() {
+				return a.Unmap(), nil
+			}
+		}
+	}
+	_ = n.cni.Remove(context.WithoutCancel(ctx), id, nsPath)
+	return netip.Addr{}, fmt.Errorf("attach %s to %s: CNI returned no IPv4 address", id, n.name)
+}
+
+// Detach runs CNI DEL for id: the veth pair goes, the address returns to the
+// pool. It is idempotent, as CNI DEL is, and works on a namespace that is gone
+// (host-local releases by container id).
+func (n *Network) Detach(ctx context.Context, id, nsPath string) error {
+	if err := n.cni.Remove(ctx, id, nsPath); err != nil {
+		return fmt.Errorf("detach %s from %s: %w", id, n.name, err)
+	}
+	return nil
+}

@@ -18,8 +18,8 @@ import (
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/deployer/runtime"
-	"bex.co/bex/internal/testenv"
 	"bex.co/bex/internal/tenantnet"
+	"bex.co/bex/internal/testenv"
 )
 
 // probeScript runs inside a probe instance and writes one line per target to
@@ -317,4 +317,3 @@ func TestLeftoverNetworksAreCleanedAtStart(t *testing.T) {
 		t.Fatalf("%s after the restart: %v", att.dir, err)
 	}
 }
-

@@ -24,6 +24,7 @@ import (
 	"bex.co/bex/internal/controlplane"
 	"bex.co/bex/internal/daemons"
 	"bex.co/bex/internal/supervise"
+	"bex.co/bex/internal/tenantnet"
 )
 
 // Platform is bex running on this machine.
@@ -144,7 +145,13 @@ func (p *Platform) startDaemons(ctx context.Context) error {
 			return err
 		}
 	}
-	b := daemons.Buildkitd{Dir: filepath.Join(p.cfg.StateDir, "buildkitd"), ContainerdAddress: p.containerdAddr, Namespace: ContainerdNamespace}
+	b := daemons.Buildkitd{Dir: filepath.Join(p.cfg.StateDir, "buildkitd"), ContainerdAddress: p.containerdAddr, Namespace: ContainerdNamespace,
+		TenantNet: &tenantnet.Config{}}
+	// Build steps and apps each in a network namespace of their own, behind bex's
+	// filter rules: installed before the first of them can run.
+	if err := b.InstallNetwork(ctx); err != nil {
+		return err
+	}
 	args, err := b.WriteConfig()
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"github.com/tonistiigi/fsutil"
 
 	"bex.co/bex/internal/daemons"
+	"bex.co/bex/internal/tenantnet"
 )
 
 // Buildkitd is a buildkitd whose containerd worker builds into a Containerd, in
@@ -39,9 +40,13 @@ func StartBuildkitd(dir string, c *Containerd, opts ...BuildkitdOption) (*Buildk
 	if err != nil {
 		return nil, err
 	}
-	d := daemons.Buildkitd{Dir: dir, ContainerdAddress: c.Address, Namespace: Namespace}
+	// RUN steps on the builds' network, as under bex up.
+	d := daemons.Buildkitd{Dir: dir, ContainerdAddress: c.Address, Namespace: Namespace, TenantNet: &tenantnet.Config{}}
 	for _, opt := range opts {
 		opt(&d)
+	}
+	if err := d.InstallNetwork(context.Background()); err != nil {
+		return nil, err
 	}
 	args, err := d.WriteConfig()
 	if err != nil {

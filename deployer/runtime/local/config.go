@@ -29,6 +29,9 @@ type Config struct {
 	// TenantNet is the tenants' network (subnets, CNI plugins, filter chains) of
 	// NetworkTenant. Its defaults are tenantnet's.
 	TenantNet tenantnet.Config
+	// NetworkPool is how many attached namespaces NetworkTenant keeps ready, so
+	// that starting an instance does not wait for CNI. Default 2; negative: none.
+	NetworkPool int
 
 	// PortMin and PortMax bound the ports given to instances as PORT (inclusive).
 	// Default 20000-29999.
@@ -83,6 +86,9 @@ func (cfg Config) Defaults() Config {
 		cfg.Network = NetworkTenant
 	}
 	cfg.TenantNet = cfg.TenantNet.Defaults()
+	if cfg.NetworkPool == 0 {
+		cfg.NetworkPool = 2
+	}
 	if cfg.PortMin == 0 && cfg.PortMax == 0 {
 		cfg.PortMin, cfg.PortMax = 20000, 29999
 	}

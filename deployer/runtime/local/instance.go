@@ -35,6 +35,7 @@ type instance struct {
 	// addr is the instance's IP address: its own network namespace's, or
 	// 127.0.0.1 on the host network. The endpoints and the health checks use it.
 	addr    netip.Addr
+	netns   string // the id of its network namespace; "" on the host network
 	logPath string
 	// restart is the process type's restart token when the instance was made
 	// (runtime.Desired.Restarts); a different token wants a fresh instance.
@@ -123,7 +124,7 @@ func (r *Runtime) create(ctx context.Context, a *appState, d runtime.Desired, g 
 		_ = r.store.free(port, id)
 		return nil, fmt.Errorf("network of %s: %w", id, err)
 	}
-	inst.addr = att.addr
+	inst.addr, inst.netns = att.addr, att.id
 
 	vars := map[string]string{}
 	envList := make([]string, 0, len(env)+1)
@@ -166,6 +167,7 @@ func (r *Runtime) create(ctx context.Context, a *appState, d runtime.Desired, g 
 	}
 	if att.dir != "" {
 		labels[labelAddress] = att.addr.String()
+		labels[labelNetns] = att.id
 	}
 	ctr, err := r.cd.NewContainer(ctx, id,
 		containerd.WithImage(img),
@@ -174,7 +176,7 @@ func (r *Runtime) create(ctx context.Context, a *appState, d runtime.Desired, g 
 		containerd.WithContainerLabels(labels),
 		containerd.WithNewSpec(opts...))
 	if err != nil {
-		_ = r.net.teardown(context.WithoutCancel(ctx), id)
+		_ = r.net.teardown(context.WithoutCancel(ctx), att.id)
 		_ = r.store.free(port, id)
 		return nil, fmt.Errorf("create container %s: %w", id, err)
 	}
@@ -203,6 +205,7 @@ func instanceFromLabels(ctr containerd.Container, l map[string]string, cfg Confi
 		errs = append(errs, fmt.Errorf("port: %w", err))
 	}
 	inst.addr = loopback // made before instances had namespaces of their own
+	inst.netns = l[labelNetns]
 	if a, ok := l[labelAddress]; ok {
 		if inst.addr, err = netip.ParseAddr(a); err != nil {
 			errs = append(errs, fmt.Errorf("address: %w", err))
@@ -438,6 +441,7 @@ func (r *Runtime) probe(inst *instance, seq int) {
 			inst.lastProbe = ""
 			r.mu.Unlock()
 			log.Info("instance ready", "address", inst.addr, "port", inst.port)
+			r.net.replenish()
 			if inst.web() {
 				if a := r.existingApp(inst.app); a != nil {
 					if perr := r.publish(inst.ctx, a); perr != nil && inst.ctx.Err() == nil {
@@ -562,7 +566,7 @@ func (r *Runtime) stop(inst *instance) {
 	if err := inst.ctr.Delete(ctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 		log.Warn("delete container", "container", inst.id, "err", err)
 	}
-	if err := r.net.teardown(ctx, inst.id); err != nil {
+	if err := r.net.teardown(ctx, inst.netns); err != nil {
 		log.Warn("tear down the instance's network", "container", inst.id, "err", err)
 	}
 	if err := r.store.free(inst.port, inst.id); err != nil {

@@ -228,7 +228,7 @@ func TestInstanceIsolation(t *testing.T) {
 	ids := map[string]netip.Addr{}
 	for _, key := range []types.NamespacedName{f.key(), probeKey} {
 		for _, inst := range f.instancesOf(key) {
-			ids[inst.id] = inst.addr
+			ids[inst.netns] = inst.addr
 		}
 		if err := f.rt.Delete(ctx, key); err != nil {
 			t.Fatal(err)
@@ -253,9 +253,9 @@ func (f *fixture) instancesOf(key types.NamespacedName) []*instance {
 	return out
 }
 
-// assertNoNetworkLeft checks that the instances (container id → address) left no
-// namespace mount or directory, no CNI result or address allocation, no veth
-// (its /32 route on the host goes with it) and no iptables rule naming them.
+// assertNoNetworkLeft checks that the namespaces (id → address) left no mount or
+// directory, no CNI result or address allocation, no veth (its /32 route on the
+// host goes with it) and no iptables rule naming them.
 func (f *fixture) assertNoNetworkLeft(ids map[string]netip.Addr) {
 	f.t.Helper()
 	mounts, err := os.ReadFile("/proc/self/mountinfo")
@@ -263,13 +263,15 @@ func (f *fixture) assertNoNetworkLeft(ids map[string]netip.Addr) {
 		f.t.Fatal(err)
 	}
 	netDir := filepath.Join(f.cfg.StateDir, "net")
-	if strings.Contains(string(mounts), netDir) {
-		f.t.Errorf("a network namespace is still mounted under %s", netDir)
-	}
-	entries, _ := os.ReadDir(netDir)
-	for _, e := range entries {
-		if _, ok := ids[e.Name()]; ok {
-			f.t.Errorf("network directory of %s left in %s", e.Name(), netDir)
+	for id := range ids {
+		if id == "" {
+			f.t.Fatal("an instance without a network namespace")
+		}
+		if strings.Contains(string(mounts), filepath.Join(netDir, id)) {
+			f.t.Errorf("network namespace %s is still mounted", id)
+		}
+		if _, err := os.Stat(filepath.Join(netDir, id)); !os.IsNotExist(err) {
+			f.t.Errorf("network directory of %s left in %s (%v)", id, netDir, err)
 		}
 	}
 	rules, err := exec.Command("iptables-save").CombinedOutput()
@@ -297,11 +299,11 @@ func (f *fixture) assertNoNetworkLeft(ids map[string]netip.Addr) {
 
 // TestLeftoverNetworksAreCleanedAtStart: a namespace whose container is gone (a
 // crash between the namespace's setup and the container's creation) is torn down
-// when the runtime starts again.
+// when the runtime starts again; Close tears the pool down.
 func TestLeftoverNetworksAreCleanedAtStart(t *testing.T) {
 	f := newFixture(t, "leftover")
 	ctx := context.Background()
-	att, err := f.rt.net.setup(ctx, "leftover-shop-web-r1-1-abcdef")
+	att, err := f.rt.net.setup(ctx, "leftover-shop-web-r1-1-abcdef") // and no container
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,8 +314,18 @@ func TestLeftoverNetworksAreCleanedAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.rt = f.newRuntime()
-	f.assertNoNetworkLeft(map[string]netip.Addr{"leftover-shop-web-r1-1-abcdef": att.addr})
-	if _, err := os.Stat(att.dir); !os.IsNotExist(err) {
-		t.Fatalf("%s after the restart: %v", att.dir, err)
+	f.assertNoNetworkLeft(map[string]netip.Addr{att.id: att.addr})
+	// The pool of the first runtime went with its Close; the second's goes with
+	// its own.
+	if err := f.rt.Close(); err != nil {
+		t.Fatal(err)
 	}
+	entries, err := os.ReadDir(filepath.Join(f.cfg.StateDir, "net"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 0 {
+		t.Fatalf("namespaces left after Close: %v", entries)
+	}
+	f.rt = f.newRuntime()
 }

@@ -2,6 +2,8 @@ package local
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -30,15 +32,29 @@ const (
 
 // network attaches instances to their network. In host mode every method is a
 // no-op and an instance's address is 127.0.0.1.
+//
+// Namespaces are attached ahead of need: a pool of poolSize attached namespaces
+// is kept filled in the background, so that a rollout does not wait for CNI ADD
+// (four plugin executions, about 100 ms here) on its way to a ready instance.
+// A namespace's id (its directory under <state dir>/net and its CNI container
+// id) is therefore its own, recorded on the container as a label.
 type network struct {
-	mode string
-	dir  string // <state dir>/net: one directory per instance
-	cni  *tenantnet.Network
-	log  *slog.Logger
+	mode     string
+	dir      string // <state dir>/net: one directory per namespace
+	cni      *tenantnet.Network
+	log      *slog.Logger
+	poolSize int
+
+	ctx    context.Context // ends at close
+	cancel context.CancelFunc
+	pool   chan attachment
+	refill chan struct{}
+	done   chan struct{}
 }
 
 // attachment is an instance's place on the network.
 type attachment struct {
+	id   string // the namespace's id: CNI's container id, the name of dir
 	addr netip.Addr
 	dir  string // "" on the host network
 }
@@ -50,7 +66,7 @@ func (a attachment) hosts() string      { return filepath.Join(a.dir, "hosts") }
 var loopback = netip.MustParseAddr("127.0.0.1")
 
 func newNetwork(cfg Config, log *slog.Logger) (*network, error) {
-	n := &network{mode: cfg.Network, dir: filepath.Join(cfg.StateDir, "net"), log: log}
+	n := &network{mode: cfg.Network, dir: filepath.Join(cfg.StateDir, "net"), log: log, poolSize: cfg.NetworkPool}
 	if n.mode == NetworkHost {
 		return n, nil
 	}
@@ -67,13 +83,82 @@ func newNetwork(cfg Config, log *slog.Logger) (*network, error) {
 	return n, nil
 }
 
-// setup creates the network namespace of container id, attaches it (CNI ADD) and
-// writes its resolv.conf and hosts. On error nothing is left.
-func (n *network) setup(ctx context.Context, id string) (attachment, error) {
-	if n.mode == NetworkHost {
-		return attachment{addr: loopback}, nil
+// start starts filling the pool; call it after cleanup, so that the pool of a
+// previous run is gone first.
+func (n *network) start() {
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.done = make(chan struct{})
+	if n.mode == NetworkHost || n.poolSize <= 0 {
+		close(n.done)
+		return
 	}
-	att := attachment{dir: filepath.Join(n.dir, id)}
+	n.pool = make(chan attachment, n.poolSize)
+	n.refill = make(chan struct{}, 1)
+	go n.fill()
+}
+
+// fill keeps the pool full until close, then empties it.
+func (n *network) fill() {
+	defer close(n.done)
+	defer func() {
+		for {
+			select {
+			case att := <-n.pool:
+				if err := n.teardown(context.Background(), att.id); err != nil {
+					n.log.Warn("tear down a pooled network namespace", "netns", att.id, "err", err)
+				}
+			default:
+				return
+			}
+		}
+	}()
+	for {
+		for len(n.pool) < cap(n.pool) && n.ctx.Err() == nil {
+			att, err := n.attach(n.ctx)
+			if err != nil {
+				if n.ctx.Err() == nil {
+					n.log.Warn("prepare a network namespace", "err", err)
+				}
+				break // tried again at the next take
+			}
+			n.pool <- att
+		}
+		select {
+		case <-n.refill:
+		case <-n.ctx.Done():
+			return
+		}
+	}
+}
+
+// replenish asks the filler to fill the pool up again.
+func (n *network) replenish() {
+	if n.refill == nil {
+		return
+	}
+	select {
+	case n.refill <- struct{}{}:
+	default:
+	}
+}
+
+// close stops the filler and tears the pooled namespaces down. The instances'
+// namespaces stay: their containers run on, and the next start adopts them.
+func (n *network) close() {
+	if n.cancel == nil {
+		return
+	}
+	n.cancel()
+	<-n.done
+}
+
+// attach creates a namespace with an id of its own and attaches it (CNI ADD). On
+// error nothing is left.
+func (n *network) attach(ctx context.Context) (attachment, error) {
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	id := "bex-netns-" + hex.EncodeToString(rnd[:])
+	att := attachment{id: id, dir: filepath.Join(n.dir, id)}
 	if err := os.MkdirAll(att.dir, 0o700); err != nil {
 		return attachment{}, err
 	}
@@ -87,16 +172,38 @@ func (n *network) setup(ctx context.Context, id string) (attachment, error) {
 		return attachment{}, err
 	}
 	att.addr = addr
+	return att, nil
+}
+
+// setup gives container ctrID a network namespace, from the pool when it has one,
+// and writes its resolv.conf (the host's, read now) and hosts. On error nothing
+// is left.
+func (n *network) setup(ctx context.Context, ctrID string) (attachment, error) {
+	if n.mode == NetworkHost {
+		return attachment{addr: loopback}, nil
+	}
+	var att attachment
+	select {
+	case att = <-n.pool:
+		// Refilled once the instance is ready (replenish): CNI's plugins would
+		// otherwise take cores from the start they are meant to speed up.
+	default:
+		n.replenish()
+		var err error
+		if att, err = n.attach(ctx); err != nil {
+			return attachment{}, err
+		}
+	}
 	host, err := os.ReadFile("/etc/resolv.conf")
 	if err == nil {
 		err = os.WriteFile(att.resolvConf(), tenantnet.ResolvConf(host), 0o644)
 	}
 	if err == nil {
-		err = os.WriteFile(att.hosts(), tenantnet.Hosts(id, addr), 0o644)
+		err = os.WriteFile(att.hosts(), tenantnet.Hosts(ctrID, att.addr), 0o644)
 	}
 	if err != nil {
-		_ = n.teardown(context.WithoutCancel(ctx), id)
-		return attachment{}, fmt.Errorf("network files of %s: %w", id, err)
+		_ = n.teardown(context.WithoutCancel(ctx), att.id)
+		return attachment{}, fmt.Errorf("network files of %s: %w", ctrID, err)
 	}
 	return att, nil
 }
@@ -116,11 +223,11 @@ func (n *network) specOpts(att attachment) []oci.SpecOpts {
 	}
 }
 
-// teardown detaches container id (CNI DEL), unmounts its namespace and removes its
-// directory. Idempotent: an instance never attached, or already torn down, is
+// teardown detaches namespace id (CNI DEL), unmounts it and removes its
+// directory. Idempotent: a namespace never attached, or already torn down, is
 // fine.
 func (n *network) teardown(ctx context.Context, id string) error {
-	if n.mode == NetworkHost {
+	if n.mode == NetworkHost || id == "" {
 		return nil
 	}
 	dir := filepath.Join(n.dir, id)
@@ -143,9 +250,9 @@ func (n *network) teardown(ctx context.Context, id string) error {
 	return errors.Join(errs...)
 }
 
-// cleanup tears down the network of every instance directory whose container is
-// not in live: left by a crash between setup and the container's creation, or by
-// a container deleted while bex was down.
+// cleanup tears down every namespace that no container in live (namespace ids)
+// uses: left by a crash between setup and the container's creation, by a
+// container deleted while bex was down, or the pool of a previous run.
 func (n *network) cleanup(ctx context.Context, live map[string]bool) {
 	if n.mode == NetworkHost {
 		return
@@ -159,9 +266,9 @@ func (n *network) cleanup(ctx context.Context, live map[string]bool) {
 			continue
 		}
 		if err := n.teardown(ctx, e.Name()); err != nil {
-			n.log.Warn("clean the network of a container that is gone", "container", e.Name(), "err", err)
+			n.log.Warn("tear down a network namespace that no container uses", "netns", e.Name(), "err", err)
 		} else {
-			n.log.Info("cleaned the network of a container that is gone", "container", e.Name())
+			n.log.Info("tore down a network namespace that no container uses", "netns", e.Name())
 		}
 	}
 }

@@ -47,6 +47,7 @@ const (
 	labelRestarts  = "app.bex.co/restarts"
 	labelRestart   = "app.bex.co/restart-token"
 	labelAddress   = "app.bex.co/address" // the instance's IP address; absent: 127.0.0.1 (host network)
+	labelNetns     = "app.bex.co/netns"   // the id of the instance's network namespace (<state dir>/net/<id>)
 	runtimeName    = "local"
 )
 
@@ -156,6 +157,7 @@ func New(cfg Config, c client.Client, log *slog.Logger) (*Runtime, error) {
 		cd.Close()
 		return nil, fmt.Errorf("local runtime: adopt running containers: %w", err)
 	}
+	r.net.start()
 	r.wg.Add(1)
 	go r.rotateLogs()
 	return r, nil
@@ -166,6 +168,7 @@ func New(cfg Config, c client.Client, log *slog.Logger) (*Runtime, error) {
 func (r *Runtime) Close() error {
 	r.cancel()
 	r.wg.Wait()
+	r.net.close()
 	return r.cd.Close()
 }
 
@@ -195,7 +198,7 @@ func (r *Runtime) adopt() error {
 	if err != nil {
 		return err
 	}
-	live := map[string]bool{}
+	live, liveNetns := map[string]bool{}, map[string]bool{}
 	for _, ctr := range ctrs {
 		labels, err := ctr.Labels(ctx)
 		if err != nil {
@@ -211,6 +214,7 @@ func (r *Runtime) adopt() error {
 			return err
 		}
 		live[inst.id] = true
+		liveNetns[inst.netns] = true
 		task, err := ctr.Task(ctx, nil)
 		if err != nil {
 			task = nil
@@ -222,7 +226,7 @@ func (r *Runtime) adopt() error {
 		r.log.Info("adopted instance", "app", inst.app.String(), "release", inst.gen.Release, "instance", inst.name(), "container", inst.id, "address", inst.addr, "port", inst.port)
 		r.supervise(inst, task)
 	}
-	r.net.cleanup(ctx, live)
+	r.net.cleanup(ctx, liveNetns)
 	return r.store.retain(live)
 }
 
@@ -641,13 +645,14 @@ func (r *Runtime) Delete(ctx context.Context, key types.NamespacedName) error {
 		if task, err := ctr.Task(ctx, nil); err == nil {
 			_, _ = task.Delete(ctx, containerd.WithProcessKill)
 		}
+		labels, lerr := ctr.Labels(ctx)
 		if err := ctr.Delete(ctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 			return fmt.Errorf("delete container %s: %w", ctr.ID(), err)
 		}
-		if err := r.net.teardown(ctx, ctr.ID()); err != nil {
-			return fmt.Errorf("network of container %s: %w", ctr.ID(), err)
-		}
-		if labels, err := ctr.Labels(ctx); err == nil {
+		if lerr == nil {
+			if err := r.net.teardown(ctx, labels[labelNetns]); err != nil {
+				return fmt.Errorf("network of container %s: %w", ctr.ID(), err)
+			}
 			if p, err := strconv.Atoi(labels[labelPort]); err == nil {
 				_ = r.store.free(p, ctr.ID())
 			}

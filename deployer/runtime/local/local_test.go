@@ -853,9 +853,14 @@ func TestDeleteRemovesEverything(t *testing.T) {
 	f := newFixture(t, "delete")
 	f.deployV1()
 	ctx := context.Background()
+	nets := map[string]netip.Addr{}
+	for _, inst := range f.instancesOf(f.key()) {
+		nets[inst.netns] = inst.addr
+	}
 	if err := f.rt.Delete(ctx, f.key()); err != nil {
 		t.Fatal(err)
 	}
+	f.assertNoNetworkLeft(nets)
 	if n := len(f.containers()); n != 0 {
 		t.Fatalf("%d containers after Delete", n)
 	}

@@ -159,6 +159,17 @@ func (p *Platform) startDaemons(ctx context.Context) error {
 	return p.start(ctx, supervise.Process{Name: "buildkitd", Path: p.bins["buildkitd"], Args: args, Ready: b.Ready}, "builds images into containerd")
 }
 
+// releaseNetworks tears down the network namespaces the local runtime keeps in dir.
+func releaseNetworks(dir string) error {
+	n, err := tenantnet.NewAppsNetwork(tenantnet.Config{})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return n.DetachAll(ctx, dir)
+}
+
 // busyboxBase imports Debian's busybox as the busybox base image, unless
 // containerd has one (imported before, or pulled).
 func (p *Platform) busyboxBase(ctx context.Context) error {
@@ -271,6 +282,11 @@ func (p *Platform) startComponents(ctx context.Context) error {
 	deployer.AfterStop = func() {
 		if err := daemons.KillTasks(p.containerdAddr, ContainerdNamespace); err != nil {
 			p.cfg.Log.Warn("stopping the apps' containers", "err", err)
+		}
+		// Their network namespaces go too (CNI DEL, unmount): the next start's
+		// deployer attaches the adopted containers again.
+		if err := releaseNetworks(filepath.Join(p.cfg.StateDir, "runtime", "net")); err != nil {
+			p.cfg.Log.Warn("releasing the apps' network namespaces", "err", err)
 		}
 	}
 	if err := p.start(ctx, deployer, "runs each App's release with containerd"); err != nil {

@@ -2,8 +2,12 @@ package tenantnet
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
+	"os"
+	"path/filepath"
 
 	gocni "github.com/containerd/go-cni"
 )
@@ -64,4 +68,30 @@ func (n *Network) Detach(ctx context.Context, id, nsPath string) error {
 		return fmt.Errorf("detach %s from %s: %w", id, n.name, err)
 	}
 	return nil
+}
+
+// DetachAll detaches and removes every namespace kept under dir as
+// <dir>/<id>/netns (the local runtime's layout), with its directory. For a
+// platform that stops with its tenants: nothing of their network outlives it.
+func (n *Network) DetachAll(ctx context.Context, dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		path := filepath.Join(dir, e.Name(), "netns")
+		err := errors.Join(n.Detach(ctx, e.Name(), path), RemoveNetNS(path))
+		if err == nil {
+			err = os.RemoveAll(filepath.Join(dir, e.Name()))
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }

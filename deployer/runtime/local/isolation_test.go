@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	containerd "github.com/containerd/containerd/v2/client"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -328,4 +329,57 @@ func TestLeftoverNetworksAreCleanedAtStart(t *testing.T) {
 		t.Fatalf("namespaces left after Close: %v", entries)
 	}
 	f.rt = f.newRuntime()
+}
+
+// TestAdoptionAfterTheNamespacesWereReleased is a reboot: the containers are
+// there, their tasks and namespaces are gone (bex up, when it stops, releases the
+// namespaces as DetachAll does here, and deletes the containers too); the next
+// runtime gives each adopted container a namespace again at the path its spec
+// names, and it serves at its new address.
+func TestAdoptionAfterTheNamespacesWereReleased(t *testing.T) {
+	f := newFixture(t, "released")
+	f.deployV1()
+	before := f.instancesOf(f.key())
+	if err := f.rt.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The tasks die, the containers stay (a reboot; bex up deletes them too).
+	cl, err := f.cd.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for _, inst := range before {
+		ctr, err := cl.LoadContainer(context.Background(), inst.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if task, err := ctr.Task(context.Background(), nil); err == nil {
+			if _, err := task.Delete(context.Background(), containerd.WithProcessKill); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	n, err := tenantnet.NewAppsNetwork(f.cfg.TenantNet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.DetachAll(context.Background(), filepath.Join(f.cfg.StateDir, "net")); err != nil {
+		t.Fatal(err)
+	}
+	f.rt = f.newRuntime()
+	f.syncUntil(f.desired(1, f.v1, 1), time.Minute, "rolled out after the restart", rolledOut)
+	after := f.instancesOf(f.key())
+	if len(after) != 1 || len(before) != 1 || after[0].id != before[0].id {
+		t.Fatalf("instances before %v, after %v: want the same container adopted", before, after)
+	}
+	if !tenantnet.IsNetNS(filepath.Join(f.cfg.StateDir, "net", after[0].netns, "netns")) {
+		t.Fatal("the adopted container has no network namespace")
+	}
+	eps := f.endpoints()
+	want := fmt.Sprintf("http://%s:%d", after[0].addr, after[0].port)
+	if len(eps) != 1 || eps[0] != want {
+		t.Fatalf("endpoints %v, want [%s]", eps, want)
+	}
+	f.mustGet(want, "version v1")
 }

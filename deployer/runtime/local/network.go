@@ -157,7 +157,10 @@ func (n *network) close() {
 func (n *network) attach(ctx context.Context) (attachment, error) {
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
-	id := "bex-netns-" + hex.EncodeToString(rnd[:])
+	return n.attachAs(ctx, "bex-netns-"+hex.EncodeToString(rnd[:]))
+}
+
+func (n *network) attachAs(ctx context.Context, id string) (attachment, error) {
 	att := attachment{id: id, dir: filepath.Join(n.dir, id)}
 	if err := os.MkdirAll(att.dir, 0o700); err != nil {
 		return attachment{}, err
@@ -194,6 +197,42 @@ func (n *network) setup(ctx context.Context, ctrID string) (attachment, error) {
 			return attachment{}, err
 		}
 	}
+	if err := n.writeFiles(att, ctrID); err != nil {
+		_ = n.teardown(context.WithoutCancel(ctx), att.id)
+		return attachment{}, err
+	}
+	return att, nil
+}
+
+// restore gives back an adopted container the namespace it names, when that is
+// gone (bex up releases the namespaces when it stops, a reboot unmounts them):
+// the old attachment is released (CNI DEL, so host-local frees the address it
+// keeps on disk) and a new one made at the same path, which the container's spec
+// names, with a new address. It reports whether it made one.
+func (n *network) restore(ctx context.Context, id, ctrID string) (attachment, bool, error) {
+	if n.mode == NetworkHost || id == "" {
+		return attachment{}, false, nil
+	}
+	att := attachment{id: id, dir: filepath.Join(n.dir, id)}
+	if tenantnet.IsNetNS(att.netns()) {
+		return att, false, nil
+	}
+	if err := n.teardown(ctx, id); err != nil {
+		return attachment{}, false, err
+	}
+	att, err := n.attachAs(ctx, id)
+	if err != nil {
+		return attachment{}, false, err
+	}
+	if err := n.writeFiles(att, ctrID); err != nil {
+		_ = n.teardown(context.WithoutCancel(ctx), id)
+		return attachment{}, false, err
+	}
+	return att, true, nil
+}
+
+// writeFiles writes the namespace's resolv.conf (the host's, read now) and hosts.
+func (n *network) writeFiles(att attachment, ctrID string) error {
 	host, err := os.ReadFile("/etc/resolv.conf")
 	if err == nil {
 		err = os.WriteFile(att.resolvConf(), tenantnet.ResolvConf(host), 0o644)
@@ -202,10 +241,9 @@ func (n *network) setup(ctx context.Context, ctrID string) (attachment, error) {
 		err = os.WriteFile(att.hosts(), tenantnet.Hosts(ctrID, att.addr), 0o644)
 	}
 	if err != nil {
-		_ = n.teardown(context.WithoutCancel(ctx), att.id)
-		return attachment{}, fmt.Errorf("network files of %s: %w", ctrID, err)
+		return fmt.Errorf("network files of %s: %w", ctrID, err)
 	}
-	return att, nil
+	return nil
 }
 
 // specOpts are the container spec options of the network: the namespace joined by

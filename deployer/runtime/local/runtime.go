@@ -219,6 +219,25 @@ func (r *Runtime) adopt() error {
 		if err != nil {
 			task = nil
 		}
+		running := false
+		if task != nil {
+			if st, err := task.Status(ctx); err == nil && st.Status == containerd.Running {
+				running = true
+			}
+		}
+		if !running {
+			// Its namespace may be gone (bex up released it at stop; a reboot): a
+			// new one, with a new address, before the task starts again.
+			att, made, err := r.net.restore(ctx, inst.netns, inst.id)
+			if err != nil {
+				r.log.Warn("network of an adopted container", "container", inst.id, "err", err)
+			} else if made {
+				inst.addr = att.addr
+				if _, err := ctr.SetLabels(ctx, map[string]string{labelAddress: att.addr.String()}); err != nil {
+					r.log.Warn("record the new address of an adopted container", "container", inst.id, "err", err)
+				}
+			}
+		}
 		r.mu.Lock()
 		a := r.appLocked(inst.app)
 		a.instances[inst.id] = inst

@@ -24,5 +24,10 @@
 // tenant has no link-local path to the host's listeners on [::].
 //
 // Namespaces are files (bind mounts of a namespace) that NewNetNS makes and
-// RemoveNetNS unmounts; the container runtime joins them by path.
+// RemoveNetNS unmounts; the container runtime joins them by path. A Network
+// attaches one (CNI ADD through go-cni) and detaches it (CNI DEL); DetachAll
+// releases every namespace kept in the local runtime's layout (<dir>/<id>/netns),
+// for bex up when it stops. go-cni keeps CNI's result cache in libcni's default
+// /var/lib/cni/results (it has no option for another directory), keyed by network
+// and namespace id, which are unique.
 package tenantnet

@@ -26,7 +26,9 @@ import (
 // the targets taking turns as in BenchmarkProxy. Each edge is a process of its
 // own (the test binary again); the backends are one Go HTTP handler in this
 // process, its listener opened inside the namespace. Also reported: the same pair
-// without the edge (direct), to tell the network's cost from the proxy's.
+// without the edge (direct), to tell the network's cost from the proxy's, and the
+// CPU time per request of this process and the edge's, steadier than the rates on
+// a shared machine.
 func BenchmarkProxyToNamespace(b *testing.B) {
 	dir := b.TempDir()
 	ca, err := LoadOrCreateLocalCA(filepath.Join(dir, "ca"))
@@ -43,7 +45,7 @@ func BenchmarkProxyToNamespace(b *testing.B) {
 	hostBackend := serveBench(b, ok, nil)
 	nsBackend := serveInNamespace(b, ok)
 
-	edgeFor := func(name, backend string) string {
+	edgeFor := func(name, backend string) (string, *testenv.Helper) {
 		addrs := loopbackAddrs(b, 5)
 		proc, err := testenv.StartHelper(filepath.Join(dir, name), "edge", []string{
 			benchEdgeEnv + "=" + dir, "BEX_BENCH_BACKEND=" + backend, "BEX_BENCH_LISTEN=" + strings.Join(addrs, ","),
@@ -52,15 +54,18 @@ func BenchmarkProxyToNamespace(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { _ = proc.Stop() })
-		return addrs[0]
+		return addrs[0], proc
 	}
+	edgeHost, hostProc := edgeFor("edge-host", hostBackend)
+	edgeNetns, netnsProc := edgeFor("edge-netns", nsBackend)
 	f := &benchFixture{roots: x509.NewCertPool()}
 	targets := []*benchTarget{
-		f.target("edge-host", "http", edgeFor("edge-host", hostBackend), ""),
-		f.target("edge-netns", "http", edgeFor("edge-netns", nsBackend), ""),
+		f.target("edge-host", "http", edgeHost, ""),
+		f.target("edge-netns", "http", edgeNetns, ""),
 		f.target("direct-host", "http", hostBackend, ""),
 		f.target("direct-netns", "http", nsBackend, ""),
 	}
+	targets[0].proxy, targets[1].proxy = hostProc.CPUTime, netnsProc.CPUTime
 	for _, t := range targets {
 		t.load(b, benchWarmup, nil)
 		defer t.client.CloseIdleConnections()
@@ -77,6 +82,9 @@ func BenchmarkProxyToNamespace(b *testing.B) {
 		b.ReportMetric(t.rate(), t.name+"-req/s")
 		b.ReportMetric(float64(p50.Microseconds()), t.name+"-p50-us")
 		b.ReportMetric(float64(p99.Microseconds()), t.name+"-p99-us")
+		// CPU per request of this process (client and backend) and the edge's:
+		// unlike the rates, it does not move when other work takes the cores.
+		b.ReportMetric(float64((t.cpu+t.proxyCPU).Microseconds())/float64(t.requests), t.name+"-cpu-us/req")
 	}
 	b.ReportMetric(targets[1].rate()/targets[0].rate(), "edge-netns/edge-host")
 	b.ReportMetric(targets[3].rate()/targets[2].rate(), "direct-netns/direct-host")

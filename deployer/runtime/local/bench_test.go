@@ -36,7 +36,13 @@ func BenchmarkRollout(b *testing.B) {
 	var rollout, rolloutHost, raw time.Duration
 	for i := 0; i < b.N; i++ {
 		release++
+		b.StopTimer()
+		waitPools(b, tenant)
+		b.StartTimer()
 		rollout += rolloutOnce(b, tenant, release)
+		b.StopTimer()
+		waitPools(b, tenant)
+		b.StartTimer()
 		rolloutHost += rolloutOnce(b, host, release)
 		b.StopTimer()
 		raw += rawStart(b, tenant, []string{tenant.v1, tenant.v2}[int(release)%2], 29900)
@@ -75,6 +81,9 @@ func rolloutOnce(b *testing.B, f *fixture, release int64) time.Duration {
 	took := time.Since(start)
 	b.StopTimer()
 	f.syncUntil(d, time.Minute, "old release gone", rolledOut)
+	// Stopped too (its namespace torn down), so that no stop overlaps the next
+	// measurement.
+	eventually(b, 30*time.Second, "the old instance stopped", func() bool { return len(f.instancesOf(f.key())) == 1 })
 	b.StartTimer()
 	return took
 }
@@ -131,3 +140,15 @@ func rawStart(b *testing.B, f *fixture, image string, port int) time.Duration {
 }
 
 var benchRuns atomic.Int32
+
+// waitPools waits until the namespace pool of every fixture's runtime is full, so
+// that neither measurement shares the cores with the other's refill.
+func waitPools(b *testing.B, fs ...*fixture) {
+	b.Helper()
+	for _, f := range fs {
+		if f.rt.net.pool == nil {
+			continue
+		}
+		eventually(b, 30*time.Second, "the namespace pool refilled", func() bool { return len(f.rt.net.pool) == cap(f.rt.net.pool) })
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/containerd/containerd/v2/pkg/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -128,8 +129,23 @@ func (n *network) fill() {
 		case <-n.ctx.Done():
 			return
 		}
+		// CNI's plugins take cores: refill once starts have been quiet for a while,
+		// not during the rollout that took from the pool.
+		for quiet := false; !quiet; {
+			select {
+			case <-n.refill:
+			case <-time.After(refillQuiet):
+				quiet = true
+			case <-n.ctx.Done():
+				return
+			}
+		}
 	}
 }
+
+// refillQuiet is how long no instance may have taken a namespace or become ready
+// before the pool is refilled.
+const refillQuiet = 500 * time.Millisecond
 
 // replenish asks the filler to fill the pool up again.
 func (n *network) replenish() {

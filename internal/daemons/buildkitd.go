@@ -120,14 +120,19 @@ func (b Buildkitd) networkConfig() (string, error) {
 		path, cfg.PluginDir, cniPoolSize), nil
 }
 
-// InstallNetwork installs the tenants' filter rules (tenantnet.Install) when
+// InstallNetwork installs the tenants' filter rules (tenantnet.Install) and
+// releases attachments whose namespaces are gone (tenantnet.ReleaseStale) when
 // TenantNet is set; call it before the daemon starts, so that no RUN step ever
-// runs without them.
+// runs without the rules.
 func (b Buildkitd) InstallNetwork(ctx context.Context) error {
 	if b.TenantNet == nil {
 		return nil
 	}
-	return tenantnet.Install(ctx, *b.TenantNet)
+	if err := tenantnet.Install(ctx, *b.TenantNet); err != nil {
+		return err
+	}
+	// A buildkitd killed before it released its pool left addresses allocated.
+	return tenantnet.ReleaseStale(ctx, *b.TenantNet)
 }
 
 // Ready succeeds once the daemon answers with a worker.

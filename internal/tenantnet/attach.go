@@ -2,6 +2,7 @@ package tenantnet
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -92,6 +93,78 @@ func (n *Network) DetachAll(ctx context.Context, dir string) error {
 			err = os.RemoveAll(filepath.Join(dir, e.Name()))
 		}
 		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// newBuildsNetwork is the builds' network as buildkitd's CNI provider loads it
+// (loopback first, so that the interface is eth1), for releasing what a
+// buildkitd left.
+func newBuildsNetwork(cfg Config) (*Network, error) {
+	c, err := gocni.New(gocni.WithMinNetworkCount(2), gocni.WithPluginDir([]string{cfg.PluginDir}), gocni.WithInterfacePrefix("eth"))
+	if err != nil {
+		return nil, fmt.Errorf("tenant network: %w", err)
+	}
+	if err := c.Load(gocni.WithLoNetwork, gocni.WithConfListBytes(cfg.BuildsConfList())); err != nil {
+		return nil, fmt.Errorf("tenant network: %w", err)
+	}
+	return &Network{name: BuildsNetwork, cni: c}, nil
+}
+
+// cniResults is libcni's cache of ADD results (go-cni has no option for another).
+var cniResults = "/var/lib/cni/results"
+
+// ReleaseStale runs CNI DEL for every attachment to the tenants' networks whose
+// namespace is gone: a buildkitd or a local runtime killed before it released
+// its namespaces leaves host-local's address allocations, which outlive any
+// directory of theirs. The namespace path is in libcni's cached result; a path
+// that is not a mounted namespace any more cannot come back, so its attachment
+// is released.
+func ReleaseStale(ctx context.Context, cfg Config) error {
+	cfg = cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("tenant network: %w", err)
+	}
+	entries, err := os.ReadDir(cniResults)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	nets := map[string]*Network{}
+	var errs []error
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join(cniResults, e.Name()))
+		if err != nil {
+			continue // released meanwhile
+		}
+		var cached struct {
+			ContainerID string `json:"containerId"`
+			NetworkName string `json:"networkName"`
+			Netns       string `json:"netns"`
+		}
+		if json.Unmarshal(data, &cached) != nil || cached.ContainerID == "" || IsNetNS(cached.Netns) {
+			continue
+		}
+		n := nets[cached.NetworkName]
+		if n == nil {
+			switch cached.NetworkName {
+			case AppsNetwork:
+				n, err = NewAppsNetwork(cfg)
+			case BuildsNetwork:
+				n, err = newBuildsNetwork(cfg)
+			default:
+				continue // not bex's
+			}
+			if err != nil {
+				return err
+			}
+			nets[cached.NetworkName] = n
+		}
+		if err := n.Detach(ctx, cached.ContainerID, cached.Netns); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -306,3 +306,49 @@ next:
 	t.Fatal("this host has no non-loopback IPv4 address")
 	return netip.Addr{}
 }
+
+// TestReleaseStale: an attachment whose namespace is gone (its holder was
+// killed before CNI DEL) is released: its address allocation and cached result
+// go; a live one stays.
+func TestReleaseStale(t *testing.T) {
+	n, err := tenantnet.NewAppsNetwork(tenantnet.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	attach := func(name string) (string, string, netip.Addr) {
+		id := fmt.Sprintf("tenantnet-stale-%s-%d", name, time.Now().UnixNano())
+		path := filepath.Join(dir, name)
+		if err := tenantnet.NewNetNS(path); err != nil {
+			t.Fatal(err)
+		}
+		addr, err := n.Attach(ctx, id, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id, path, addr
+	}
+	staleID, stalePath, staleAddr := attach("stale")
+	liveID, livePath, liveAddr := attach("live")
+	t.Cleanup(func() { _ = n.Detach(ctx, liveID, livePath); _ = tenantnet.RemoveNetNS(livePath) })
+	if err := tenantnet.RemoveNetNS(stalePath); err != nil { // killed: no DEL
+		t.Fatal(err)
+	}
+	if err := tenantnet.ReleaseStale(ctx, tenantnet.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	alloc := func(a netip.Addr) string {
+		data, _ := os.ReadFile(filepath.Join("/var/lib/cni/networks", tenantnet.AppsNetwork, a.String()))
+		return string(data)
+	}
+	if strings.Contains(alloc(staleAddr), staleID) {
+		t.Errorf("%s is still allocated to %s", staleAddr, staleID)
+	}
+	if !strings.Contains(alloc(liveAddr), liveID) {
+		t.Errorf("the live attachment lost its address %s", liveAddr)
+	}
+	if _, err := os.Stat(filepath.Join("/var/lib/cni/results", tenantnet.AppsNetwork+"-"+staleID+"-eth0")); !os.IsNotExist(err) {
+		t.Errorf("cached result of %s: %v", staleID, err)
+	}
+}

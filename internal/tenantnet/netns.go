@@ -25,19 +25,32 @@ func NewNetNS(path string) error {
 	f.Close()
 	errc := make(chan error, 1)
 	go func() {
-		// The thread is left locked: it ends with this goroutine, in the new
-		// namespace, and no other goroutine ever runs in it.
+		// The thread goes back to its namespace afterwards and lives on: a thread
+		// that ends takes with it the children it forked with a parent-death
+		// signal (Pdeathsig is per thread), such as the test harness's daemons.
+		// Only if it cannot go back does it end, locked, with this goroutine.
 		runtime.LockOSThread()
+		self, err := os.Open(fmt.Sprintf("/proc/%d/task/%d/ns/net", os.Getpid(), unix.Gettid()))
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		defer self.Close()
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
 			errc <- fmt.Errorf("unshare: %w", err)
 			return
 		}
 		src := fmt.Sprintf("/proc/%d/task/%d/ns/net", os.Getpid(), unix.Gettid())
-		if err := unix.Mount(src, path, "none", unix.MS_BIND, ""); err != nil {
-			errc <- fmt.Errorf("bind mount: %w", err)
-			return
+		err = unix.Mount(src, path, "none", unix.MS_BIND, "")
+		if unix.Setns(int(self.Fd()), unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
 		}
-		errc <- nil
+		if err != nil {
+			err = fmt.Errorf("bind mount: %w", err)
+		}
+		errc <- err
 	}()
 	if err := <-errc; err != nil {
 		os.Remove(path)

@@ -254,7 +254,9 @@ func runBenchEdge() int {
 		return fail(err)
 	}
 	table := staticTable("localhost", []appv1.App{app("bench")}, []discoveryv1.EndpointSlice{
-		slice("bench", discoveryv1.AddressTypeFQDN, int32(backend.Port), ep(nil, "127.0.0.1")),
+		// An instance's own address (IPv4), or 127.0.0.1 on the host network (FQDN,
+		// as the local runtime writes it).
+		backendSlice(backend),
 	})
 	// The access log in JSON, as on a cluster (BEX_LOG_FORMAT=json): formatted,
 	// then dropped.
@@ -435,6 +437,15 @@ http://%[1]s:%[3]s {
 	}
 	keepRunning(b, &benchCaddy, cd)
 	return f
+}
+
+// backendSlice is the EndpointSlice of the bench app for backend, typed as the
+// local runtime types it.
+func backendSlice(backend *net.TCPAddr) discoveryv1.EndpointSlice {
+	if backend.IP.IsLoopback() {
+		return slice("bench", discoveryv1.AddressTypeFQDN, int32(backend.Port), ep(nil, "127.0.0.1"))
+	}
+	return slice("bench", discoveryv1.AddressTypeIPv4, int32(backend.Port), ep(nil, backend.IP.String()))
 }
 
 // keepRunning sets *global to server for the benchmark's cpuTime, and stops the

@@ -19,6 +19,7 @@ var programs = []struct{ name, from string }{
 	{"etcd", "make tools"},
 	{"kube-apiserver", "make tools"},
 	{"git", "apt-get install git"},
+	{"iptables", "apt-get install iptables"},      // the tenants' filter rules (internal/tenantnet)
 	{"busybox", "apt-get install busybox-static"}, // with BusyboxBase only
 }
 

@@ -26,6 +26,7 @@ import (
 	"bex.co/bex/internal/controlplane"
 	"bex.co/bex/internal/daemons"
 	"bex.co/bex/internal/supervise"
+	"bex.co/bex/internal/tenantnet"
 )
 
 // Platform is bex running on this machine.
@@ -150,8 +151,14 @@ func (p *Platform) startDaemons(ctx context.Context) error {
 			return err
 		}
 	}
-	b := daemons.Buildkitd{Dir: filepath.Join(p.cfg.StateDir, "buildkitd"), ContainerdAddress: p.containerdAddr, Namespace: ContainerdNamespace}
+	b := daemons.Buildkitd{Dir: filepath.Join(p.cfg.StateDir, "buildkitd"), ContainerdAddress: p.containerdAddr, Namespace: ContainerdNamespace,
+		TenantNet: &tenantnet.Config{}}
 	if err := p.limitBuildSteps(&b); err != nil {
+		return err
+	}
+	// Build steps and apps each in a network namespace of their own, behind bex's
+	// filter rules: installed before the first of them can run.
+	if err := b.InstallNetwork(ctx); err != nil {
 		return err
 	}
 	args, err := b.WriteConfig()
@@ -182,6 +189,17 @@ func (p *Platform) limitBuildSteps(b *daemons.Buildkitd) error {
 // reports a step killed by it as such.
 func (p *Platform) buildStepArgs() []string {
 	return []string{"--build-memory", strconv.FormatInt(p.buildCgroup.Memory, 10), "--build-cgroup", p.buildCgroup.Dir()}
+}
+
+// releaseNetworks tears down the network namespaces the local runtime keeps in dir.
+func releaseNetworks(dir string) error {
+	n, err := tenantnet.NewAppsNetwork(tenantnet.Config{})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return n.DetachAll(ctx, dir)
 }
 
 // busyboxBase imports Debian's busybox as the busybox base image, unless
@@ -322,6 +340,11 @@ func (p *Platform) startComponents(ctx context.Context) error {
 	deployer.AfterStop = func() {
 		if err := daemons.KillTasks(p.containerdAddr, ContainerdNamespace); err != nil {
 			p.cfg.Log.Warn("stopping the apps' containers", "err", err)
+		}
+		// Their network namespaces go too (CNI DEL, unmount): the next start's
+		// deployer attaches the adopted containers again.
+		if err := releaseNetworks(filepath.Join(p.cfg.StateDir, "runtime", "net")); err != nil {
+			p.cfg.Log.Warn("releasing the apps' network namespaces", "err", err)
 		}
 	}
 	if err := p.start(ctx, deployer, "runs each App's release with containerd"); err != nil {

@@ -9,10 +9,12 @@ import (
 	"strings"
 
 	bkclient "github.com/moby/buildkit/client"
+
+	"bex.co/bex/internal/tenantnet"
 )
 
-// RUN steps share the host's network: there is no CNI on a bex node, and builds
-// that fetch dependencies need the network the host has.
+// RUN steps run on the network networkConfig says: a network namespace of their
+// own on the builds' CNI network, or the host's.
 const buildkitdConfig = `root = %[1]q
 
 [grpc]
@@ -25,8 +27,7 @@ const buildkitdConfig = `root = %[1]q
   enabled = true
   address = %[3]q
   namespace = %[4]q
-  networkMode = "host"
-  gc = true
+%[5]s  gc = true
 `
 
 // buildkitdOCIConfig is the configuration without containerd: the OCI worker
@@ -59,6 +60,11 @@ type Buildkitd struct {
 	// CgroupParent is the cgroup build steps run under (BuildCgroup.Name), which
 	// holds their memory limit; empty: buildkitd's default, no limit.
 	CgroupParent string
+	// TenantNet, when set, runs the containerd worker's RUN steps each in a
+	// network namespace of its own on the builds' network (internal/tenantnet),
+	// where they reach neither the host's listeners nor the apps. Unset: the
+	// host's network.
+	TenantNet *tenantnet.Config
 }
 
 // Address is its gRPC address, "unix://<path>".
@@ -74,7 +80,11 @@ func (b Buildkitd) WriteConfig() ([]string, error) {
 	if b.ContainerdAddress == "" {
 		fmt.Fprintf(&content, buildkitdOCIConfig, filepath.Join(b.Dir, "root"), b.Address())
 	} else {
-		fmt.Fprintf(&content, buildkitdConfig, filepath.Join(b.Dir, "root"), b.Address(), b.ContainerdAddress, b.Namespace)
+		network, err := b.networkConfig()
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(&content, buildkitdConfig, filepath.Join(b.Dir, "root"), b.Address(), b.ContainerdAddress, b.Namespace, network)
 	}
 	for _, host := range b.HTTPRegistries {
 		fmt.Fprintf(&content, "\n[registry.%q]\n  http = true\n", host)
@@ -86,6 +96,47 @@ func (b Buildkitd) WriteConfig() ([]string, error) {
 	// Without --otel-socket-path buildkitd creates /run/buildkit/otel-grpc.sock,
 	// which two daemons on one machine would fight over.
 	return []string{"--config", config, "--otel-socket-path", filepath.Join(b.Dir, "otel.sock")}, nil
+}
+
+// cniPoolSize is how many namespaces buildkitd keeps ready for RUN steps: a few,
+// as builds take build slots and this machine runs few at once; each holds an
+// address of the builds' subnet while it waits.
+const cniPoolSize = 4
+
+// networkConfig writes the builds' CNI configuration (with TenantNet) and returns
+// the network lines of the containerd worker's section.
+func (b Buildkitd) networkConfig() (string, error) {
+	if b.TenantNet == nil {
+		return "  networkMode = \"host\"\n", nil
+	}
+	cfg := b.TenantNet.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return "", fmt.Errorf("builds network: %w", err)
+	}
+	if err := cfg.CheckPlugins(); err != nil {
+		return "", err
+	}
+	path := filepath.Join(b.Dir, "cni", tenantnet.BuildsNetwork+".conflist")
+	if err := cfg.WriteBuildsConfList(path); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("  networkMode = \"cni\"\n  cniConfigPath = %q\n  cniBinaryPath = %q\n  cniPoolSize = %d\n",
+		path, cfg.PluginDir, cniPoolSize), nil
+}
+
+// InstallNetwork installs the tenants' filter rules (tenantnet.Install) and
+// releases attachments whose namespaces are gone (tenantnet.ReleaseStale) when
+// TenantNet is set; call it before the daemon starts, so that no RUN step ever
+// runs without the rules.
+func (b Buildkitd) InstallNetwork(ctx context.Context) error {
+	if b.TenantNet == nil {
+		return nil
+	}
+	if err := tenantnet.Install(ctx, *b.TenantNet); err != nil {
+		return err
+	}
+	// A buildkitd killed before it released its pool left addresses allocated.
+	return tenantnet.ReleaseStale(ctx, *b.TenantNet)
 }
 
 // Ready succeeds once the daemon answers with a worker.

@@ -12,6 +12,7 @@ import (
 	"github.com/tonistiigi/fsutil"
 
 	"bex.co/bex/internal/daemons"
+	"bex.co/bex/internal/tenantnet"
 )
 
 // Buildkitd is a buildkitd whose containerd worker builds into a Containerd, in
@@ -56,7 +57,8 @@ func StartBuildkitd(dir string, c *Containerd, opts ...BuildkitdOption) (*Buildk
 	if err != nil {
 		return nil, err
 	}
-	o := buildkitdOptions{Buildkitd: daemons.Buildkitd{Dir: dir, ContainerdAddress: c.Address, Namespace: Namespace}}
+	// RUN steps on the builds' network, as under bex up.
+	o := buildkitdOptions{Buildkitd: daemons.Buildkitd{Dir: dir, ContainerdAddress: c.Address, Namespace: Namespace, TenantNet: &tenantnet.Config{}}}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -69,6 +71,9 @@ func StartBuildkitd(dir string, c *Containerd, opts ...BuildkitdOption) (*Buildk
 		}
 		d.CgroupParent = cg.Name
 		b.cgroup, b.StepCgroup, b.StepMemory = &cg, cg.Dir(), o.buildMemory
+	}
+	if err := d.InstallNetwork(context.Background()); err != nil {
+		return nil, err
 	}
 	args, err := d.WriteConfig()
 	if err == nil {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"bex.co/bex/internal/tenantnet"
 )
 
 // Config configures a Runtime. The zero value of a field means its default (see
@@ -20,6 +22,16 @@ type Config struct {
 	// instances' logs. Required: it must survive a restart of bex, or running
 	// containers could not be adopted with their ports.
 	StateDir string
+
+	// Network is where instances run: NetworkTenant (default), a network
+	// namespace of its own per instance, or NetworkHost, the host's.
+	Network string
+	// TenantNet is the tenants' network (subnets, CNI plugins, filter chains) of
+	// NetworkTenant. Its defaults are tenantnet's.
+	TenantNet tenantnet.Config
+	// NetworkPool is how many attached namespaces NetworkTenant keeps ready, so
+	// that starting an instance does not wait for CNI. Default 2; negative: none.
+	NetworkPool int
 
 	// PortMin and PortMax bound the ports given to instances as PORT (inclusive).
 	// Default 20000-29999.
@@ -78,6 +90,13 @@ func (cfg Config) Defaults() Config {
 	if cfg.Snapshotter == "" {
 		cfg.Snapshotter = "overlayfs"
 	}
+	if cfg.Network == "" {
+		cfg.Network = NetworkTenant
+	}
+	cfg.TenantNet = cfg.TenantNet.Defaults()
+	if cfg.NetworkPool == 0 {
+		cfg.NetworkPool = 2
+	}
 	if cfg.PortMin == 0 && cfg.PortMax == 0 {
 		cfg.PortMin, cfg.PortMax = 20000, 29999
 	}
@@ -128,6 +147,15 @@ func (cfg Config) Validate() error {
 	var errs []error
 	if cfg.StateDir == "" {
 		errs = append(errs, errors.New("state dir: required (port allocations and logs live there)"))
+	}
+	switch cfg.Network {
+	case NetworkTenant:
+		if err := cfg.TenantNet.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("tenant network: %w", err))
+		}
+	case NetworkHost:
+	default:
+		errs = append(errs, fmt.Errorf("network %q: want %q or %q", cfg.Network, NetworkTenant, NetworkHost))
 	}
 	if cfg.PortMin < 1024 || cfg.PortMax > 65535 || cfg.PortMin > cfg.PortMax {
 		errs = append(errs, fmt.Errorf("port range %d-%d: want 1024 <= min <= max <= 65535", cfg.PortMin, cfg.PortMax))

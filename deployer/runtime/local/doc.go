@@ -12,19 +12,26 @@
 //   - the Service <app> (headless, no selector) and the EndpointSlices labelled
 //     endpointslice.kubernetes.io/managed-by=local.runtime.bex.co, owned by the App.
 //
-// Instances share the host's network (there is no CNI on a bex node) and each gets
-// its own PORT from the configured range. A port is reserved in the state file
+// Each instance runs in a network namespace of its own on the apps' CNI network
+// (internal/tenantnet; Config.Network "host" keeps the host's), kept at
+// <state dir>/net/<id>/netns with the namespace's resolv.conf and hosts, its id
+// and address in the container's labels. Namespaces are attached ahead of need, a
+// pool of Config.NetworkPool, refilled once the instance that took one is ready;
+// an instance's namespace is torn down (CNI DEL, unmount) after its container is
+// deleted, and at start every namespace that no container uses is torn down.
+// Each instance also gets its own PORT from the configured range. A port is reserved in the state file
 // before the container exists, is checked with a bind on 127.0.0.1 before it is
 // given out, is not reused at once (the search continues after the last port
 // given), and is freed when the container is deleted.
 //
 // Endpoints: an EndpointSlice carries its ports for all its endpoints, and the
 // instances' ports differ, so there is one EndpointSlice per ready web instance
-// (named <app>-<port>), each with one endpoint 127.0.0.1 and one port "http".
-// The slices' addressType is FQDN, not IPv4: the API server refuses loopback
-// addresses in IPv4 and IPv6 slices ("may not be in the loopback range"), while
-// "127.0.0.1" is a valid FQDN address that any dialer takes as the IP literal it
-// is. Readers of the slices (the edge) must therefore accept FQDN slices. A
+// (named <app>-<port>), each with one endpoint, the instance's address, and one
+// port "http"; the health and liveness checks dial the same address. On the host
+// network the address is 127.0.0.1 and the addressType FQDN, not IPv4: the API
+// server refuses loopback addresses in IPv4 and IPv6 slices ("may not be in the
+// loopback range"), while "127.0.0.1" is a valid FQDN address that any dialer
+// takes as the IP literal it is. A
 // rollout writes the new slices first and deletes the old ones after, so the edge
 // sees the new backends before the old ones leave; the old instances then keep
 // running for the drain period before SIGTERM (SIGKILL after the stop timeout).

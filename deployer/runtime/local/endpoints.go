@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"sort"
 	"strconv"
 	"strings"
@@ -62,13 +63,14 @@ func (r *Runtime) publish(ctx context.Context, a *appState) error {
 	owner := a.owner
 	type ep struct {
 		id    string
+		addr  string
 		port  int
 		index int
 	}
 	var eps []ep
 	for _, inst := range a.instances {
 		if inst.web() && inst.gen == a.serving && !a.serving.isZero() && inst.ready && !inst.leaving() {
-			eps = append(eps, ep{inst.id, inst.port, inst.index})
+			eps = append(eps, ep{inst.id, inst.addr.String(), inst.port, inst.index})
 		}
 	}
 	release := a.serving.Release
@@ -80,7 +82,7 @@ func (r *Runtime) publish(ctx context.Context, a *appState) error {
 	var sig strings.Builder
 	fmt.Fprintf(&sig, "r%d", release)
 	for _, e := range eps {
-		fmt.Fprintf(&sig, ",%d", e.port)
+		fmt.Fprintf(&sig, ",%s:%d", e.addr, e.port)
 	}
 	if sig.String() == a.published {
 		return nil
@@ -103,9 +105,9 @@ func (r *Runtime) publish(ctx context.Context, a *appState) error {
 				},
 				Annotations:     map[string]string{annotationID: e.id},
 				OwnerReferences: []metav1.OwnerReference{*owner}},
-			AddressType: discoveryv1.AddressTypeFQDN, // the API refuses loopback IPs in IPv4 slices; see doc.go
+			AddressType: addressType(e.addr),
 			Endpoints: []discoveryv1.Endpoint{{
-				Addresses:  []string{"127.0.0.1"},
+				Addresses:  []string{e.addr},
 				Conditions: discoveryv1.EndpointConditions{Ready: ptr(true), Serving: ptr(true), Terminating: ptr(false)},
 			}},
 			Ports: []discoveryv1.EndpointPort{{Name: ptr("http"), Protocol: ptr(corev1.ProtocolTCP), Port: ptr(int32(e.port))}},
@@ -119,6 +121,15 @@ func (r *Runtime) publish(ctx context.Context, a *appState) error {
 			}
 		case err != nil:
 			return fmt.Errorf("get endpointslice %s/%s: %w", s.Namespace, s.Name, err)
+		case cur.AddressType != s.AddressType:
+			// The address type is immutable: a slice of the host-network era is
+			// replaced.
+			if err := r.kube.Delete(ctx, cur); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("delete endpointslice %s/%s: %w", s.Namespace, s.Name, err)
+			}
+			if err := r.kube.Create(ctx, s); err != nil {
+				return fmt.Errorf("create endpointslice %s/%s: %w", s.Namespace, s.Name, err)
+			}
 		default:
 			s.ResourceVersion = cur.ResourceVersion
 			if err := r.kube.Update(ctx, s); err != nil {
@@ -165,3 +176,14 @@ func (r *Runtime) deleteEndpoints(ctx context.Context, key types.NamespacedName)
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// addressType is IPv4 for an instance's own address, FQDN for 127.0.0.1 (the host
+// network): the API server refuses loopback addresses in IPv4 slices, while
+// "127.0.0.1" is a valid FQDN address that any dialer takes as the IP literal it
+// is.
+func addressType(addr string) discoveryv1.AddressType {
+	if a, err := netip.ParseAddr(addr); err == nil && a.Is4() && !a.IsLoopback() {
+		return discoveryv1.AddressTypeIPv4
+	}
+	return discoveryv1.AddressTypeFQDN
+}

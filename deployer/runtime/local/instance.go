@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,7 +18,6 @@ import (
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/errdefs"
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"k8s.io/apimachinery/pkg/types"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
@@ -33,6 +33,10 @@ type instance struct {
 	index   int
 	gen     gen
 	port    int
+	// addr is the instance's IP address: its own network namespace's, or
+	// 127.0.0.1 on the host network. The endpoints and the health checks use it.
+	addr    netip.Addr
+	netns   string // the id of its network namespace; "" on the host network
 	logPath string
 	// restart is the process type's restart token when the instance was made
 	// (runtime.Desired.Restarts); a different token wants a fresh instance.
@@ -124,6 +128,12 @@ func (r *Runtime) create(ctx context.Context, a *appState, d runtime.Desired, g 
 		_ = r.store.free(port, id)
 		return nil, err
 	}
+	att, err := r.net.setup(ctx, id)
+	if err != nil {
+		_ = r.store.free(port, id)
+		return nil, fmt.Errorf("network of %s: %w", id, err)
+	}
+	inst.addr, inst.netns = att.addr, att.id
 
 	vars := map[string]string{}
 	envList := make([]string, 0, len(env)+1)
@@ -139,12 +149,10 @@ func (r *Runtime) create(ctx context.Context, a *appState, d runtime.Desired, g 
 
 	opts := []oci.SpecOpts{
 		oci.WithImageConfig(img),
-		// Host network: no CNI on a bex node; each instance has its own PORT.
-		oci.WithHostNamespace(specs.NetworkNamespace),
-		oci.WithHostResolvconf,
-		oci.WithHostHostsFile,
 		oci.WithEnv(envList),
 	}
+	// The instance's network namespace (or the host's), resolv.conf and hosts.
+	opts = append(opts, r.net.specOpts(att)...)
 	if cmd := d.Processes[process].Command; len(cmd) > 0 {
 		args := make([]string, len(cmd))
 		for i, c := range cmd {
@@ -179,6 +187,10 @@ func (r *Runtime) create(ctx context.Context, a *appState, d runtime.Desired, g 
 		labelIDs:       strconv.FormatUint(uint64(idm.host), 10),
 		labelMemory:    strconv.FormatInt(lim.memory, 10),
 	}
+	if att.dir != "" {
+		labels[labelAddress] = att.addr.String()
+		labels[labelNetns] = att.id
+	}
 	ctr, err := r.cd.NewContainer(ctx, id,
 		containerd.WithImage(img),
 		containerd.WithSnapshotter(r.cfg.Snapshotter),
@@ -189,6 +201,7 @@ func (r *Runtime) create(ctx context.Context, a *appState, d runtime.Desired, g 
 		containerd.WithContainerLabels(labels),
 		containerd.WithNewSpec(opts...))
 	if err != nil {
+		_ = r.net.teardown(context.WithoutCancel(ctx), att.id)
 		_ = r.store.free(port, id)
 		return nil, fmt.Errorf("create container %s: %w", id, err)
 	}
@@ -215,6 +228,13 @@ func instanceFromLabels(ctr containerd.Container, l map[string]string, cfg Confi
 	}
 	if inst.port, err = strconv.Atoi(l[labelPort]); err != nil {
 		errs = append(errs, fmt.Errorf("port: %w", err))
+	}
+	inst.addr = loopback // made before instances had namespaces of their own
+	inst.netns = l[labelNetns]
+	if a, ok := l[labelAddress]; ok {
+		if inst.addr, err = netip.ParseAddr(a); err != nil {
+			errs = append(errs, fmt.Errorf("address: %w", err))
+		}
 	}
 	if inst.bootTimeout, err = time.ParseDuration(l[labelBoot]); err != nil {
 		inst.bootTimeout = cfg.BootTimeout
@@ -408,7 +428,7 @@ var probeClient = &http.Client{
 
 // check is one health check of inst.
 func check(ctx context.Context, inst *instance) error {
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(inst.port))
+	addr := net.JoinHostPort(inst.addr.String(), strconv.Itoa(inst.port))
 	if inst.healthPath == "" {
 		conn, err := (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "tcp", addr)
 		if err != nil {
@@ -458,7 +478,8 @@ func (r *Runtime) probe(inst *instance, seq int) {
 			inst.ready = true
 			inst.lastProbe = ""
 			r.mu.Unlock()
-			log.Info("instance ready", "port", inst.port)
+			log.Info("instance ready", "address", inst.addr, "port", inst.port)
+			r.net.replenish()
 			if inst.web() {
 				if a := r.existingApp(inst.app); a != nil {
 					if perr := r.publish(inst.ctx, a); perr != nil && inst.ctx.Err() == nil {
@@ -582,6 +603,9 @@ func (r *Runtime) stop(inst *instance) {
 	}
 	if err := inst.ctr.Delete(ctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 		log.Warn("delete container", "container", inst.id, "err", err)
+	}
+	if err := r.net.teardown(ctx, inst.netns); err != nil {
+		log.Warn("tear down the instance's network", "container", inst.id, "err", err)
 	}
 	if err := r.store.free(inst.port, inst.id); err != nil {
 		log.Warn("free port", "port", inst.port, "err", err)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -40,7 +41,7 @@ func TestMain(m *testing.M) { os.Exit(testenv.Run(m)) }
 // it writes $GREETING into /www/greeting.txt, so a GET shows that env vars arrived.
 const appDockerfile = `FROM busybox
 RUN mkdir -p /www && echo "version %s" > /www/index.html
-CMD ["sh", "-c", "echo \"$GREETING\" > /www/greeting.txt; echo booting %s on $PORT; exec httpd -f -p 127.0.0.1:$PORT -h /www"]
+CMD ["sh", "-c", "echo \"$GREETING\" > /www/greeting.txt; echo booting %s on $PORT; exec httpd -f -p $PORT -h /www"]
 `
 
 var images struct {
@@ -241,7 +242,7 @@ func readEndpoints(c client.Client, key types.NamespacedName) ([]string, error) 
 	}
 	var urls []string
 	for _, s := range list.Items {
-		if s.AddressType != discoveryv1.AddressTypeFQDN || len(s.Ports) != 1 || s.Ports[0].Port == nil {
+		if (s.AddressType != discoveryv1.AddressTypeFQDN && s.AddressType != discoveryv1.AddressTypeIPv4) || len(s.Ports) != 1 || s.Ports[0].Port == nil {
 			continue
 		}
 		for _, e := range s.Endpoints {
@@ -366,13 +367,13 @@ func TestReleaseServesOnItsPortWithEnvAndLogs(t *testing.T) {
 	if len(ctrs) != 2 {
 		t.Fatalf("containers: %v", ctrs)
 	}
-	var webPort, workerPort string
+	var webPort, workerPort, webAddr string
 	for id, l := range ctrs {
 		if !strings.HasPrefix(id, "serve-shop-"+l[labelProcess]+"-r1-1-") || l[labelRelease] != "1" || l[labelIndex] != "1" {
 			t.Errorf("container %s labels %v", id, l)
 		}
 		if l[labelProcess] == "web" {
-			webPort = l[labelPort]
+			webPort, webAddr = l[labelPort], l[labelAddress]
 		} else {
 			workerPort = l[labelPort]
 		}
@@ -381,8 +382,13 @@ func TestReleaseServesOnItsPortWithEnvAndLogs(t *testing.T) {
 		t.Fatalf("ports: web %q worker %q", webPort, workerPort)
 	}
 
-	// The EndpointSlice lists the web instance on its allocated port.
-	want := "http://127.0.0.1:" + webPort
+	// The EndpointSlice lists the web instance at its own address (on the tenants'
+	// subnet), on its allocated port.
+	subnet := netip.MustParsePrefix(f.cfg.TenantNet.Defaults().AppsSubnet)
+	if a, err := netip.ParseAddr(webAddr); err != nil || !subnet.Contains(a) {
+		t.Fatalf("web instance's address %q: want one in %s", webAddr, subnet)
+	}
+	want := "http://" + webAddr + ":" + webPort
 	if eps := f.endpoints(); len(eps) != 1 || eps[0] != want {
 		t.Fatalf("endpoints %v, want [%s]", eps, want)
 	}
@@ -391,7 +397,8 @@ func TestReleaseServesOnItsPortWithEnvAndLogs(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(list.Items) != 1 || list.Items[0].Name != "shop-"+webPort || len(list.Items[0].OwnerReferences) != 1 ||
-		list.Items[0].OwnerReferences[0].UID != f.app.UID || *list.Items[0].Ports[0].Name != "http" {
+		list.Items[0].OwnerReferences[0].UID != f.app.UID || *list.Items[0].Ports[0].Name != "http" ||
+		list.Items[0].AddressType != discoveryv1.AddressTypeIPv4 {
 		t.Fatalf("endpointslices: %+v", list.Items)
 	}
 	svc := &corev1.Service{}
@@ -689,7 +696,7 @@ func TestHungInstanceIsRestarted(t *testing.T) {
 	f.rt = f.newRuntime()
 	d := f.desired(1, f.v1, 1)
 	d.Processes = map[string]appv1.ProcessSpec{"web": {Replicas: 1, Command: []string{"sh", "-c",
-		"httpd -f -p 127.0.0.1:$PORT -h /www & sleep 2; kill $!; echo httpd gone; exec sleep 3600"}}}
+		"httpd -f -p $PORT -h /www & sleep 2; kill $!; echo httpd gone; exec sleep 3600"}}}
 	st := f.syncUntil(d, 30*time.Second, "web restarted after hanging, and ready again", func(st runtime.Status) bool {
 		return st.Processes["web"].Restarts >= 1 && st.Processes["web"].Ready == 1
 	})
@@ -846,9 +853,14 @@ func TestDeleteRemovesEverything(t *testing.T) {
 	f := newFixture(t, "delete")
 	f.deployV1()
 	ctx := context.Background()
+	nets := map[string]netip.Addr{}
+	for _, inst := range f.instancesOf(f.key()) {
+		nets[inst.netns] = inst.addr
+	}
 	if err := f.rt.Delete(ctx, f.key()); err != nil {
 		t.Fatal(err)
 	}
+	f.assertNoNetworkLeft(nets)
 	if n := len(f.containers()); n != 0 {
 		t.Fatalf("%d containers after Delete", n)
 	}

@@ -48,6 +48,8 @@ const (
 	labelRestart   = "app.bex.co/restart-token"
 	labelIDs       = "app.bex.co/host-uid" // first host id of the user namespace
 	labelMemory    = "app.bex.co/memory"   // memory limit in bytes
+	labelAddress   = "app.bex.co/address" // the instance's IP address; absent: 127.0.0.1 (host network)
+	labelNetns     = "app.bex.co/netns"   // the id of the instance's network namespace (<state dir>/net/<id>)
 	runtimeName    = "local"
 )
 
@@ -62,6 +64,7 @@ type Runtime struct {
 	kube  client.Client
 	log   *slog.Logger
 	store *store
+	net   *network
 
 	// ctx lives as long as the Runtime and carries the containerd namespace; the
 	// supervisors run under it.
@@ -140,18 +143,23 @@ func New(cfg Config, c client.Client, log *slog.Logger) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("local runtime: %w", err)
 	}
+	nw, err := newNetwork(cfg, log.With("component", "runtime/local"))
+	if err != nil {
+		return nil, fmt.Errorf("local runtime: %w", err)
+	}
 	cd, err := containerd.New(cfg.Address, containerd.WithDefaultNamespace(cfg.Namespace), containerd.WithTimeout(10*time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("local runtime: cannot reach containerd at %s: %w", cfg.Address, err)
 	}
 	ctx, cancel := context.WithCancel(namespaces.WithNamespace(context.Background(), cfg.Namespace))
-	r := &Runtime{cfg: cfg, cd: cd, kube: c, log: log.With("component", "runtime/local"), store: st, changes: make(chan types.NamespacedName, 256),
+	r := &Runtime{cfg: cfg, cd: cd, kube: c, log: log.With("component", "runtime/local"), store: st, net: nw, changes: make(chan types.NamespacedName, 256),
 		ctx: ctx, cancel: cancel, apps: map[types.NamespacedName]*appState{}}
 	if err := r.adopt(); err != nil {
 		cancel()
 		cd.Close()
 		return nil, fmt.Errorf("local runtime: adopt running containers: %w", err)
 	}
+	r.net.start()
 	r.wg.Add(2)
 	go r.rotateLogs()
 	go r.watchOOM()
@@ -163,6 +171,7 @@ func New(cfg Config, c client.Client, log *slog.Logger) (*Runtime, error) {
 func (r *Runtime) Close() error {
 	r.cancel()
 	r.wg.Wait()
+	r.net.close()
 	return r.cd.Close()
 }
 
@@ -192,7 +201,7 @@ func (r *Runtime) adopt() error {
 	if err != nil {
 		return err
 	}
-	live := map[string]bool{}
+	live, liveNetns := map[string]bool{}, map[string]bool{}
 	for _, ctr := range ctrs {
 		labels, err := ctr.Labels(ctx)
 		if err != nil {
@@ -213,17 +222,38 @@ func (r *Runtime) adopt() error {
 			}
 		}
 		live[inst.id] = true
+		liveNetns[inst.netns] = true
 		task, err := ctr.Task(ctx, nil)
 		if err != nil {
 			task = nil
+		}
+		running := false
+		if task != nil {
+			if st, err := task.Status(ctx); err == nil && st.Status == containerd.Running {
+				running = true
+			}
+		}
+		if !running {
+			// Its namespace may be gone (bex up released it at stop; a reboot): a
+			// new one, with a new address, before the task starts again.
+			att, made, err := r.net.restore(ctx, inst.netns, inst.id)
+			if err != nil {
+				r.log.Warn("network of an adopted container", "container", inst.id, "err", err)
+			} else if made {
+				inst.addr = att.addr
+				if _, err := ctr.SetLabels(ctx, map[string]string{labelAddress: att.addr.String()}); err != nil {
+					r.log.Warn("record the new address of an adopted container", "container", inst.id, "err", err)
+				}
+			}
 		}
 		r.mu.Lock()
 		a := r.appLocked(inst.app)
 		a.instances[inst.id] = inst
 		r.mu.Unlock()
-		r.log.Info("adopted instance", "app", inst.app.String(), "release", inst.gen.Release, "instance", inst.name(), "container", inst.id, "port", inst.port)
+		r.log.Info("adopted instance", "app", inst.app.String(), "release", inst.gen.Release, "instance", inst.name(), "container", inst.id, "address", inst.addr, "port", inst.port)
 		r.supervise(inst, task)
 	}
+	r.net.cleanup(ctx, liveNetns)
 	return r.store.retain(live)
 }
 
@@ -431,7 +461,7 @@ func (r *Runtime) ensureInstances(ctx context.Context, a *appState, d runtime.De
 		if err != nil {
 			return err
 		}
-		log.Info("instance started", "instance", inst.name(), "container", inst.id, "port", inst.port)
+		log.Info("instance started", "instance", inst.name(), "container", inst.id, "address", inst.addr, "port", inst.port)
 	}
 	return nil
 }
@@ -664,10 +694,14 @@ func (r *Runtime) Delete(ctx context.Context, key types.NamespacedName) error {
 		if task, err := ctr.Task(ctx, nil); err == nil {
 			_, _ = task.Delete(ctx, containerd.WithProcessKill)
 		}
+		labels, lerr := ctr.Labels(ctx)
 		if err := ctr.Delete(ctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
 			return fmt.Errorf("delete container %s: %w", ctr.ID(), err)
 		}
-		if labels, err := ctr.Labels(ctx); err == nil {
+		if lerr == nil {
+			if err := r.net.teardown(ctx, labels[labelNetns]); err != nil {
+				return fmt.Errorf("network of container %s: %w", ctr.ID(), err)
+			}
 			if p, err := strconv.Atoi(labels[labelPort]); err == nil {
 				_ = r.store.free(p, ctr.ID())
 			}

@@ -1,0 +1,155 @@
+package tenantnet
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+)
+
+// Names of the two CNI networks. host-local keeps its allocations under
+// /var/lib/cni/networks/<name>, shared by every bex on the machine that uses the
+// network, so that two of them never hand out one address twice (the /32 routes
+// of ptp would collide).
+const (
+	AppsNetwork   = "bex-apps"
+	BuildsNetwork = "bex-builds"
+)
+
+// Config configures the tenants' network. The zero value of a field means its
+// default (see Defaults); Validate checks the result.
+type Config struct {
+	// AppsSubnet holds the app instances' addresses. Default 10.89.0.0/16.
+	AppsSubnet string
+	// BuildsSubnet holds the build steps' addresses. Default 10.90.0.0/16.
+	BuildsSubnet string
+	// PluginDir holds the CNI plugins. Default /usr/lib/cni (Debian's
+	// containernetworking-plugins).
+	PluginDir string
+	// ChainPrefix names bex's iptables chains: <prefix>-INPUT, <prefix>-FORWARD,
+	// <prefix>-POSTROUTING. Default "BEX".
+	ChainPrefix string
+	// ResolvConf is the host's resolver configuration, read for the resolver's
+	// address. Default /etc/resolv.conf.
+	ResolvConf string
+}
+
+// Defaults returns cfg with every unset field set to its default.
+func (cfg Config) Defaults() Config {
+	if cfg.AppsSubnet == "" {
+		cfg.AppsSubnet = "10.89.0.0/16"
+	}
+	if cfg.BuildsSubnet == "" {
+		cfg.BuildsSubnet = "10.90.0.0/16"
+	}
+	if cfg.PluginDir == "" {
+		cfg.PluginDir = "/usr/lib/cni"
+	}
+	if cfg.ChainPrefix == "" {
+		cfg.ChainPrefix = "BEX"
+	}
+	if cfg.ResolvConf == "" {
+		cfg.ResolvConf = "/etc/resolv.conf"
+	}
+	return cfg
+}
+
+var chainPrefix = regexp.MustCompile(`^[A-Z][A-Z0-9-]{0,15}$`)
+
+// Validate reports every field that is wrong, after defaults.
+func (cfg Config) Validate() error {
+	var errs []error
+	apps, err := netip.ParsePrefix(cfg.AppsSubnet)
+	if err != nil || !apps.Addr().Is4() || apps.Bits() > 24 {
+		errs = append(errs, fmt.Errorf("apps subnet %q: want an IPv4 CIDR of /24 or larger", cfg.AppsSubnet))
+	}
+	builds, err2 := netip.ParsePrefix(cfg.BuildsSubnet)
+	if err2 != nil || !builds.Addr().Is4() || builds.Bits() > 24 {
+		errs = append(errs, fmt.Errorf("builds subnet %q: want an IPv4 CIDR of /24 or larger", cfg.BuildsSubnet))
+	}
+	if err == nil && err2 == nil && apps.Overlaps(builds) {
+		errs = append(errs, fmt.Errorf("apps subnet %s and builds subnet %s overlap", apps, builds))
+	}
+	if !chainPrefix.MatchString(cfg.ChainPrefix) {
+		errs = append(errs, fmt.Errorf("chain prefix %q: want up to 16 capital letters, digits or '-'", cfg.ChainPrefix))
+	}
+	if !filepath.IsAbs(cfg.PluginDir) {
+		errs = append(errs, fmt.Errorf("CNI plugin dir %q: want an absolute path", cfg.PluginDir))
+	}
+	return errors.Join(errs...)
+}
+
+// subnets are the tenant subnets, apps first.
+func (cfg Config) subnets() []string { return []string{cfg.AppsSubnet, cfg.BuildsSubnet} }
+
+// CheckPlugins reports a missing CNI plugin with the package to install.
+func (cfg Config) CheckPlugins() error {
+	for _, p := range []string{"ptp", "host-local", "loopback", "tuning"} {
+		if _, err := os.Stat(filepath.Join(cfg.PluginDir, p)); err != nil {
+			return fmt.Errorf("CNI plugin %s is missing in %s: install containernetworking-plugins", p, cfg.PluginDir)
+		}
+	}
+	return nil
+}
+
+// AppsConfList is the CNI configuration of the app instances' network.
+// Its interface is eth0: Network loads it before the loopback network, and
+// go-cni names interfaces by their network's place in the list.
+func (cfg Config) AppsConfList() []byte { return confList(AppsNetwork, cfg.AppsSubnet, "eth0") }
+
+// BuildsConfList is the CNI configuration of the build steps' network.
+// Its interface is eth1: buildkitd's CNI provider loads the loopback network
+// first (util/network/cniprovider), so this one is the second of go-cni's list.
+func (cfg Config) BuildsConfList() []byte {
+	return confList(BuildsNetwork, cfg.BuildsSubnet, "eth1")
+}
+
+// confList is a ptp network on subnet: a veth pair per namespace, the host's end
+// with the gateway address, a /32 route to the container on the host and a
+// default route in the container; IPv6 off on the container's interface ifname
+// (the tuning plugin fails the ADD if that interface does not exist, so a change
+// of name is loud). ipMasq is
+// off: masquerading is one rule of bex's own for the whole subnet (see Rules),
+// not a chain per container that a crash could leave behind.
+func confList(name, subnet, ifname string) []byte {
+	type m = map[string]any
+	list := m{
+		"cniVersion": "1.0.0",
+		"name":       name,
+		"plugins": []m{
+			{
+				"type":   "ptp",
+				"ipMasq": false,
+				"ipam": m{
+					"type":   "host-local",
+					"ranges": [][]m{{{"subnet": subnet}}},
+					"routes": []m{{"dst": "0.0.0.0/0"}},
+				},
+			},
+			{
+				"type":   "tuning",
+				"sysctl": m{"net.ipv6.conf." + ifname + ".disable_ipv6": "1"},
+			},
+		},
+	}
+	data, err := json.MarshalIndent(list, "", "  ")
+	if err != nil {
+		panic(err) // a literal map of strings always marshals
+	}
+	return data
+}
+
+// WriteBuildsConfList writes the builds' network to path (which must end in
+// .conflist, the suffix by which buildkitd takes it for a list of plugins).
+func (cfg Config) WriteBuildsConfList(path string) error {
+	if filepath.Ext(path) != ".conflist" {
+		return fmt.Errorf("CNI configuration %s: the name must end in .conflist", path)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, cfg.BuildsConfList(), 0o644)
+}

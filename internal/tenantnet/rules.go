@@ -1,0 +1,212 @@
+package tenantnet
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+)
+
+// Rule is one iptables rule: its table, chain and match/target arguments.
+type Rule struct {
+	Table, Chain string
+	Args         []string
+}
+
+func (r Rule) String() string {
+	return fmt.Sprintf("-t %s -A %s %s", r.Table, r.Chain, strings.Join(r.Args, " "))
+}
+
+// Chains returns bex's chains: filter INPUT and FORWARD, nat POSTROUTING.
+func (cfg Config) Chains() (input, forward, postrouting string) {
+	p := cfg.ChainPrefix
+	return p + "-INPUT", p + "-FORWARD", p + "-POSTROUTING"
+}
+
+// jumps are the rules in the built-in chains that send traffic to bex's chains.
+// They are inserted first, so that no broader ACCEPT before them lets a tenant
+// through.
+func (cfg Config) jumps() []Rule {
+	in, fwd, post := cfg.Chains()
+	return []Rule{
+		{"filter", "INPUT", []string{"-j", in}},
+		{"filter", "FORWARD", []string{"-j", fwd}},
+		{"nat", "POSTROUTING", []string{"-j", post}},
+	}
+}
+
+// Rules returns the rules of bex's chains, in order. hostResolvers are the
+// resolvers of the host's resolv.conf that are addresses of the host itself
+// (which the INPUT rules would otherwise cut off).
+func (cfg Config) Rules(hostResolvers []netip.Addr) []Rule {
+	in, fwd, post := cfg.Chains()
+	established := []string{"-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"}
+	var rules []Rule
+	for _, s := range cfg.subnets() {
+		// Replies to what the host opened: the edge and the health checks connect to
+		// instances, and the SYN-ACK comes back here.
+		rules = append(rules, Rule{"filter", in, append([]string{"-s", s}, established...)})
+		for _, r := range hostResolvers {
+			for _, proto := range []string{"udp", "tcp"} {
+				rules = append(rules, Rule{"filter", in, []string{"-s", s, "-d", r.String(), "-p", proto, "--dport", "53", "-j", "ACCEPT"}})
+			}
+		}
+		rules = append(rules, Rule{"filter", in, []string{"-s", s, "-j", "DROP"}})
+	}
+	for _, s := range cfg.subnets() {
+		for _, d := range cfg.subnets() {
+			rules = append(rules, Rule{"filter", fwd, []string{"-s", s, "-d", d, "-j", "DROP"}})
+		}
+	}
+	for _, s := range cfg.subnets() {
+		rules = append(rules,
+			Rule{"filter", fwd, append([]string{"-d", s}, established...)},
+			Rule{"filter", fwd, []string{"-d", s, "-j", "DROP"}},
+			Rule{"filter", fwd, []string{"-s", s, "-j", "ACCEPT"}},
+		)
+	}
+	for _, s := range cfg.subnets() {
+		rules = append(rules, Rule{"nat", post, []string{"-s", s, "!", "-d", s, "-j", "MASQUERADE"}})
+	}
+	return rules
+}
+
+// HostResolvers returns the nameservers of the host's resolv.conf that are
+// addresses of this host (a local stub resolver). Loopback ones are left out:
+// a namespace has a loopback of its own and cannot reach the host's.
+func (cfg Config) HostResolvers() ([]netip.Addr, error) {
+	data, err := os.ReadFile(cfg.ResolvConf)
+	if err != nil {
+		return nil, err
+	}
+	local := map[netip.Addr]bool{}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil {
+			local[p.Addr().Unmap()] = true
+		}
+	}
+	var out []netip.Addr
+	for _, ns := range nameservers(data) {
+		if ns.Is4() && !ns.IsLoopback() && local[ns] {
+			out = append(out, ns)
+		}
+	}
+	return out, nil
+}
+
+func nameservers(resolvConf []byte) []netip.Addr {
+	var out []netip.Addr
+	sc := bufio.NewScanner(bytes.NewReader(resolvConf))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) >= 2 && f[0] == "nameserver" {
+			if a, err := netip.ParseAddr(f[1]); err == nil {
+				out = append(out, a.Unmap())
+			}
+		}
+	}
+	return out
+}
+
+// Install adds bex's chains, their rules and the jumps to them where missing, and
+// turns on IPv4 forwarding. It changes nothing that is already there, so it is
+// safe to call at every start and from several processes at once (iptables -w
+// takes the xtables lock).
+func Install(ctx context.Context, cfg Config) error {
+	cfg = cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("tenant network: %w", err)
+	}
+	resolvers, err := cfg.HostResolvers()
+	if err != nil {
+		return fmt.Errorf("tenant network: host resolvers: %w", err)
+	}
+	in, fwd, post := cfg.Chains()
+	for _, c := range []struct{ table, chain string }{{"filter", in}, {"filter", fwd}, {"nat", post}} {
+		if err := iptables(ctx, "-t", c.table, "-n", "-L", c.chain); err != nil {
+			if err := iptables(ctx, "-t", c.table, "-N", c.chain); err != nil && !strings.Contains(err.Error(), "already exists") {
+				return fmt.Errorf("tenant network: create chain %s: %w", c.chain, err)
+			}
+		}
+	}
+	for _, r := range cfg.Rules(resolvers) {
+		if err := ensure(ctx, r, false); err != nil {
+			return err
+		}
+	}
+	for _, r := range cfg.jumps() {
+		if err := ensure(ctx, r, true); err != nil {
+			return err
+		}
+	}
+	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1\n"), 0o644); err != nil {
+		return fmt.Errorf("tenant network: enable IPv4 forwarding: %w", err)
+	}
+	return nil
+}
+
+// ensure appends r (or inserts it first) unless it exists.
+func ensure(ctx context.Context, r Rule, first bool) error {
+	if iptables(ctx, append([]string{"-t", r.Table, "-C", r.Chain}, r.Args...)...) == nil {
+		return nil
+	}
+	op := []string{"-t", r.Table, "-A", r.Chain}
+	if first {
+		op = []string{"-t", r.Table, "-I", r.Chain, "1"}
+	}
+	if err := iptables(ctx, append(op, r.Args...)...); err != nil {
+		return fmt.Errorf("tenant network: add rule %s: %w", r, err)
+	}
+	return nil
+}
+
+// Remove deletes the jumps to bex's chains and the chains. What is not there is
+// not an error.
+func Remove(ctx context.Context, cfg Config) error {
+	cfg = cfg.Defaults()
+	var errs []error
+	for _, r := range cfg.jumps() {
+		for iptables(ctx, append([]string{"-t", r.Table, "-C", r.Chain}, r.Args...)...) == nil {
+			if err := iptables(ctx, append([]string{"-t", r.Table, "-D", r.Chain}, r.Args...)...); err != nil {
+				errs = append(errs, err)
+				break
+			}
+		}
+	}
+	in, fwd, post := cfg.Chains()
+	for _, c := range []struct{ table, chain string }{{"filter", in}, {"filter", fwd}, {"nat", post}} {
+		if iptables(ctx, "-t", c.table, "-n", "-L", c.chain) != nil {
+			continue
+		}
+		if err := iptables(ctx, "-t", c.table, "-F", c.chain); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := iptables(ctx, "-t", c.table, "-X", c.chain); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("tenant network: remove rules: %w", err)
+	}
+	return nil
+}
+
+// iptables runs iptables with the xtables lock waited for.
+func iptables(ctx context.Context, args ...string) error {
+	out, err := exec.CommandContext(ctx, "iptables", append([]string{"-w", "5"}, args...)...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("iptables %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}

@@ -1,0 +1,354 @@
+package tenantnet_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"bex.co/bex/internal/tenantnet"
+	"bex.co/bex/internal/testenv"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.Run(m)) }
+
+func TestConfigDefaultsAndValidate(t *testing.T) {
+	cfg := tenantnet.Config{}.Defaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	bad := tenantnet.Config{AppsSubnet: "10.1.0.0/16", BuildsSubnet: "10.1.2.0/24", ChainPrefix: "bex", PluginDir: "cni"}.Defaults()
+	err := bad.Validate()
+	for _, want := range []string{"overlap", "chain prefix", "absolute path"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v; want it to mention %q", err, want)
+		}
+	}
+}
+
+// TestRules checks the order that matters: replies accepted before the drop on
+// INPUT, tenant-to-tenant dropped before tenant-to-elsewhere is accepted.
+func TestRules(t *testing.T) {
+	cfg := tenantnet.Config{}.Defaults()
+	var lines []string
+	for _, r := range cfg.Rules([]netip.Addr{netip.MustParseAddr("192.0.2.53")}) {
+		lines = append(lines, r.String())
+	}
+	all := strings.Join(lines, "\n")
+	index := func(s string) int {
+		for i, l := range lines {
+			if l == s {
+				return i
+			}
+		}
+		t.Fatalf("no rule %q in\n%s", s, all)
+		return -1
+	}
+	est := "-m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT"
+	if !(index("-t filter -A BEX-INPUT -s 10.89.0.0/16 "+est) < index("-t filter -A BEX-INPUT -s 10.89.0.0/16 -d 192.0.2.53 -p udp --dport 53 -j ACCEPT") &&
+		index("-t filter -A BEX-INPUT -s 10.89.0.0/16 -d 192.0.2.53 -p udp --dport 53 -j ACCEPT") < index("-t filter -A BEX-INPUT -s 10.89.0.0/16 -j DROP")) {
+		t.Errorf("INPUT order wrong:\n%s", all)
+	}
+	for _, pair := range [][2]string{{"10.89.0.0/16", "10.90.0.0/16"}, {"10.90.0.0/16", "10.89.0.0/16"}, {"10.89.0.0/16", "10.89.0.0/16"}} {
+		drop := index(fmt.Sprintf("-t filter -A BEX-FORWARD -s %s -d %s -j DROP", pair[0], pair[1]))
+		if drop > index("-t filter -A BEX-FORWARD -s "+pair[0]+" -j ACCEPT") {
+			t.Errorf("tenant-to-tenant drop %v after the accept:\n%s", pair, all)
+		}
+	}
+	index("-t nat -A BEX-POSTROUTING -s 10.90.0.0/16 ! -d 10.90.0.0/16 -j MASQUERADE")
+}
+
+// TestInstallIsIdempotentAndRemoveCleans installs chains of a prefix of its own
+// twice (the same rules, once), then removes them.
+func TestInstallIsIdempotentAndRemoveCleans(t *testing.T) {
+	cfg := tenantnet.Config{ChainPrefix: "BEXTEST", AppsSubnet: "10.231.0.0/16", BuildsSubnet: "10.232.0.0/16"}
+	ctx := context.Background()
+	t.Cleanup(func() { _ = tenantnet.Remove(ctx, cfg) })
+	count := func() int {
+		out, err := exec.Command("iptables-save").CombinedOutput()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Count(string(out), "BEXTEST")
+	}
+	if err := tenantnet.Install(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	first := count()
+	want := len(cfg.Defaults().Rules(nil)) + 3 /* jumps */ + 3 /* chain declarations */
+	if first != want {
+		t.Fatalf("%d lines name BEXTEST after Install, want %d", first, want)
+	}
+	if err := tenantnet.Install(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != first {
+		t.Fatalf("a second Install changed the rules: %d lines, then %d", first, n)
+	}
+	for _, chain := range []string{"INPUT", "FORWARD"} {
+		out, err := exec.Command("iptables", "-w", "-S", chain).CombinedOutput()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rules := strings.Split(strings.TrimSpace(string(out)), "\n")
+		found := false
+		for _, r := range rules[1:] {
+			if strings.HasPrefix(r, "-A "+chain+" -j BEX") {
+				found = true
+			} else if !found {
+				t.Errorf("%s: %q comes before bex's jumps", chain, r)
+			}
+		}
+	}
+	if err := tenantnet.Remove(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 0 {
+		t.Fatalf("%d lines name BEXTEST after Remove", n)
+	}
+	if err := tenantnet.Remove(ctx, cfg); err != nil {
+		t.Fatalf("second Remove: %v", err)
+	}
+}
+
+func TestResolvConfAndHosts(t *testing.T) {
+	got := string(tenantnet.ResolvConf([]byte("search example.com\nnameserver 127.0.0.53\nnameserver 10.255.255.53\noptions edns0\n")))
+	if got != "search example.com\nnameserver 10.255.255.53\noptions edns0\n" {
+		t.Fatalf("ResolvConf = %q", got)
+	}
+	if h := string(tenantnet.Hosts("web-1", netip.MustParseAddr("10.89.0.7"))); !strings.Contains(h, "127.0.0.1\tlocalhost") || !strings.Contains(h, "10.89.0.7\tweb-1") {
+		t.Fatalf("Hosts = %q", h)
+	}
+}
+
+// appInstance stands for an app instance on the apps' network: a namespace of
+// its own, attached by CNI, with a listener inside that writes "app-secret".
+func appInstance(t *testing.T) netip.AddrPort {
+	t.Helper()
+	n, err := tenantnet.NewAppsNetwork(tenantnet.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	id := fmt.Sprintf("tenantnet-test-%d", time.Now().UnixNano())
+	path := filepath.Join(t.TempDir(), "netns")
+	if err := tenantnet.NewNetNS(path); err != nil {
+		t.Fatal(err)
+	}
+	addr, err := n.Attach(ctx, id, path)
+	if err != nil {
+		_ = tenantnet.RemoveNetNS(path)
+		t.Fatal(err)
+	}
+	var l net.Listener
+	err = testenv.InNetNS(path, func() error {
+		var err error
+		l, err = net.Listen("tcp4", net.JoinHostPort(addr.String(), "0"))
+		return err
+	})
+	t.Cleanup(func() {
+		if l != nil {
+			l.Close()
+		}
+		if err := n.Detach(ctx, id, path); err != nil {
+			t.Error(err)
+		}
+		if err := tenantnet.RemoveNetNS(path); err != nil {
+			t.Error(err)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte("app-secret\n"))
+			c.Close()
+		}
+	}()
+	return netip.AddrPortFrom(addr, uint16(l.Addr().(*net.TCPAddr).Port))
+}
+
+// TestBuildStepIsolation runs the probe as a RUN step of a real build (buildkitd's
+// containerd worker on the builds' CNI network): its output in the build log
+// shows that the step reaches neither the host's listeners nor an app, and that
+// it reaches the outside and resolves a name.
+func TestBuildStepIsolation(t *testing.T) {
+	bk := testenv.SharedBuildkitd(t)
+	testenv.SharedBusybox(t)
+	out := testenv.StartOutside(t)
+	app := appInstance(t)
+	var mu sync.Mutex
+	var hostPeers []string
+	listen := func(addr string) int {
+		l, err := net.Listen("tcp4", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				hostPeers = append(hostPeers, c.RemoteAddr().String())
+				mu.Unlock()
+				_, _ = c.Write([]byte("host-secret\n"))
+				c.Close()
+			}
+		}()
+		return l.Addr().(*net.TCPAddr).Port
+	}
+	loPort, anyPort := listen("127.0.0.1:0"), listen("0.0.0.0:0")
+	hostIP := hostAddress(t)
+	cfg := tenantnet.Config{}.Defaults()
+	gateway := netip.MustParsePrefix(cfg.BuildsSubnet).Masked().Addr().Next()
+
+	dir := t.TempDir()
+	// The nonce keeps the step out of the cache: it must run in this test.
+	dockerfile := fmt.Sprintf(`FROM busybox
+RUN echo nonce %d; \
+    t() { echo "probe $1: $(nc -w 2 $2 $3 </dev/null 2>&1 | head -c 200 | tr '\n' ' ')"; }; \
+    t host-loopback 127.0.0.1 %d; \
+    t host-address %s %d; \
+    t host-gateway %s %d; \
+    t app %s %d; \
+    t outside %s %d; \
+    echo "probe dns: $(nslookup %s %s 2>&1 | tr '\n' ' ')"; \
+    echo "probe addr: $(ip -4 -o addr show 2>&1 | tr '\n' ' ')"
+`, time.Now().UnixNano(), loPort, hostIP, anyPort, gateway, anyPort, app.Addr(), app.Port(), out.Addr, out.TCPPort, out.Name, out.Addr)
+	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(dockerfile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, log, err := bk.BuildImage(ctx, dir, dir, fmt.Sprintf("docker.io/library/tenantnet-probe:%d", time.Now().UnixNano()))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log)
+	}
+	lines := map[string]string{}
+	for _, l := range strings.Split(log, "\n") {
+		if rest, ok := strings.CutPrefix(l, "probe "); ok {
+			if k, v, ok := strings.Cut(rest, ":"); ok {
+				lines[k] = strings.TrimSpace(v)
+			}
+		}
+	}
+	t.Logf("build step's report: %q", lines)
+	for _, k := range []string{"host-loopback", "host-address", "host-gateway", "app"} {
+		if _, ok := lines[k]; !ok {
+			t.Fatalf("no %s line in the build log:\n%s", k, log)
+		}
+		if strings.Contains(lines[k], "secret") {
+			t.Errorf("the build step reached %s: %q", k, lines[k])
+		}
+	}
+	if lines["outside"] != testenv.Greeting {
+		t.Errorf("the build step did not reach the outside: %q", lines["outside"])
+	}
+	if !strings.Contains(lines["dns"], out.Addr.String()) {
+		t.Errorf("the build step did not resolve %s: %q", out.Name, lines["dns"])
+	}
+	subnet := netip.MustParsePrefix(cfg.BuildsSubnet)
+	onSubnet := false
+	for _, m := range regexp.MustCompile(`inet ([0-9.]+)/`).FindAllStringSubmatch(lines["addr"], -1) {
+		if a, err := netip.ParseAddr(m[1]); err == nil && subnet.Contains(a) {
+			onSubnet = true
+		}
+	}
+	if !onSubnet {
+		t.Errorf("the build step is not on the builds' subnet %s: %q", subnet, lines["addr"])
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, p := range hostPeers {
+		if ap, err := netip.ParseAddrPort(p); err == nil && subnet.Contains(ap.Addr().Unmap()) {
+			t.Errorf("a host listener accepted the build step from %s", p)
+		}
+	}
+}
+
+func hostAddress(t *testing.T) netip.Addr {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := tenantnet.Config{}.Defaults()
+	skip := []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15"), netip.MustParsePrefix(cfg.AppsSubnet), netip.MustParsePrefix(cfg.BuildsSubnet)}
+next:
+	for _, a := range addrs {
+		p, err := netip.ParsePrefix(a.String())
+		if err != nil || !p.Addr().Is4() || p.Addr().IsLoopback() {
+			continue
+		}
+		for _, s := range skip {
+			if s.Contains(p.Addr()) {
+				continue next
+			}
+		}
+		return p.Addr()
+	}
+	t.Fatal("this host has no non-loopback IPv4 address")
+	return netip.Addr{}
+}
+
+// TestReleaseStale: an attachment whose namespace is gone (its holder was
+// killed before CNI DEL) is released: its address allocation and cached result
+// go; a live one stays.
+func TestReleaseStale(t *testing.T) {
+	n, err := tenantnet.NewAppsNetwork(tenantnet.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	attach := func(name string) (string, string, netip.Addr) {
+		id := fmt.Sprintf("tenantnet-stale-%s-%d", name, time.Now().UnixNano())
+		path := filepath.Join(dir, name)
+		if err := tenantnet.NewNetNS(path); err != nil {
+			t.Fatal(err)
+		}
+		addr, err := n.Attach(ctx, id, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id, path, addr
+	}
+	staleID, stalePath, staleAddr := attach("stale")
+	liveID, livePath, liveAddr := attach("live")
+	t.Cleanup(func() { _ = n.Detach(ctx, liveID, livePath); _ = tenantnet.RemoveNetNS(livePath) })
+	if err := tenantnet.RemoveNetNS(stalePath); err != nil { // killed: no DEL
+		t.Fatal(err)
+	}
+	if err := tenantnet.ReleaseStale(ctx, tenantnet.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	alloc := func(a netip.Addr) string {
+		data, _ := os.ReadFile(filepath.Join("/var/lib/cni/networks", tenantnet.AppsNetwork, a.String()))
+		return string(data)
+	}
+	if strings.Contains(alloc(staleAddr), staleID) {
+		t.Errorf("%s is still allocated to %s", staleAddr, staleID)
+	}
+	if !strings.Contains(alloc(liveAddr), liveID) {
+		t.Errorf("the live attachment lost its address %s", liveAddr)
+	}
+	if _, err := os.Stat(filepath.Join("/var/lib/cni/results", tenantnet.AppsNetwork+"-"+staleID+"-eth0")); !os.IsNotExist(err) {
+		t.Errorf("cached result of %s: %v", staleID, err)
+	}
+}

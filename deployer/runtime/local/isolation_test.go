@@ -23,10 +23,10 @@ import (
 	"bex.co/bex/internal/testenv"
 )
 
-// probeScript runs inside a probe instance and writes one line per target to
+// networkProbe runs inside a probe instance and writes one line per target to
 // /www/report.txt, then serves it. nc and wget time out on a dropped SYN, so a
 // target that is filtered shows an empty result after a few seconds.
-const probeScript = `r=/www/report.txt; : > $r
+const networkProbe = `r=/www/report.txt; : > $r
 t() { echo "$1: $(nc -w 2 $2 $3 </dev/null 2>&1 | head -c 200 | tr '\n' ' ')" >> $r; }
 t host-loopback 127.0.0.1 $HOST_LO_PORT
 t host-address $HOST_IP $HOST_ANY_PORT
@@ -148,7 +148,7 @@ func TestInstanceIsolation(t *testing.T) {
 	d := runtime.Desired{App: probeApp, Release: 1, Image: f.v1,
 		Processes: map[string]appv1.ProcessSpec{"web": {Replicas: 1, Command: []string{"sh", "-c", `eval "$$PROBE"`}}},
 		Env: []appv1.EnvVar{
-			{Name: "PROBE", Value: probeScript},
+			{Name: "PROBE", Value: networkProbe},
 			{Name: "HOST_LO_PORT", Value: fmt.Sprint(lo.port())},
 			{Name: "HOST_ANY_PORT", Value: fmt.Sprint(any.port())},
 			{Name: "HOST_IP", Value: hostIP.String()},

@@ -48,8 +48,8 @@ const (
 	labelRestart   = "app.bex.co/restart-token"
 	labelIDs       = "app.bex.co/host-uid" // first host id of the user namespace
 	labelMemory    = "app.bex.co/memory"   // memory limit in bytes
-	labelAddress   = "app.bex.co/address" // the instance's IP address; absent: 127.0.0.1 (host network)
-	labelNetns     = "app.bex.co/netns"   // the id of the instance's network namespace (<state dir>/net/<id>)
+	labelAddress   = "app.bex.co/address"  // the instance's IP address; absent: 127.0.0.1 (host network)
+	labelNetns     = "app.bex.co/netns"    // the id of the instance's network namespace (<state dir>/net/<id>)
 	runtimeName    = "local"
 )
 

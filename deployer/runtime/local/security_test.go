@@ -16,17 +16,17 @@ import (
 	"bex.co/bex/deployer/runtime"
 )
 
-// probeScript runs in the test image's busybox: it copies what the process sees of
+// confinementProbe runs in the test image's busybox: it copies what the process sees of
 // itself into /www, then serves /www on PORT, so the test reads each file with a GET.
 // The cgroup files are v1's, else v2's.
-const probeScript = `cp /proc/self/status /www/status
+const confinementProbe = `cp /proc/self/status /www/status
 cp /proc/self/uid_map /www/uid_map
 cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null > /www/memory || cat /sys/fs/cgroup/memory.max > /www/memory
 cat /sys/fs/cgroup/pids/pids.max 2>/dev/null > /www/pids || cat /sys/fs/cgroup/pids.max > /www/pids
 (cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us 2>/dev/null || cut -d' ' -f1 /sys/fs/cgroup/cpu.max) > /www/cpu
 (touch /sys/bex-probe 2>&1 || true) > /www/sysfs
 (ls /sys/class >/dev/null 2>&1 && echo readable || echo unreadable) >> /www/sysfs
-exec httpd -f -p 127.0.0.1:$PORT -h /www`
+exec httpd -f -p $PORT -h /www`
 
 // capBit is the bit of a capability in /proc/PID/status's Cap* masks.
 var capBit = map[string]uint{"CAP_CHOWN": 0, "CAP_DAC_OVERRIDE": 1, "CAP_FOWNER": 3, "CAP_KILL": 5, "CAP_SETUID": 7,
@@ -43,7 +43,7 @@ func statusField(status, name string) string {
 func TestInstanceIsConfined(t *testing.T) {
 	f := newFixture(t, uniqueName("confined"))
 	d := f.desired(1, f.v1, 1)
-	d.Processes = map[string]appv1.ProcessSpec{"web": {Replicas: 1, Command: []string{"sh", "-c", probeScript},
+	d.Processes = map[string]appv1.ProcessSpec{"web": {Replicas: 1, Command: []string{"sh", "-c", confinementProbe},
 		Resources: &appv1.Resources{Memory: resource.NewQuantity(96<<20, resource.BinarySI), CPU: resource.NewMilliQuantity(1500, resource.DecimalSI)}}}
 	f.syncUntil(d, time.Minute, "rolled out", rolledOut)
 	eps := f.endpoints()
@@ -134,7 +134,7 @@ func TestInstanceIsConfined(t *testing.T) {
 	// ps:resources changes the spec's resources: the instances are replaced, as
 	// in a rollout, and the new one has the new limits (and the same uid range).
 	old := eps[0]
-	d.Processes["web"] = appv1.ProcessSpec{Replicas: 1, Command: []string{"sh", "-c", probeScript},
+	d.Processes["web"] = appv1.ProcessSpec{Replicas: 1, Command: []string{"sh", "-c", confinementProbe},
 		Resources: &appv1.Resources{Memory: resource.NewQuantity(128<<20, resource.BinarySI)}}
 	f.syncUntil(d, time.Minute, "rolled out with the new limits", func(st runtime.Status) bool {
 		eps := f.endpoints()
@@ -202,8 +202,8 @@ const eaterScript = `mkdir -p /www/cgi-bin
 printf '#!/bin/sh\necho Content-Type: text/plain\necho\necho eating\ntouch /eat\n' > /www/cgi-bin/eat
 chmod +x /www/cgi-bin/eat
 echo "version v1" > /www/index.html
-if [ -e /eaten ]; then exec httpd -f -p 127.0.0.1:$PORT -h /www; fi
-httpd -p 127.0.0.1:$PORT -h /www
+if [ -e /eaten ]; then exec httpd -f -p $PORT -h /www; fi
+httpd -p $PORT -h /www
 while [ ! -e /eat ]; do sleep 0.05; done
 touch /eaten
 x=0123456789abcdef

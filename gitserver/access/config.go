@@ -14,8 +14,10 @@ const (
 	// DefaultNamespace is where Apps live when Config names no namespace.
 	DefaultNamespace = "default"
 	// DefaultCacheWait bounds how long a write waits for the cache to see it. A
-	// healthy watch delivers an event in milliseconds; seconds means it is broken.
-	DefaultCacheWait = 5 * time.Second
+	// healthy watch delivers an event in milliseconds, but on a loaded machine (two
+	// cores running builds and tests) it was seen to take more than 5 s; half a
+	// minute means it is broken.
+	DefaultCacheWait = 30 * time.Second
 )
 
 // Config configures a Kube directory. The zero Config is valid and means the defaults.

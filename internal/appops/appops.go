@@ -173,7 +173,8 @@ func (o *Ops) Update(ctx context.Context, u *gitserver.User, name string, change
 func (o *Ops) WaitCached(ctx context.Context, name string, done func(*appv1.App) bool) error {
 	wait := o.CacheWait
 	if wait <= 0 {
-		wait = 5 * time.Second
+		// As the gitserver's access.DefaultCacheWait: seconds happen on a loaded machine.
+		wait = 30 * time.Second
 	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()

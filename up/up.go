@@ -140,7 +140,7 @@ func (p *Platform) startDaemons(ctx context.Context) error {
 			Name: "containerd", Path: p.bins["containerd"], Args: args, Env: d.Env(), Ready: d.Ready,
 			// The shims of the apps' containers are stopped with the deployer; these
 			// are whatever is left (a build's), found by this containerd's socket.
-			AfterStop: func() { daemons.KillProcessesWithArg(d.Address()) },
+			AfterStop: func() { daemons.KillProcessesWithArg(d.Address()); d.RemoveState() },
 		}, "runs the apps' containers, "+d.Address())
 		if err != nil {
 			return err

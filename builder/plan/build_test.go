@@ -117,13 +117,14 @@ func TestStaticPlanServesTheSite(t *testing.T) {
 	// The image's own command serves forever (httpd -f), so a script runs it in the
 	// background on a free port (the container shares the host's network), fetches
 	// the page, stops it, and prints the page last so that httpd's request log (-v)
-	// comes before it.
+	// comes before it: the log goes to stdout too, as stdout and stderr reach the
+	// test through two FIFOs, in no fixed order between them.
 	port, err := testenv.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
 	script := `export PORT=` + fmt.Sprint(port) + `
-"$@" &
+"$@" 2>&1 &
 server=$!
 for i in $(seq 50); do
 	if body=$(wget -qO- "http://127.0.0.1:$PORT/" 2>/dev/null); then break; fi

@@ -2,8 +2,11 @@ package daemons
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,12 +81,29 @@ func (c Containerd) Address() string { return filepath.Join(c.Dir, "containerd.s
 // Root is its data directory (content, snapshots, metadata).
 func (c Containerd) Root() string { return filepath.Join(c.Dir, "root") }
 
+// State is its state directory (the containers' bundles), under /run/bex and named
+// by a hash of Dir, not inside Dir: runc, in a container's user namespace, reaches
+// the bundle as an unprivileged uid, so every directory above it must be searchable
+// by others, and a state dir under /root (0700 on Debian) is not. What is there
+// lasts as long as the running containers, so tmpfs is the right place.
+func (c Containerd) State() string {
+	abs, err := filepath.Abs(c.Dir)
+	if err != nil {
+		abs = c.Dir
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return filepath.Join("/run/bex", "containerd-"+hex.EncodeToString(sum[:6]))
+}
+
 // WriteConfig writes its config.toml and returns the daemon's arguments.
 func (c Containerd) WriteConfig() ([]string, error) {
 	if err := os.MkdirAll(c.Dir, 0o711); err != nil {
 		return nil, err
 	}
-	if err := searchable(c.Dir); err != nil {
+	if err := os.MkdirAll(c.State(), 0o711); err != nil {
+		return nil, err
+	}
+	if err := searchable(c.State()); err != nil {
 		return nil, err
 	}
 	if c.Runc != "" {
@@ -96,7 +116,7 @@ func (c Containerd) WriteConfig() ([]string, error) {
 		}
 	}
 	config := filepath.Join(c.Dir, "config.toml")
-	content := fmt.Sprintf(containerdConfig, c.Root(), filepath.Join(c.Dir, "state"), c.Address(), filepath.Join(c.Dir, "opt"))
+	content := fmt.Sprintf(containerdConfig, c.Root(), c.State(), c.Address(), filepath.Join(c.Dir, "opt"))
 	if err := os.WriteFile(config, []byte(content), 0o644); err != nil {
 		return nil, err
 	}
@@ -185,6 +205,22 @@ func KillProcessesWithArg(arg string) {
 				break
 			}
 		}
+	}
+}
+
+// RemoveState removes what is left of the state directory once containerd and its
+// shims have stopped: directories only, the deepest first, and only empty ones, so
+// that nothing a task left mounted there is ever touched.
+func (c Containerd) RemoveState() {
+	var dirs []string
+	_ = filepath.WalkDir(c.State(), func(path string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, path)
+		}
+		return nil
+	})
+	for i := len(dirs) - 1; i >= 0; i-- {
+		_ = os.Remove(dirs[i])
 	}
 }
 

@@ -21,7 +21,8 @@ type Containerd struct {
 	// Root is its data directory (content, snapshots, metadata).
 	Root string
 
-	proc *process
+	proc   *process
+	daemon daemons.Containerd
 }
 
 // StartContainerd starts containerd (Debian's package) with everything under dir.
@@ -37,7 +38,7 @@ func StartContainerd(dir string) (*Containerd, error) {
 		return nil, err
 	}
 	d := daemons.Containerd{Dir: dir}
-	c := &Containerd{Address: d.Address(), Root: d.Root()}
+	c := &Containerd{Address: d.Address(), Root: d.Root(), daemon: d}
 	args, err := d.WriteConfig()
 	if err != nil {
 		return nil, err
@@ -64,6 +65,7 @@ func (c *Containerd) Client() (*containerd.Client, error) {
 func (c *Containerd) Stop() error {
 	errs := []error{daemons.KillAllTasks(c.Address), c.proc.stop(10 * time.Second)}
 	daemons.KillProcessesWithArg(c.Address)
+	c.daemon.RemoveState()
 	return errors.Join(errs...)
 }
 

@@ -115,7 +115,7 @@ func serveInNamespace(b *testing.B, h http.Handler) string {
 		b.Fatal(err)
 	}
 	var l net.Listener
-	err = testenv.InNetNS(path, func() error {
+	err = tenantnet.InNetNS(path, func() error {
 		var err error
 		l, err = net.Listen("tcp4", net.JoinHostPort(addr.String(), "0"))
 		return err

@@ -11,6 +11,47 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// InNetNS runs fn on a thread in the network namespace at path; sockets fn opens
+// stay in that namespace.
+func InNetNS(path string, fn func() error) error {
+	target, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer target.Close()
+	return onThread(func() error {
+		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("setns %s: %w", path, err)
+		}
+		return fn()
+	})
+}
+
+// onThread runs fn on a locked OS thread of its own, which may leave the network
+// namespace, and then puts the thread back into its own namespace. The thread
+// lives on: a thread that ends takes with it the children it forked with a
+// parent-death signal (Pdeathsig is per thread), such as the test harness's
+// daemons. Only if it cannot go back does it end, locked, with its goroutine.
+func onThread(fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		self, err := os.Open(fmt.Sprintf("/proc/%d/task/%d/ns/net", os.Getpid(), unix.Gettid()))
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		defer self.Close()
+		err = fn()
+		if unix.Setns(int(self.Fd()), unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+		errc <- err
+	}()
+	return <-errc
+}
+
 // NewNetNS creates a network namespace and keeps it at path (a bind mount of the
 // namespace, as `ip netns add` makes under /run/netns), so that it outlives this
 // process: a container joins it by path, and a restarted bex finds it again.
@@ -23,36 +64,17 @@ func NewNetNS(path string) error {
 		return fmt.Errorf("network namespace %s: %w", path, err)
 	}
 	f.Close()
-	errc := make(chan error, 1)
-	go func() {
-		// The thread goes back to its namespace afterwards and lives on: a thread
-		// that ends takes with it the children it forked with a parent-death
-		// signal (Pdeathsig is per thread), such as the test harness's daemons.
-		// Only if it cannot go back does it end, locked, with this goroutine.
-		runtime.LockOSThread()
-		self, err := os.Open(fmt.Sprintf("/proc/%d/task/%d/ns/net", os.Getpid(), unix.Gettid()))
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer self.Close()
+	err = onThread(func() error {
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("unshare: %w", err)
-			return
+			return fmt.Errorf("unshare: %w", err)
 		}
 		src := fmt.Sprintf("/proc/%d/task/%d/ns/net", os.Getpid(), unix.Gettid())
-		err = unix.Mount(src, path, "none", unix.MS_BIND, "")
-		if unix.Setns(int(self.Fd()), unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread()
+		if err := unix.Mount(src, path, "none", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind mount: %w", err)
 		}
-		if err != nil {
-			err = fmt.Errorf("bind mount: %w", err)
-		}
-		errc <- err
-	}()
-	if err := <-errc; err != nil {
+		return nil
+	})
+	if err != nil {
 		os.Remove(path)
 		return fmt.Errorf("network namespace %s: %w", path, err)
 	}

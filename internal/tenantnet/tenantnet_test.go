@@ -149,7 +149,7 @@ func appInstance(t *testing.T) netip.AddrPort {
 		t.Fatal(err)
 	}
 	var l net.Listener
-	err = testenv.InNetNS(path, func() error {
+	err = tenantnet.InNetNS(path, func() error {
 		var err error
 		l, err = net.Listen("tcp4", net.JoinHostPort(addr.String(), "0"))
 		return err

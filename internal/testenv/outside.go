@@ -7,14 +7,12 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
-	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
 
-	"golang.org/x/sys/unix"
+	"bex.co/bex/internal/tenantnet"
 )
 
 // Outside is a network namespace that stands for the internet in isolation
@@ -73,7 +71,7 @@ func StartOutside(t testing.TB) *Outside {
 	o := &Outside{Addr: nsAddr, Name: "probe." + Domain}
 	var l net.Listener
 	var pc net.PacketConn
-	err := InNetNS("/run/netns/"+name, func() error {
+	err := tenantnet.InNetNS("/run/netns/"+name, func() error {
 		var err error
 		if l, err = net.Listen("tcp", net.JoinHostPort(nsAddr.String(), "0")); err != nil {
 			return err
@@ -108,44 +106,6 @@ func (o *Outside) Peers() []string {
 	o.peersMu.Lock()
 	defer o.peersMu.Unlock()
 	return append([]string(nil), o.peers...)
-}
-
-// InNetNS runs fn on a thread in the network namespace at path; sockets fn opens
-// stay in that namespace. The thread goes back to its own namespace afterwards,
-// or ends with its goroutine if it cannot.
-func InNetNS(path string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		// Until the setns the thread is in its own namespace and may be unlocked;
-		// a thread that ends would take the harness's daemons with it (their
-		// parent-death signal is per thread).
-		self, err := os.Open(fmt.Sprintf("/proc/%d/task/%d/ns/net", os.Getpid(), unix.Gettid()))
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer self.Close()
-		target, err := os.Open(path)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer target.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("setns %s: %w", path, err)
-			return
-		}
-		err = fn()
-		if unix.Setns(int(self.Fd()), unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread()
-		}
-		errc <- err
-	}()
-	return <-errc
 }
 
 // serveDNS answers A queries for names under Domain with addr, and every other

@@ -241,10 +241,23 @@ func (r *Recorder) Wait(ctx context.Context, name string, n int64, progress func
 		interval = 200 * time.Millisecond
 	}
 	var last string
+	var readErr error
 	for {
 		app := &appv1.App{}
 		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: name}, app); err != nil {
-			return "", fmt.Errorf("app %s: %w", name, err)
+			if apierrors.IsNotFound(err) || ctx.Err() != nil {
+				return "", fmt.Errorf("app %s: %w", name, err)
+			}
+			// A transient error (the API server restarting, the client's rate
+			// limiter) ends nothing: the rollout goes on, and the pusher's ref
+			// should follow what it does. Read again until ctx ends.
+			readErr = err
+			select {
+			case <-ctx.Done():
+				return "", fmt.Errorf("%w (last read of app %s: %v)", ctx.Err(), name, readErr)
+			case <-time.After(interval):
+			}
+			continue
 		}
 		if app.Spec.Release > n {
 			return "", fmt.Errorf("%w: release v%d was replaced by v%d before it served", ErrRolloutFailed, n, app.Spec.Release)

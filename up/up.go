@@ -41,6 +41,7 @@ type Platform struct {
 	hasAdmin       bool
 	buildCgroup    daemons.BuildCgroup
 	crdsSaid       bool
+	edgePorts      []int // the host ports tenants may reach (allowEdgePorts)
 }
 
 // Start checks the machine, then starts everything and returns once every part
@@ -84,6 +85,9 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 func (p *Platform) Stop() error {
 	fmt.Fprintln(p.cfg.Out, "bex up: stopping")
 	err := p.sup.Stop()
+	if len(p.edgePorts) > 0 {
+		err = errors.Join(err, tenantnet.DisallowHostPorts(context.Background(), tenantnet.Config{}, p.edgePorts...))
+	}
 	if p.lock != nil {
 		p.lock.Close()
 	}
@@ -161,12 +165,40 @@ func (p *Platform) startDaemons(ctx context.Context) error {
 	if err := b.InstallNetwork(ctx); err != nil {
 		return err
 	}
+	if err := p.allowEdgePorts(ctx); err != nil {
+		return err
+	}
 	args, err := b.WriteConfig()
 	if err != nil {
 		return err
 	}
 	return p.start(ctx, supervise.Process{Name: "buildkitd", Path: p.bins["buildkitd"], Args: args, Ready: b.Ready,
 		AfterStop: func() { _ = p.buildCgroup.Remove() }}, "builds images into containerd")
+}
+
+// allowEdgePorts lets tenants reach the edge's public ports on this machine's own
+// addresses, so that an app calls another (or itself) at its public URL as from
+// anywhere else; every other port of the host stays out of their reach. An edge on
+// loopback needs nothing: a tenant's loopback is its own.
+func (p *Platform) allowEdgePorts(ctx context.Context) error {
+	for _, addr := range []string{p.cfg.HTTPAddr, p.cfg.HTTPSAddr} {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			continue // Validate refused a bad address before this
+		}
+		if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() || host == "localhost" {
+			continue
+		}
+		n, err := strconv.Atoi(port)
+		if err != nil {
+			continue
+		}
+		if err := tenantnet.AllowHostPorts(ctx, tenantnet.Config{}, n); err != nil {
+			return err
+		}
+		p.edgePorts = append(p.edgePorts, n)
+	}
+	return nil
 }
 
 // limitBuildSteps makes the cgroup build steps run under, with --build-memory as its

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 )
 
@@ -28,6 +29,10 @@ func (cfg Config) Chains() (input, forward, postrouting string) {
 	p := cfg.ChainPrefix
 	return p + "-INPUT", p + "-FORWARD", p + "-POSTROUTING"
 }
+
+// hostPortsChain holds the host's TCP ports that tenants may reach (AllowHostPorts),
+// jumped to from the INPUT chain before its DROP.
+func (cfg Config) hostPortsChain() string { return cfg.ChainPrefix + "-HOST-PORTS" }
 
 // jumps are the rules in the built-in chains that send traffic to bex's chains.
 // They are inserted first, so that no broader ACCEPT before them lets a tenant
@@ -57,6 +62,10 @@ func (cfg Config) Rules(hostResolvers []netip.Addr) []Rule {
 				rules = append(rules, Rule{"filter", in, []string{"-s", s, "-d", r.String(), "-p", proto, "--dport", "53", "-j", "ACCEPT"}})
 			}
 		}
+		// The host's public ports (the edge's), so that an app may call another app,
+		// or itself, at its public address on this machine: AllowHostPorts fills
+		// that chain.
+		rules = append(rules, Rule{"filter", in, []string{"-s", s, "-j", cfg.hostPortsChain()}})
 		rules = append(rules, Rule{"filter", in, []string{"-s", s, "-j", "DROP"}})
 	}
 	for _, s := range cfg.subnets() {
@@ -118,10 +127,12 @@ func nameservers(resolvConf []byte) []netip.Addr {
 	return out
 }
 
-// Install adds bex's chains, their rules and the jumps to them where missing, and
-// turns on IPv4 forwarding. It changes nothing that is already there, so it is
-// safe to call at every start and from several processes at once (iptables -w
-// takes the xtables lock).
+// Install adds bex's chains and the jumps to them where missing, writes the
+// chains' rules, and turns on IPv4 forwarding. The rules of each table are
+// written in one iptables-restore transaction, which replaces what the chains held
+// (an older bex's rules, in an older order) without a moment in which they are
+// empty; the host ports' chain keeps what AllowHostPorts put there. It is safe to
+// call at every start and from several processes at once (the xtables lock).
 func Install(ctx context.Context, cfg Config) error {
 	cfg = cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
@@ -132,17 +143,15 @@ func Install(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("tenant network: host resolvers: %w", err)
 	}
 	in, fwd, post := cfg.Chains()
-	for _, c := range []struct{ table, chain string }{{"filter", in}, {"filter", fwd}, {"nat", post}} {
+	for _, c := range []struct{ table, chain string }{{"filter", cfg.hostPortsChain()}, {"filter", in}, {"filter", fwd}, {"nat", post}} {
 		if err := iptables(ctx, "-t", c.table, "-n", "-L", c.chain); err != nil {
 			if err := iptables(ctx, "-t", c.table, "-N", c.chain); err != nil && !strings.Contains(err.Error(), "already exists") {
 				return fmt.Errorf("tenant network: create chain %s: %w", c.chain, err)
 			}
 		}
 	}
-	for _, r := range cfg.Rules(resolvers) {
-		if err := ensure(ctx, r, false); err != nil {
-			return err
-		}
+	if err := restore(ctx, []string{in, fwd, post}, cfg.Rules(resolvers)); err != nil {
+		return err
 	}
 	for _, r := range cfg.jumps() {
 		if err := ensure(ctx, r, true); err != nil {
@@ -176,15 +185,14 @@ func Remove(ctx context.Context, cfg Config) error {
 	cfg = cfg.Defaults()
 	var errs []error
 	for _, r := range cfg.jumps() {
-		for iptables(ctx, append([]string{"-t", r.Table, "-C", r.Chain}, r.Args...)...) == nil {
-			if err := iptables(ctx, append([]string{"-t", r.Table, "-D", r.Chain}, r.Args...)...); err != nil {
-				errs = append(errs, err)
-				break
-			}
+		if err := deleteRule(ctx, r); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	in, fwd, post := cfg.Chains()
-	for _, c := range []struct{ table, chain string }{{"filter", in}, {"filter", fwd}, {"nat", post}} {
+	// The INPUT chain first: it jumps to the host ports' chain, which can only go
+	// once nothing refers to it.
+	for _, c := range []struct{ table, chain string }{{"filter", in}, {"filter", fwd}, {"nat", post}, {"filter", cfg.hostPortsChain()}} {
 		if iptables(ctx, "-t", c.table, "-n", "-L", c.chain) != nil {
 			continue
 		}
@@ -198,6 +206,76 @@ func Remove(ctx context.Context, cfg Config) error {
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("tenant network: remove rules: %w", err)
+	}
+	return nil
+}
+
+// AllowHostPorts lets tenants reach these TCP ports of the host (on any of its
+// addresses): the edge's public ports, so that an app calls another app at its
+// public URL when both run on this machine, as from anywhere else. Install must
+// have run. Adding a port that is allowed already changes nothing.
+func AllowHostPorts(ctx context.Context, cfg Config, ports ...int) error {
+	cfg = cfg.Defaults()
+	for _, p := range ports {
+		if err := ensure(ctx, hostPortRule(cfg, p), false); err != nil {
+			return fmt.Errorf("tenant network: allow host port %d: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// DisallowHostPorts takes back what AllowHostPorts allowed; a port that is not
+// allowed is not an error.
+func DisallowHostPorts(ctx context.Context, cfg Config, ports ...int) error {
+	cfg = cfg.Defaults()
+	var errs []error
+	for _, p := range ports {
+		if err := deleteRule(ctx, hostPortRule(cfg, p)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// deleteRule deletes every copy of r; none is not an error.
+func deleteRule(ctx context.Context, r Rule) error {
+	for iptables(ctx, append([]string{"-t", r.Table, "-C", r.Chain}, r.Args...)...) == nil {
+		if err := iptables(ctx, append([]string{"-t", r.Table, "-D", r.Chain}, r.Args...)...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func hostPortRule(cfg Config, port int) Rule {
+	return Rule{"filter", cfg.hostPortsChain(), []string{"-p", "tcp", "--dport", strconv.Itoa(port), "-j", "ACCEPT"}}
+}
+
+// restore replaces the rules of chains (which exist) with rules, one
+// iptables-restore transaction per table: with --noflush, a chain line empties
+// that chain and leaves the rest of the table alone.
+func restore(ctx context.Context, chains []string, rules []Rule) error {
+	var b strings.Builder
+	for _, table := range []string{"filter", "nat"} {
+		var body strings.Builder
+		for _, r := range rules {
+			if r.Table == table {
+				fmt.Fprintf(&body, "-A %s %s\n", r.Chain, strings.Join(r.Args, " "))
+			}
+		}
+		fmt.Fprintf(&b, "*%s\n", table)
+		for _, c := range chains {
+			if strings.Contains(body.String(), "-A "+c+" ") {
+				fmt.Fprintf(&b, ":%s - [0:0]\n", c)
+			}
+		}
+		b.WriteString(body.String())
+		b.WriteString("COMMIT\n")
+	}
+	cmd := exec.CommandContext(ctx, "iptables-restore", "-w", "5", "--noflush")
+	cmd.Stdin = strings.NewReader(b.String())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("tenant network: iptables-restore: %w: %s", err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }

@@ -54,7 +54,8 @@ func TestRules(t *testing.T) {
 	}
 	est := "-m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT"
 	if !(index("-t filter -A BEX-INPUT -s 10.89.0.0/16 "+est) < index("-t filter -A BEX-INPUT -s 10.89.0.0/16 -d 192.0.2.53 -p udp --dport 53 -j ACCEPT") &&
-		index("-t filter -A BEX-INPUT -s 10.89.0.0/16 -d 192.0.2.53 -p udp --dport 53 -j ACCEPT") < index("-t filter -A BEX-INPUT -s 10.89.0.0/16 -j DROP")) {
+		index("-t filter -A BEX-INPUT -s 10.89.0.0/16 -d 192.0.2.53 -p udp --dport 53 -j ACCEPT") < index("-t filter -A BEX-INPUT -s 10.89.0.0/16 -j BEX-HOST-PORTS") &&
+		index("-t filter -A BEX-INPUT -s 10.89.0.0/16 -j BEX-HOST-PORTS") < index("-t filter -A BEX-INPUT -s 10.89.0.0/16 -j DROP")) {
 		t.Errorf("INPUT order wrong:\n%s", all)
 	}
 	for _, pair := range [][2]string{{"10.89.0.0/16", "10.90.0.0/16"}, {"10.90.0.0/16", "10.89.0.0/16"}, {"10.89.0.0/16", "10.89.0.0/16"}} {
@@ -83,15 +84,31 @@ func TestInstallIsIdempotentAndRemoveCleans(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := count()
-	want := len(cfg.Defaults().Rules(nil)) + 3 /* jumps */ + 3 /* chain declarations */
+	// Occurrences, not lines: a subnet's jump to the host ports' chain names the
+	// prefix twice.
+	want := len(cfg.Defaults().Rules(nil)) + 3 /* jumps */ + 4 /* chain declarations */ + 2 /* subnets */
 	if first != want {
-		t.Fatalf("%d lines name BEXTEST after Install, want %d", first, want)
+		t.Fatalf("BEXTEST is named %d times after Install, want %d", first, want)
 	}
 	if err := tenantnet.Install(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
 	if n := count(); n != first {
 		t.Fatalf("a second Install changed the rules: %d lines, then %d", first, n)
+	}
+	for range 2 {
+		if err := tenantnet.AllowHostPorts(ctx, cfg, 443, 8443); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := count(); n != first+2 {
+		t.Fatalf("two ports allowed twice: %d lines, want %d", n, first+2)
+	}
+	if err := tenantnet.DisallowHostPorts(ctx, cfg, 8443); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != first+1 {
+		t.Fatalf("one port taken back: %d lines, want %d", n, first+1)
 	}
 	for _, chain := range []string{"INPUT", "FORWARD"} {
 		out, err := exec.Command("iptables", "-w", "-S", chain).CombinedOutput()
@@ -216,6 +233,27 @@ func TestBuildStepIsolation(t *testing.T) {
 	loPort, anyPort := listen("127.0.0.1:0"), listen("0.0.0.0:0")
 	hostIP := hostAddress(t)
 	cfg := tenantnet.Config{}.Defaults()
+	// A port of the host that tenants may reach, as bex up allows the edge's.
+	public, err := net.Listen("tcp4", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { public.Close() })
+	go func() {
+		for {
+			c, err := public.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte("public\n"))
+			c.Close()
+		}
+	}()
+	publicPort := public.Addr().(*net.TCPAddr).Port
+	if err := tenantnet.AllowHostPorts(context.Background(), cfg, publicPort); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tenantnet.DisallowHostPorts(context.Background(), cfg, publicPort) })
 	gateway := netip.MustParsePrefix(cfg.BuildsSubnet).Masked().Addr().Next()
 
 	dir := t.TempDir()
@@ -226,11 +264,12 @@ RUN echo nonce %d; \
     t host-loopback 127.0.0.1 %d; \
     t host-address %s %d; \
     t host-gateway %s %d; \
+    t host-public %s %d; \
     t app %s %d; \
     t outside %s %d; \
     echo "probe dns: $(nslookup %s %s 2>&1 | tr '\n' ' ')"; \
     echo "probe addr: $(ip -4 -o addr show 2>&1 | tr '\n' ' ')"
-`, time.Now().UnixNano(), loPort, hostIP, anyPort, gateway, anyPort, app.Addr(), app.Port(), out.Addr, out.TCPPort, out.Name, out.Addr)
+`, time.Now().UnixNano(), loPort, hostIP, anyPort, gateway, anyPort, hostIP, publicPort, app.Addr(), app.Port(), out.Addr, out.TCPPort, out.Name, out.Addr)
 	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(dockerfile), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -256,6 +295,9 @@ RUN echo nonce %d; \
 		if strings.Contains(lines[k], "secret") {
 			t.Errorf("the build step reached %s: %q", k, lines[k])
 		}
+	}
+	if lines["host-public"] != "public" {
+		t.Errorf("the build step did not reach the host's allowed port %d: %q", publicPort, lines["host-public"])
 	}
 	if lines["outside"] != testenv.Greeting {
 		t.Errorf("the build step did not reach the outside: %q", lines["outside"])

@@ -2,7 +2,6 @@ package builder_test
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"os"
 	"os/exec"
@@ -55,23 +54,14 @@ func (r *repo) gitStdin(stdin string, args ...string) string {
 	return strings.TrimSpace(string(out))
 }
 
-type treeEntry struct{ mode, name, id string }
+type treeEntry = testenv.TreeEntry
 
 // mktree writes a tree of the entries as given, duplicates included, with
 // hash-object --literally: git mktree and fsck would refuse it, a pushed pack need
 // not.
 func (r *repo) mktree(entries ...treeEntry) string {
 	r.t.Helper()
-	var b strings.Builder
-	for _, e := range entries {
-		raw, err := hex.DecodeString(e.id)
-		if err != nil {
-			r.t.Fatal(err)
-		}
-		b.WriteString(e.mode + " " + e.name + "\x00")
-		b.Write(raw)
-	}
-	return r.gitStdin(b.String(), "hash-object", "-w", "-t", "tree", "--literally", "--stdin")
+	return r.gitStdin(string(testenv.RawTree(r.t, entries...)), "hash-object", "-w", "-t", "tree", "--literally", "--stdin")
 }
 
 func assertNoImage(t *testing.T, bk *testenv.Buildkitd, req builder.Request) {
@@ -167,8 +157,8 @@ func TestATreeWithALinkAndADirectoryOfOneNameIsRefused(t *testing.T) {
 	file := g("written through the link\n", "hash-object", "-w", "--stdin")
 	link := g(host, "hash-object", "-w", "--stdin")
 	df := g("FROM busybox\n", "hash-object", "-w", "--stdin")
-	inner := r.mktree(treeEntry{"100644", "x", file})
-	tree := r.mktree(treeEntry{"100644", "Dockerfile", df}, treeEntry{"120000", "a", link}, treeEntry{"40000", "a", inner})
+	inner := r.mktree(treeEntry{Mode: "100644", Name: "x", ID: file})
+	tree := r.mktree(treeEntry{Mode: "100644", Name: "Dockerfile", ID: df}, treeEntry{Mode: "120000", Name: "a", ID: link}, treeEntry{Mode: "40000", Name: "a", ID: inner})
 	commit := g("", "commit-tree", tree, "-m", "crafted")
 	req := r.request("duptree")
 	req.Commit = commit

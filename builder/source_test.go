@@ -3,7 +3,6 @@ package builder
 import (
 	"bytes"
 	"context"
-	"encoding/hex"
 	"errors"
 	"os"
 	"os/exec"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"bex.co/bex/internal/testenv"
 )
 
 // gitRepo is a bare repository where trees are written by hand with the real git
@@ -49,20 +50,11 @@ func (g *gitRepo) blob(content string) string {
 
 // entry is one tree entry: mode (as git writes it, e.g. 100644, 40000, 120000),
 // name and object id.
-type entry struct{ mode, name, id string }
+type entry = testenv.TreeEntry
 
 // tree writes the entries as they are given: unsorted and duplicate entries too.
 func (g *gitRepo) tree(entries ...entry) string {
-	var b bytes.Buffer
-	for _, e := range entries {
-		raw, err := hex.DecodeString(e.id)
-		if err != nil {
-			g.t.Fatal(err)
-		}
-		b.WriteString(e.mode + " " + e.name + "\x00")
-		b.Write(raw)
-	}
-	return g.run(b.Bytes(), "hash-object", "-w", "-t", "tree", "--literally", "--stdin")
+	return g.run(testenv.RawTree(g.t, entries...), "hash-object", "-w", "-t", "tree", "--literally", "--stdin")
 }
 
 func (g *gitRepo) commit(tree string) string {
@@ -100,7 +92,7 @@ func TestExportRefusesALinkAndADirectoryOfOneName(t *testing.T) {
 	g := newGitRepo(t)
 	host := hostTarget(t)
 	file := g.blob("written through the link\n")
-	inner := g.tree(entry{"100644", "x", file})
+	inner := g.tree(entry{Mode: "100644", Name: "x", ID: file})
 	for _, tc := range []struct {
 		name, target string
 		linkFirst    bool
@@ -122,8 +114,8 @@ func TestExportRefusesALinkAndADirectoryOfOneName(t *testing.T) {
 				}
 				target = rel
 			}
-			link := entry{"120000", "a", g.blob(target)}
-			dir := entry{"40000", "a", inner}
+			link := entry{Mode: "120000", Name: "a", ID: g.blob(target)}
+			dir := entry{Mode: "40000", Name: "a", ID: inner}
 			entries := []entry{dir, link}
 			if tc.linkFirst {
 				entries = []entry{link, dir}
@@ -151,9 +143,9 @@ func TestExportRefusesNamesThatAreNotFileNames(t *testing.T) {
 		want  string
 	}{
 		// go-git's tree walker refuses these itself; the export would too.
-		{"dot-dot", entry{"100644", "..", file}, `invalid path ".."`},
-		{"dot", entry{"100644", ".", file}, `invalid path "."`},
-		{"slash", entry{"100644", "etc/passwd", file}, `holds the path "etc/passwd", which is not a file name`},
+		{"dot-dot", entry{Mode: "100644", Name: "..", ID: file}, `invalid path ".."`},
+		{"dot", entry{Mode: "100644", Name: ".", ID: file}, `invalid path "."`},
+		{"slash", entry{Mode: "100644", Name: "etc/passwd", ID: file}, `holds the path "etc/passwd", which is not a file name`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			commit := g.commit(g.tree(tc.entry))
@@ -169,10 +161,10 @@ func TestExportWritesLinksWithoutFollowingThem(t *testing.T) {
 	g := newGitRepo(t)
 	host := hostTarget(t)
 	commit := g.commit(g.tree(
-		entry{"100644", "a.txt", g.blob("a\n")},
-		entry{"120000", "etc", g.blob(host)},
-		entry{"100755", "run.sh", g.blob("#!/bin/sh\n")},
-		entry{"40000", "sub", g.tree(entry{"120000", "up", g.blob("../../..")})},
+		entry{Mode: "100644", Name: "a.txt", ID: g.blob("a\n")},
+		entry{Mode: "120000", Name: "etc", ID: g.blob(host)},
+		entry{Mode: "100755", Name: "run.sh", ID: g.blob("#!/bin/sh\n")},
+		entry{Mode: "40000", Name: "sub", ID: g.tree(entry{Mode: "120000", Name: "up", ID: g.blob("../../..")})},
 	))
 	out := filepath.Join(t.TempDir(), "export")
 	n, err := exportCommit(context.Background(), g.dir, commit, out, defaultLimits)
@@ -193,7 +185,7 @@ func TestExportBoundsTheNumberOfFiles(t *testing.T) {
 	file := g.blob("x\n")
 	var entries []entry
 	for _, name := range []string{"a", "b", "c", "d", "e", "f"} {
-		entries = append(entries, entry{"100644", name, file})
+		entries = append(entries, entry{Mode: "100644", Name: name, ID: file})
 	}
 	commit := g.commit(g.tree(entries...))
 	_, err := exportCommit(context.Background(), g.dir, commit, filepath.Join(t.TempDir(), "export"), exportLimits{maxBytes: 1 << 20, maxFiles: 5})
@@ -223,7 +215,7 @@ func (c *cancelAfter) Err() error {
 func TestExportStopsWhenCancelled(t *testing.T) {
 	g := newGitRepo(t)
 	big := g.blob(strings.Repeat("0123456789abcdef", 1<<20)) // 16 MiB
-	commit := g.commit(g.tree(entry{"100644", "big", big}, entry{"100644", "small", g.blob("s\n")}))
+	commit := g.commit(g.tree(entry{Mode: "100644", Name: "big", ID: big}, entry{Mode: "100644", Name: "small", ID: g.blob("s\n")}))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

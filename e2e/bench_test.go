@@ -257,23 +257,7 @@ func (p *platform) startUntil200(b testing.TB, image string) time.Duration {
 // residentMB sums the resident memory of bex up and every process it started,
 // directly or through containerd (the shims and the apps' processes), in MiB.
 func (p *platform) residentMB(b testing.TB) float64 {
-	parent := map[int]int{}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces, so split after the ')'.
-		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		if len(f) > 1 {
-			parent[pid], _ = strconv.Atoi(f[1])
-		}
-	}
+	parent := parentPIDs()
 	roots := map[int]bool{p.cmd.Process.Pid: true}
 	for _, line := range processesMentioning(p.dir) { // the shims, which daemonise away
 		pid, _ := strconv.Atoi(strings.SplitN(line, ":", 2)[0])
@@ -307,4 +291,26 @@ func (p *platform) residentMB(b testing.TB) float64 {
 		b.Fatal("found no process of bex up")
 	}
 	return kib / 1024
+}
+
+// parentPIDs maps every process of the machine to its parent, from /proc.
+func parentPIDs() map[int]int {
+	parent := map[int]int{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so cut after the last ')'.
+		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(f) > 1 {
+			parent[pid], _ = strconv.Atoi(f[1])
+		}
+	}
+	return parent
 }

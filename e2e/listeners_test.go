@@ -148,23 +148,7 @@ func TestListenersRefuseStrangers(t *testing.T) {
 // platformPIDs are bex up, its descendants, and the processes whose command line
 // names its state dir (containerd's shims, which leave their parent).
 func platformPIDs(p *platform) map[int]bool {
-	parent := map[int]int{}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces, so cut after the last ')'.
-		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		if len(f) > 1 {
-			parent[pid], _ = strconv.Atoi(f[1])
-		}
-	}
+	parent := parentPIDs()
 	pids := map[int]bool{p.cmd.Process.Pid: true}
 	for changed := true; changed; {
 		changed = false

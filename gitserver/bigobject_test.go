@@ -44,9 +44,18 @@ func childServer(t *testing.T, e *env, state string) (addr string, pid int) {
 	}
 	addr = l.Addr().String()
 	l.Close()
+	return addr, startChildServer(t, e, state, addr).Process.Pid
+}
+
+// startChildServer starts this test binary as a gitserver on addr with its state
+// in state (runChildServer; extraEnv adds to what it is told), killed when the
+// test ends, and returns once it accepts connections.
+func startChildServer(t *testing.T, e *env, state, addr string, extraEnv ...string) *exec.Cmd {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"=1", "BEX_TEST_KUBECONFIG="+e.cp.Kubeconfig,
 		"BEX_TEST_NAMESPACE="+e.ns, "BEX_TEST_STATE="+state, "BEX_TEST_ADDR="+addr)
+	cmd.Env = append(cmd.Env, extraEnv...)
 	logFile, err := os.Create(filepath.Join(t.TempDir(), "child.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +73,7 @@ func childServer(t *testing.T, e *env, state string) (addr string, pid int) {
 		}
 		return err
 	})
-	return addr, cmd.Process.Pid
+	return cmd
 }
 
 func TestAGigabyteOfZerosIsRefusedWithTheLimitAndBoundedMemory(t *testing.T) {

@@ -84,30 +84,10 @@ func TestKilledServerLeavesTheRepositoryIntactAndTheRefUnmoved(t *testing.T) {
 
 	start := func(block bool) *exec.Cmd {
 		t.Helper()
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), childEnv+"=1", "BEX_TEST_KUBECONFIG="+e.cp.Kubeconfig,
-			"BEX_TEST_NAMESPACE="+e.ns, "BEX_TEST_STATE="+state, "BEX_TEST_ADDR="+addr)
 		if block {
-			cmd.Env = append(cmd.Env, "BEX_TEST_BLOCK_BUILD="+marker)
+			return startChildServer(t, e, state, addr, "BEX_TEST_BLOCK_BUILD="+marker)
 		}
-		logFile, err := os.Create(filepath.Join(t.TempDir(), "child.log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.Stdout, cmd.Stderr = logFile, logFile
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		e.eventually(func() error {
-			c, err := net.Dial("tcp", addr)
-			if err == nil {
-				c.Close()
-			}
-			return err
-		})
-		return cmd
+		return startChildServer(t, e, state, addr)
 	}
 
 	dir := admin.workdir("crash")

@@ -2,7 +2,6 @@ package gitserver_test
 
 import (
 	"bytes"
-	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +9,8 @@ import (
 	"testing"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
+
+	"bex.co/bex/internal/testenv"
 )
 
 // hashObject writes raw bytes as an object of type typ with the real git, as given
@@ -26,20 +27,14 @@ func hashObject(t testing.TB, dir, typ string, data []byte) string {
 	return strings.TrimSpace(string(out))
 }
 
-// rawTree is the bytes of a tree: "<mode> <name>\0<20-byte id>" per entry, in the
-// order given.
+// rawTree is the bytes of a tree of entries {mode, name, id}, in the order given.
 func rawTree(t testing.TB, entries ...[3]string) []byte {
 	t.Helper()
-	var b []byte
-	for _, e := range entries {
-		id, err := hex.DecodeString(e[2])
-		if err != nil || len(id) != 20 {
-			t.Fatalf("bad id %q", e[2])
-		}
-		b = append(b, e[0]+" "+e[1]+"\x00"...)
-		b = append(b, id...)
+	list := make([]testenv.TreeEntry, len(entries))
+	for i, e := range entries {
+		list[i] = testenv.TreeEntry{Mode: e[0], Name: e[1], ID: e[2]}
 	}
-	return b
+	return testenv.RawTree(t, list...)
 }
 
 // craftedCommit commits tree on top of main (raw, for a malformed commit when

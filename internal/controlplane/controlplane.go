@@ -19,6 +19,8 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"bex.co/bex/internal/supervise"
+
+	"bex.co/bex/internal/freeport"
 )
 
 // ServiceCIDR is the range Services get their (unused, on one machine) cluster IPs
@@ -95,21 +97,12 @@ func (cp *ControlPlane) loadPorts() error {
 		return err
 	}
 	for _, p := range []*int{&cp.ports.EtcdClient, &cp.ports.APIServer} {
-		if *p, err = freePort(); err != nil {
+		if *p, err = freeport.Loopback(); err != nil {
 			return err
 		}
 	}
 	data, _ = json.Marshal(cp.ports)
 	return writeAtomic(cp.portsPath(), data, 0o644)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // Host is the API server's URL.

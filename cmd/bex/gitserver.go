@@ -17,16 +17,16 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"bex.co/bex/agentapi"
-	"bex.co/bex/agentapi/tokens"
+	"bex.co/bex/gitserver/mcpserver"
+	"bex.co/bex/gitserver/tokens"
 	"bex.co/bex/builder"
 	"bex.co/bex/deployer/releases"
 	"bex.co/bex/gitserver"
 	"bex.co/bex/gitserver/access"
 	"bex.co/bex/internal/appops"
-	"bex.co/bex/sshcmd"
-	"bex.co/bex/webhook"
-	"bex.co/bex/webhook/secrets"
+	"bex.co/bex/gitserver/sshcmd"
+	"bex.co/bex/gitserver/webhook"
+	"bex.co/bex/gitserver/webhook/secrets"
 )
 
 // gitserverCmd runs the SSH git endpoint against an existing Kubernetes API and
@@ -202,7 +202,7 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		agents, err := agentapi.New(agentapi.Config{
+		agents, err := mcpserver.New(mcpserver.Config{
 			Ops:      &appops.Ops{Client: kc, Reader: informers, Namespace: c.namespace, Releases: recorder},
 			Tokens:   tokenStore,
 			Deployer: agentDeployer{srv: srv, apps: informers, namespace: c.namespace},

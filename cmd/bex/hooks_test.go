@@ -21,7 +21,7 @@ import (
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/internal/testenv"
-	"bex.co/bex/webhook"
+	"bex.co/bex/gitserver/webhook"
 )
 
 // hooksEnv is `bex gitserver --hooks-addr` run in process against the real control

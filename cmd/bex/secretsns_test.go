@@ -11,11 +11,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"bex.co/bex/agentapi"
-	"bex.co/bex/agentapi/tokens"
+	"bex.co/bex/gitserver/mcpserver"
+	"bex.co/bex/gitserver/tokens"
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/internal/testenv"
-	"bex.co/bex/webhook"
+	"bex.co/bex/gitserver/webhook"
 )
 
 // TestGitserverSecretsNamespace: `bex gitserver --secrets-namespace` keeps the
@@ -70,7 +70,7 @@ func TestGitserverSecretsNamespace(t *testing.T) {
 		t.Fatalf("connect with the token: %v", err)
 	}
 	defer s.Close()
-	var list agentapi.AppList
+	var list mcpserver.AppList
 	if res := call(t, ctx, s, "list_apps", nil, &list); res.IsError || len(list.Apps) != 1 || list.Apps[0].Name != "hooked" {
 		t.Fatalf("list_apps: %s %+v", text(res), list)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"bex.co/bex/gitserver"
-	"bex.co/bex/up"
+	"bex.co/bex/cmd/bex/up"
 )
 
 // upCmd runs the whole platform on this machine.

@@ -15,7 +15,7 @@ import (
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/gitserver/access"
-	"bex.co/bex/sshcmd"
+	"bex.co/bex/gitserver/sshcmd"
 )
 
 // usersAddCmd creates a user through the API, on the server itself: the way to the

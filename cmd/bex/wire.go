@@ -16,14 +16,14 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"bex.co/bex/agentapi"
+	"bex.co/bex/gitserver/mcpserver"
 	"bex.co/bex/builder"
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/deployer/releases"
 	"bex.co/bex/deployer/runtime/local"
 	"bex.co/bex/gitserver"
-	"bex.co/bex/sshcmd"
-	"bex.co/bex/webhook"
+	"bex.co/bex/gitserver/sshcmd"
+	"bex.co/bex/gitserver/webhook"
 )
 
 // Adapters between components: each component declares the small interface it needs,
@@ -226,11 +226,11 @@ func (l agentLogs) Tail(ctx context.Context, app, process string, lines int, w i
 
 type agentBuilds struct{ buildLogs }
 
-func (b agentBuilds) List(app string) ([]agentapi.Build, error) {
+func (b agentBuilds) List(app string) ([]mcpserver.Build, error) {
 	list, err := b.buildLogs.List(app)
-	out := make([]agentapi.Build, len(list))
+	out := make([]mcpserver.Build, len(list))
 	for i, x := range list {
-		out[i] = agentapi.Build{ID: x.ID, Commit: x.Commit, Time: x.Time}
+		out[i] = mcpserver.Build{ID: x.ID, Commit: x.Commit, Time: x.Time}
 	}
 	return out, err
 }

@@ -13,7 +13,7 @@ import (
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/internal/testenv"
-	"bex.co/bex/webhook/secrets"
+	"bex.co/bex/gitserver/webhook/secrets"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Run(m)) }

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
-	"bex.co/bex/agentapi/tokens"
+	"bex.co/bex/gitserver/tokens"
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 )
 

@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"bex.co/bex/agentapi"
+	"bex.co/bex/gitserver/mcpserver"
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/internal/testenv"
 )
@@ -101,12 +101,12 @@ func TestAgentAPI(t *testing.T) {
 		t.Fatalf("tools: %v", names)
 	}
 
-	var dep agentapi.Deployed
+	var dep mcpserver.Deployed
 	res := call(t, ctx, s, "deploy", map[string]any{"app": "agentapp"}, &dep)
 	if res.IsError || dep.Release != 1 || dep.Commit != head1 || !strings.Contains(text(res), "Deployed agentapp: release v1") {
 		t.Fatalf("deploy: %s %+v", text(res), dep)
 	}
-	var st agentapi.AppStatus
+	var st mcpserver.AppStatus
 	for deadline := time.Now().Add(30 * time.Second); st.Phase != "Running"; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("not Running: %+v", st)
@@ -135,22 +135,22 @@ func TestAgentAPI(t *testing.T) {
 	if res = call(t, ctx, s, "deploy", map[string]any{"app": "agentapp"}, &dep); res.IsError || dep.Release != 2 || dep.Commit != head2 {
 		t.Fatalf("second deploy: %s", text(res))
 	}
-	var back agentapi.Deployed
+	var back mcpserver.Deployed
 	res = call(t, ctx, s, "rollback", map[string]any{"app": "agentapp"}, &back)
 	if res.IsError || back.Release != 3 || back.RollbackOf != 1 {
 		t.Fatalf("rollback: %s %+v", text(res), back)
 	}
-	var rels agentapi.ReleaseList
+	var rels mcpserver.ReleaseList
 	call(t, ctx, s, "releases", map[string]any{"app": "agentapp"}, &rels)
 	if len(rels.Releases) != 3 || rels.Releases[0].Cause != "Rollback" || !rels.Releases[0].Serving || rels.Releases[1].Actor != "admin-"+e.ns {
 		t.Fatalf("releases: %+v", rels)
 	}
-	var logTail agentapi.LogTail
+	var logTail mcpserver.LogTail
 	if res = call(t, ctx, s, "build_logs", map[string]any{"app": "agentapp"}, &logTail); res.IsError || !strings.Contains(logTail.Log, "COPY msg /msg") || logTail.Commit != head2 {
 		t.Fatalf("build_logs: %s", text(res))
 	}
 
-	var sus agentapi.Suspension
+	var sus mcpserver.Suspension
 	if res = call(t, ctx, s, "suspend", map[string]any{"app": "agentapp"}, &sus); res.IsError || !sus.Suspended {
 		t.Fatalf("suspend: %s", text(res))
 	}
@@ -158,7 +158,7 @@ func TestAgentAPI(t *testing.T) {
 	if err := e.cp.Client.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: "agentapp"}, app); err != nil || !app.Spec.Suspended {
 		t.Fatalf("the App is not suspended: %v", err)
 	}
-	var bad struct{ Error agentapi.ErrorInfo }
+	var bad struct{ Error mcpserver.ErrorInfo }
 	if res = call(t, ctx, s, "deploy", map[string]any{"app": "agentapp", "commit": "nope"}, &bad); !res.IsError || bad.Error.Code != "invalid" {
 		t.Fatalf("deploy of a bad commit: %s", text(res))
 	}
@@ -189,7 +189,7 @@ func TestAgentAPI(t *testing.T) {
 			t.Fatalf("mallory's %s: %s", tool, text(res))
 		}
 	}
-	var list agentapi.AppList
+	var list mcpserver.AppList
 	if call(t, ctx, ms, "list_apps", nil, &list); len(list.Apps) != 0 {
 		t.Fatalf("mallory lists %+v", list)
 	}

@@ -14,4 +14,4 @@
 //
 // Deploys run through the gitserver (Deployer, wired by cmd/bex): the same
 // pipeline and per-app lock as a push or a webhook.
-package agentapi
+package mcpserver

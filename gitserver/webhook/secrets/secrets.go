@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
-	"bex.co/bex/webhook"
+	"bex.co/bex/gitserver/webhook"
 )
 
 const (

@@ -10,7 +10,7 @@ import (
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/internal/appops"
-	"bex.co/bex/webhook/secrets"
+	"bex.co/bex/gitserver/webhook/secrets"
 )
 
 // WebhookInfo is `webhooks APP --json`.

@@ -21,7 +21,7 @@ import (
 	"bex.co/bex/gitserver"
 	"bex.co/bex/gitserver/access"
 	"bex.co/bex/internal/testenv"
-	"bex.co/bex/sshcmd"
+	"bex.co/bex/gitserver/sshcmd"
 )
 
 // server is a real gitserver with the real access directory on the shared control

@@ -12,11 +12,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"bex.co/bex/agentapi/tokens"
+	"bex.co/bex/gitserver/tokens"
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
-	"bex.co/bex/sshcmd"
-	"bex.co/bex/webhook"
-	"bex.co/bex/webhook/secrets"
+	"bex.co/bex/gitserver/sshcmd"
+	"bex.co/bex/gitserver/webhook"
+	"bex.co/bex/gitserver/webhook/secrets"
 )
 
 func TestWebhooks(t *testing.T) {

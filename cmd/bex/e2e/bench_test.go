@@ -22,7 +22,7 @@ import (
 
 	"bex.co/bex/internal/daemons"
 	"bex.co/bex/internal/testenv"
-	"bex.co/bex/up"
+	"bex.co/bex/cmd/bex/up"
 )
 
 // BenchmarkPushToLive measures, on one `bex up`, the time from the start of

@@ -15,8 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
-	"bex.co/bex/webhook"
-	"bex.co/bex/webhook/secrets"
+	"bex.co/bex/gitserver/webhook"
+	"bex.co/bex/gitserver/webhook/secrets"
 )
 
 func TestRotation(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"bex.co/bex/agentapi/tokens"
+	"bex.co/bex/gitserver/tokens"
 )
 
 // TokenInfo is one token in `tokens:list --json`.

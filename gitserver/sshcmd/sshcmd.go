@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/pflag"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"bex.co/bex/agentapi/tokens"
+	"bex.co/bex/gitserver/tokens"
 	"bex.co/bex/deployer/releases"
 	"bex.co/bex/gitserver"
 	"bex.co/bex/internal/appops"

@@ -17,7 +17,7 @@ import (
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/internal/appops"
-	"bex.co/bex/webhook/secrets"
+	"bex.co/bex/gitserver/webhook/secrets"
 )
 
 func checkAppName(name string) error { return appops.CheckAppName(name) }

@@ -26,7 +26,7 @@ import (
 	"bex.co/bex/deployer/releases"
 	"bex.co/bex/gitserver"
 	"bex.co/bex/internal/testenv"
-	"bex.co/bex/sshcmd"
+	"bex.co/bex/gitserver/sshcmd"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Run(m)) }

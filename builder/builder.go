@@ -133,9 +133,10 @@ type Result struct {
 var commitRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
 
 // Build builds req.Commit and writes progress lines to progress as they happen; the
-// same lines go to the app's build log. It waits for a build slot first (saying so),
-// stops when ctx ends or after Config.Timeout, and returns an error whose text tells
-// the pusher what failed and what to do.
+// same lines go to the app's build log, and the build's outcome to its record when it
+// ends (see Logs). It waits for a build slot first (saying so), stops when ctx ends or
+// after Config.Timeout, and returns an error whose text tells the pusher what failed
+// and what to do.
 func (b *Builder) Build(ctx context.Context, req Request, progress io.Writer) (*Result, error) {
 	if !commitRE.MatchString(req.Commit) {
 		return nil, fmt.Errorf("commit %q is not a full object id", req.Commit)
@@ -146,7 +147,29 @@ func (b *Builder) Build(ctx context.Context, req Request, progress io.Writer) (*
 	}
 	defer logFile.Close()
 	out := &syncWriter{w: io.MultiWriter(progress, logFile)}
+	res, err := b.run(ctx, req, out)
+	if werr := b.logs.finish(logFile, outcomeOf(ctx, res, err)); werr != nil {
+		b.log.Warn("build outcome not recorded", "app", req.App, "commit", req.Commit, "err", werr)
+	}
+	return res, err
+}
 
+// outcomeOf is the record of a build that returned res and err under ctx.
+func outcomeOf(ctx context.Context, res *Result, err error) outcomeRecord {
+	rec := outcomeRecord{Finished: time.Now()}
+	switch {
+	case err == nil:
+		rec.Outcome, rec.Image = OutcomeSucceeded, res.Image
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		rec.Outcome = OutcomeCanceled
+	default:
+		rec.Outcome, rec.Error = OutcomeFailed, headline(err)
+	}
+	return rec
+}
+
+// run is Build once the log is open: it waits for a slot and builds.
+func (b *Builder) run(ctx context.Context, req Request, out io.Writer) (*Result, error) {
 	select {
 	case b.slots <- struct{}{}:
 	default:
@@ -159,12 +182,15 @@ func (b *Builder) Build(ctx context.Context, req Request, progress io.Writer) (*
 	}
 	defer func() { <-b.slots }()
 
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
 	defer cancel()
 	start := time.Now()
 	res, err := b.build(ctx, req, out)
 	if err != nil {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// The timeout is Config.Timeout's only when the caller's context has not
+		// ended: a caller's own deadline is the caller's cancellation.
+		if parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			err = fmt.Errorf("%w after %s: make the build faster, or cache more of it", ErrTimeout, b.cfg.Timeout)
 		}
 		fmt.Fprintf(out, " !     %s\n", strings.ReplaceAll(err.Error(), "\n", "\n !     "))
@@ -422,10 +448,22 @@ func processes(p *plan.Plan) (map[string][]string, error) {
 	return out, nil
 }
 
-// Logs lists app's stored build logs, newest first.
+// Logs lists app's stored builds, newest first, each with its outcome: a build
+// whose log has no recorded outcome is running while this Builder runs it, and
+// failed with ErrorDidNotFinish once it does not (the process that ran it stopped
+// during it). An app that is not a name is an error wrapping ErrInvalidName.
 func (b *Builder) Logs(app string) ([]BuildLog, error) { return b.logs.List(app) }
 
-// LogPath is the file of one stored build log.
+// BuildLog returns one stored build of app, as Logs does. An unknown id is an
+// error wrapping fs.ErrNotExist; an app or id that is not a name one wrapping
+// ErrInvalidName.
+func (b *Builder) BuildLog(app, id string) (BuildLog, error) { return b.logs.Build(app, id) }
+
+// OpenLog opens one stored build's log text, with the errors of BuildLog.
+func (b *Builder) OpenLog(app, id string) (*os.File, error) { return b.logs.open(app, id) }
+
+// LogPath is the file of one stored build log. It does not check its arguments:
+// OpenLog does.
 func (b *Builder) LogPath(app, id string) string {
 	return filepath.Join(b.cfg.LogDir, app, filepath.Base(id)+".log")
 }

@@ -2,6 +2,7 @@ package builder
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -44,15 +45,39 @@ func explain(ctx context.Context, err error, r *renderer) error {
 		if m := exitCodeRE.FindStringSubmatch(verr); m != nil {
 			code = "exit code " + m[1]
 		}
-		var b strings.Builder
-		fmt.Fprintf(&b, "step %s failed with %s", name, code)
-		if len(tail) > 0 {
-			b.WriteString("; its last output:")
-			for _, l := range tail {
-				b.WriteString("\n    " + l)
-			}
-		}
-		return fmt.Errorf("%s", b.String())
+		return &stepError{step: name, code: code, tail: tail}
 	}
 	return fmt.Errorf("%s", msg)
+}
+
+// stepError is a build step that failed: its name, how, and its last output lines.
+type stepError struct {
+	step, code string
+	tail       []string
+}
+
+func (e *stepError) headline() string {
+	return fmt.Sprintf("step %s failed with %s", e.step, e.code)
+}
+
+func (e *stepError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.headline())
+	if len(e.tail) > 0 {
+		b.WriteString("; its last output:")
+		for _, l := range e.tail {
+			b.WriteString("\n    " + l)
+		}
+	}
+	return b.String()
+}
+
+// headline is err in one line, for a build's record: a failed step without its
+// output, any other error up to its first line break.
+func headline(err error) string {
+	if se, ok := errors.AsType[*stepError](err); ok {
+		return se.headline()
+	}
+	line, _, _ := strings.Cut(err.Error(), "\n")
+	return strings.TrimSpace(line)
 }

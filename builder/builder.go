@@ -160,7 +160,9 @@ func outcomeOf(ctx context.Context, res *Result, err error) outcomeRecord {
 	switch {
 	case err == nil:
 		rec.Outcome, rec.Image = OutcomeSucceeded, res.Image
-	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+	case errors.Is(ctx.Err(), context.Canceled) && errors.Is(err, context.Canceled):
+		// Canceled is the caller's cancellation; a deadline, the caller's or
+		// Config.Timeout, is a build that took too long: failed.
 		rec.Outcome = OutcomeCanceled
 	default:
 		rec.Outcome, rec.Error = OutcomeFailed, headline(err)
@@ -182,15 +184,12 @@ func (b *Builder) run(ctx context.Context, req Request, out io.Writer) (*Result,
 	}
 	defer func() { <-b.slots }()
 
-	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
 	defer cancel()
 	start := time.Now()
 	res, err := b.build(ctx, req, out)
 	if err != nil {
-		// The timeout is Config.Timeout's only when the caller's context has not
-		// ended: a caller's own deadline is the caller's cancellation.
-		if parent.Err() == nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			err = fmt.Errorf("%w after %s: make the build faster, or cache more of it", ErrTimeout, b.cfg.Timeout)
 		}
 		fmt.Fprintf(out, " !     %s\n", strings.ReplaceAll(err.Error(), "\n", "\n !     "))

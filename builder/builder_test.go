@@ -434,6 +434,12 @@ func TestTimeout(t *testing.T) {
 	if !errors.Is(err, builder.ErrTimeout) || !strings.Contains(out, "build timed out after 2s") {
 		t.Fatalf("want a timeout, got %v\n%s", err, out)
 	}
+	// A build that took too long failed; it was not canceled.
+	logs, err := b.Logs("timeout")
+	if want := "build timed out after 2s: make the build faster, or cache more of it"; err != nil || len(logs) != 1 ||
+		logs[0].Outcome != builder.OutcomeFailed || logs[0].Error != want {
+		t.Fatalf("record = %+v, %v; want failed with %q", logs, err, want)
+	}
 }
 
 func TestConcurrentBuildsWaitForASlot(t *testing.T) {

@@ -8,4 +8,8 @@
 // build runs (Dokku's "-----> " steps, indented output, no cursor movement), the same
 // lines for the pusher, the stored build log and a terminal. Failures are turned into
 // sentences a user can act on: which step failed, its exit code and its last lines.
+//
+// Each build's log is kept with its outcome as data (BuildLog: running, succeeded,
+// failed with a one-line error, canceled), written by the builder when the build
+// ends; nothing needs to read the log's text to know how a build ended.
 package builder

@@ -20,6 +20,7 @@ import (
 	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
+	"bex.co/bex/gitserver/backend"
 	"bex.co/bex/gitserver/receive"
 )
 
@@ -62,16 +63,16 @@ type DeployResult struct {
 	URL     string
 }
 
-// Errors of Deploy besides ErrAppNotFound.
+// Errors of Deploy besides ErrAppNotFound; their kinds are the backend's.
 var (
 	// ErrNothingToDeploy: the app has no repository or no deploy branch yet, and no
 	// upstream to fetch one from.
-	ErrNothingToDeploy = errors.New("nothing to deploy")
+	ErrNothingToDeploy error = &backend.Error{Kind: backend.Invalid, Msg: "nothing to deploy"}
 	// ErrBusy: another push or deploy of the app held its lock past LockWait.
-	ErrBusy = errors.New("another push or deploy of the app is running")
+	ErrBusy error = &backend.Error{Kind: backend.Conflict, Msg: "another push or deploy of the app is running"}
 	// ErrDeployFailed wraps why a deploy did not come to serve (fetch, build,
 	// release or rollout); the previous release keeps serving.
-	ErrDeployFailed = errors.New("deploy failed")
+	ErrDeployFailed error = &backend.Error{Kind: backend.Failed, Msg: "deploy failed"}
 )
 
 // Deploy rebuilds and rolls out an app outside a push, through the same pipeline

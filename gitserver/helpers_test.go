@@ -23,6 +23,7 @@ import (
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/gitserver"
 	"bex.co/bex/gitserver/access"
+	"bex.co/bex/gitserver/backend"
 	"bex.co/bex/internal/testenv"
 )
 
@@ -294,7 +295,7 @@ func (d *fakeDeployer) all() []gitserver.ReleaseRequest {
 // nopDirectory knows nobody: for tests that never authenticate.
 type nopDirectory struct{}
 
-func (nopDirectory) UserByKey(context.Context, gossh.PublicKey) (*gitserver.User, error) {
+func (nopDirectory) UserByKey(context.Context, gossh.PublicKey) (*backend.User, error) {
 	return nil, gitserver.ErrUnknownKey
 }
 func (nopDirectory) App(context.Context, string) (*gitserver.App, error) {

@@ -2,10 +2,11 @@ package gitserver
 
 import (
 	"context"
-	"errors"
 	"io"
 
 	gossh "golang.org/x/crypto/ssh"
+
+	"bex.co/bex/gitserver/backend"
 )
 
 // Builder turns one commit of an app's repository into an image.
@@ -67,7 +68,7 @@ type ReleaseRequest struct {
 // the SSH path calls it on every connection.
 type Directory interface {
 	// UserByKey returns the user who owns key, or ErrUnknownKey.
-	UserByKey(ctx context.Context, key gossh.PublicKey) (*User, error)
+	UserByKey(ctx context.Context, key gossh.PublicKey) (*backend.User, error)
 	// App returns an app, or ErrAppNotFound.
 	App(ctx context.Context, name string) (*App, error)
 	// CreateApp creates an app with owner as its first member, or returns
@@ -89,7 +90,7 @@ type Commands interface {
 // CommandSession is one SSH session running a command.
 type CommandSession struct {
 	// User is who authenticated, looked up again inside the session.
-	User *User
+	User *backend.User
 	// KeyFingerprint is the SHA256 fingerprint of the key the session was
 	// authenticated with ("SHA256:...").
 	KeyFingerprint string
@@ -98,15 +99,6 @@ type CommandSession struct {
 	Stdin  io.Reader
 	Stdout io.Writer
 	Stderr io.Writer
-}
-
-// User is an authenticated person or agent.
-type User struct {
-	Name          string
-	Admin         bool
-	CanCreateApps bool
-	// KeyName names the key that matched, for logs.
-	KeyName string
 }
 
 // App is what the gitserver needs to know of an app.
@@ -118,22 +110,9 @@ type App struct {
 	Members []string
 }
 
-// CanAccess reports whether u may push to and fetch from app.
-func (u *User) CanAccess(app *App) bool {
-	if u.Admin {
-		return true
-	}
-	for _, m := range app.Members {
-		if m == u.Name {
-			return true
-		}
-	}
-	return false
-}
-
 // Errors of a Directory.
 var (
-	ErrUnknownKey  = errors.New("unknown key")
-	ErrAppNotFound = errors.New("app not found")
-	ErrAppExists   = errors.New("app already exists")
+	ErrUnknownKey  error = &backend.Error{Kind: backend.Forbidden, Msg: "unknown key"}
+	ErrAppNotFound error = &backend.Error{Kind: backend.NotFound, Msg: "app not found"}
+	ErrAppExists   error = &backend.Error{Kind: backend.Conflict, Msg: "app already exists"}
 )

@@ -13,6 +13,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp/capability"
 
+	"bex.co/bex/gitserver/backend"
 	"bex.co/bex/gitserver/receive"
 	"bex.co/bex/gitserver/receive/fsck"
 )
@@ -22,7 +23,7 @@ type push struct {
 	s     *Server
 	sess  ssh.Session
 	log   *slog.Logger
-	user  *User
+	user  *backend.User
 	app   *App
 	name  string
 	repo  *receive.Repo
@@ -42,7 +43,7 @@ const (
 )
 
 // receivePack runs a push and returns the SSH exit status: 0 when every ref moved.
-func (s *Server) receivePack(sess ssh.Session, user *User, name string, log *slog.Logger) int {
+func (s *Server) receivePack(sess ssh.Session, user *backend.User, name string, log *slog.Logger) int {
 	ctx := sess.Context()
 	app, err := s.dir.App(ctx, name)
 	switch {
@@ -57,7 +58,7 @@ func (s *Server) receivePack(sess ssh.Session, user *User, name string, log *slo
 		log.Error("app lookup failed", "err", err)
 		fatal(sess, "internal error: try again")
 		return 1
-	case !user.CanAccess(app):
+	case !user.MayUse(app.Members):
 		s.metrics.pushes.WithLabelValues("rejected").Inc()
 		fatal(sess, fmt.Sprintf("user %s has no access to app %s: ask an admin to add you to its members", user.Name, name))
 		return 1
@@ -266,7 +267,7 @@ func (p *push) ensureApp(ctx context.Context) error {
 		app, err := p.s.dir.CreateApp(ctx, p.name, p.user.Name)
 		if errors.Is(err, ErrAppExists) {
 			// Created by a concurrent push: check access as for an existing app.
-			if app, err = p.s.dir.App(ctx, p.name); err == nil && !p.user.CanAccess(app) {
+			if app, err = p.s.dir.App(ctx, p.name); err == nil && !p.user.MayUse(app.Members) {
 				return fmt.Errorf("user %s has no access to app %s", p.user.Name, p.name)
 			}
 		}

@@ -15,6 +15,8 @@ import (
 	"github.com/gliderlabs/ssh"
 	"github.com/prometheus/client_golang/prometheus"
 	gossh "golang.org/x/crypto/ssh"
+
+	"bex.co/bex/gitserver/backend"
 )
 
 // Server is the SSH git endpoint.
@@ -161,14 +163,14 @@ func (s *Server) publicKeyHandler(ctx ssh.Context, key ssh.PublicKey) bool {
 // session was authenticated with is the key that was looked up, and looking it up
 // again. Clients may offer one key and sign with another (a past soft-serve bypass);
 // this check does not trust the public-key callback's bookkeeping.
-func (s *Server) authenticatedUser(sess ssh.Session) (*User, error) {
+func (s *Server) authenticatedUser(sess ssh.Session) (*backend.User, error) {
 	key := sess.PublicKey()
 	if key == nil {
 		return nil, errors.New("no public key")
 	}
 	fp := gossh.FingerprintSHA256(key)
 	offered, _ := sess.Context().Value(ctxKeyFP).(string)
-	remembered, _ := sess.Context().Value(ctxUser).(*User)
+	remembered, _ := sess.Context().Value(ctxUser).(*backend.User)
 	if offered != fp || remembered == nil {
 		return nil, fmt.Errorf("session key %s is not the key that was looked up (%s)", fp, offered)
 	}

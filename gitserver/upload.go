@@ -9,12 +9,14 @@ import (
 	"strings"
 
 	"github.com/gliderlabs/ssh"
+
+	"bex.co/bex/gitserver/backend"
 )
 
 // uploadPack serves git clone and git fetch with the git binary's upload-pack: it
 // speaks every protocol version and negotiation the client may use, and nothing
 // bex does happens on a fetch.
-func (s *Server) uploadPack(sess ssh.Session, user *User, appName string, log *slog.Logger) {
+func (s *Server) uploadPack(sess ssh.Session, user *backend.User, appName string, log *slog.Logger) {
 	app, err := s.dir.App(sess.Context(), appName)
 	if errors.Is(err, ErrAppNotFound) {
 		fatal(sess, "app "+appName+" does not exist")
@@ -25,7 +27,7 @@ func (s *Server) uploadPack(sess ssh.Session, user *User, appName string, log *s
 		fatal(sess, "internal error: try again")
 		return
 	}
-	if !user.CanAccess(app) {
+	if !user.MayUse(app.Members) {
 		fatal(sess, "user "+user.Name+" has no access to app "+appName+": ask an admin to add you to its members")
 		return
 	}

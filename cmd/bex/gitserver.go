@@ -17,16 +17,15 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"bex.co/bex/gitserver/mcpserver"
-	"bex.co/bex/gitserver/tokens"
 	"bex.co/bex/builder"
 	"bex.co/bex/deployer/releases"
 	"bex.co/bex/gitserver"
 	"bex.co/bex/gitserver/access"
-	"bex.co/bex/internal/appops"
+	"bex.co/bex/gitserver/backend"
+	"bex.co/bex/gitserver/mcpserver"
 	"bex.co/bex/gitserver/sshcmd"
+	"bex.co/bex/gitserver/tokens"
 	"bex.co/bex/gitserver/webhook"
-	"bex.co/bex/gitserver/webhook/secrets"
 )
 
 // gitserverCmd runs the SSH git endpoint against an existing Kubernetes API and
@@ -119,7 +118,7 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	if err := ensureAdminKeys(ctx, kc, c.adminKeys); err != nil {
 		return err
 	}
-	if ok, err := access.HasAdmin(ctx, kc); err == nil && !ok {
+	if ok, err := backend.HasAdmin(ctx, kc); err == nil && !ok {
 		fmt.Fprintf(c.errOut, "bex gitserver: no admin yet: run `bex users add NAME --admin --key ~/.ssh/id_ed25519.pub` on this machine, or start with --admin-keys FILE\n")
 	}
 
@@ -163,18 +162,23 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 			c.hooksURL = "http://" + hooksListener.Addr().String()
 		}
 	}
-	// The commands need the server (to remove a repository under its push lock) and
-	// the server takes the commands: the closure reads srv once it is set.
+	// The backend needs the server (to deploy, and to remove a repository under
+	// its push lock) and the server takes the commands made on the backend: the
+	// closures read srv once it is set.
 	var srv *gitserver.Server
-	cmds, err := sshcmd.New(sshcmd.Config{
-		Client: kc, Reader: informers, Namespace: c.namespace, SecretsNamespace: c.secretsNamespace, Releases: recorder,
-		Logs:   logs,
-		Builds: buildLogs{b}, Host: c.sshURL, Log: c.log, RolloutTimeout: gcfg.RolloutTimeout,
-		RemoveRepository: func(ctx context.Context, app string) error { return srv.RemoveRepository(ctx, app, 10*time.Second) },
-		HooksURL:         c.hooksURL,
-		Tokens:           tokenStore,
-		DeployKey:        func() string { return strings.TrimSpace(string(gossh.MarshalAuthorizedKey(srv.HostKey()))) },
-	})
+	bk := backend.DefaultConfig()
+	bk.Client, bk.Reader, bk.Namespace, bk.SecretsNamespace = kc, informers, c.namespace, c.secretsNamespace
+	bk.Releases = recorder
+	bk.Deployer = serverDeployer{server: func() *gitserver.Server { return srv }}
+	bk.Logs, bk.Builds, bk.Tokens = logs, buildLogs{b}, tokenStore
+	bk.RemoveRepository = func(ctx context.Context, app string) error { return srv.RemoveRepository(ctx, app, 10*time.Second) }
+	bk.DeployKey = func() string { return strings.TrimSpace(string(gossh.MarshalAuthorizedKey(srv.HostKey()))) }
+	bk.Host, bk.HooksURL, bk.RolloutTimeout, bk.Log = c.sshURL, c.hooksURL, gcfg.RolloutTimeout, c.log
+	be, err := backend.New(bk)
+	if err != nil {
+		return err
+	}
+	cmds, err := sshcmd.New(sshcmd.Config{Backend: be})
 	if err != nil {
 		return err
 	}
@@ -196,19 +200,13 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	var hooks *webhook.Handler
 	var httpSrv *http.Server
 	if hooksListener != nil {
-		hooks, err = webhook.New(webhook.DefaultConfig(),
-			&secrets.Store{Apps: informers, Secrets: kc, Namespace: c.namespace, SecretsNamespace: c.secretsNamespace},
-			hookDeployer{srv: srv, apps: informers, namespace: c.namespace}, c.log)
+		hooks, err = webhook.New(webhook.DefaultConfig(), be, hookRedeployer{be}, c.log)
 		if err != nil {
 			return err
 		}
-		agents, err := mcpserver.New(mcpserver.Config{
-			Ops:      &appops.Ops{Client: kc, Reader: informers, Namespace: c.namespace, Releases: recorder},
-			Tokens:   tokenStore,
-			Deployer: agentDeployer{srv: srv, apps: informers, namespace: c.namespace},
-			Logs:     agentLogs{logs}, Builds: agentBuilds{buildLogs{b}},
-			RolloutTimeout: gcfg.RolloutTimeout, Version: version, Log: c.log,
-		})
+		mcfg := mcpserver.DefaultConfig()
+		mcfg.Backend, mcfg.Version, mcfg.Log = be, version, c.log
+		agents, err := mcpserver.New(mcfg)
 		if err != nil {
 			return err
 		}

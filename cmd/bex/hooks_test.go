@@ -20,8 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
-	"bex.co/bex/internal/testenv"
 	"bex.co/bex/gitserver/webhook"
+	"bex.co/bex/internal/testenv"
 )
 
 // hooksEnv is `bex gitserver --hooks-addr` run in process against the real control

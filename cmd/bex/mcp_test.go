@@ -14,8 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"bex.co/bex/gitserver/mcpserver"
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/gitserver/backend"
+	"bex.co/bex/gitserver/mcpserver"
 	"bex.co/bex/internal/testenv"
 )
 
@@ -106,7 +107,7 @@ func TestAgentAPI(t *testing.T) {
 	if res.IsError || dep.Release != 1 || dep.Commit != head1 || !strings.Contains(text(res), "Deployed agentapp: release v1") {
 		t.Fatalf("deploy: %s %+v", text(res), dep)
 	}
-	var st mcpserver.AppStatus
+	var st backend.AppInfo
 	for deadline := time.Now().Add(30 * time.Second); st.Phase != "Running"; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("not Running: %+v", st)

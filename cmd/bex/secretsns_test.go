@@ -11,11 +11,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/gitserver/mcpserver"
 	"bex.co/bex/gitserver/tokens"
-	appv1 "bex.co/bex/deployer/api/v1alpha1"
-	"bex.co/bex/internal/testenv"
 	"bex.co/bex/gitserver/webhook"
+	"bex.co/bex/internal/testenv"
 )
 
 // TestGitserverSecretsNamespace: `bex gitserver --secrets-namespace` keeps the

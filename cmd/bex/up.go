@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"bex.co/bex/gitserver"
 	"bex.co/bex/cmd/bex/up"
+	"bex.co/bex/gitserver"
 )
 
 // upCmd runs the whole platform on this machine.

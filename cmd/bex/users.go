@@ -7,15 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
-	"bex.co/bex/gitserver/access"
-	"bex.co/bex/gitserver/sshcmd"
+	"bex.co/bex/gitserver/backend"
 )
 
 // usersAddCmd creates a user through the API, on the server itself: the way to the
@@ -64,7 +62,7 @@ func (c *usersAddCmd) run(ctx context.Context) error {
 	if c.admin && key != nil {
 		// The same path as --admin-keys at start: idempotent, promotes an existing
 		// user, names the key after its comment.
-		changed, err := access.EnsureAdmin(ctx, kc, c.name, key)
+		changed, err := backend.EnsureAdmin(ctx, kc, c.name, key)
 		if err != nil {
 			return err
 		}
@@ -80,8 +78,8 @@ func (c *usersAddCmd) run(ctx context.Context) error {
 		role = appv1.RoleAdmin
 	}
 	created := true
-	if err := access.CreateUser(ctx, kc, c.name, role, c.canCreateApps); err != nil {
-		if !errors.Is(err, access.ErrUserExists) || key == nil {
+	if err := backend.CreateUser(ctx, kc, c.name, role, c.canCreateApps); err != nil {
+		if !errors.Is(err, backend.ErrConflict) || key == nil {
 			return err
 		}
 		created = false
@@ -90,7 +88,7 @@ func (c *usersAddCmd) run(ctx context.Context) error {
 		fmt.Fprintf(c.out, "Created %s %s.\n", role, c.name)
 	}
 	if key != nil {
-		fp, err := access.AddKey(ctx, kc, c.name, c.keyName, key)
+		fp, err := backend.AddKey(ctx, kc, c.name, c.keyName, key)
 		if err != nil {
 			return err
 		}
@@ -129,15 +127,10 @@ func (c *usersListCmd) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var users appv1.UserList
-	if err := kc.List(ctx, &users); err != nil {
+	out, err := backend.ListUsers(ctx, kc)
+	if err != nil {
 		return err
 	}
-	out := []sshcmd.UserInfo{}
-	for _, u := range users.Items {
-		out = append(out, sshcmd.UserInfo{Name: u.Name, Role: string(u.Spec.Role), CanCreateApps: u.Spec.Role == appv1.RoleAdmin || u.Spec.CanCreateApps, Keys: len(u.Spec.Keys)})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	if c.json {
 		enc := json.NewEncoder(c.out)
 		enc.SetIndent("", "  ")
@@ -161,7 +154,7 @@ func ensureAdminKeys(ctx context.Context, c client.Client, files []string) error
 		if err != nil {
 			return fmt.Errorf("admin keys: %w", err)
 		}
-		if _, err := access.EnsureAdminKeys(ctx, c, "admin", data); err != nil {
+		if _, err := backend.EnsureAdminKeys(ctx, c, "admin", data); err != nil {
 			return fmt.Errorf("admin keys in %s: %w", f, err)
 		}
 	}

@@ -16,13 +16,12 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"bex.co/bex/gitserver/mcpserver"
 	"bex.co/bex/builder"
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/deployer/releases"
 	"bex.co/bex/deployer/runtime/local"
 	"bex.co/bex/gitserver"
-	"bex.co/bex/gitserver/sshcmd"
+	"bex.co/bex/gitserver/backend"
 	"bex.co/bex/gitserver/webhook"
 )
 
@@ -89,24 +88,32 @@ func (p pushDeployer) Release(ctx context.Context, req gitserver.ReleaseRequest)
 	})
 }
 
-// hookDeployer runs a webhook's redeploy as the gitserver's Deploy: the app's
-// upstream is fetched when it has one, then the push's pipeline and lock.
-type hookDeployer struct {
-	srv       *gitserver.Server
-	apps      client.Reader
-	namespace string
+// The deployer's release recorder is what the backend records releases with.
+var _ backend.Releases = (*releases.Recorder)(nil)
+
+// hookRedeployer is the backend's Redeploy as the webhook handler calls it.
+type hookRedeployer struct{ b *backend.Backend }
+
+func (h hookRedeployer) Redeploy(ctx context.Context, r webhook.Redeploy) error {
+	return h.b.Redeploy(ctx, r.App, string(r.Provider), r.Delivery)
 }
 
-func (h hookDeployer) Redeploy(ctx context.Context, r webhook.Redeploy) error {
-	app := &appv1.App{}
-	if err := h.apps.Get(ctx, client.ObjectKey{Namespace: h.namespace, Name: r.App}, app); err != nil {
-		return err
+// serverDeployer is the gitserver's Deploy as the backend calls it; server
+// returns the server, which is made after the backend (its commands need the
+// backend).
+type serverDeployer struct{ server func() *gitserver.Server }
+
+func (d serverDeployer) Deploy(ctx context.Context, req backend.DeployRequest) (*backend.DeployResult, error) {
+	cause := gitserver.CauseDeploy
+	if req.Cause == backend.CauseWebhook {
+		cause = gitserver.CauseWebhook
 	}
-	_, err := h.srv.Deploy(ctx, gitserver.DeployRequest{
-		App: r.App, Upstream: app.Spec.Git.Upstream, Cause: gitserver.CauseWebhook,
-		Actor: "webhook:" + string(r.Provider), Delivery: r.Delivery,
-	}, nil)
-	return err
+	res, err := d.server().Deploy(ctx, gitserver.DeployRequest{App: req.App, Upstream: req.Upstream, Commit: req.Commit,
+		Cause: cause, Actor: req.Actor, Delivery: req.Delivery}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &backend.DeployResult{Release: res.Release, Commit: res.Commit, URL: res.URL}, nil
 }
 
 // WaitRollout waits for release n; when it fails, the release is withdrawn so that
@@ -162,22 +169,22 @@ func (a *apiFlags) connect() (*rest.Config, *k8sruntime.Scheme, error) {
 	return cfg, s, err
 }
 
-// buildLogs are the builder's stored build logs as the ssh commands read them.
+// buildLogs are the builder's build records and logs as the backend reads them.
 type buildLogs struct{ b *builder.Builder }
 
-func (l buildLogs) List(app string) ([]sshcmd.Build, error) {
+func (l buildLogs) List(app string) ([]backend.BuildInfo, error) {
 	logs, err := l.b.Logs(app)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]sshcmd.Build, len(logs))
+	out := make([]backend.BuildInfo, len(logs))
 	for i, bl := range logs {
-		out[i] = sshcmd.Build{ID: bl.ID, Commit: bl.Commit, Time: bl.Time}
+		out[i] = backend.BuildInfo{ID: bl.ID, Commit: bl.Commit, Time: bl.Time.UTC(), Result: string(bl.Outcome), Error: bl.Error}
 	}
 	return out, nil
 }
 
-func (l buildLogs) Open(app, id string) (io.ReadCloser, error) { return os.Open(l.b.LogPath(app, id)) }
+func (l buildLogs) Open(app, id string) (io.ReadCloser, error) { return l.b.OpenLog(app, id) }
 
 // runtimeLogs reads the local runtime's log files from the state directory the
 // deployer shares with this process (`bex deployer --runtime local` on the same
@@ -188,49 +195,10 @@ type runtimeLogs struct {
 	namespace string
 }
 
-func (l runtimeLogs) Logs(ctx context.Context, app string, o sshcmd.LogOptions, w io.Writer) error {
+func (l runtimeLogs) Logs(ctx context.Context, app string, o backend.LogOptions, w io.Writer) error {
 	if l.runtime == "kubernetes" {
-		return fmt.Errorf("on a cluster, read the logs with: kubectl logs -n %s -l %s=%s --prefix", l.namespace, releases.LabelApp, app)
+		return fmt.Errorf("on a cluster, read the logs with: kubectl logs -n %s -l %s=%s --prefix", l.namespace, appv1.LabelApp, app)
 	}
 	return local.ReadLogs(ctx, l.stateDir, types.NamespacedName{Namespace: l.namespace, Name: app},
 		local.LogOptions{Follow: o.Follow, Lines: o.Lines, Process: o.Process}, w)
-}
-
-// agentDeployer is the gitserver's Deploy as the agents' API sees it: the deploy
-// branch (fetched from the app's upstream when it has one) or a given commit.
-type agentDeployer struct {
-	srv       *gitserver.Server
-	apps      client.Reader
-	namespace string
-}
-
-func (d agentDeployer) Deploy(ctx context.Context, name, commit, actor string) (*gitserver.DeployResult, error) {
-	app := &appv1.App{}
-	if err := d.apps.Get(ctx, client.ObjectKey{Namespace: d.namespace, Name: name}, app); err != nil {
-		return nil, err
-	}
-	req := gitserver.DeployRequest{App: name, Commit: commit, Cause: gitserver.CauseDeploy, Actor: actor}
-	if commit == "" {
-		req.Upstream = app.Spec.Git.Upstream
-	}
-	return d.srv.Deploy(ctx, req, nil)
-}
-
-// agentLogs and agentBuilds are the runtime and build logs as the agents' API
-// reads them: the same sources as the ssh commands'.
-type agentLogs struct{ runtimeLogs }
-
-func (l agentLogs) Tail(ctx context.Context, app, process string, lines int, w io.Writer) error {
-	return l.Logs(ctx, app, sshcmd.LogOptions{Lines: lines, Process: process}, w)
-}
-
-type agentBuilds struct{ buildLogs }
-
-func (b agentBuilds) List(app string) ([]mcpserver.Build, error) {
-	list, err := b.buildLogs.List(app)
-	out := make([]mcpserver.Build, len(list))
-	for i, x := range list {
-		out[i] = mcpserver.Build{ID: x.ID, Commit: x.Commit, Time: x.Time}
-	}
-	return out, err
 }

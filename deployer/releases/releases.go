@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,7 +18,7 @@ import (
 )
 
 // LabelApp labels each Release with its App's name, for listing.
-const LabelApp = "app.bex.co/app"
+const LabelApp = appv1.LabelApp
 
 // Recorder writes releases through a Kubernetes client.
 type Recorder struct {
@@ -210,6 +209,15 @@ func describe(ch Change) string {
 	return string(ch.Cause)
 }
 
+// RecordConfig records a release of app whose config vars are edit of the
+// current ones (cause Config), by actor.
+func (r *Recorder) RecordConfig(ctx context.Context, app string, edit func([]appv1.EnvVar) []appv1.EnvVar, actor, description string) (int64, error) {
+	return r.Record(ctx, app, Change{
+		EditEnv: func(env []appv1.EnvVar) ([]appv1.EnvVar, error) { return edit(env), nil },
+		Cause:   appv1.ReleaseCauseConfig, Actor: actor, Description: description,
+	})
+}
+
 // Rollback records a new release that runs the image, commands and config vars of
 // release `to`, keeping the current scale, as Heroku's rollback does. The history
 // only grows: the old release stays as it was.
@@ -227,8 +235,25 @@ func (r *Recorder) Rollback(ctx context.Context, app string, to int64, actor str
 	})
 }
 
-// ErrRolloutFailed wraps the reason a release did not come to serve.
+// ErrRolloutFailed is matched (errors.Is) by every *RolloutError.
 var ErrRolloutFailed = errors.New("rollout failed")
+
+// RolloutError says why release Release did not come to serve: Reason is the
+// deployer's message (the RolledOut condition's), as data, so that no caller
+// parses it out of an error's text.
+type RolloutError struct {
+	Release int64
+	Reason  string
+}
+
+func (e *RolloutError) Error() string { return ErrRolloutFailed.Error() + ": " + e.Reason }
+
+// Is makes errors.Is(err, ErrRolloutFailed) hold.
+func (e *RolloutError) Is(target error) bool { return target == ErrRolloutFailed }
+
+// RolloutFailure is the reason, for callers that declare the error they read
+// as an interface (the gitserver's backend).
+func (e *RolloutError) RolloutFailure() string { return e.Reason }
 
 // Wait waits until release n of app serves: status.revision is n and the Ready
 // condition is true for the current generation. It returns status.url. It fails
@@ -260,7 +285,7 @@ func (r *Recorder) Wait(ctx context.Context, name string, n int64, progress func
 			continue
 		}
 		if app.Spec.Release > n {
-			return "", fmt.Errorf("%w: release v%d was replaced by v%d before it served", ErrRolloutFailed, n, app.Spec.Release)
+			return "", &RolloutError{Release: n, Reason: fmt.Sprintf("release v%d was replaced by v%d before it served", n, app.Spec.Release)}
 		}
 		current := app.Status.ObservedGeneration >= app.Generation
 		ready := meta.FindStatusCondition(app.Status.Conditions, appv1.ReadyCondition)
@@ -269,7 +294,7 @@ func (r *Recorder) Wait(ctx context.Context, name string, n int64, progress func
 			return app.Status.URL, nil
 		}
 		if current && rolled != nil && rolled.Status == metav1.ConditionFalse && rolled.Reason != appv1.RollingOutReason {
-			return "", fmt.Errorf("%w: %s", ErrRolloutFailed, rolled.Message)
+			return "", &RolloutError{Release: n, Reason: rolled.Message}
 		}
 		// Only what the deployer said about this generation: an older message (such
 		// as "nothing is deployed yet" before a first release) is not progress.
@@ -301,9 +326,9 @@ func (r *Recorder) List(ctx context.Context, app string) ([]appv1.Release, error
 // to the release that serves.
 func (r *Recorder) Await(ctx context.Context, name string, n int64, progress func(string)) (string, error) {
 	url, err := r.Wait(ctx, name, n, progress)
-	if errors.Is(err, ErrRolloutFailed) {
-		reason := strings.TrimPrefix(err.Error(), ErrRolloutFailed.Error()+": ")
-		if rerr := r.Revert(context.WithoutCancel(ctx), name, n, reason); rerr != nil {
+	var failed *RolloutError
+	if errors.As(err, &failed) {
+		if rerr := r.Revert(context.WithoutCancel(ctx), name, n, failed.Reason); rerr != nil {
 			return "", errors.Join(err, fmt.Errorf("withdrawing release v%d: %w", n, rerr))
 		}
 	}
@@ -312,7 +337,7 @@ func (r *Recorder) Await(ctx context.Context, name string, n int64, progress fun
 
 // AnnotationFailed marks a Release that never served, with the reason; `releases`
 // listings show it.
-const AnnotationFailed = "app.bex.co/failed"
+const AnnotationFailed = appv1.AnnotationReleaseFailed
 
 // Revert withdraws release n of app after its rollout failed: the App goes back to
 // the image, commands and config vars of the release that serves (status.revision),

@@ -21,6 +21,7 @@ import (
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/gitserver"
+	"bex.co/bex/gitserver/backend"
 )
 
 // KeyFingerprintField is the cache's field index on Users: each of a user's keys that
@@ -96,7 +97,7 @@ func parseKey(authorized string) (gossh.PublicKey, error) {
 // UserByKey returns the user who holds key, ErrUnknownKey when nobody does, or
 // ErrAmbiguousKey (naming the users) when more than one user does. It reads the cache
 // only.
-func (k *Kube) UserByKey(ctx context.Context, key gossh.PublicKey) (*gitserver.User, error) {
+func (k *Kube) UserByKey(ctx context.Context, key gossh.PublicKey) (*backend.User, error) {
 	fp := gossh.FingerprintSHA256(key)
 	var users appv1.UserList
 	if err := k.cache.List(ctx, &users, client.MatchingFields{KeyFingerprintField: fp}); err != nil {
@@ -105,7 +106,7 @@ func (k *Kube) UserByKey(ctx context.Context, key gossh.PublicKey) (*gitserver.U
 	// The index is by fingerprint; the decision is on the whole key, so that it rests
 	// on the key itself and not on the fingerprint being collision-free.
 	want := key.Marshal()
-	var found []*gitserver.User
+	var found []*backend.User
 	for i := range users.Items {
 		u := &users.Items[i]
 		for _, uk := range u.Spec.Keys {
@@ -113,12 +114,7 @@ func (k *Kube) UserByKey(ctx context.Context, key gossh.PublicKey) (*gitserver.U
 			if err != nil || !bytes.Equal(pk.Marshal(), want) {
 				continue
 			}
-			found = append(found, &gitserver.User{
-				Name:          u.Name,
-				Admin:         u.Spec.Role == appv1.RoleAdmin,
-				CanCreateApps: u.Spec.CanCreateApps,
-				KeyName:       uk.Name,
-			})
+			found = append(found, backend.UserOf(u, uk.Name, fp))
 			break
 		}
 	}

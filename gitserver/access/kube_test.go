@@ -22,6 +22,7 @@ import (
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/gitserver"
 	"bex.co/bex/gitserver/access"
+	"bex.co/bex/gitserver/backend"
 	"bex.co/bex/internal/testenv"
 )
 
@@ -119,7 +120,8 @@ func eventually(t *testing.T, what string, f func() error) {
 }
 
 // userIs checks what UserByKey returns for key.
-func (e *env) userIs(key gossh.PublicKey, want gitserver.User) func() error {
+func (e *env) userIs(key gossh.PublicKey, want backend.User) func() error {
+	want.KeyFingerprint = gossh.FingerprintSHA256(key)
 	return func() error {
 		u, err := e.dir.UserByKey(context.Background(), key)
 		if err != nil {
@@ -155,16 +157,16 @@ func TestUserByKeyKnown(t *testing.T) {
 		{Name: "desk", PublicKey: bobLine},
 	}})
 
-	eventually(t, "alice's ci key", e.userIs(ci, gitserver.User{Name: e.name("known-alice"), Admin: true, KeyName: "ci"}))
-	eventually(t, "alice's laptop key", e.userIs(laptop, gitserver.User{Name: e.name("known-alice"), Admin: true, KeyName: "laptop"}))
-	eventually(t, "bob's key", e.userIs(bobKey, gitserver.User{Name: e.name("known-bob"), CanCreateApps: true, KeyName: "desk"}))
+	eventually(t, "alice's ci key", e.userIs(ci, backend.User{Name: e.name("known-alice"), Admin: true, CanCreateApps: true, KeyName: "ci"}))
+	eventually(t, "alice's laptop key", e.userIs(laptop, backend.User{Name: e.name("known-alice"), Admin: true, CanCreateApps: true, KeyName: "laptop"}))
+	eventually(t, "bob's key", e.userIs(bobKey, backend.User{Name: e.name("known-bob"), CanCreateApps: true, KeyName: "desk"}))
 }
 
 func TestUserByKeyUnknown(t *testing.T) {
 	e := newEnv(t, "unknown", nil)
 	known, knownLine := newKey(t)
 	e.createUser(t, e.name("unknown-carl"), appv1.UserSpec{Role: appv1.RoleMember, Keys: []appv1.SSHKey{{Name: "k", PublicKey: knownLine}}})
-	eventually(t, "carl's key", e.userIs(known, gitserver.User{Name: e.name("unknown-carl"), KeyName: "k"}))
+	eventually(t, "carl's key", e.userIs(known, backend.User{Name: e.name("unknown-carl"), KeyName: "k"}))
 
 	stranger, _ := newKey(t)
 	if err := e.unknown(stranger)(); err != nil {
@@ -177,7 +179,7 @@ func TestUserByKeyFollowsUpdates(t *testing.T) {
 	old, oldLine := newKey(t)
 	added, addedLine := newKey(t)
 	e.createUser(t, e.name("updates-dana"), appv1.UserSpec{Role: appv1.RoleMember, Keys: []appv1.SSHKey{{Name: "old", PublicKey: oldLine}}})
-	eventually(t, "the first key", e.userIs(old, gitserver.User{Name: e.name("updates-dana"), KeyName: "old"}))
+	eventually(t, "the first key", e.userIs(old, backend.User{Name: e.name("updates-dana"), KeyName: "old"}))
 	if err := e.unknown(added)(); err != nil {
 		t.Fatalf("before it is added: %v", err)
 	}
@@ -186,14 +188,14 @@ func TestUserByKeyFollowsUpdates(t *testing.T) {
 	e.updateUser(t, e.name("updates-dana"), func(s *appv1.UserSpec) {
 		s.Keys = append(s.Keys, appv1.SSHKey{Name: "new", PublicKey: addedLine})
 	})
-	eventually(t, "the added key", e.userIs(added, gitserver.User{Name: e.name("updates-dana"), KeyName: "new"}))
+	eventually(t, "the added key", e.userIs(added, backend.User{Name: e.name("updates-dana"), KeyName: "new"}))
 
 	// Removed: stops working, and the other key keeps working.
 	e.updateUser(t, e.name("updates-dana"), func(s *appv1.UserSpec) {
 		s.Keys = slices.DeleteFunc(s.Keys, func(k appv1.SSHKey) bool { return k.Name == "old" })
 	})
 	eventually(t, "the removed key refused", e.unknown(old))
-	if err := e.userIs(added, gitserver.User{Name: e.name("updates-dana"), KeyName: "new"})(); err != nil {
+	if err := e.userIs(added, backend.User{Name: e.name("updates-dana"), KeyName: "new"})(); err != nil {
 		t.Fatalf("the remaining key: %v", err)
 	}
 
@@ -232,7 +234,7 @@ func TestUserByKeyHeldByTwoUsers(t *testing.T) {
 		return nil
 	})
 	// A key only one of them holds is not affected.
-	if err := e.userIs(own, gitserver.User{Name: e.name("shared-ben"), KeyName: "own"})(); err != nil {
+	if err := e.userIs(own, backend.User{Name: e.name("shared-ben"), KeyName: "own"})(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -247,7 +249,7 @@ func TestUserByKeySkipsMalformedKey(t *testing.T) {
 		{Name: "garbage", PublicKey: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGJleA== eve"},
 		{Name: "good", PublicKey: goodLine},
 	}})
-	eventually(t, "the good key", e.userIs(good, gitserver.User{Name: e.name("malformed-eve"), KeyName: "good"}))
+	eventually(t, "the good key", e.userIs(good, backend.User{Name: e.name("malformed-eve"), KeyName: "good"}))
 }
 
 func TestApp(t *testing.T) {
@@ -407,7 +409,7 @@ func TestLookupsMakeNoAPICalls(t *testing.T) {
 	if err := e.cp.Client.Create(ctx, &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: "quiet", Namespace: e.ns}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "fay's key", e.userIs(key, gitserver.User{Name: e.name("nocalls-fay"), KeyName: "k"}))
+	eventually(t, "fay's key", e.userIs(key, backend.User{Name: e.name("nocalls-fay"), KeyName: "k"}))
 	eventually(t, "the app", func() error { _, err := e.dir.App(ctx, "quiet"); return err })
 
 	before := calls.Load()

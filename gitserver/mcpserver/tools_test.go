@@ -21,15 +21,3 @@ func TestTailBufferKeepsWholeLastLines(t *testing.T) {
 		t.Fatalf("a short log is kept whole: %q", small.String())
 	}
 }
-
-func TestResultOf(t *testing.T) {
-	for log, want := range map[string]string{
-		"-----> [1/2] FROM busybox\n-----> Built bex.local/a@sha256:00 (1 MB)\n": "succeeded",
-		"-----> [1/2] FROM busybox\n !     RUN false failed with exit code 1\n":  "failed",
-		"-----> [1/2] FROM busybox\n":                                            "running",
-	} {
-		if got := resultOf(log); got != want {
-			t.Errorf("resultOf(%q) = %s, want %s", log, got, want)
-		}
-	}
-}

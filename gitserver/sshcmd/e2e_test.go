@@ -20,8 +20,9 @@ import (
 	"bex.co/bex/deployer/releases"
 	"bex.co/bex/gitserver"
 	"bex.co/bex/gitserver/access"
-	"bex.co/bex/internal/testenv"
+	"bex.co/bex/gitserver/backend"
 	"bex.co/bex/gitserver/sshcmd"
+	"bex.co/bex/internal/testenv"
 )
 
 // server is a real gitserver with the real access directory on the shared control
@@ -48,10 +49,16 @@ func newServer(t testing.TB) *server {
 	s := &server{t: t, cp: cp, ns: ns, dir: dir, log: &testenv.SyncBuffer{}}
 	log := slog.New(slog.NewTextHandler(s.log, nil))
 	var srv *gitserver.Server
-	cmds, err := sshcmd.New(sshcmd.Config{Client: cp.Client, Reader: c, Namespace: ns,
-		Releases: &releases.Recorder{Client: cp.Client, Namespace: ns, PollInterval: 20 * time.Millisecond},
-		Logs:     &fakeLogs{}, Builds: fakeBuilds{}, Log: log, RolloutTimeout: 20 * time.Second,
-		RemoveRepository: func(ctx context.Context, app string) error { return srv.RemoveRepository(ctx, app, time.Second) }})
+	bcfg := backend.DefaultConfig()
+	bcfg.Client, bcfg.Reader, bcfg.Namespace = cp.Client, c, ns
+	bcfg.Releases = &releases.Recorder{Client: cp.Client, Namespace: ns, PollInterval: 20 * time.Millisecond}
+	bcfg.Logs, bcfg.Builds, bcfg.Log, bcfg.RolloutTimeout = &fakeLogs{}, fakeBuilds{}, log, 20*time.Second
+	bcfg.RemoveRepository = func(ctx context.Context, app string) error { return srv.RemoveRepository(ctx, app, time.Second) }
+	b, err := backend.New(bcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds, err := sshcmd.New(sshcmd.Config{Backend: b})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +223,7 @@ func TestOverSSH(t *testing.T) {
 	if code == 0 || !strings.Contains(errOut, "belongs to another user") {
 		t.Fatalf("another user's key: %d %q %q", code, out, errOut)
 	}
-	var me sshcmd.WhoAmI
+	var me backend.WhoAmI
 	bob.json(&me, "whoami")
 	if me.Name != bob.name || me.Role != "member" || me.Fingerprint != fp || me.Key != "laptop" {
 		t.Fatalf("whoami %+v", me)
@@ -229,7 +236,7 @@ func TestOverSSH(t *testing.T) {
 	carol.refused("has no access to app shop", "apps:info", "shop")
 	carol.refused("has no access to app shop", "config:set", "shop", "A=1")
 	bob.refused("has no access to app shopfront", "ps", "shopfront")
-	var apps []sshcmd.AppSummary
+	var apps []backend.AppSummary
 	bob.json(&apps, "apps:list")
 	if len(apps) != 1 || apps[0].Name != "shop" {
 		t.Fatalf("bob's apps: %+v", apps)
@@ -242,7 +249,7 @@ func TestOverSSH(t *testing.T) {
 
 	// Access, by exact name.
 	bob.ok("", "access:add", "shop", carol.name)
-	var al sshcmd.AccessList
+	var al backend.AccessList
 	carol.json(&al, "access:list", "shop")
 	if len(al.Members) != 2 || al.Members[1] != carol.name {
 		t.Fatalf("access:list %+v", al)
@@ -293,7 +300,7 @@ func TestOverSSH(t *testing.T) {
 			t.Errorf("config:get %s = %q, want %q", k, got, v)
 		}
 	}
-	var cl sshcmd.ConfigList
+	var cl backend.ConfigList
 	bob.json(&cl, "config", "shop")
 	for _, cv := range cl.Config {
 		if w, ok := want[cv.Name]; ok && *cv.Value != w {
@@ -311,7 +318,7 @@ func TestOverSSH(t *testing.T) {
 		t.Errorf("pasted back: %q", got)
 	}
 	// One release for all the pairs (v1), then SEMI2 (v2).
-	var rels []sshcmd.ReleaseInfo
+	var rels []backend.ReleaseInfo
 	bob.json(&rels, "releases", "shop")
 	if len(rels) != 2 || rels[1].Number != 1 || rels[1].Cause != "Config" || rels[1].Actor != bob.name || rels[1].Description == "" || !rels[0].Serving {
 		t.Fatalf("releases %+v", rels)
@@ -347,7 +354,7 @@ func TestOverSSH(t *testing.T) {
 		return nil
 	})
 	bob.refused(`shop has no process type "clock"`, "ps:scale", "shop", "clock=1")
-	var ps sshcmd.PsList
+	var ps backend.Processes
 	bob.json(&ps, "ps", "shop")
 	if len(ps.Processes) != 2 || ps.Processes[0].Replicas != 2 || ps.Processes[1].Replicas != 1 {
 		t.Fatalf("ps %+v", ps)
@@ -363,7 +370,7 @@ func TestOverSSH(t *testing.T) {
 	bob.ok("", "resume", "shop")
 	bob.ok("", "domains:add", "shop", "shop.example.com")
 	bob.refused(`"bad domain" is not a domain name`, "domains:add", "shop", "'bad domain'")
-	var dl sshcmd.DomainList
+	var dl backend.DomainList
 	bob.json(&dl, "domains", "shop")
 	if len(dl.Domains) != 1 || dl.Domains[0] != "shop.example.com" {
 		t.Fatalf("domains %+v", dl)
@@ -373,7 +380,7 @@ func TestOverSSH(t *testing.T) {
 	if out := bob.ok("", "logs", "shop", "-n", "5"); out != "web.1[r1]: hello from shop\n" {
 		t.Fatalf("logs: %q", out)
 	}
-	var builds []sshcmd.BuildInfo
+	var builds []backend.BuildInfo
 	bob.json(&builds, "builds", "shop")
 	if len(builds) != 2 {
 		t.Fatalf("builds %+v", builds)
@@ -400,7 +407,7 @@ func TestOverSSH(t *testing.T) {
 
 	// Every change left an audit line naming who and which app.
 	log := s.log.String()
-	for _, w := range []string{"command=config:set sshcmd.app=shop", "command=apps:destroy sshcmd.app=shop", "sshcmd.user=" + bob.name} {
+	for _, w := range []string{"command=config:set backend.app=shop", "command=apps:destroy backend.app=shop", "backend.user=" + bob.name} {
 		if !strings.Contains(log, w) {
 			t.Errorf("the log lacks %q", w)
 		}

@@ -5,153 +5,58 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"bex.co/bex/gitserver/tokens"
-	"bex.co/bex/deployer/releases"
 	"bex.co/bex/gitserver"
-	"bex.co/bex/internal/appops"
+	"bex.co/bex/gitserver/backend"
 )
-
-// RuntimeLogs reads what an app's processes print.
-type RuntimeLogs interface {
-	// Logs writes app's recent log lines to w, each prefixed with its instance
-	// ("web.1[r3]: "); with opts.Follow it then writes new lines until ctx ends. An
-	// error says, in the reader's terms, why there are no logs to read.
-	Logs(ctx context.Context, app string, opts LogOptions, w io.Writer) error
-}
-
-// LogOptions select runtime log lines.
-type LogOptions struct {
-	// Follow keeps writing new lines until ctx ends.
-	Follow bool
-	// Lines is how many recent lines of each instance to show first (0: a default).
-	Lines int
-	// Process, when not empty, keeps the lines of that process type only.
-	Process string
-}
-
-// BuildLogs are the stored outputs of an app's recent builds.
-type BuildLogs interface {
-	// List returns app's stored build logs, newest first.
-	List(app string) ([]Build, error)
-	// Open opens the log with the given ID, or returns an error wrapping
-	// fs.ErrNotExist.
-	Open(app, id string) (io.ReadCloser, error)
-}
-
-// Build is one stored build log.
-type Build struct {
-	ID     string
-	Commit string
-	Time   time.Time
-}
 
 // Config is what the commands work with. cmd/bex fills it.
 type Config struct {
-	// Client writes to the API server and reads what must not be stale (Releases,
-	// the Users a key decision rests on).
-	Client client.Client
-	// Reader reads Apps and Users, usually from an informer cache. Default Client.
-	Reader client.Reader
-	// Namespace holds the Apps.
-	Namespace string
-	// SecretsNamespace holds the webhook secrets (the gitserver's
-	// --secrets-namespace; Tokens has its own, the same). Default Namespace.
-	SecretsNamespace string
-	// Releases records and awaits config changes and rollbacks. Its Client and
-	// Namespace should be Client and Namespace.
-	Releases *releases.Recorder
-	// Logs reads runtime logs; nil: `logs` says they are not available.
-	Logs RuntimeLogs
-	// Builds reads build logs; nil: `builds` says they are not available.
-	Builds BuildLogs
-	// RemoveRepository deletes an app's git repository (apps:destroy); nil: nothing
-	// to remove.
-	RemoveRepository func(ctx context.Context, app string) error
-	// RolloutTimeout bounds how long config:set and rollback wait for the release to
-	// serve. Default 5 minutes.
-	RolloutTimeout time.Duration
-	// CacheWait bounds how long a write waits for Reader to see it. Default 5 s.
-	CacheWait time.Duration
-	// Host is how users reach the server, for the hints the commands print
-	// ("ssh://git@HOST:PORT"). Default "ssh://git@HOST:PORT".
-	Host string
-	// HooksURL is the base URL of the webhooks ("https://bex.example.com"), for
-	// `webhooks APP`; empty: this server serves none.
-	HooksURL string
-	// Tokens keeps the agents' API tokens; nil: the tokens commands say there is
-	// no such API.
-	Tokens *tokens.Store
-	// DeployKey returns the public key (authorized_keys form) bex fetches ssh
-	// upstreams with; nil: not shown.
-	DeployKey func() string
-	// Log receives the audit lines and internal errors.
-	Log *slog.Logger
+	// Backend does what the commands ask; it logs the audit lines and the
+	// internal errors.
+	Backend *backend.Backend
+}
+
+// DefaultConfig returns the defaults: there are none to choose.
+func DefaultConfig() Config { return Config{} }
+
+// Validate reports every problem of c at once.
+func (c Config) Validate() error {
+	if c.Backend == nil {
+		return errors.New("sshcmd: Config.Backend is required")
+	}
+	return nil
 }
 
 // Commands is the command tree of `ssh bex@HOST`. It implements gitserver.Commands.
 type Commands struct {
-	cfg Config
-	ops *appops.Ops
-	log *slog.Logger
+	b *backend.Backend
 }
 
 var _ gitserver.Commands = (*Commands)(nil)
 
 // New checks cfg and returns the commands.
 func New(cfg Config) (*Commands, error) {
-	if cfg.Client == nil || cfg.Releases == nil || cfg.Namespace == "" {
-		return nil, errors.New("sshcmd: a Client, a release Recorder and a Namespace are required")
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	if cfg.Reader == nil {
-		cfg.Reader = cfg.Client
-	}
-	if cfg.SecretsNamespace == "" {
-		cfg.SecretsNamespace = cfg.Namespace
-	}
-	if cfg.RolloutTimeout <= 0 {
-		cfg.RolloutTimeout = 5 * time.Minute
-	}
-	if cfg.CacheWait <= 0 {
-		cfg.CacheWait = 5 * time.Second
-	}
-	if cfg.Host == "" {
-		cfg.Host = "ssh://git@HOST:PORT"
-	}
-	log := cfg.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	ops := &appops.Ops{Client: cfg.Client, Reader: cfg.Reader, Namespace: cfg.Namespace, Releases: cfg.Releases, CacheWait: cfg.CacheWait}
-	return &Commands{cfg: cfg, ops: ops, log: log.WithGroup("sshcmd")}, nil
+	return &Commands{b: cfg.Backend}, nil
 }
 
-// userError is a refusal or bad input: printed as it is, not logged as a failure.
-// It is appops' Error, so that the refusals of the shared operations print alike.
-type userError = appops.Error
-
-// fail makes a userError.
-func fail(format string, args ...any) error { return appops.Fail(appops.Invalid, format, args...) }
-
-// exitError ends a command with a status and, when msg is set, a line.
-type exitError struct {
-	code int
-	msg  string
-}
-
-func (e *exitError) Error() string { return e.msg }
+// fail makes an Invalid error: bad input the command itself refuses.
+func fail(format string, args ...any) error { return backend.Errorf(backend.Invalid, format, args...) }
 
 // Run implements gitserver.Commands.
 func (c *Commands) Run(ctx context.Context, s gitserver.CommandSession) int {
-	sess := &session{Commands: c, ctx: ctx, user: s.User, fp: s.KeyFingerprint, stdin: s.Stdin, out: s.Stdout, errOut: s.Stderr,
-		log: c.log.With("user", s.User.Name, "key", s.User.KeyName, "fingerprint", s.KeyFingerprint)}
+	// The key this session authenticated with is the one that counts (the
+	// Directory's User may name another key of the same user).
+	u := *s.User
+	u.KeyFingerprint = s.KeyFingerprint
+	sess := &session{Commands: c, ctx: ctx, user: &u, stdin: s.Stdin, out: s.Stdout, errOut: s.Stderr}
 	root := sess.tree()
 	root.InitDefaultHelpCmd()
 	args := s.Args
@@ -173,24 +78,22 @@ func (c *Commands) Run(ctx context.Context, s gitserver.CommandSession) int {
 	if err == nil {
 		return 0
 	}
-	var ue *userError
-	var ee *exitError
-	switch {
-	case errors.As(err, &ee):
-		if ee.msg != "" {
-			fmt.Fprintf(s.Stderr, "bex: %s\n", oneLine(ee.msg))
-		}
-		return ee.code
-	case errors.As(err, &ue):
-		fmt.Fprintf(s.Stderr, "bex: %s\n", oneLine(ue.Msg))
-	case ctx.Err() != nil:
+	if ctx.Err() != nil {
 		// The client left or the key was removed: nobody reads the answer.
-	default:
-		sess.log.Error("command failed", "command", strings.Join(s.Args, " "), "err", err)
-		fmt.Fprintf(s.Stderr, "bex: %s\n", oneLine(err.Error()))
+		return 1
 	}
-	return 1
+	if backend.KindOf(err) == backend.Internal {
+		c.b.Internal(&u, strings.Join(s.Args, " "), err)
+	}
+	fmt.Fprintf(s.Stderr, "bex: %s\n", oneLine(err.Error()))
+	return exitStatus(backend.KindOf(err))
 }
+
+// exitStatus is the ssh exit status of an error of kind k: 1 for every kind,
+// as git and most command lines do; the line on stderr says what went wrong.
+// Programs that must tell the kinds apart use the MCP tools, whose errors carry
+// the kind's code.
+func exitStatus(backend.Kind) int { return 1 }
 
 func oneLine(s string) string {
 	return strings.ReplaceAll(strings.TrimSpace(s), "\n", " ")
@@ -200,17 +103,10 @@ func oneLine(s string) string {
 type session struct {
 	*Commands
 	ctx    context.Context
-	user   *gitserver.User
-	fp     string
+	user   *backend.User
 	stdin  io.Reader
 	out    io.Writer
 	errOut io.Writer
-	log    *slog.Logger
-}
-
-// audit logs a change: who, what, which app.
-func (s *session) audit(command, app string, attrs ...any) {
-	s.log.Info("audit", append([]any{"command", command, "app", app}, attrs...)...)
 }
 
 // Groups of the help.

@@ -25,8 +25,9 @@ import (
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/deployer/releases"
 	"bex.co/bex/gitserver"
-	"bex.co/bex/internal/testenv"
+	"bex.co/bex/gitserver/backend"
 	"bex.co/bex/gitserver/sshcmd"
+	"bex.co/bex/internal/testenv"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Run(m)) }
@@ -38,14 +39,15 @@ type fixture struct {
 	t    *testing.T
 	c    client.Client
 	cmds *sshcmd.Commands
+	b    *backend.Backend
 	log  bytes.Buffer
 	logs *fakeLogs
 }
 
 var (
-	ana   = &gitserver.User{Name: "ana", Admin: true, KeyName: "laptop"}
-	bob   = &gitserver.User{Name: "bob", CanCreateApps: true, KeyName: "desk"}
-	carol = &gitserver.User{Name: "carol", KeyName: "ci"}
+	ana   = &backend.User{Name: "ana", Admin: true, KeyName: "laptop"}
+	bob   = &backend.User{Name: "bob", CanCreateApps: true, KeyName: "desk"}
+	carol = &backend.User{Name: "carol", KeyName: "ci"}
 )
 
 func newFixture(t *testing.T, objs ...client.Object) *fixture {
@@ -53,29 +55,35 @@ func newFixture(t *testing.T, objs ...client.Object) *fixture {
 	return newFixtureWith(t, nil, objs...)
 }
 
-// newFixtureWith is newFixture with a change of the commands' Config.
-func newFixtureWith(t *testing.T, tweak func(*sshcmd.Config), objs ...client.Object) *fixture {
+// newFixtureWith is newFixture with a change of the backend's Config.
+func newFixtureWith(t *testing.T, tweak func(*backend.Config), objs ...client.Object) *fixture {
 	t.Helper()
 	s := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(s)
 	_ = appv1.AddToScheme(s)
 	c := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).WithStatusSubresource(&appv1.App{}).Build()
 	f := &fixture{t: t, c: c, logs: &fakeLogs{}}
-	cfg := sshcmd.Config{Client: c, Namespace: ns, Releases: &releases.Recorder{Client: c, Namespace: ns, PollInterval: 10 * time.Millisecond},
-		Logs: f.logs, Builds: fakeBuilds{}, RolloutTimeout: 2 * time.Second, Host: "ssh://git@bex.test:2222",
-		Log: slog.New(slog.NewTextHandler(&f.log, nil))}
+	cfg := backend.DefaultConfig()
+	cfg.Client, cfg.Namespace = c, ns
+	cfg.Releases = &releases.Recorder{Client: c, Namespace: ns, PollInterval: 10 * time.Millisecond}
+	cfg.Logs, cfg.Builds, cfg.RolloutTimeout, cfg.Host = f.logs, fakeBuilds{}, 2*time.Second, "ssh://git@bex.test:2222"
+	cfg.Log = slog.New(slog.NewTextHandler(&f.log, nil))
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	cmds, err := sshcmd.New(cfg)
+	b, err := backend.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.cmds = cmds
+	cmds, err := sshcmd.New(sshcmd.Config{Backend: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.cmds, f.b = cmds, b
 	return f
 }
 
-func (f *fixture) run(u *gitserver.User, stdin string, args ...string) (string, string, int) {
+func (f *fixture) run(u *backend.User, stdin string, args ...string) (string, string, int) {
 	var out, errOut bytes.Buffer
 	code := f.cmds.Run(context.Background(), gitserver.CommandSession{User: u, KeyFingerprint: "SHA256:test", Args: args,
 		Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errOut})
@@ -109,9 +117,9 @@ func user(name string, role appv1.UserRole, keys ...string) *appv1.User {
 	return u
 }
 
-type fakeLogs struct{ got sshcmd.LogOptions }
+type fakeLogs struct{ got backend.LogOptions }
 
-func (l *fakeLogs) Logs(_ context.Context, app string, o sshcmd.LogOptions, w io.Writer) error {
+func (l *fakeLogs) Logs(_ context.Context, app string, o backend.LogOptions, w io.Writer) error {
 	l.got = o
 	fmt.Fprintf(w, "web.1[r1]: hello from %s\n", app)
 	return nil
@@ -119,8 +127,8 @@ func (l *fakeLogs) Logs(_ context.Context, app string, o sshcmd.LogOptions, w io
 
 type fakeBuilds struct{}
 
-func (fakeBuilds) List(app string) ([]sshcmd.Build, error) {
-	return []sshcmd.Build{{ID: "2-bbb", Commit: "bbb", Time: time.Unix(2, 0)}, {ID: "1-aaa", Commit: "aaa", Time: time.Unix(1, 0)}}, nil
+func (fakeBuilds) List(app string) ([]backend.BuildInfo, error) {
+	return []backend.BuildInfo{{ID: "2-bbb", Commit: "bbb", Time: time.Unix(2, 0)}, {ID: "1-aaa", Commit: "aaa", Time: time.Unix(1, 0)}}, nil
 }
 
 func (fakeBuilds) Open(app, id string) (io.ReadCloser, error) {
@@ -135,7 +143,7 @@ func (fakeBuilds) Open(app, id string) (io.ReadCloser, error) {
 func TestRefusals(t *testing.T) {
 	f := newFixture(t, app("shop", "bob"), app("foobar", "bob"), app("secret", "carol"), user("bob", appv1.RoleMember), user("carol", appv1.RoleMember))
 	for _, tc := range []struct {
-		user *gitserver.User
+		user *backend.User
 		args []string
 		want string
 	}{
@@ -225,7 +233,7 @@ func TestAppsAndAccess(t *testing.T) {
 		t.Fatalf("members %v", m)
 	}
 	out, _, _ := f.run(bob, "", "apps:list", "--json")
-	var apps []sshcmd.AppSummary
+	var apps []backend.AppSummary
 	if err := json.Unmarshal([]byte(out), &apps); err != nil || len(apps) != 1 || apps[0].Name != "shop" || apps[0].Phase != "Pending" {
 		t.Fatalf("apps:list --json: %v %s", err, out)
 	}
@@ -237,7 +245,7 @@ func TestAppsAndAccess(t *testing.T) {
 		t.Fatal("access:add")
 	}
 	out, _, _ = f.run(carol, "", "access:list", "shop", "--json")
-	var al sshcmd.AccessList
+	var al backend.AccessList
 	if err := json.Unmarshal([]byte(out), &al); err != nil || strings.Join(al.Members, ",") != "bob,carol" {
 		t.Fatalf("access:list: %v %s", err, out)
 	}
@@ -250,7 +258,7 @@ func TestAppsAndAccess(t *testing.T) {
 	if out, _, code := f.run(carol, "", "apps:destroy", "shop", "--confirm", "shop"); code != 0 || !strings.Contains(out, "Destroyed shop") {
 		t.Fatalf("apps:destroy: %d %q", code, out)
 	}
-	if !strings.Contains(f.log.String(), "msg=audit") || !strings.Contains(f.log.String(), "sshcmd.command=apps:destroy sshcmd.app=shop") {
+	if !strings.Contains(f.log.String(), "msg=audit") || !strings.Contains(f.log.String(), "backend.command=apps:destroy backend.app=shop") {
 		t.Fatalf("audit log:\n%s", f.log.String())
 	}
 }
@@ -273,7 +281,7 @@ func TestConfig(t *testing.T) {
 		t.Fatalf("config:get = %q", out)
 	}
 	out, _, _ = f.run(bob, "", "config", "shop", "--json")
-	var cl sshcmd.ConfigList
+	var cl backend.ConfigList
 	if err := json.Unmarshal([]byte(out), &cl); err != nil || *cl.Config[0].Value != weird || *cl.Config[1].Value != "" || *cl.Config[2].Value != "a=b" {
 		t.Fatalf("config --json: %v %s", err, out)
 	}
@@ -336,7 +344,7 @@ func TestScaleRestartSuspendDomains(t *testing.T) {
 		t.Fatal("ps:restart of the app changed no token")
 	}
 	out, _, _ := f.run(bob, "", "ps", "shop", "--json")
-	var ps sshcmd.PsList
+	var ps backend.Processes
 	if err := json.Unmarshal([]byte(out), &ps); err != nil || len(ps.Processes) != 2 || ps.Processes[0].Type != "web" || ps.Processes[0].Replicas != 3 || ps.Processes[1].RestartedAt == "" {
 		t.Fatalf("ps --json: %v %s", err, out)
 	}
@@ -355,7 +363,7 @@ func TestScaleRestartSuspendDomains(t *testing.T) {
 		t.Fatalf("a domain of another app: %d %q", code, errOut)
 	}
 	out, _, _ = f.run(bob, "", "domains", "shop", "--json")
-	var dl sshcmd.DomainList
+	var dl backend.DomainList
 	if err := json.Unmarshal([]byte(out), &dl); err != nil || len(dl.Domains) != 1 || dl.Domains[0] != "www.example.com" {
 		t.Fatalf("domains --json: %v %s", err, out)
 	}
@@ -370,7 +378,7 @@ func TestResources(t *testing.T) {
 	if code != 0 || out != "Set web of shop to 1Gi, 2 CPU: its instances are replaced, the new ones ready before the old stop.\n" {
 		t.Fatalf("ps:resources: %d %q %q", code, out, errOut)
 	}
-	if !strings.Contains(f.log.String(), `sshcmd.command=ps:resources sshcmd.app=shop sshcmd.type=web sshcmd.resources="memory 1Gi cpu 2"`) {
+	if !strings.Contains(f.log.String(), `backend.command=ps:resources backend.app=shop backend.type=web backend.resources="memory 1Gi cpu 2"`) {
 		t.Fatalf("audit log:\n%s", f.log.String())
 	}
 	a := f.app("shop")
@@ -384,7 +392,7 @@ func TestResources(t *testing.T) {
 		t.Fatalf("after --cpu none: %+v", r)
 	}
 	out, _, _ = f.run(bob, "", "ps:resources", "shop", "web", "--json")
-	var pr sshcmd.PsResources
+	var pr backend.ProcessResources
 	if err := json.Unmarshal([]byte(out), &pr); err != nil || pr.Resources.Memory != "1Gi" || pr.Resources.MemoryBytes != 1<<30 || pr.Resources.CPU != "" || pr.Resources.Default {
 		t.Fatalf("ps:resources --json: %v %s", err, out)
 	}
@@ -398,7 +406,7 @@ func TestResources(t *testing.T) {
 	}
 	f.run(bob, "", "ps:resources", "shop", "worker", "--memory", "256Mi")
 	out, _, _ = f.run(bob, "", "ps", "shop", "--json")
-	var ps sshcmd.PsList
+	var ps backend.Processes
 	if err := json.Unmarshal([]byte(out), &ps); err != nil || len(ps.Processes) != 2 || ps.Processes[0].Resources.Memory != "512Mi" || !ps.Processes[0].Resources.Default ||
 		ps.Processes[1].Resources.Memory != "256Mi" || ps.Processes[1].Resources.MemoryBytes != 256<<20 {
 		t.Fatalf("ps --json: %v %s", err, out)
@@ -408,7 +416,7 @@ func TestResources(t *testing.T) {
 		t.Fatalf("ps:\n%s", out)
 	}
 	out, _, _ = f.run(bob, "", "apps:info", "shop", "--json")
-	var info sshcmd.AppInfo
+	var info backend.AppInfo
 	if err := json.Unmarshal([]byte(out), &info); err != nil || info.Processes[1].Resources.Memory != "256Mi" {
 		t.Fatalf("apps:info --json: %v %s", err, out)
 	}
@@ -450,7 +458,7 @@ func TestReleasesAndRollback(t *testing.T) {
 		t.Fatal("rollback v1")
 	}
 	out, _, _ = f.run(bob, "", "releases", "shop", "--json")
-	var rels []sshcmd.ReleaseInfo
+	var rels []backend.ReleaseInfo
 	if err := json.Unmarshal([]byte(out), &rels); err != nil || len(rels) != 5 || rels[0].Number != 5 || rels[0].RollbackOf != 1 || !rels[0].Current || rels[0].Cause != "Rollback" || rels[0].Actor != "bob" {
 		t.Fatalf("releases --json: %v %s", err, out)
 	}
@@ -479,7 +487,7 @@ func TestKeysAndUsers(t *testing.T) {
 		t.Fatalf("invalid key text: %d %q", code, errOut)
 	}
 	out, _, _ = f.run(bob, "", "keys:list", "--json")
-	var keys []sshcmd.KeyInfo
+	var keys []backend.KeyInfo
 	if err := json.Unmarshal([]byte(out), &keys); err != nil || len(keys) != 1 || keys[0].Name != "laptop" || keys[0].Type != "ssh-ed25519" || keys[0].Comment != "test@bex" {
 		t.Fatalf("keys:list --json: %v %s", err, out)
 	}
@@ -487,7 +495,7 @@ func TestKeysAndUsers(t *testing.T) {
 		t.Fatal("keys:remove by fingerprint")
 	}
 	// The last admin key cannot go.
-	anaSession := &gitserver.User{Name: "ana", Admin: true, KeyName: "k0"}
+	anaSession := &backend.User{Name: "ana", Admin: true, KeyName: "k0"}
 	if _, errOut, code := f.run(anaSession, "", "keys:remove", "k0"); code == 0 || !strings.Contains(errOut, `"k0" is the last admin key`) {
 		t.Fatalf("removing the last admin key: %d %q", code, errOut)
 	}
@@ -505,7 +513,7 @@ func TestKeysAndUsers(t *testing.T) {
 		t.Fatalf("removing an admin key while another admin has one: %q", errOut)
 	}
 	out, _, _ = f.run(anaSession, "", "users:list", "--json")
-	var users []sshcmd.UserInfo
+	var users []backend.UserInfo
 	if err := json.Unmarshal([]byte(out), &users); err != nil || len(users) != 3 || users[2].Name != "dave" || users[2].Role != "admin" || users[2].Keys != 1 {
 		t.Fatalf("users:list --json: %v %s", err, out)
 	}
@@ -522,11 +530,11 @@ func TestKeysAndUsers(t *testing.T) {
 func TestLogsAndBuilds(t *testing.T) {
 	f := newFixture(t, deployed(app("shop", "bob")))
 	out, _, code := f.run(bob, "", "logs", "shop", "-f", "-n", "5", "--process", "web")
-	if code != 0 || out != "web.1[r1]: hello from shop\n" || f.logs.got != (sshcmd.LogOptions{Follow: true, Lines: 5, Process: "web"}) {
+	if code != 0 || out != "web.1[r1]: hello from shop\n" || f.logs.got != (backend.LogOptions{Follow: true, Lines: 5, Process: "web"}) {
 		t.Fatalf("logs: %d %q %+v", code, out, f.logs.got)
 	}
 	out, _, _ = f.run(bob, "", "builds", "shop", "--json")
-	var builds []sshcmd.BuildInfo
+	var builds []backend.BuildInfo
 	if err := json.Unmarshal([]byte(out), &builds); err != nil || len(builds) != 2 || builds[0].ID != "2-bbb" {
 		t.Fatalf("builds --json: %v %s", err, out)
 	}

@@ -12,11 +12,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"bex.co/bex/gitserver/tokens"
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
-	"bex.co/bex/gitserver/sshcmd"
+	"bex.co/bex/gitserver/backend"
+	"bex.co/bex/gitserver/tokens"
 	"bex.co/bex/gitserver/webhook"
-	"bex.co/bex/gitserver/webhook/secrets"
 )
 
 func TestWebhooks(t *testing.T) {
@@ -37,8 +36,7 @@ func TestWebhooks(t *testing.T) {
 		t.Fatalf("ref %+v", a.Spec.Git.WebhookSecretRef)
 	}
 	// The handler's lookup verifies with it.
-	store := &secrets.Store{Apps: f.c, Secrets: f.c, Namespace: ns}
-	hook, err := store.Hook(context.Background(), "shop")
+	hook, err := f.b.Hook(context.Background(), "shop")
 	if err != nil || len(hook.Secrets) != 1 || !webhook.Verify(webhook.GitHub, ghHeader([]byte(first), "{}"), []byte("{}"), hook.Secrets) {
 		t.Fatalf("hook %+v %v", hook, err)
 	}
@@ -47,17 +45,17 @@ func TestWebhooks(t *testing.T) {
 		t.Fatalf("audit log:\n%s", f.log.String())
 	}
 
-	var rot sshcmd.WebhookSecret
+	var rot backend.WebhookSecret
 	out, _, code = f.run(bob, "", "webhooks:secret", "shop", "--json")
 	if err := json.Unmarshal([]byte(out), &rot); err != nil || code != 0 || rot.Secret == first || rot.PreviousValidUntil == nil ||
 		rot.PreviousValidUntil.Sub(time.Now()) < 23*time.Hour {
 		t.Fatalf("rotation: %d %s", code, out)
 	}
-	hook, _ = store.Hook(context.Background(), "shop")
+	hook, _ = f.b.Hook(context.Background(), "shop")
 	if len(hook.Secrets) != 2 {
 		t.Fatalf("%d secrets valid during the rotation", len(hook.Secrets))
 	}
-	var info sshcmd.WebhookInfo
+	var info backend.WebhookInfo
 	out, _, _ = f.run(bob, "", "webhooks", "shop", "--json")
 	if err := json.Unmarshal([]byte(out), &info); err != nil || !info.SecretSet || info.PreviousValidUntil == nil || info.Ref != "refs/heads/main" {
 		t.Fatalf("webhooks --json: %s", out)
@@ -65,7 +63,7 @@ func TestWebhooks(t *testing.T) {
 	if out, _, code = f.run(bob, "", "webhooks:secret", "shop", "--drop-previous"); code != 0 || !strings.Contains(out, "no longer verifies") {
 		t.Fatalf("--drop-previous: %d %s", code, out)
 	}
-	hook, _ = store.Hook(context.Background(), "shop")
+	hook, _ = f.b.Hook(context.Background(), "shop")
 	if len(hook.Secrets) != 1 || string(hook.Secrets[0]) != rot.Secret {
 		t.Fatalf("after --drop-previous: %q", hook.Secrets)
 	}
@@ -96,7 +94,7 @@ func TestWebhooks(t *testing.T) {
 // apps' Secrets, and apps:destroy deletes it.
 func TestWebhookSecretsNamespace(t *testing.T) {
 	const secretsNS = "bex-system"
-	f := newFixtureWith(t, func(c *sshcmd.Config) { c.SecretsNamespace = secretsNS }, app("shop", "bob"), user("bob", appv1.RoleMember))
+	f := newFixtureWith(t, func(c *backend.Config) { c.SecretsNamespace = secretsNS }, app("shop", "bob"), user("bob", appv1.RoleMember))
 	ctx := context.Background()
 	out, _, code := f.run(bob, "", "webhooks:secret", "shop")
 	first := strings.TrimSpace(out)
@@ -117,14 +115,13 @@ func TestWebhookSecretsNamespace(t *testing.T) {
 	if a := f.app("shop"); a.Spec.Git.WebhookSecretRef == nil || a.Spec.Git.WebhookSecretRef.Name != "shop-webhook" {
 		t.Fatalf("ref %+v", a.Spec.Git.WebhookSecretRef)
 	}
-	store := &secrets.Store{Apps: f.c, Secrets: f.c, Namespace: ns, SecretsNamespace: secretsNS}
-	if hook, err := store.Hook(ctx, "shop"); err != nil || len(hook.Secrets) != 1 || string(hook.Secrets[0]) != first {
+	if hook, err := f.b.Hook(ctx, "shop"); err != nil || len(hook.Secrets) != 1 || string(hook.Secrets[0]) != first {
 		t.Fatalf("hook %+v %v", hook, err)
 	}
 	if out, _, code = f.run(bob, "", "webhooks:secret", "shop"); code != 0 {
 		t.Fatalf("rotation: %d %s", code, out)
 	}
-	var info sshcmd.WebhookInfo
+	var info backend.WebhookInfo
 	out, _, _ = f.run(bob, "", "webhooks", "shop", "--json")
 	if err := json.Unmarshal([]byte(out), &info); err != nil || !info.SecretSet || info.PreviousValidUntil == nil {
 		t.Fatalf("webhooks --json: %s", out)
@@ -152,7 +149,7 @@ func TestTokens(t *testing.T) {
 	if code != 1 || !strings.Contains(errOut, "no agents' API") {
 		t.Fatalf("without a store: %d %s", code, errOut)
 	}
-	f = newFixtureWith(t, func(c *sshcmd.Config) {
+	f = newFixtureWith(t, func(c *backend.Config) {
 		c.Tokens = &tokens.Store{Client: c.Client, Users: c.Client, Namespace: "bex-system"}
 		c.HooksURL = "https://bex.test"
 	},
@@ -166,7 +163,7 @@ func TestTokens(t *testing.T) {
 		t.Fatalf("audit:\n%s", f.log.String())
 	}
 	if !strings.Contains(errOut, "It does what bob may do, until 20") {
-		t.Errorf("tokens:create does not say when the token ends (default %s): %q", sshcmd.DefaultTokenTTL, errOut)
+		t.Errorf("tokens:create does not say when the token ends (default %s): %q", backend.DefaultTokenTTL, errOut)
 	}
 	if _, errOut, code = f.run(bob, "", "tokens:create", "agent"); code != 1 || !strings.Contains(errOut, "has a token named agent already") {
 		t.Fatalf("twice: %d %s", code, errOut)
@@ -182,7 +179,7 @@ func TestTokens(t *testing.T) {
 		t.Fatalf("tokens:list: %s", out)
 	}
 	f.run(bob, "", "tokens:revoke", "kept")
-	var list []sshcmd.TokenInfo
+	var list []tokens.Token
 	out, _, _ = f.run(bob, "", "tokens:list", "--json")
 	if err := json.Unmarshal([]byte(out), &list); err != nil || len(list) != 1 || list[0].Name != "agent" || list[0].User != "bob" {
 		t.Fatalf("tokens:list --json: %s", out)

@@ -21,12 +21,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
-	"bex.co/bex/gitserver"
 )
 
 // Labels and annotations of a token's Secret.
 const (
-	LabelKind      = "app.bex.co/secret"
+	LabelKind      = appv1.LabelSecret
 	KindToken      = "agent-token"
 	LabelUser      = "app.bex.co/token-user"
 	LabelName      = "app.bex.co/token-name"
@@ -97,7 +96,7 @@ func (s *Store) Create(ctx context.Context, user, name string, ttl time.Duration
 	}
 	for _, t := range existing {
 		if t.Name == name {
-			return "", fmt.Errorf("%w: %s has a token named %s already (tokens:revoke %s, then create it again)", ErrExists, user, name, name)
+			return "", ErrExists
 		}
 	}
 	if len(existing) >= maxTokensOfUser {
@@ -150,7 +149,7 @@ func (s *Store) Revoke(ctx context.Context, user, name string) error {
 		return fmt.Errorf("listing tokens: %w", err)
 	}
 	if len(list.Items) == 0 {
-		return fmt.Errorf("%w: %s has no token named %q (tokens:list shows them)", ErrNotFound, user, name)
+		return ErrNotFound
 	}
 	for i := range list.Items {
 		if err := s.Client.Delete(ctx, &list.Items[i]); err != nil && !apierrors.IsNotFound(err) {
@@ -160,8 +159,9 @@ func (s *Store) Revoke(ctx context.Context, user, name string) error {
 	return nil
 }
 
-// Verify returns the user a token acts as, read now, or ErrInvalid.
-func (s *Store) Verify(ctx context.Context, token string) (*gitserver.User, string, error) {
+// Verify returns the User a token acts as, read now, and the token's name; or an
+// error wrapping ErrInvalid.
+func (s *Store) Verify(ctx context.Context, token string) (*appv1.User, string, error) {
 	if !strings.HasPrefix(token, tokenPrefix) || len(token) != len(tokenPrefix)+43 {
 		return nil, "", ErrInvalid
 	}
@@ -190,9 +190,7 @@ func (s *Store) Verify(ctx context.Context, token string) (*gitserver.User, stri
 		}
 		return nil, "", err
 	}
-	admin := u.Spec.Role == appv1.RoleAdmin
-	return &gitserver.User{Name: u.Name, Admin: admin, CanCreateApps: admin || u.Spec.CanCreateApps, KeyName: "token:" + sec.Labels[LabelName]},
-		sec.Labels[LabelName], nil
+	return u, sec.Labels[LabelName], nil
 }
 
 // expiry is when the token of sec stops working, or nil: never. An annotation

@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
-	"bex.co/bex/gitserver/tokens"
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/gitserver/tokens"
 )
 
 func TestTokens(t *testing.T) {
@@ -41,10 +41,10 @@ func TestTokens(t *testing.T) {
 	}
 	adminTok, _ := st.Create(ctx, "ana", "ci", 0) // names are per user
 	u, name, err := st.Verify(ctx, tok)
-	if err != nil || u.Name != "bob" || u.Admin || name != "ci" {
+	if err != nil || u.Name != "bob" || u.Spec.Role == appv1.RoleAdmin || name != "ci" {
 		t.Fatalf("Verify: %+v %q %v", u, name, err)
 	}
-	if u, _, err := st.Verify(ctx, adminTok); err != nil || !u.Admin {
+	if u, _, err := st.Verify(ctx, adminTok); err != nil || u.Spec.Role != appv1.RoleAdmin {
 		t.Fatalf("admin's token: %+v %v", u, err)
 	}
 	// Stored hashed: the token is nowhere in the Secrets.

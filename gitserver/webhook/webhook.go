@@ -12,33 +12,23 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
-	"regexp"
 	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/time/rate"
+
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/gitserver/backend"
 )
 
-// Hook is what the handler knows of one app's webhook.
-type Hook struct {
-	App string
-	// DeployBranch is the branch whose pushes redeploy; "main" when empty.
-	DeployBranch string
-	// Secrets verify deliveries: the current one, then during a rotation the
-	// previous one. A hook without secrets takes no delivery.
-	Secrets [][]byte
-}
-
-// ErrNoHook is returned by Apps.Hook when there is no webhook at that name: no such
-// app, or an app without a webhook secret. The handler answers both alike.
-var ErrNoHook = errors.New("no webhook")
-
-// Apps looks up webhooks. Implementations read a cache: it is asked on every
-// delivery, before the signature is checked.
+// Apps looks up webhooks (the backend's Hook). Implementations read a cache: it
+// is asked on every delivery, before the signature is checked.
 type Apps interface {
-	// Hook returns app's webhook, or ErrNoHook.
-	Hook(ctx context.Context, app string) (*Hook, error)
+	// Hook returns app's webhook, or an error of kind NotFound when there is no
+	// such app. A hook without secrets takes no delivery; the handler answers it
+	// as it answers an unknown app.
+	Hook(ctx context.Context, app string) (*backend.Hook, error)
 }
 
 // Deployer runs redeploys.
@@ -192,8 +182,6 @@ const (
 	ResultPong      = "pong"
 )
 
-var appNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-
 // ServeHTTP takes one delivery.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	app, ok := strings.CutPrefix(r.URL.Path, h.cfg.Prefix)
@@ -203,7 +191,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.log.Warn("delivery rejected", append([]any{"app", app, "remote", remote, "forwardedFor", r.Header.Get("X-Forwarded-For"), "status", code, "why", why}, attrs...)...)
 		writeJSON(w, code, map[string]string{"error": msg})
 	}
-	if !ok || len(app) > 40 || !appNameRE.MatchString(app) {
+	if !ok || !appv1.ValidAppName(app) {
 		reject(http.StatusNotFound, "no webhook here", "not an app path")
 		return
 	}
@@ -230,12 +218,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hook, err := h.apps.Hook(lookup, app)
 	cancel()
 	switch {
-	case errors.Is(err, ErrNoHook), err == nil && len(hook.Secrets) == 0:
+	case err == nil && len(hook.Secrets) == 0, errors.Is(err, backend.ErrNotFound):
 		reject(http.StatusNotFound, "no webhook here", "unknown app or no webhook secret")
 		return
 	case err != nil:
 		h.log.Error("hook lookup failed", "app", app, "remote", remote, "err", err)
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "try again"})
+		writeJSON(w, statusOf(err), map[string]string{"error": "try again"})
 		return
 	}
 	provider := identify(r.Header)
@@ -353,6 +341,26 @@ func (h *Handler) work(r Redeploy) {
 		r, q.pending = *q.pending, nil
 		h.mu.Unlock()
 	}
+}
+
+// statusOf is the HTTP status of an error, by its kind: the one mapping of
+// the backend's kinds to statuses. A delivery is answered before its redeploy
+// runs, so only the hook lookup's errors reach a sender; an internal one is
+// "try again later" (503), which git hosts retry.
+func statusOf(err error) int {
+	switch backend.KindOf(err) {
+	case backend.NotFound:
+		return http.StatusNotFound
+	case backend.Forbidden:
+		return http.StatusForbidden
+	case backend.Invalid:
+		return http.StatusBadRequest
+	case backend.Conflict:
+		return http.StatusConflict
+	case backend.Failed:
+		return http.StatusBadGateway
+	}
+	return http.StatusServiceUnavailable
 }
 
 func (h *Handler) run(r Redeploy) {

@@ -15,22 +15,24 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"bex.co/bex/gitserver/backend"
 )
 
 // fakeApps has one app with a hook, "shop" (deploy branch main), and "nohook",
 // an app without a secret.
 type fakeApps struct{ secrets [][]byte }
 
-func (a *fakeApps) Hook(_ context.Context, app string) (*Hook, error) {
+func (a *fakeApps) Hook(_ context.Context, app string) (*backend.Hook, error) {
 	switch app {
 	case "shop":
-		return &Hook{App: app, DeployBranch: "main", Secrets: a.secrets}, nil
+		return &backend.Hook{App: app, DeployBranch: "main", Secrets: a.secrets}, nil
 	case "feature":
-		return &Hook{App: app, DeployBranch: "feature/x", Secrets: a.secrets}, nil
+		return &backend.Hook{App: app, DeployBranch: "feature/x", Secrets: a.secrets}, nil
 	case "nohook":
-		return &Hook{App: app}, nil
+		return &backend.Hook{App: app}, nil
 	}
-	return nil, ErrNoHook
+	return nil, backend.Errorf(backend.NotFound, "no app %q", app)
 }
 
 // fakeDeployer records redeploys; while block is open, each waits on it.

@@ -20,9 +20,9 @@ import (
 	"github.com/containerd/containerd/v2/pkg/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"bex.co/bex/cmd/bex/up"
 	"bex.co/bex/internal/daemons"
 	"bex.co/bex/internal/testenv"
-	"bex.co/bex/cmd/bex/up"
 )
 
 // BenchmarkPushToLive measures, on one `bex up`, the time from the start of

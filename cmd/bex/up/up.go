@@ -21,7 +21,7 @@ import (
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/deployer/crds"
-	"bex.co/bex/gitserver/access"
+	"bex.co/bex/gitserver/backend"
 	"bex.co/bex/internal/baseimage"
 	"bex.co/bex/internal/controlplane"
 	"bex.co/bex/internal/daemons"
@@ -327,14 +327,14 @@ func newClient(rc *rest.Config) (client.Client, error) {
 // ensureAdmins gives the admin keys to the admin user and finds out whether any
 // admin exists, for the instructions.
 func (p *Platform) ensureAdmins(ctx context.Context, c client.Client) error {
-	changed, err := access.EnsureAdminKeys(ctx, c, AdminUser, p.cfg.AdminKeys)
+	changed, err := backend.EnsureAdminKeys(ctx, c, AdminUser, p.cfg.AdminKeys)
 	if err != nil {
 		return err
 	}
 	if changed > 0 {
 		fmt.Fprintf(p.cfg.Out, "    %-15s %d key(s) added to user %s (admin)\n", "", changed, AdminUser)
 	}
-	p.hasAdmin, err = access.HasAdmin(ctx, c)
+	p.hasAdmin, err = backend.HasAdmin(ctx, c)
 	return err
 }
 

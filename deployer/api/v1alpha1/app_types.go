@@ -5,11 +5,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// MaxAppNameLength is the longest app name. An app's name becomes a DNS label under
-// the base domain, a Kubernetes label value and part of generated names (Release
-// "<app>-v<n>", containers, Deployments), so it is kept well inside 63 characters.
-const MaxAppNameLength = 40
-
 // MaxReplicas is the most instances of one process type. It is a guard against typos
 // (`ps:scale web=1000`), not a capacity plan.
 const MaxReplicas = 100

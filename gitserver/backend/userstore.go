@@ -1,11 +1,9 @@
-package access
+package backend
 
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -19,31 +17,10 @@ import (
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 )
 
-// The writes of Users and their keys, shared by `ssh bex@HOST keys:add` and friends
-// (package sshcmd) and by `bex users add` run on the server. They read from and write
+// The writes of Users and their keys, shared by the backend's operations (the
+// keys and users commands) and by `bex users add` run on the server. They read from and write
 // to the API server directly: Users are few, and a decision such as "is this the last
 // admin key?" must not rest on a cache that may lag.
-
-// Errors of the user and key writes. Their messages are for the person who typed the
-// command.
-var (
-	ErrUserExists   = errors.New("user exists")
-	ErrUserNotFound = errors.New("no such user")
-	ErrKeyExists    = errors.New("key exists")
-	ErrKeyNotFound  = errors.New("no such key")
-	ErrLastAdmin    = errors.New("last admin")
-)
-
-var (
-	userNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-	keyNameRE  = regexp.MustCompile(`^[A-Za-z0-9][-A-Za-z0-9_.@]*$`)
-)
-
-// ValidUserName reports whether name can name a User (a DNS-1123 label).
-func ValidUserName(name string) bool { return len(name) <= 63 && userNameRE.MatchString(name) }
-
-// ValidKeyName reports whether name can name a key.
-func ValidKeyName(name string) bool { return len(name) <= 63 && keyNameRE.MatchString(name) }
 
 // ParseKey parses one OpenSSH public key (the contents of a .pub file, or one
 // authorized_keys line; options are dropped). It returns the key and its line as
@@ -51,10 +28,10 @@ func ValidKeyName(name string) bool { return len(name) <= 63 && keyNameRE.MatchS
 func ParseKey(text []byte) (gossh.PublicKey, string, error) {
 	pk, comment, _, rest, err := gossh.ParseAuthorizedKey(text)
 	if err != nil {
-		return nil, "", errors.New("not an OpenSSH public key: send the contents of a .pub file on stdin (ssh-ed25519 AAAA... comment)")
+		return nil, "", Errorf(Invalid, "not an OpenSSH public key: send the contents of a .pub file on stdin (ssh-ed25519 AAAA... comment)")
 	}
 	if len(bytes.TrimSpace(rest)) > 0 {
-		return nil, "", errors.New("more than one key: send one public key per command")
+		return nil, "", Errorf(Invalid, "more than one key: send one public key per command")
 	}
 	line := strings.TrimSpace(string(gossh.MarshalAuthorizedKey(pk)))
 	if comment = strings.TrimSpace(strings.ReplaceAll(comment, "\n", " ")); comment != "" {
@@ -65,13 +42,13 @@ func ParseKey(text []byte) (gossh.PublicKey, string, error) {
 
 // CreateUser creates the User name with role and canCreateApps and no keys.
 func CreateUser(ctx context.Context, c client.Client, name string, role appv1.UserRole, canCreateApps bool) error {
-	if !ValidUserName(name) {
-		return fmt.Errorf("%q is not a valid user name: use 1 to 63 lower-case letters, digits and '-', starting and ending with a letter or digit", name)
+	if !appv1.ValidUserName(name) {
+		return Errorf(Invalid, "%q is not a valid user name: use 1 to 63 lower-case letters, digits and '-', starting and ending with a letter or digit", name)
 	}
 	u := &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: appv1.UserSpec{Role: role, CanCreateApps: canCreateApps}}
 	if err := c.Create(ctx, u); err != nil {
 		if apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("%w: user %s exists already: pick another name", ErrUserExists, name)
+			return Errorf(Conflict, "user %s exists already: pick another name", name)
 		}
 		return fmt.Errorf("creating user %s: %w", name, err)
 	}
@@ -82,8 +59,8 @@ func CreateUser(ctx context.Context, c client.Client, name string, role appv1.Us
 // SHA256 fingerprint. A key that any user holds already is refused: a key names
 // exactly one user.
 func AddKey(ctx context.Context, c client.Client, user, keyName string, authorizedKey []byte) (string, error) {
-	if !ValidKeyName(keyName) {
-		return "", fmt.Errorf("%q is not a valid key name: use letters, digits and - _ . @, starting with a letter or digit, at most 63", keyName)
+	if !appv1.ValidKeyName(keyName) {
+		return "", Errorf(Invalid, "%q is not a valid key name: use letters, digits and - _ . @, starting with a letter or digit, at most 63", keyName)
 	}
 	pk, line, err := ParseKey(authorizedKey)
 	if err != nil {
@@ -98,9 +75,9 @@ func AddKey(ctx context.Context, c client.Client, user, keyName string, authoriz
 		for _, k := range u.Spec.Keys {
 			if held, err := parseKey(k.PublicKey); err == nil && bytes.Equal(held.Marshal(), pk.Marshal()) {
 				if u.Name == user {
-					return "", fmt.Errorf("%w: %s is already your key %q", ErrKeyExists, fp, k.Name)
+					return "", Errorf(Conflict, "%s is already your key %q", fp, k.Name)
 				}
-				return "", fmt.Errorf("%w: %s belongs to another user already: a key names one user", ErrKeyExists, fp)
+				return "", Errorf(Conflict, "%s belongs to another user already: a key names one user", fp)
 			}
 		}
 	}
@@ -108,12 +85,12 @@ func AddKey(ctx context.Context, c client.Client, user, keyName string, authoriz
 		u := &appv1.User{}
 		if err := c.Get(ctx, client.ObjectKey{Name: user}, u); err != nil {
 			if apierrors.IsNotFound(err) {
-				return fmt.Errorf("%w: there is no user %s", ErrUserNotFound, user)
+				return Errorf(NotFound, "there is no user %s", user)
 			}
 			return err
 		}
 		if slices.ContainsFunc(u.Spec.Keys, func(k appv1.SSHKey) bool { return k.Name == keyName }) {
-			return fmt.Errorf("%w: %s has a key named %q already: pick another name, or keys:remove it first", ErrKeyExists, user, keyName)
+			return Errorf(Conflict, "%s has a key named %q already: pick another name, or keys:remove it first", user, keyName)
 		}
 		u.Spec.Keys = append(u.Spec.Keys, appv1.SSHKey{Name: keyName, PublicKey: line})
 		return c.Update(ctx, u)
@@ -145,7 +122,7 @@ func RemoveKey(ctx context.Context, c client.Client, user, nameOrFingerprint str
 		}
 		i := slices.IndexFunc(users.Items, func(u appv1.User) bool { return u.Name == user })
 		if i < 0 {
-			return fmt.Errorf("%w: there is no user %s", ErrUserNotFound, user)
+			return Errorf(NotFound, "there is no user %s", user)
 		}
 		u := &users.Items[i]
 		j := slices.IndexFunc(u.Spec.Keys, func(k appv1.SSHKey) bool {
@@ -156,13 +133,13 @@ func RemoveKey(ctx context.Context, c client.Client, user, nameOrFingerprint str
 			return err == nil && gossh.FingerprintSHA256(pk) == nameOrFingerprint
 		})
 		if j < 0 {
-			return fmt.Errorf("%w: %s has no key named or with the fingerprint %q (keys:list shows them)", ErrKeyNotFound, user, nameOrFingerprint)
+			return Errorf(NotFound, "%s has no key named or with the fingerprint %q (keys:list shows them)", user, nameOrFingerprint)
 		}
 		removed = u.Spec.Keys[j]
 		before := adminKeys(users.Items)
 		u.Spec.Keys = slices.Delete(slices.Clone(u.Spec.Keys), j, j+1)
 		if before > 0 && adminKeys(users.Items) == 0 {
-			return fmt.Errorf("%w: %q is the last admin key: add another admin key first (keys:add)", ErrLastAdmin, removed.Name)
+			return Errorf(Conflict, "%q is the last admin key: add another admin key first (keys:add)", removed.Name)
 		}
 		return c.Update(ctx, u)
 	})
@@ -181,11 +158,11 @@ func DeleteUser(ctx context.Context, c client.Client, name, namespace string) er
 	}
 	i := slices.IndexFunc(users.Items, func(u appv1.User) bool { return u.Name == name })
 	if i < 0 {
-		return fmt.Errorf("%w: there is no user %s", ErrUserNotFound, name)
+		return Errorf(NotFound, "there is no user %s", name)
 	}
 	rest := slices.Delete(slices.Clone(users.Items), i, i+1)
 	if users.Items[i].Spec.Role == appv1.RoleAdmin && adminKeys(rest) == 0 {
-		return fmt.Errorf("%w: %s is the last admin with a key: make another admin first (users:add NAME --admin)", ErrLastAdmin, name)
+		return Errorf(Conflict, "%s is the last admin with a key: make another admin first (users:add NAME --admin)", name)
 	}
 	var apps appv1.AppList
 	if err := c.List(ctx, &apps, client.InNamespace(namespace)); err != nil {
@@ -227,4 +204,9 @@ func adminKeys(users []appv1.User) int {
 		}
 	}
 	return n
+}
+
+func parseKey(authorized string) (gossh.PublicKey, error) {
+	pk, _, _, _, err := gossh.ParseAuthorizedKey([]byte(authorized))
+	return pk, err
 }

@@ -1,4 +1,4 @@
-package secrets_test
+package hooksecrets_test
 
 import (
 	"bytes"
@@ -15,8 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
-	"bex.co/bex/gitserver/webhook"
-	"bex.co/bex/gitserver/webhook/secrets"
+	"bex.co/bex/gitserver/hooksecrets"
 )
 
 func TestRotation(t *testing.T) {
@@ -26,19 +25,16 @@ func TestRotation(t *testing.T) {
 	app := &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: "shop", Namespace: "apps", UID: "u1"}, Spec: appv1.AppSpec{Git: appv1.GitSpec{DeployBranch: "prod"}}}
 	c := fake.NewClientBuilder().WithScheme(s).WithObjects(app).Build()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	store := &secrets.Store{Apps: c, Secrets: c, Namespace: "apps", SecretsNamespace: "apps", Now: func() time.Time { return now }}
+	store := &hooksecrets.Store{Apps: c, Secrets: c, Namespace: "apps", SecretsNamespace: "apps", Now: func() time.Time { return now }}
 	ctx := context.Background()
 
-	if _, err := store.Hook(ctx, "nope"); !errors.Is(err, webhook.ErrNoHook) {
-		t.Fatalf("unknown app: %v", err)
-	}
-	h, err := store.Hook(ctx, "shop")
-	if err != nil || len(h.Secrets) != 0 || h.DeployBranch != "prod" {
+	h, err := hookOf(ctx, store, app.Spec.Git.WebhookSecretRef)
+	if err != nil || len(h.Secrets) != 0 {
 		t.Fatalf("app without a secret: %+v %v", h, err)
 	}
 
-	ref := secrets.DefaultRef("shop")
-	first, err := secrets.Rotate(ctx, c, "apps", app, ref, now)
+	ref := hooksecrets.DefaultRef("shop")
+	first, err := hooksecrets.Rotate(ctx, c, "apps", app, ref, now)
 	if err != nil || len(first) != 64 {
 		t.Fatalf("first secret %q %v", first, err)
 	}
@@ -50,16 +46,16 @@ func TestRotation(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKey{Namespace: "apps", Name: "shop-webhook"}, sec); err != nil || len(sec.OwnerReferences) != 1 {
 		t.Fatalf("the secret is not owned by its app: %+v %v", sec.OwnerReferences, err)
 	}
-	h, _ = store.Hook(ctx, "shop")
+	h, _ = hookOf(ctx, store, ref)
 	if len(h.Secrets) != 1 || string(h.Secrets[0]) != first {
 		t.Fatalf("after the first rotation: %q", h.Secrets)
 	}
 
-	second, err := secrets.Rotate(ctx, c, "apps", app, ref, now)
+	second, err := hooksecrets.Rotate(ctx, c, "apps", app, ref, now)
 	if err != nil || second == first {
 		t.Fatalf("second secret %q %v", second, err)
 	}
-	h, _ = store.Hook(ctx, "shop")
+	h, _ = hookOf(ctx, store, ref)
 	if len(h.Secrets) != 2 || string(h.Secrets[0]) != second || !bytes.Equal(h.Secrets[1], []byte(first)) {
 		t.Fatalf("during the rotation: %q", h.Secrets)
 	}
@@ -69,7 +65,7 @@ func TestRotation(t *testing.T) {
 	}
 	// 24 hours later only the new one verifies.
 	now = now.Add(24 * time.Hour)
-	h, _ = store.Hook(ctx, "shop")
+	h, _ = hookOf(ctx, store, ref)
 	if len(h.Secrets) != 1 || string(h.Secrets[0]) != second {
 		t.Fatalf("after the previous expired: %q", h.Secrets)
 	}
@@ -78,14 +74,21 @@ func TestRotation(t *testing.T) {
 	}
 
 	now = now.Add(-time.Hour)
-	if err := secrets.DropPrevious(ctx, c, "apps", ref); err != nil {
+	if err := hooksecrets.DropPrevious(ctx, c, "apps", ref); err != nil {
 		t.Fatal(err)
 	}
-	h, _ = store.Hook(ctx, "shop")
+	h, _ = hookOf(ctx, store, ref)
 	if len(h.Secrets) != 1 || string(h.Secrets[0]) != second {
 		t.Fatalf("after dropping the previous: %q", h.Secrets)
 	}
-	if err := secrets.DropPrevious(ctx, c, "apps", ref); !errors.Is(err, secrets.ErrNoPrevious) {
+	if err := hooksecrets.DropPrevious(ctx, c, "apps", ref); !errors.Is(err, hooksecrets.ErrNoPrevious) {
 		t.Fatalf("dropping twice: %v", err)
 	}
+}
+
+// hookOf is what the backend's Hook reads of the webhook ref names: the
+// secrets that verify now.
+func hookOf(ctx context.Context, s *hooksecrets.Store, ref *appv1.SecretKeySelector) (struct{ Secrets [][]byte }, error) {
+	v, err := s.Valid(ctx, ref)
+	return struct{ Secrets [][]byte }{v}, err
 }

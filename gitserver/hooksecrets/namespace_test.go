@@ -1,4 +1,4 @@
-package secrets_test
+package hooksecrets_test
 
 import (
 	"context"
@@ -12,8 +12,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/gitserver/hooksecrets"
 	"bex.co/bex/internal/testenv"
-	"bex.co/bex/gitserver/webhook/secrets"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Run(m)) }
@@ -33,10 +33,10 @@ func TestSecretsNamespace(t *testing.T) {
 	if err := c.Create(ctx, app); err != nil {
 		t.Fatal(err)
 	}
-	store := &secrets.Store{Apps: c, Secrets: c, Namespace: appsNS, SecretsNamespace: secretsNS}
+	store := &hooksecrets.Store{Apps: c, Secrets: c, Namespace: appsNS, SecretsNamespace: secretsNS}
 
-	ref := secrets.DefaultRef("shop")
-	value, err := secrets.Rotate(ctx, c, secretsNS, app, ref, time.Now())
+	ref := hooksecrets.DefaultRef("shop")
+	value, err := hooksecrets.Rotate(ctx, c, secretsNS, app, ref, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestSecretsNamespace(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKey{Namespace: secretsNS, Name: "shop-webhook"}, sec); err != nil {
 		t.Fatal(err)
 	}
-	if len(sec.OwnerReferences) != 0 || sec.Labels[secrets.LabelApp] != "shop" || sec.Labels[secrets.LabelKind] != secrets.KindWebhook {
+	if len(sec.OwnerReferences) != 0 || sec.Labels[hooksecrets.LabelApp] != "shop" || sec.Labels[hooksecrets.LabelKind] != hooksecrets.KindWebhook {
 		t.Fatalf("the Secret in the secrets namespace: owners %+v, labels %v", sec.OwnerReferences, sec.Labels)
 	}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: appsNS, Name: "shop-webhook"}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
@@ -54,11 +54,11 @@ func TestSecretsNamespace(t *testing.T) {
 	if err := c.Update(ctx, app); err != nil {
 		t.Fatal(err)
 	}
-	h, err := store.Hook(ctx, "shop")
+	h, err := hookOf(ctx, store, ref)
 	if err != nil || len(h.Secrets) != 1 || string(h.Secrets[0]) != value {
 		t.Fatalf("lookup across namespaces: %+v %v", h, err)
 	}
-	if err := secrets.DropPrevious(ctx, c, secretsNS, ref); err != secrets.ErrNoPrevious {
+	if err := hooksecrets.DropPrevious(ctx, c, secretsNS, ref); err != hooksecrets.ErrNoPrevious {
 		t.Fatalf("DropPrevious with none: %v", err)
 	}
 
@@ -73,12 +73,12 @@ func TestSecretsNamespace(t *testing.T) {
 	if err := c.Create(ctx, blog); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := secrets.Rotate(ctx, c, secretsNS, blog, blog.Spec.Git.WebhookSecretRef, time.Now()); err != nil {
+	if _, err := hooksecrets.Rotate(ctx, c, secretsNS, blog, blog.Spec.Git.WebhookSecretRef, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 
 	for _, a := range []*appv1.App{app, blog} {
-		if err := secrets.Delete(ctx, c, secretsNS, a); err != nil {
+		if err := hooksecrets.Delete(ctx, c, secretsNS, a); err != nil {
 			t.Fatalf("Delete %s: %v", a.Name, err)
 		}
 	}
@@ -88,35 +88,35 @@ func TestSecretsNamespace(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKey{Namespace: secretsNS, Name: "ci-hook"}, &corev1.Secret{}); err != nil {
 		t.Fatalf("a Secret bex did not make was deleted: %v", err)
 	}
-	if err := secrets.Delete(ctx, c, secretsNS, app); err != nil {
+	if err := hooksecrets.Delete(ctx, c, secretsNS, app); err != nil {
 		t.Fatalf("Delete again: %v", err)
 	}
 
 	// A Secret left behind (the App deleted with kubectl, made again): the first
 	// secret of the new app keeps no previous, so the old value verifies nothing.
 	stale := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "shop-webhook", Namespace: secretsNS,
-		Labels: map[string]string{secrets.LabelApp: "shop", secrets.LabelKind: secrets.KindWebhook}},
+		Labels: map[string]string{hooksecrets.LabelApp: "shop", hooksecrets.LabelKind: hooksecrets.KindWebhook}},
 		Data: map[string][]byte{"secret": []byte("old")}}
 	if err := c.Create(ctx, stale); err != nil {
 		t.Fatal(err)
 	}
 	app.Spec.Git.WebhookSecretRef = nil
-	if _, err := secrets.Rotate(ctx, c, secretsNS, app, ref, time.Now()); err != nil {
+	if _, err := hooksecrets.Rotate(ctx, c, secretsNS, app, ref, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	app.Spec.Git.WebhookSecretRef = ref
 	if st, err := store.Get(ctx, ref); err != nil || !st.Set || !st.PreviousUntil.IsZero() {
 		t.Fatalf("a stale Secret's value kept as the previous one: %+v %v", st, err)
 	}
-	if h, _ := store.Hook(ctx, "shop"); len(h.Secrets) != 1 || string(h.Secrets[0]) == "old" {
+	if h, _ := hookOf(ctx, store, ref); len(h.Secrets) != 1 || string(h.Secrets[0]) == "old" {
 		t.Fatalf("after a first secret over a stale Secret: %q", h.Secrets)
 	}
-	if err := secrets.Delete(ctx, c, secretsNS, app); err != nil {
+	if err := hooksecrets.Delete(ctx, c, secretsNS, app); err != nil {
 		t.Fatal(err)
 	}
 
 	// One namespace (bex up): owned by the App, as before.
-	if _, err := secrets.Rotate(ctx, c, appsNS, app, ref, time.Now()); err != nil {
+	if _, err := hooksecrets.Rotate(ctx, c, appsNS, app, ref, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: appsNS, Name: "shop-webhook"}, sec); err != nil {

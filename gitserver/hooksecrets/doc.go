@@ -1,5 +1,5 @@
-// Package secrets keeps the apps' webhook secrets in Kubernetes Secrets and answers
-// the webhook handler's lookups (it implements webhook.Apps).
+// Package hooksecrets keeps the apps' webhook secrets in Kubernetes Secrets and says
+// which of them verify a delivery now (Store.Valid, for the backend's Hook).
 //
 // An app's webhook secret is the key that spec.git.webhookSecretRef names, in the
 // Secret of that name in the gitserver's secrets namespace (bex gitserver
@@ -18,4 +18,4 @@
 // "<key>.previous", valid until the time in the annotation
 // app.bex.co/previous-expires (24 hours, time enough to update the git host) or
 // until it is dropped: during that window deliveries signed with either verify.
-package secrets
+package hooksecrets

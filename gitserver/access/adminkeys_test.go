@@ -9,8 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
-	"bex.co/bex/gitserver"
-	"bex.co/bex/gitserver/access"
+	"bex.co/bex/gitserver/backend"
 )
 
 func TestEnsureAdmin(t *testing.T) {
@@ -20,14 +19,14 @@ func TestEnsureAdmin(t *testing.T) {
 	name := e.name("root")
 	key, line := newKey(t)
 
-	changed, err := access.EnsureAdmin(ctx, c, name, []byte(line+"\n"))
+	changed, err := backend.EnsureAdmin(ctx, c, name, []byte(line+"\n"))
 	if err != nil || !changed {
 		t.Fatalf("first EnsureAdmin: changed %v, err %v", changed, err)
 	}
-	eventually(t, "the admin key", e.userIs(key, gitserver.User{Name: name, Admin: true, CanCreateApps: true, KeyName: "test@bex"}))
+	eventually(t, "the admin key", e.userIs(key, backend.User{Name: name, Admin: true, CanCreateApps: true, KeyName: "test@bex"}))
 
 	// Starting again with the same key changes nothing.
-	if changed, err := access.EnsureAdmin(ctx, c, name, []byte(line)); err != nil || changed {
+	if changed, err := backend.EnsureAdmin(ctx, c, name, []byte(line)); err != nil || changed {
 		t.Fatalf("second EnsureAdmin: changed %v, err %v", changed, err)
 	}
 
@@ -42,13 +41,13 @@ func TestEnsureAdmin(t *testing.T) {
 	if err := c.Update(ctx, &u); err != nil {
 		t.Fatal(err)
 	}
-	if changed, err := access.EnsureAdmin(ctx, c, name, []byte(otherLine)); err != nil || !changed {
+	if changed, err := backend.EnsureAdmin(ctx, c, name, []byte(otherLine)); err != nil || !changed {
 		t.Fatalf("EnsureAdmin of a new key: changed %v, err %v", changed, err)
 	}
-	eventually(t, "the second key", e.userIs(other, gitserver.User{Name: name, Admin: true, CanCreateApps: true, KeyName: "test@bex-2"}))
+	eventually(t, "the second key", e.userIs(other, backend.User{Name: name, Admin: true, CanCreateApps: true, KeyName: "test@bex-2"}))
 
 	for _, bad := range []string{"", "not a key", line + "\n" + otherLine} {
-		if _, err := access.EnsureAdmin(ctx, c, name, []byte(bad)); err == nil {
+		if _, err := backend.EnsureAdmin(ctx, c, name, []byte(bad)); err == nil {
 			t.Errorf("EnsureAdmin(%q) accepted it", bad)
 		}
 	}
@@ -61,7 +60,7 @@ func TestEnsureAdminKeys(t *testing.T) {
 	k1, l1 := newKey(t)
 	k2, l2 := newKey(t)
 	file := []byte("# the team\n" + l1 + "\n\n  " + l2 + "  \n")
-	if n, err := access.EnsureAdminKeys(ctx, e.cp.Client, name, file); err != nil || n != 2 {
+	if n, err := backend.EnsureAdminKeys(ctx, e.cp.Client, name, file); err != nil || n != 2 {
 		t.Fatalf("EnsureAdminKeys = %d, %v; want 2 keys added", n, err)
 	}
 	for _, k := range []gossh.PublicKey{k1, k2} {
@@ -73,13 +72,13 @@ func TestEnsureAdminKeys(t *testing.T) {
 			return nil
 		})
 	}
-	if n, err := access.EnsureAdminKeys(ctx, e.cp.Client, name, file); err != nil || n != 0 {
+	if n, err := backend.EnsureAdminKeys(ctx, e.cp.Client, name, file); err != nil || n != 0 {
 		t.Fatalf("EnsureAdminKeys again = %d, %v; want nothing changed", n, err)
 	}
-	if ok, err := access.HasAdmin(ctx, e.cp.Client); err != nil || !ok {
+	if ok, err := backend.HasAdmin(ctx, e.cp.Client); err != nil || !ok {
 		t.Fatalf("HasAdmin = %v, %v", ok, err)
 	}
-	if _, err := access.EnsureAdminKeys(ctx, e.cp.Client, name, []byte(l1+"\nnot a key\n")); err == nil {
+	if _, err := backend.EnsureAdminKeys(ctx, e.cp.Client, name, []byte(l1+"\nnot a key\n")); err == nil {
 		t.Fatal("a file with a line that is no key was accepted")
 	}
 }

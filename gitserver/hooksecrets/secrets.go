@@ -1,4 +1,4 @@
-package secrets
+package hooksecrets
 
 import (
 	"context"
@@ -15,14 +15,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
-	"bex.co/bex/gitserver/webhook"
 )
 
 const (
 	// LabelApp and LabelKind label the Secrets bex makes: the app's name, and
 	// KindWebhook.
-	LabelApp    = "app.bex.co/app"
-	LabelKind   = "app.bex.co/secret"
+	LabelApp    = appv1.LabelApp
+	LabelKind   = appv1.LabelSecret
 	KindWebhook = "webhook"
 	// DefaultKey is the key of the secret in the Secret bex makes.
 	DefaultKey = "secret"
@@ -43,7 +42,7 @@ func DefaultRef(app string) *appv1.SecretKeySelector {
 	return &appv1.SecretKeySelector{Name: SecretName(app), Key: DefaultKey}
 }
 
-// Store reads webhook secrets. It implements webhook.Apps.
+// Store reads webhook secrets.
 type Store struct {
 	// Apps reads Apps, usually from an informer cache.
 	Apps client.Reader
@@ -66,28 +65,18 @@ func (s *Store) secretsNamespace() string {
 	return s.Namespace
 }
 
-var _ webhook.Apps = (*Store)(nil)
-
-// Hook implements webhook.Apps: the app's deploy branch and its valid secrets.
-func (s *Store) Hook(ctx context.Context, name string) (*webhook.Hook, error) {
-	app := &appv1.App{}
-	if err := s.Apps.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: name}, app); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, webhook.ErrNoHook
-		}
-		return nil, err
-	}
-	h := &webhook.Hook{App: name, DeployBranch: app.Spec.Git.DeployBranch}
-	ref := app.Spec.Git.WebhookSecretRef
+// Valid returns the secrets that verify deliveries for the webhook ref names:
+// the current one, then during a rotation the previous one; none when ref is nil
+// or its Secret is missing.
+func (s *Store) Valid(ctx context.Context, ref *appv1.SecretKeySelector) ([][]byte, error) {
 	if ref == nil {
-		return h, nil
+		return nil, nil
 	}
 	st, err := s.state(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
-	h.Secrets = st.valid(s.now())
-	return h, nil
+	return st.valid(s.now()), nil
 }
 
 func (s *Store) now() time.Time {

@@ -1,0 +1,86 @@
+package v1alpha1
+
+import (
+	"fmt"
+	"regexp"
+)
+
+// The name rules of the API, in one place for every component: the gitserver's
+// paths and commands, the webhook paths, the runtimes' generated names. The CRD's
+// validation says the same in OpenAPI.
+
+// MaxAppNameLength is the longest app name. An app's name becomes a DNS label under
+// the base domain, a Kubernetes label value and part of generated names (Release
+// "<app>-v<n>", containers, Deployments), so it is kept well inside 63 characters.
+const MaxAppNameLength = 40
+
+// AppNameRule says what an app name may be, for messages that tell the user.
+const AppNameRule = "1 to 40 lower-case letters, digits and '-', starting and ending with a letter or digit"
+
+var appNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// ValidAppName reports whether name can be an app's name (AppNameRule).
+func ValidAppName(name string) bool {
+	return len(name) <= MaxAppNameLength && appNameRE.MatchString(name)
+}
+
+// CheckAppName returns an error that says the rule when name cannot be an app's.
+func CheckAppName(name string) error {
+	if !ValidAppName(name) {
+		return fmt.Errorf("%q is not an app name: use %s", name, AppNameRule)
+	}
+	return nil
+}
+
+// MaxUserNameLength and MaxKeyNameLength bound the names of Users and of their keys.
+const (
+	MaxUserNameLength = 63
+	MaxKeyNameLength  = 63
+)
+
+var (
+	userNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	keyNameRE  = regexp.MustCompile(`^[A-Za-z0-9][-A-Za-z0-9_.@]*$`)
+)
+
+// ValidUserName reports whether name can be a User's name: a DNS-1123 label
+// (lower-case letters, digits and '-', starting and ending with a letter or digit).
+func ValidUserName(name string) bool {
+	return len(name) <= MaxUserNameLength && userNameRE.MatchString(name)
+}
+
+// ValidKeyName reports whether name can name an SSH key of a User: letters, digits
+// and - _ . @, starting with a letter or digit, at most 63.
+func ValidKeyName(name string) bool {
+	return len(name) <= MaxKeyNameLength && keyNameRE.MatchString(name)
+}
+
+// MaxEnvNameLength and MaxEnvValueBytes bound a config var.
+const (
+	MaxEnvNameLength = 256
+	MaxEnvValueBytes = 32768
+)
+
+var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// ValidEnvName reports whether name can be a config var's name: a shell variable's.
+func ValidEnvName(name string) bool {
+	return len(name) <= MaxEnvNameLength && envNameRE.MatchString(name)
+}
+
+// Labels and annotations bex writes on objects, shared by the components that
+// write them and those that select by them.
+const (
+	// LabelApp names the app an object belongs to (Releases, Secrets, Deployments,
+	// containers).
+	LabelApp = "app.bex.co/app"
+	// LabelProcess names the process type of a workload.
+	LabelProcess = "app.bex.co/process"
+	// LabelRelease is the release number a workload runs.
+	LabelRelease = "app.bex.co/release"
+	// LabelSecret says what a bex Secret holds ("webhook", "token").
+	LabelSecret = "app.bex.co/secret"
+	// AnnotationReleaseFailed on a Release says why it never served (its rollout
+	// failed and it was withdrawn).
+	AnnotationReleaseFailed = "app.bex.co/failed"
+)

@@ -1,0 +1,229 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/gitserver/tokens"
+)
+
+// Releases records an app's releases and waits for them to serve: the
+// deployer's releases.Recorder, which cmd/bex wires.
+type Releases interface {
+	// RecordConfig records a release of app whose config vars are edit of the
+	// current ones (cause Config) and points the App at it; edit runs on the App
+	// as read for the write, so concurrent changes are not lost.
+	RecordConfig(ctx context.Context, app string, edit func([]appv1.EnvVar) []appv1.EnvVar, actor, description string) (int64, error)
+	// Rollback records a release that runs release to's image and config again.
+	Rollback(ctx context.Context, app string, to int64, actor string) (int64, error)
+	// List returns app's releases, newest first.
+	List(ctx context.Context, app string) ([]appv1.Release, error)
+	// Await waits for release n of app to serve and returns the app's URL,
+	// calling progress with each new message of the deployer. When the rollout
+	// fails it withdraws the release and returns a RolloutFailure; when ctx ends
+	// first, ctx's error.
+	Await(ctx context.Context, app string, n int64, progress func(string)) (string, error)
+}
+
+// RolloutFailure is Releases.Await's error when the release did not come to
+// serve: its method says why, in the deployer's words, as data rather than
+// text to cut out of the error's message.
+type RolloutFailure interface {
+	error
+	RolloutFailure() (reason string)
+}
+
+// Deployer rebuilds and rolls out an app outside a push, through the push's
+// pipeline and lock (the gitserver's Deploy; cmd/bex wires it). Its errors carry
+// kinds: NotFound (no app), Invalid (nothing to deploy), Conflict (a push or
+// deploy holds the app), Failed (the build or rollout failed).
+type Deployer interface {
+	Deploy(ctx context.Context, req DeployRequest) (*DeployResult, error)
+}
+
+// DeployCause is what asked for a deploy.
+type DeployCause string
+
+// The causes of a Deployer's deploys.
+const (
+	CauseDeploy  DeployCause = "deploy"
+	CauseWebhook DeployCause = "webhook"
+)
+
+// DeployRequest is one deploy.
+type DeployRequest struct {
+	App string
+	// Upstream, when set, is fetched and its deploy branch deployed.
+	Upstream string
+	// Commit, when set, is built in place of the deploy branch's tip.
+	Commit   string
+	Cause    DeployCause
+	Actor    string
+	Delivery string
+}
+
+// DeployResult is a deploy that serves.
+type DeployResult struct {
+	Release int64
+	Commit  string
+	URL     string
+}
+
+// RuntimeLogs reads what an app's processes print.
+type RuntimeLogs interface {
+	// Logs writes app's recent lines (and, with Follow, new ones until ctx ends)
+	// to w, each prefixed with its instance.
+	Logs(ctx context.Context, app string, opts LogOptions, w io.Writer) error
+}
+
+// LogOptions select runtime log lines.
+type LogOptions struct {
+	// Follow keeps writing new lines until ctx ends.
+	Follow bool
+	// Lines is how many recent lines of each instance to show first (0: a default).
+	Lines int
+	// Process, when not empty, keeps the lines of that process type only.
+	Process string
+}
+
+// BuildLogs are the stored records and outputs of an app's recent builds.
+type BuildLogs interface {
+	// List returns app's builds, newest first.
+	List(app string) ([]BuildInfo, error)
+	// Open opens one build's log; an error wrapping fs.ErrNotExist when there is
+	// no such build.
+	Open(app, id string) (io.ReadCloser, error)
+}
+
+// Config is what the backend works with. cmd/bex fills it.
+type Config struct {
+	// Client writes to the API server and reads what must not be stale (Users a
+	// key decision rests on, fresh reads before a write).
+	Client client.Client
+	// Reader reads Apps and Users, usually from an informer cache. Nil: Client.
+	Reader client.Reader
+	// Namespace holds the Apps.
+	Namespace string
+	// SecretsNamespace holds the webhook secrets and the tokens. Empty: Namespace.
+	SecretsNamespace string
+	// Releases records and awaits config changes and rollbacks.
+	Releases Releases
+	// Deployer runs deploys and webhook redeploys; nil: deploy says this server
+	// does not build.
+	Deployer Deployer
+	// Logs reads runtime logs; nil: logs says they are not available.
+	Logs RuntimeLogs
+	// Builds reads build logs; nil: builds says they are not available.
+	Builds BuildLogs
+	// Tokens keeps the agents' API tokens; nil: there is no agents' API.
+	Tokens *tokens.Store
+	// RemoveRepository deletes an app's git repository (apps:destroy); nil:
+	// nothing to remove.
+	RemoveRepository func(ctx context.Context, app string) error
+	// DeployKey returns the public key (authorized_keys form) bex fetches ssh
+	// upstreams with; nil: not shown.
+	DeployKey func() string
+	// Host is how users reach the gitserver, for hints ("ssh://git@HOST:PORT").
+	Host string
+	// HooksURL is the base URL of the webhooks and the MCP endpoint
+	// ("https://bex.example.com"); empty: this server serves neither.
+	HooksURL string
+	// RolloutTimeout bounds how long a config change or rollback waits for its
+	// release to serve.
+	RolloutTimeout time.Duration
+	// CacheWait bounds how long a write waits for Reader to see it.
+	CacheWait time.Duration
+	// Log receives the audit lines and internal errors.
+	Log *slog.Logger
+}
+
+// DefaultConfig returns the defaults of the settings that have one.
+func DefaultConfig() Config {
+	return Config{Host: "ssh://git@HOST:PORT", RolloutTimeout: 5 * time.Minute, CacheWait: 30 * time.Second}
+}
+
+// Validate reports every problem of c at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Client == nil {
+		errs = append(errs, errors.New("backend: Config.Client is required"))
+	}
+	if c.Releases == nil {
+		errs = append(errs, errors.New("backend: Config.Releases is required"))
+	}
+	if c.Namespace == "" {
+		errs = append(errs, errors.New("backend: Config.Namespace is required"))
+	}
+	if c.Host == "" {
+		errs = append(errs, errors.New("backend: Config.Host is required (DefaultConfig has one)"))
+	}
+	if c.RolloutTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("backend: Config.RolloutTimeout %s must be positive", c.RolloutTimeout))
+	}
+	if c.CacheWait <= 0 {
+		errs = append(errs, fmt.Errorf("backend: Config.CacheWait %s must be positive", c.CacheWait))
+	}
+	return errors.Join(errs...)
+}
+
+// Backend is every operation that comes in through the gitserver. It is safe
+// for concurrent use.
+type Backend struct {
+	cfg Config
+	log *slog.Logger
+}
+
+// New checks cfg and returns the backend.
+func New(cfg Config) (*Backend, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Reader == nil {
+		cfg.Reader = cfg.Client
+	}
+	if cfg.SecretsNamespace == "" {
+		cfg.SecretsNamespace = cfg.Namespace
+	}
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Backend{cfg: cfg, log: log.WithGroup("backend")}, nil
+}
+
+// Host is how users reach the gitserver ("ssh://git@HOST:PORT").
+func (b *Backend) Host() string { return b.cfg.Host }
+
+// audit logs a change: who (user, key), what (the operation, by the name of
+// its ssh command) and which app.
+func (b *Backend) audit(u *User, op, app string, attrs ...any) {
+	b.log.Info("audit", append([]any{"user", u.Name, "key", u.KeyName, "fingerprint", u.KeyFingerprint, "command", op, "app", app}, attrs...)...)
+}
+
+// Internal logs err, an internal failure of op for u, so that the front-ends
+// need not each decide what to log.
+func (b *Backend) Internal(u *User, op string, err error) {
+	name := ""
+	if u != nil {
+		name = u.Name
+	}
+	b.log.Error("operation failed", "user", name, "command", op, "err", err)
+}
+
+func (b *Backend) key(app string) client.ObjectKey {
+	return client.ObjectKey{Namespace: b.cfg.Namespace, Name: app}
+}
+
+func requireAdmin(u *User, what string) error {
+	if !u.Admin {
+		return Errorf(Forbidden, "%s is for admins, and %s is not one: ask an admin", what, u.Name)
+	}
+	return nil
+}

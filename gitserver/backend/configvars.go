@@ -1,0 +1,156 @@
+package backend
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
+)
+
+// checkEnvName refuses what cannot be a config var's name.
+func checkEnvName(k string) error {
+	if !appv1.ValidEnvName(k) {
+		return Errorf(Invalid, "%q is not a config var name: use letters, digits and '_', not starting with a digit (as a shell variable)", k)
+	}
+	return nil
+}
+
+// Config is an app's config vars, in order.
+func (b *Backend) Config(ctx context.Context, u *User, name string) (*ConfigList, error) {
+	a, err := b.app(ctx, u, name)
+	if err != nil {
+		return nil, err
+	}
+	out := &ConfigList{App: a.Name, Config: []ConfigVar{}}
+	for _, e := range a.Spec.Env {
+		out.Config = append(out.Config, configVarOf(e))
+	}
+	return out, nil
+}
+
+// ConfigVar is one config var of an app.
+func (b *Backend) ConfigVar(ctx context.Context, u *User, name, key string) (*ConfigVar, error) {
+	a, err := b.app(ctx, u, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkEnvName(key); err != nil {
+		return nil, err
+	}
+	i := slices.IndexFunc(a.Spec.Env, func(e appv1.EnvVar) bool { return e.Name == key })
+	if i < 0 {
+		return nil, Errorf(NotFound, "%s is not set on %s (config %s lists what is)", key, a.Name, a.Name)
+	}
+	v := configVarOf(a.Spec.Env[i])
+	return &v, nil
+}
+
+// EnvVar is one config var to set.
+type EnvVar struct{ Name, Value string }
+
+// ConfigChange is a change of an app's config vars: Set in order (a name given
+// twice takes its last value), then Unset.
+type ConfigChange struct {
+	Set   []EnvVar
+	Unset []string
+}
+
+// ConfigResult is a recorded config change.
+type ConfigResult struct {
+	// Release is the new release, or 0 before the app's first deploy: the spec
+	// then holds the vars for the first release to take.
+	Release int64
+	// Description says what changed ("Set A, B; Unset C").
+	Description string
+	// NotSet are the names to unset that were not set (nothing to do for them).
+	NotSet []string
+}
+
+// ChangeConfig records a release of app whose config vars are the current ones
+// with ch applied (cause Config), or, before the app's first deploy, edits the
+// spec for the first release to take. A change that changes nothing (only
+// names that are not set) records nothing: Description is then "". Await the
+// release with Await.
+func (b *Backend) ChangeConfig(ctx context.Context, u *User, name string, ch ConfigChange) (*ConfigResult, error) {
+	if len(ch.Set) == 0 && len(ch.Unset) == 0 {
+		return nil, Errorf(Invalid, "nothing to change: give config vars to set or unset")
+	}
+	var set []string
+	for _, v := range ch.Set {
+		if err := checkEnvName(v.Name); err != nil {
+			return nil, err
+		}
+		if len(v.Value) > appv1.MaxEnvValueBytes {
+			return nil, Errorf(Invalid, "the value of %s is %d bytes; at most %d fit", v.Name, len(v.Value), appv1.MaxEnvValueBytes)
+		}
+		if !slices.Contains(set, v.Name) {
+			set = append(set, v.Name)
+		}
+	}
+	for _, k := range ch.Unset {
+		if err := checkEnvName(k); err != nil {
+			return nil, err
+		}
+	}
+	a, err := b.app(ctx, u, name)
+	if err != nil {
+		return nil, err
+	}
+	res := &ConfigResult{}
+	var unset []string
+	for _, k := range ch.Unset {
+		switch {
+		case slices.Contains(unset, k):
+		case slices.ContainsFunc(a.Spec.Env, func(e appv1.EnvVar) bool { return e.Name == k }) || slices.Contains(set, k):
+			unset = append(unset, k)
+		default:
+			res.NotSet = append(res.NotSet, k)
+		}
+	}
+	if len(set) == 0 && len(unset) == 0 {
+		return res, nil
+	}
+	var parts []string
+	if len(set) > 0 {
+		parts = append(parts, "Set "+strings.Join(set, ", "))
+	}
+	if len(unset) > 0 {
+		parts = append(parts, "Unset "+strings.Join(unset, ", "))
+	}
+	res.Description = strings.Join(parts, "; ")
+	edit := func(env []appv1.EnvVar) []appv1.EnvVar {
+		for _, v := range ch.Set {
+			if i := slices.IndexFunc(env, func(e appv1.EnvVar) bool { return e.Name == v.Name }); i >= 0 {
+				env[i] = appv1.EnvVar{Name: v.Name, Value: v.Value}
+			} else {
+				env = append(env, appv1.EnvVar{Name: v.Name, Value: v.Value})
+			}
+		}
+		return slices.DeleteFunc(env, func(e appv1.EnvVar) bool { return slices.Contains(unset, e.Name) })
+	}
+	op := "config:set"
+	if len(set) == 0 {
+		op = "config:unset"
+	}
+	if a.Spec.Image == "" {
+		// Nothing runs yet, so there is nothing to restart: the first push's
+		// release takes the config from the spec.
+		if _, err := b.update(ctx, u, a.Name, func(a *appv1.App) error {
+			a.Spec.Env = edit(a.Spec.Env)
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+		b.audit(u, op, a.Name, "set", set, "unset", unset)
+		return res, nil
+	}
+	n, err := b.cfg.Releases.RecordConfig(ctx, a.Name, edit, u.Name, res.Description)
+	if err != nil {
+		return nil, fmt.Errorf("recording the release of %s: %w", a.Name, err)
+	}
+	res.Release = n
+	b.audit(u, op, a.Name, "set", set, "unset", unset, "release", n)
+	return res, nil
+}

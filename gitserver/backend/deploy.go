@@ -1,0 +1,191 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/gitserver/hooksecrets"
+)
+
+var commitRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
+
+// Deploy rebuilds and rolls out an app u may use: the given commit (a full
+// object id in its repository), or its deploy branch, fetched from its upstream
+// when it has one. It returns when the release serves, or why it does not (the
+// previous release keeps serving).
+func (b *Backend) Deploy(ctx context.Context, u *User, name, commit string) (*DeployResult, error) {
+	a, err := b.app(ctx, u, name)
+	if err != nil {
+		return nil, err
+	}
+	if commit != "" && !commitRE.MatchString(commit) {
+		return nil, Errorf(Invalid, "commit %q: give a full 40-digit lower-case commit id of %s's repository", commit, name)
+	}
+	if b.cfg.Deployer == nil {
+		return nil, Errorf(Invalid, "this server does not build")
+	}
+	req := DeployRequest{App: name, Commit: commit, Cause: CauseDeploy, Actor: u.Name}
+	if commit == "" {
+		req.Upstream = a.Spec.Git.Upstream
+	}
+	b.audit(u, "deploy", name, "commit", commit)
+	return b.deploy(ctx, req)
+}
+
+func (b *Backend) deploy(ctx context.Context, req DeployRequest) (*DeployResult, error) {
+	res, err := b.cfg.Deployer.Deploy(ctx, req)
+	switch KindOf(err) {
+	case Conflict:
+		return nil, Errorf(Conflict, "%w: try again once it ends", err)
+	case Failed:
+		return nil, Errorf(Failed, "%w; the previous release keeps serving (build_logs shows the build)", err)
+	}
+	return res, err
+}
+
+// Hook is what the webhook handler knows of one app's webhook.
+type Hook struct {
+	App string
+	// DeployBranch is the branch whose pushes redeploy; "main" when empty.
+	DeployBranch string
+	// Secrets verify deliveries: the current one, then during a rotation the
+	// previous one. A hook without secrets takes no delivery.
+	Secrets [][]byte
+}
+
+// Hook returns app's webhook, for a delivery not yet authenticated: a NotFound
+// error when there is no such app. It reads the cache and one Secret.
+func (b *Backend) Hook(ctx context.Context, app string) (*Hook, error) {
+	if !appv1.ValidAppName(app) {
+		return nil, noSuchApp(app)
+	}
+	a := &appv1.App{}
+	if err := b.cfg.Reader.Get(ctx, b.key(app), a); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, noSuchApp(app)
+		}
+		return nil, err
+	}
+	valid, err := b.secretStore().Valid(ctx, a.Spec.Git.WebhookSecretRef)
+	if err != nil {
+		return nil, err
+	}
+	return &Hook{App: app, DeployBranch: a.Spec.Git.DeployBranch, Secrets: valid}, nil
+}
+
+// Redeploy is a webhook delivery's redeploy of app (already authenticated by
+// its signature): the deploy branch, fetched from the upstream when the app has
+// one, built and rolled out through the push's pipeline and lock.
+func (b *Backend) Redeploy(ctx context.Context, app, provider, delivery string) error {
+	if b.cfg.Deployer == nil {
+		return Errorf(Invalid, "this server does not build")
+	}
+	a := &appv1.App{}
+	if err := b.cfg.Reader.Get(ctx, b.key(app), a); err != nil {
+		if apierrors.IsNotFound(err) {
+			return noSuchApp(app)
+		}
+		return err
+	}
+	_, err := b.cfg.Deployer.Deploy(ctx, DeployRequest{App: app, Upstream: a.Spec.Git.Upstream, Cause: CauseWebhook,
+		Actor: "webhook:" + provider, Delivery: delivery})
+	return err
+}
+
+func (b *Backend) secretStore() *hooksecrets.Store {
+	return &hooksecrets.Store{Apps: b.cfg.Reader, Secrets: b.cfg.Client, Namespace: b.cfg.Namespace, SecretsNamespace: b.cfg.SecretsNamespace}
+}
+
+// Releases lists app's releases, newest first, at most limit (0: all).
+func (b *Backend) Releases(ctx context.Context, u *User, name string, limit int) ([]ReleaseInfo, int, error) {
+	a, err := b.app(ctx, u, name)
+	if err != nil {
+		return nil, 0, err
+	}
+	rels, err := b.cfg.Releases.List(ctx, a.Name)
+	if err != nil {
+		return nil, 0, fmt.Errorf("listing the releases of %s: %w", a.Name, err)
+	}
+	if limit <= 0 || limit > len(rels) {
+		limit = len(rels)
+	}
+	out := make([]ReleaseInfo, 0, limit)
+	for i := range rels[:limit] {
+		out = append(out, releaseInfoOf(&rels[i], a))
+	}
+	return out, len(rels), nil
+}
+
+// Rollback records a release of app that runs release to's image and config
+// again (to 0: the newest release before the current one that served). It
+// returns to and the new release's number; await it with Await.
+func (b *Backend) Rollback(ctx context.Context, u *User, name string, to int64) (int64, int64, error) {
+	a, err := b.app(ctx, u, name)
+	if err != nil {
+		return 0, 0, err
+	}
+	if to < 0 {
+		return 0, 0, Errorf(Invalid, "v%d is not a release: give its number, e.g. rollback %s v3 (releases %s lists them)", to, name, name)
+	}
+	if to, err = b.rollbackTarget(ctx, a, to); err != nil {
+		return 0, 0, err
+	}
+	n, err := b.cfg.Releases.Rollback(ctx, a.Name, to, u.Name)
+	if err != nil {
+		return 0, 0, fmt.Errorf("recording the rollback of %s: %w", a.Name, err)
+	}
+	b.audit(u, "rollback", a.Name, "to", to, "release", n)
+	return to, n, nil
+}
+
+// rollbackTarget picks the release a rollback of app brings back: to when not
+// 0 (it must exist), else the newest release before the current one that served.
+func (b *Backend) rollbackTarget(ctx context.Context, app *appv1.App, to int64) (int64, error) {
+	rels, err := b.cfg.Releases.List(ctx, app.Name)
+	if err != nil {
+		return 0, fmt.Errorf("listing the releases of %s: %w", app.Name, err)
+	}
+	if to != 0 {
+		if !slices.ContainsFunc(rels, func(r appv1.Release) bool { return r.Spec.Number == to }) {
+			return 0, Errorf(NotFound, "%s has no release v%d to roll back to (releases %s lists them; old ones are pruned)", app.Name, to, app.Name)
+		}
+	} else {
+		for _, r := range rels { // newest first; a release that never served is no way back
+			if r.Spec.Number < app.Spec.Release && r.Annotations[appv1.AnnotationReleaseFailed] == "" {
+				to = r.Spec.Number
+				break
+			}
+		}
+		if to == 0 {
+			return 0, Errorf(Invalid, "%s has no release before v%d to roll back to (releases %s lists them)", app.Name, app.Spec.Release, app.Name)
+		}
+	}
+	if to == app.Spec.Release {
+		return 0, Errorf(Conflict, "v%d is the current release of %s already", to, app.Name)
+	}
+	return to, nil
+}
+
+// Await waits up to the rollout timeout for release n of app to serve and
+// returns its URL, calling progress (when not nil) with the deployer's messages.
+// A release that fails is withdrawn and reported as Failed.
+func (b *Backend) Await(ctx context.Context, app string, n int64, progress func(string)) (string, error) {
+	wctx, cancel := context.WithTimeout(ctx, b.cfg.RolloutTimeout)
+	defer cancel()
+	url, err := b.cfg.Releases.Await(wctx, app, n, progress)
+	var failed RolloutFailure
+	switch {
+	case errors.As(err, &failed):
+		return "", Errorf(Failed, "release v%d of %s did not roll out: %s; the previous release keeps serving", n, app, failed.RolloutFailure())
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+		return "", Errorf(Failed, "release v%d of %s is not serving after %s: it may still come up (apps:info %s)", n, app, b.cfg.RolloutTimeout.Round(time.Second), app)
+	}
+	return url, err
+}

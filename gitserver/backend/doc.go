@@ -1,0 +1,28 @@
+// Package backend is everything that comes in through the gitserver, below the
+// front-ends that parse, call and print: the ssh commands (package sshcmd), the
+// MCP server (package mcpserver) and the webhook handler (package webhook). It
+// owns the identity a request acts as (User), the operations on apps, config
+// vars, domains, processes, releases, deploys, access, users, keys, tokens,
+// webhook secrets and logs, the access rules, one set of view types for every
+// front-end's output, and one error type with kinds.
+//
+// Who may do what: an admin everything; a member everything on the apps whose
+// spec.members lists it (by exact name), its own keys and tokens, and creating
+// apps when its User allows it (spec.canCreateApps), becoming the new app's
+// member. Users are managed by admins.
+//
+// Errors are *Error values with a Kind (NotFound, Forbidden, Invalid, Conflict,
+// Failed) and a one-line message that says what to do; matched with errors.Is
+// against ErrNotFound and its siblings, or read with KindOf. Anything else is
+// Internal. Each front-end maps the kinds once: sshcmd to a line and an exit
+// status, mcpserver to a tool error's code, webhook to an HTTP status.
+//
+// Reads of Apps and Users come from a cache (Config.Reader); writes go to the
+// API server (Config.Client) and then wait, briefly, until the cache has seen
+// them, so that the next request reads its own writes. Config changes and
+// rollbacks are releases recorded through Config.Releases; deploys and webhook
+// redeploys run through Config.Deployer (the gitserver's push pipeline); logs
+// come from Config.Logs and Config.Builds: small interfaces cmd/bex wires, so
+// the package imports no other component. Every change is one "audit" line in
+// the log naming the user, the key, the command and the app.
+package backend

@@ -1,0 +1,102 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"bex.co/bex/gitserver/tokens"
+)
+
+// DefaultTokenTTL is how long a token works when its maker says nothing.
+const DefaultTokenTTL = "90d"
+
+// ErrInvalidToken is VerifyToken's error for a token that does not verify:
+// unknown, expired or of a removed user. Its message says which, for the log.
+var ErrInvalidToken = tokens.ErrInvalid
+
+func (b *Backend) tokenStore() (*tokens.Store, error) {
+	if b.cfg.Tokens == nil {
+		return nil, Errorf(Invalid, "this server has no agents' API")
+	}
+	return b.cfg.Tokens, nil
+}
+
+// mcpURL is the MCP endpoint, or "" when this server serves none.
+func (b *Backend) mcpURL() string {
+	if b.cfg.HooksURL == "" {
+		return ""
+	}
+	return strings.TrimSuffix(b.cfg.HooksURL, "/") + "/mcp"
+}
+
+// CreateToken makes a bearer token named name that acts as u, for ttl (as
+// tokens:create --expires-in takes it: 90d, 12h, 30m or never). The token is in
+// the result, shown once.
+func (b *Backend) CreateToken(ctx context.Context, u *User, name, ttl string) (*TokenCreated, error) {
+	store, err := b.tokenStore()
+	if err != nil {
+		return nil, err
+	}
+	d, err := tokens.ParseTTL(ttl)
+	if err != nil {
+		return nil, Errorf(Invalid, "--expires-in %v", err)
+	}
+	tok, err := store.Create(ctx, u.Name, name, d)
+	switch {
+	case errors.Is(err, tokens.ErrExists):
+		return nil, Errorf(Conflict, "%s has a token named %s already (tokens:revoke %s, then create it again)", u.Name, name, name)
+	case errors.Is(err, tokens.ErrInvalidName), errors.Is(err, tokens.ErrTooMany):
+		return nil, Errorf(Invalid, "%v", err)
+	case err != nil:
+		return nil, err
+	}
+	b.audit(u, "tokens:create", "", "token", name, "expires_in", ttl)
+	out := &TokenCreated{Name: name, User: u.Name, Token: tok, MCP: b.mcpURL()}
+	if d > 0 {
+		exp := time.Now().Add(d).UTC().Truncate(time.Second)
+		out.Expires = &exp
+	}
+	return out, nil
+}
+
+// Tokens lists u's tokens (names, not values).
+func (b *Backend) Tokens(ctx context.Context, u *User) ([]tokens.Token, error) {
+	store, err := b.tokenStore()
+	if err != nil {
+		return nil, err
+	}
+	return store.List(ctx, u.Name)
+}
+
+// RevokeToken deletes u's token named name; calls with it fail from then on.
+func (b *Backend) RevokeToken(ctx context.Context, u *User, name string) error {
+	store, err := b.tokenStore()
+	if err != nil {
+		return err
+	}
+	if err := store.Revoke(ctx, u.Name, name); err != nil {
+		if errors.Is(err, tokens.ErrNotFound) {
+			return Errorf(NotFound, "%s has no token named %q (tokens:list shows them)", u.Name, name)
+		}
+		return err
+	}
+	b.audit(u, "tokens:revoke", "", "token", name)
+	return nil
+}
+
+// VerifyToken returns the User a bearer token acts as, read now, and the
+// token's name; an error wrapping ErrInvalidToken when it does not verify.
+func (b *Backend) VerifyToken(ctx context.Context, token string) (*User, string, error) {
+	store, err := b.tokenStore()
+	if err != nil {
+		return nil, "", err
+	}
+	u, name, err := store.Verify(ctx, token)
+	if err != nil {
+		return nil, "", fmt.Errorf("verifying a token: %w", err)
+	}
+	return UserOf(u, "token:"+name, ""), name, nil
+}

@@ -1,0 +1,327 @@
+package backend
+
+import (
+	"sort"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
+)
+
+// The view types: what the front-ends show of bex's objects, one set for the
+// ssh commands' --json output and the MCP tools' structured content. Their JSON
+// is a documented schema (docs/commands.md): add fields, never rename them.
+
+// AppSummary is one app of a listing.
+type AppSummary struct {
+	Name      string `json:"name"`
+	Phase     string `json:"phase" jsonschema:"Pending, Building, Deploying, Running, Failed or Suspended"`
+	Revision  int64  `json:"revision" jsonschema:"the release that serves now (0: none)"`
+	URL       string `json:"url"`
+	Suspended bool   `json:"suspended"`
+}
+
+// AppInfo is one app in full.
+type AppInfo struct {
+	Name      string `json:"name"`
+	Phase     string `json:"phase" jsonschema:"Pending, Building, Deploying, Running, Failed or Suspended"`
+	Release   int64  `json:"release" jsonschema:"the release the app asks for"`
+	Revision  int64  `json:"revision" jsonschema:"the release that serves now"`
+	URL       string `json:"url"`
+	Image     string `json:"image"`
+	Suspended bool   `json:"suspended"`
+	// DeployBranch is the branch whose pushes deploy: empty until the first push
+	// names it.
+	DeployBranch string `json:"deployBranch"`
+	// Upstream is where webhook deliveries and deploys fetch from, or "".
+	Upstream   string        `json:"upstream,omitempty"`
+	GitURL     string        `json:"gitURL"`
+	Members    []string      `json:"members"`
+	Domains    []string      `json:"domains"`
+	Processes  []ProcessInfo `json:"processes"`
+	Conditions []Condition   `json:"conditions"`
+	Created    time.Time     `json:"created"`
+	// LastBuild and LastRelease are the newest of each, when there is one.
+	LastBuild   *BuildInfo   `json:"lastBuild,omitempty"`
+	LastRelease *ReleaseInfo `json:"lastRelease,omitempty"`
+	// Trouble and TroubleMessage are the RolledOut condition's reason and
+	// message when it is not true (e.g. OOMKilled), else "".
+	Trouble        string `json:"trouble,omitempty"`
+	TroubleMessage string `json:"troubleMessage,omitempty"`
+}
+
+// Condition is one status condition of an app.
+type Condition struct {
+	Type    string `json:"type"`
+	Status  string `json:"status"`
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
+// ProcessInfo is one process type.
+type ProcessInfo struct {
+	Type     string   `json:"type"`
+	Command  []string `json:"command"`
+	Replicas int32    `json:"replicas"`
+	// RestartedAt is the last ps:restart of the type or the app (RFC3339), or "".
+	RestartedAt string `json:"restartedAt"`
+	// Resources are the limits of each instance, defaults included.
+	Resources ResourceInfo `json:"resources" jsonschema:"the limits of each instance: memory (over it the instance is killed, reason OOMKilled, and restarted) and CPUs (empty: no cap)"`
+}
+
+// ResourceInfo is what one instance of a process type may use, defaults
+// included.
+type ResourceInfo struct {
+	// Memory is the memory limit as a quantity ("512Mi"), MemoryBytes in bytes.
+	Memory      string `json:"memory"`
+	MemoryBytes int64  `json:"memoryBytes"`
+	// CPU is the CPU cap in CPUs ("2", "500m"), or "" for none.
+	CPU string `json:"cpu"`
+	// Default is true when the type sets nothing and has the platform's defaults.
+	Default bool `json:"default"`
+}
+
+// Processes is an app's process types and what ails them.
+type Processes struct {
+	App       string        `json:"app"`
+	Phase     string        `json:"phase"`
+	Revision  int64         `json:"revision"`
+	Suspended bool          `json:"suspended"`
+	Processes []ProcessInfo `json:"processes"`
+	// Trouble is the RolledOut condition's reason and message when it is not
+	// true (e.g. OOMKilled: an instance was killed by its memory limit), else "".
+	Trouble        string `json:"trouble"`
+	TroubleMessage string `json:"troubleMessage"`
+}
+
+// ProcessResources is the limits of one process type of an app.
+type ProcessResources struct {
+	App       string       `json:"app"`
+	Type      string       `json:"type"`
+	Resources ResourceInfo `json:"resources"`
+}
+
+// ReleaseInfo is one release.
+type ReleaseInfo struct {
+	Number      int64  `json:"number"`
+	Cause       string `json:"cause"`
+	Actor       string `json:"actor"`
+	Description string `json:"description"`
+	Image       string `json:"image"`
+	Commit      string `json:"commit"`
+	// Delivery is the webhook delivery that caused it, for cause Webhook.
+	Delivery   string    `json:"delivery,omitempty"`
+	RollbackOf int64     `json:"rollbackOf,omitempty"`
+	Created    time.Time `json:"created"`
+	// Current is the release the app's spec names; Serving the one that serves.
+	Current bool `json:"current"`
+	Serving bool `json:"serving"`
+	// Failed says why the release never served (its rollout failed and it was
+	// withdrawn); empty for the others.
+	Failed string `json:"failed,omitempty" jsonschema:"why the release never served, when it did not"`
+}
+
+// BuildInfo is one build: its record, newest first in listings.
+type BuildInfo struct {
+	ID     string    `json:"id"`
+	Commit string    `json:"commit"`
+	Time   time.Time `json:"time"`
+	// Result is running, succeeded, failed or canceled, as the builder recorded it.
+	Result string `json:"result" jsonschema:"running, succeeded, failed or canceled"`
+	// Error is why a failed build failed, in one line.
+	Error string `json:"error,omitempty"`
+}
+
+// ConfigVar is one config var: a literal value, or a reference to a Secret key
+// (whose value is not shown).
+type ConfigVar struct {
+	Name   string     `json:"name"`
+	Value  *string    `json:"value,omitempty"`
+	Secret *SecretRef `json:"secret,omitempty"`
+}
+
+// SecretRef names a key of a Secret in the app's namespace.
+type SecretRef struct {
+	Name string `json:"name"`
+	Key  string `json:"key"`
+}
+
+// ConfigList is an app's config vars, in order.
+type ConfigList struct {
+	App    string      `json:"app"`
+	Config []ConfigVar `json:"config"`
+}
+
+// DomainList is an app's custom domains.
+type DomainList struct {
+	App string `json:"app"`
+	// URL is where the app answers by default.
+	URL     string   `json:"url"`
+	Domains []string `json:"domains"`
+}
+
+// AccessList is who may use an app besides admins.
+type AccessList struct {
+	App     string   `json:"app"`
+	Members []string `json:"members"`
+}
+
+// WhoAmI is who a user is to this server.
+type WhoAmI struct {
+	Name          string `json:"name"`
+	Role          string `json:"role"`
+	CanCreateApps bool   `json:"canCreateApps"`
+	Key           string `json:"key"`
+	Fingerprint   string `json:"fingerprint"`
+}
+
+// KeyInfo is one SSH key of a user.
+type KeyInfo struct {
+	Name        string `json:"name"`
+	Type        string `json:"type"`
+	Fingerprint string `json:"fingerprint"`
+	Comment     string `json:"comment"`
+	// Current is the key this session authenticated with.
+	Current bool `json:"current"`
+}
+
+// UserInfo is one user.
+type UserInfo struct {
+	Name          string `json:"name"`
+	Role          string `json:"role"`
+	CanCreateApps bool   `json:"canCreateApps"`
+	Keys          int    `json:"keys"`
+}
+
+// WebhookInfo is an app's webhook.
+type WebhookInfo struct {
+	App string `json:"app"`
+	// URL is where deliveries go, or "" when this server serves no webhooks.
+	URL       string `json:"url"`
+	SecretSet bool   `json:"secretSet"`
+	// PreviousValidUntil is when the secret the last rotation replaced stops
+	// verifying, while it still does.
+	PreviousValidUntil *time.Time `json:"previousValidUntil,omitempty"`
+	// Ref is the full ref whose pushes deploy.
+	Ref string `json:"ref"`
+	// Upstream is fetched on each delivery, or "".
+	Upstream string `json:"upstream"`
+	// DeployKey is the public key bex fetches ssh upstreams with.
+	DeployKey string `json:"deployKey,omitempty"`
+}
+
+// WebhookSecret is a new webhook secret, shown once.
+type WebhookSecret struct {
+	App                string     `json:"app"`
+	URL                string     `json:"url"`
+	Secret             string     `json:"secret"`
+	PreviousValidUntil *time.Time `json:"previousValidUntil,omitempty"`
+}
+
+// TokenCreated is a new token, shown once.
+type TokenCreated struct {
+	Name  string `json:"name"`
+	User  string `json:"user"`
+	Token string `json:"token"`
+	// MCP is the endpoint the token is for, or "" when this server serves none.
+	MCP     string     `json:"mcp"`
+	Expires *time.Time `json:"expires,omitempty"`
+}
+
+// Phase is a's phase for people: Pending until the deployer says otherwise.
+func phase(a *appv1.App) string {
+	if a.Status.Phase == "" {
+		return string(appv1.AppPhasePending)
+	}
+	return string(a.Status.Phase)
+}
+
+func summaryOf(a *appv1.App) AppSummary {
+	return AppSummary{Name: a.Name, Phase: phase(a), Revision: a.Status.Revision, URL: a.Status.URL, Suspended: a.Spec.Suspended}
+}
+
+func deployBranch(a *appv1.App) string {
+	if a.Spec.Git.DeployBranch == "" {
+		return appv1.DefaultDeployBranch
+	}
+	return a.Spec.Git.DeployBranch
+}
+
+// trouble is the RolledOut condition when it is not true.
+func trouble(a *appv1.App) (string, string) {
+	c := meta.FindStatusCondition(a.Status.Conditions, appv1.RolledOutCondition)
+	if c == nil || c.Status == metav1.ConditionTrue {
+		return "", ""
+	}
+	return c.Reason, c.Message
+}
+
+func infoOf(a *appv1.App, host string) *AppInfo {
+	in := &AppInfo{Name: a.Name, Phase: phase(a), Release: a.Spec.Release, Revision: a.Status.Revision, URL: a.Status.URL,
+		Image: a.Spec.Image, Suspended: a.Spec.Suspended, DeployBranch: a.Spec.Git.DeployBranch, Upstream: a.Spec.Git.Upstream,
+		GitURL: host + "/" + a.Name, Members: nonNil(a.Spec.Members), Domains: nonNil(a.Spec.Domains),
+		Processes: processesOf(a), Conditions: []Condition{}, Created: a.CreationTimestamp.UTC()}
+	for _, c := range a.Status.Conditions {
+		in.Conditions = append(in.Conditions, Condition{Type: c.Type, Status: string(c.Status), Reason: c.Reason, Message: c.Message})
+	}
+	in.Trouble, in.TroubleMessage = trouble(a)
+	return in
+}
+
+func processesOf(a *appv1.App) []ProcessInfo {
+	out := []ProcessInfo{}
+	for _, name := range SortedKeys(a.Spec.Processes) {
+		p := a.Spec.Processes[name]
+		at := a.Annotations[appv1.RestartedAtAnnotation+"."+name]
+		if all := a.Annotations[appv1.RestartedAtAnnotation]; all > at {
+			at = all
+		}
+		out = append(out, ProcessInfo{Type: name, Command: nonNil(p.Command), Replicas: p.Replicas, RestartedAt: at, Resources: resourcesOf(p)})
+	}
+	return out
+}
+
+// resourcesOf is the ResourceInfo of p.
+func resourcesOf(p appv1.ProcessSpec) ResourceInfo {
+	ri := ResourceInfo{MemoryBytes: p.MemoryBytes(), Default: p.Resources == nil || (p.Resources.Memory == nil && p.Resources.CPU == nil)}
+	ri.Memory = resource.NewQuantity(ri.MemoryBytes, resource.BinarySI).String()
+	if m := p.CPUMillis(); m > 0 {
+		ri.CPU = resource.NewMilliQuantity(m, resource.DecimalSI).String()
+	}
+	return ri
+}
+
+func releaseInfoOf(r *appv1.Release, a *appv1.App) ReleaseInfo {
+	return ReleaseInfo{Number: r.Spec.Number, Cause: string(r.Spec.Cause), Actor: r.Spec.Actor, Description: r.Spec.Description,
+		Image: r.Spec.Image, Commit: r.Spec.Commit, Delivery: r.Spec.Delivery, RollbackOf: r.Spec.RollbackOf,
+		Created: r.CreationTimestamp.UTC(), Current: r.Spec.Number == a.Spec.Release, Serving: r.Spec.Number == a.Status.Revision,
+		Failed: r.Annotations[appv1.AnnotationReleaseFailed]}
+}
+
+func configVarOf(e appv1.EnvVar) ConfigVar {
+	if e.ValueFrom != nil {
+		return ConfigVar{Name: e.Name, Secret: &SecretRef{Name: e.ValueFrom.Name, Key: e.ValueFrom.Key}}
+	}
+	v := e.Value
+	return ConfigVar{Name: e.Name, Value: &v}
+}
+
+// SortedKeys returns m's keys in order.
+func SortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}

@@ -1,0 +1,162 @@
+package mcpserver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"bex.co/bex/gitserver/backend"
+)
+
+// Config is what the server works with. cmd/bex fills it.
+type Config struct {
+	// Backend does what the tools ask and verifies the bearer tokens.
+	Backend *backend.Backend
+	// MaxLogBytes bounds what logs and build_logs return (their tail).
+	MaxLogBytes int
+	// Version is bex's, shown to clients.
+	Version string
+	// Log receives refused tokens and the SDK's messages.
+	Log *slog.Logger
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{MaxLogBytes: 64 << 10, Version: "dev", Log: slog.New(slog.DiscardHandler)}
+}
+
+// Validate reports every problem of c at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Backend == nil {
+		errs = append(errs, errors.New("mcpserver: Config.Backend is required"))
+	}
+	if c.MaxLogBytes < 1024 {
+		errs = append(errs, fmt.Errorf("mcpserver: Config.MaxLogBytes %d must be at least 1024", c.MaxLogBytes))
+	}
+	if c.Version == "" {
+		errs = append(errs, errors.New("mcpserver: Config.Version is required (DefaultConfig has one)"))
+	}
+	if c.Log == nil {
+		errs = append(errs, errors.New("mcpserver: Config.Log is required (DefaultConfig has one)"))
+	}
+	return errors.Join(errs...)
+}
+
+// Server is the MCP server.
+type Server struct {
+	cfg Config
+	mcp *mcp.Server
+	log *slog.Logger
+}
+
+// New returns the server.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Log.WithGroup("mcpserver")}
+	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "bex", Title: "bex: git-push PaaS", Version: cfg.Version}, &mcp.ServerOptions{
+		Instructions: "bex runs apps from git. Tools act as the user whose token you hold, on the apps that user may use. " +
+			"Each result says what happened in text and in structured fields; a refusal is an error whose code is " +
+			"not_found, forbidden, invalid, conflict, failed or internal.",
+		Logger: s.log,
+	})
+	s.tools()
+	return s, nil
+}
+
+// Handler serves MCP over streamable HTTP, for requests with a valid bearer token.
+func (s *Server) Handler() http.Handler {
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, &mcp.StreamableHTTPOptions{
+		Logger: s.log,
+	})
+	verify := func(ctx context.Context, token string, r *http.Request) (*auth.TokenInfo, error) {
+		u, name, err := s.cfg.Backend.VerifyToken(ctx, token)
+		if err != nil {
+			if errors.Is(err, backend.ErrInvalidToken) {
+				s.log.Warn("token refused", "remote", r.RemoteAddr, "reason", err.Error())
+				return nil, auth.ErrInvalidToken
+			}
+			return nil, err
+		}
+		// UserID ties the MCP session to the user: the SDK refuses a session id
+		// presented with another user's token.
+		return &auth.TokenInfo{UserID: u.Name, Expiration: time.Now().Add(time.Hour),
+			Extra: map[string]any{"user": u, "token": name}}, nil
+	}
+	return auth.RequireBearerToken(verify, nil)(h)
+}
+
+// userOf is the user a call acts as, put there by Handler's verifier.
+func userOf(req *mcp.CallToolRequest) (*backend.User, error) {
+	if req.Extra != nil && req.Extra.TokenInfo != nil {
+		if u, ok := req.Extra.TokenInfo.Extra["user"].(*backend.User); ok {
+			return u, nil
+		}
+	}
+	return nil, backend.Errorf(backend.Forbidden, "no user: call with a bearer token (ssh bex@HOST tokens:create NAME)")
+}
+
+// ErrorInfo is the structured content of a refusal.
+type ErrorInfo struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// handler is a tool's code: it gets the caller and the arguments and returns the
+// structured result and the sentence that says it.
+type handler[In, Out any] func(ctx context.Context, u *backend.User, in In) (Out, string, error)
+
+func addTool[In, Out any](s *Server, name, desc string, h handler[In, Out]) {
+	in, err := jsonschema.For[In](nil)
+	if err != nil {
+		panic(fmt.Sprintf("mcpserver: input schema of %s: %v", name, err))
+	}
+	out, err := jsonschema.For[Out](nil)
+	if err != nil {
+		panic(fmt.Sprintf("mcpserver: output schema of %s: %v", name, err))
+	}
+	s.mcp.AddTool(&mcp.Tool{Name: name, Description: desc, InputSchema: in, OutputSchema: out}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		u, err := userOf(req)
+		if err != nil {
+			return s.toolError(name, nil, err), nil
+		}
+		var args In
+		if raw := req.Params.Arguments; len(raw) > 0 && string(raw) != "null" {
+			dec := json.NewDecoder(bytes.NewReader(raw))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&args); err != nil {
+				return s.toolError(name, u, backend.Errorf(backend.Invalid, "arguments of %s: %v", name, err)), nil
+			}
+		}
+		res, text, err := h(ctx, u, args)
+		if err != nil {
+			return s.toolError(name, u, err), nil
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}, StructuredContent: res}, nil
+	})
+}
+
+// toolError is the result of a tool that did not do what it was asked: an
+// error result (isError) whose text is "<code>: <message>", the code the
+// kind's (not_found, forbidden, invalid, conflict, failed or internal). An
+// internal failure is logged, and its message stays in the log.
+func (s *Server) toolError(tool string, u *backend.User, err error) *mcp.CallToolResult {
+	kind := backend.KindOf(err)
+	msg := err.Error()
+	if kind == backend.Internal {
+		s.cfg.Backend.Internal(u, tool, err)
+	}
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: kind.String() + ": " + msg}},
+		StructuredContent: map[string]ErrorInfo{"error": {Code: kind.String(), Message: msg}}}
+}

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
 )
 
 // Outcome is how a build ended, or that it has not yet.
@@ -82,14 +84,12 @@ type logStore struct {
 
 var (
 	idRE = regexp.MustCompile(`^([0-9]{1,19})-([0-9a-f]{40})$`)
-	// appRE is the app names the builder accepts as directory names: the API's
-	// rule (DNS labels) is stricter, this one only keeps names a single path
-	// element.
-	appRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 )
 
+// checkApp keeps an app name the API's (appv1.ValidAppName): a DNS label, so
+// a single path element.
 func checkApp(app string) error {
-	if !appRE.MatchString(app) || strings.Contains(app, "..") {
+	if !appv1.ValidAppName(app) {
 		return fmt.Errorf("app %q: %w", app, ErrInvalidName)
 	}
 	return nil

@@ -20,6 +20,7 @@ import (
 	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/gitserver/backend"
 	"bex.co/bex/gitserver/receive"
 )
@@ -81,7 +82,7 @@ var (
 // whole of it, so a push and a Deploy of one app never run at once. Progress lines
 // go to progress (nil: nowhere; the builder keeps the build's log anyway).
 func (s *Server) Deploy(ctx context.Context, req DeployRequest, progress io.Writer) (*DeployResult, error) {
-	if !validAppName(req.App) {
+	if !appv1.ValidAppName(req.App) {
 		return nil, fmt.Errorf("%w: %q is not an app name", ErrAppNotFound, req.App)
 	}
 	app, err := s.dir.App(ctx, req.App)

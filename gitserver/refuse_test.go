@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
-
 	"bex.co/bex/internal/testenv"
 )
 

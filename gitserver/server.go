@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	gossh "golang.org/x/crypto/ssh"
 
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/gitserver/backend"
 )
 
@@ -253,7 +254,7 @@ func (s *Server) handleSession(sess ssh.Session) {
 // app's push lock first, so that it never pulls the directory from under a push; a
 // push that holds the lock longer than wait makes it fail, saying so.
 func (s *Server) RemoveRepository(ctx context.Context, app string, wait time.Duration) error {
-	if !validAppName(app) {
+	if !appv1.ValidAppName(app) {
 		return fmt.Errorf("%q is not an app name", app)
 	}
 	lockCtx, cancel := context.WithTimeout(ctx, wait)
@@ -277,22 +278,10 @@ func AppFromPath(p string) (string, error) {
 	name = strings.TrimPrefix(name, "/")
 	name = strings.TrimSuffix(name, "/")
 	name = strings.TrimSuffix(name, ".git")
-	if !validAppName(name) {
-		return "", fmt.Errorf("%q is not an app: an app name is 1 to 40 lower-case letters, digits and '-', starting and ending with a letter or digit (git remote add bex ssh://git@HOST:PORT/myapp)", p)
+	if !appv1.ValidAppName(name) {
+		return "", fmt.Errorf("%q is not an app: an app name is %s (git remote add bex ssh://git@HOST:PORT/myapp)", p, appv1.AppNameRule)
 	}
 	return name, nil
-}
-
-func validAppName(s string) bool {
-	if len(s) == 0 || len(s) > 40 || s[0] == '-' || s[len(s)-1] == '-' {
-		return false
-	}
-	for _, c := range s {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-			return false
-		}
-	}
-	return true
 }
 
 // fatal tells git why it cannot go on, as a pkt-line ERR (git prints

@@ -173,7 +173,10 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	bk.Logs, bk.Builds, bk.Tokens = logs, buildLogs{b}, tokenStore
 	bk.RemoveRepository = func(ctx context.Context, app string) error { return srv.RemoveRepository(ctx, app, 10*time.Second) }
 	bk.DeployKey = func() string { return strings.TrimSpace(string(gossh.MarshalAuthorizedKey(srv.HostKey()))) }
-	bk.Host, bk.HooksURL, bk.RolloutTimeout, bk.Log = c.sshURL, c.hooksURL, gcfg.RolloutTimeout, c.log
+	bk.HooksURL, bk.RolloutTimeout, bk.Log = c.hooksURL, gcfg.RolloutTimeout, c.log
+	if c.sshURL != "" {
+		bk.Host = c.sshURL
+	}
 	be, err := backend.New(bk)
 	if err != nil {
 		return err

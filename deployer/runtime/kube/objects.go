@@ -19,13 +19,13 @@ import (
 const (
 	// LabelApp names the App on every object and pod; Delete and the removal of
 	// old process types select by it.
-	LabelApp = "app.bex.co/app"
+	LabelApp = appv1.LabelApp
 	// LabelProcess names the process type; with LabelApp it is a Deployment's
 	// (immutable) selector and the Service's selector.
-	LabelProcess = "app.bex.co/process"
+	LabelProcess = appv1.LabelProcess
 	// LabelRelease is the release number on the pod template. A new release changes
 	// the template, which is what makes the Deployment roll.
-	LabelRelease = "app.bex.co/release"
+	LabelRelease = appv1.LabelRelease
 	// LabelServingRelease is, on a Deployment, the release whose rollout was
 	// last seen complete: the release that serves while a newer one rolls out.
 	// It is a label, not an annotation, because the API server bumps a

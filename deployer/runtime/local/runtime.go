@@ -35,9 +35,9 @@ import (
 const (
 	labelRuntime   = "app.bex.co/runtime" // always runtimeName
 	labelNamespace = "app.bex.co/namespace"
-	labelApp       = "app.bex.co/app"
-	labelProcess   = "app.bex.co/process"
-	labelRelease   = "app.bex.co/release"
+	labelApp       = appv1.LabelApp
+	labelProcess   = appv1.LabelProcess
+	labelRelease   = appv1.LabelRelease
 	labelConfig    = "app.bex.co/config"
 	labelIndex     = "app.bex.co/index"
 	labelPort      = "app.bex.co/port"

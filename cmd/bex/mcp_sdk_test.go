@@ -59,7 +59,7 @@ type tsReport struct {
 
 // TestAgentAPIWithTheTypeScriptSDK: the official TypeScript SDK's client, which
 // checks each structured result against the tool's output schema, lists the tools,
-// reads list_apps and app_status of an app, and gets app_status of an unknown app
+// reads list_apps, app_status and releases of an app, and gets app_status of an unknown app
 // handed back as a tool error with the not_found code, where it once threw
 // "Structured content does not match the tool's output schema" (the error used to
 // travel as structured content that the schema does not describe).
@@ -75,6 +75,8 @@ func TestAgentAPIWithTheTypeScriptSDK(t *testing.T) {
 		{"name": "list_apps", "arguments": map[string]any{}},
 		{"name": "app_status", "arguments": map[string]any{"app": "tsapp"}},
 		{"name": "app_status", "arguments": map[string]any{"app": "nothing"}},
+		// An app without releases: an empty list, which the schema must allow.
+		{"name": "releases", "arguments": map[string]any{"app": "tsapp"}},
 	})
 	cmd := exec.CommandContext(ctx, node, filepath.Join("testdata", "mcp_sdk_client.mjs"), modules, "http://"+e.hooksAddr+"/mcp", "-", string(calls))
 	cmd.Env = append(os.Environ(), "BEX_TOKEN="+token)
@@ -105,7 +107,7 @@ func TestAgentAPIWithTheTypeScriptSDK(t *testing.T) {
 	if strings.Join(names, " ") != mcpTools {
 		t.Fatalf("tools: %v", names)
 	}
-	if len(r.Calls) != 3 {
+	if len(r.Calls) != 4 {
 		t.Fatalf("calls: %+v", r.Calls)
 	}
 	for _, c := range r.Calls {
@@ -114,7 +116,7 @@ func TestAgentAPIWithTheTypeScriptSDK(t *testing.T) {
 		}
 	}
 
-	list, status, unknown := r.Calls[0].Result, r.Calls[1].Result, r.Calls[2].Result
+	list, status, unknown, rels := r.Calls[0].Result, r.Calls[1].Result, r.Calls[2].Result, r.Calls[3].Result
 	var apps struct {
 		Apps []struct {
 			Name string `json:"name"`
@@ -140,5 +142,11 @@ func TestAgentAPIWithTheTypeScriptSDK(t *testing.T) {
 	}
 	if len(unknown.StructuredContent) != 0 {
 		t.Fatalf("app_status of an unknown app has structured content %s", unknown.StructuredContent)
+	}
+	var releases struct {
+		Releases []json.RawMessage `json:"releases"`
+	}
+	if err := json.Unmarshal(rels.StructuredContent, &releases); rels.IsError || err != nil || len(releases.Releases) != 0 {
+		t.Fatalf("releases of tsapp: %+v %s (%v)", rels, rels.StructuredContent, err)
 	}
 }

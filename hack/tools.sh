@@ -9,6 +9,9 @@
 #        kube-apiserver, etcd, kubectl      (hack/tools/kube)
 #        pebble, pebble-challtestsrv        (the bex module's tool directives)
 #        caddy                              (hack/tools/caddy; the edge benchmarks' reference)
+#   3. The official TypeScript MCP SDK (hack/mcp-client, npm ci) into
+#      bin/mcp-sdk-<version>/node_modules, linked as bin/mcp-sdk: the MCP server's
+#      tests talk to the server with its client too.
 #
 # The first run on a machine builds for about 10 minutes; the Go build cache makes
 # later ones take seconds.
@@ -39,13 +42,17 @@ missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
 done
+# Node and npm for the MCP SDK's client: Debian's, unless a node is on PATH already
+# (NodeSource's nodejs brings its own npm, which Debian's npm would conflict with).
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
 	[ "$(id -u)" = 0 ] || die "missing packages ${missing[*]}: run as root, or: sudo apt-get install -y ${missing[*]}"
 	say "installing Debian packages: ${missing[*]}"
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 else
-	say "Debian packages present: ${packages[*]}"
+	say "Debian packages present: ${packages[*]}, node and npm"
 fi
 
 # --- Daemons from Go modules ------------------------------------------------------
@@ -104,4 +111,27 @@ link "caddy-$CADDY_VERSION" caddy
 for b in buildkitd buildctl kube-apiserver etcd kubectl pebble pebble-challtestsrv caddy; do
 	[ -x "bin/$b" ] || die "bin/$b is missing after the build: remove bin/ and run make tools again"
 done
+
+# --- The official TypeScript MCP SDK ----------------------------------------------
+# npm ci of hack/mcp-client's pinned lock into bin/mcp-sdk-<version>. The stamp holds
+# the lock's hash, so a changed lock is installed again, and is written last, so an
+# interrupted install is redone. --ignore-scripts: nothing of the packages runs here.
+mcp_sdk=$(node -p 'require("./hack/mcp-client/package.json").dependencies["@modelcontextprotocol/sdk"]')
+mcp_dir="bin/mcp-sdk-$mcp_sdk"
+mcp_lock=$(sha256sum hack/mcp-client/package-lock.json | cut -d' ' -f1)
+if [ "$(cat "$mcp_dir/.complete" 2>/dev/null)" = "$mcp_lock" ]; then
+	say "MCP SDK $mcp_sdk: $mcp_dir is installed"
+else
+	say "MCP SDK $mcp_sdk: installing into $mcp_dir (npm ci)"
+	start=$SECONDS
+	rm -rf "$mcp_dir"
+	mkdir -p "$mcp_dir"
+	cp hack/mcp-client/package.json hack/mcp-client/package-lock.json "$mcp_dir/"
+	(cd "$mcp_dir" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null)
+	echo "$mcp_lock" >"$mcp_dir/.complete"
+	say "MCP SDK $mcp_sdk: installed in $((SECONDS - start)) s"
+fi
+ln -sfn "mcp-sdk-$mcp_sdk" bin/mcp-sdk
+[ -f bin/mcp-sdk/node_modules/@modelcontextprotocol/sdk/package.json ] ||
+	die "bin/mcp-sdk has no @modelcontextprotocol/sdk after the install: remove $mcp_dir and run make tools again"
 say "tools ready in bin/"

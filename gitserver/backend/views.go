@@ -33,8 +33,8 @@ type AppInfo struct {
 	URL       string `json:"url"`
 	Image     string `json:"image"`
 	Suspended bool   `json:"suspended"`
-	// DeployBranch is the branch whose pushes deploy: empty until the first push
-	// names it.
+	// DeployBranch is the branch whose pushes deploy: main until the first push
+	// names it, as webhooks read it.
 	DeployBranch string `json:"deployBranch"`
 	// Upstream is where webhook deliveries and deploys fetch from, or "".
 	Upstream   string        `json:"upstream,omitempty"`
@@ -261,7 +261,7 @@ func trouble(a *appv1.App) (string, string) {
 
 func infoOf(a *appv1.App, host string) *AppInfo {
 	in := &AppInfo{Name: a.Name, Phase: phase(a), Release: a.Spec.Release, Revision: a.Status.Revision, URL: a.Status.URL,
-		Image: a.Spec.Image, Suspended: a.Spec.Suspended, DeployBranch: a.Spec.Git.DeployBranch, Upstream: a.Spec.Git.Upstream,
+		Image: a.Spec.Image, Suspended: a.Spec.Suspended, DeployBranch: deployBranch(a), Upstream: a.Spec.Git.Upstream,
 		GitURL: host + "/" + a.Name, Members: nonNil(a.Spec.Members), Domains: nonNil(a.Spec.Domains),
 		Processes: processesOf(a), Conditions: []Condition{}, Created: a.CreationTimestamp.UTC()}
 	for _, c := range a.Status.Conditions {

@@ -7,10 +7,13 @@
 // acts as its User, read again on each request, so an agent may touch exactly the
 // apps its user may. Every tool result says what happened in one sentence (the
 // text content, for the model) and in structured fields (for programs). A refusal
-// is a tool error whose structured content is {"error": {"code", "message"}}, the
-// code one of not_found, forbidden, invalid, conflict, failed (a build or rollout
-// that did not serve) or internal, so that an agent can tell "retry" from "ask a
-// human".
+// is a tool error (isError) whose one text content is "CODE: MESSAGE", for example
+// `not_found: no app "shop": apps:list shows the apps you can use`, CODE one of not_found,
+// forbidden, invalid, conflict, failed (a build or rollout that did not serve) or
+// internal, so that an agent can tell "retry" from "ask a human". A tool error has
+// no structured content: the output schema describes the tool's result, and a
+// client that checks structured content against it (the official TypeScript SDK
+// does) would otherwise throw instead of handing the error on.
 //
 // Deploys run through the gitserver (Deployer, wired by cmd/bex): the same
 // pipeline and per-app lock as a push or a webhook.

@@ -67,8 +67,8 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Log.WithGroup("mcpserver")}
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "bex", Title: "bex: git-push PaaS", Version: cfg.Version}, &mcp.ServerOptions{
 		Instructions: "bex runs apps from git. Tools act as the user whose token you hold, on the apps that user may use. " +
-			"Each result says what happened in text and in structured fields; a refusal is an error whose code is " +
-			"not_found, forbidden, invalid, conflict, failed or internal.",
+			"Each result says what happened in text and in structured fields; a refusal is a tool error whose text is " +
+			"\"CODE: MESSAGE\", CODE one of not_found, forbidden, invalid, conflict, failed or internal.",
 		Logger: s.log,
 	})
 	s.tools()
@@ -107,12 +107,6 @@ func userOf(req *mcp.CallToolRequest) (*backend.User, error) {
 	return nil, backend.Errorf(backend.Forbidden, "no user: call with a bearer token (ssh bex@HOST tokens:create NAME)")
 }
 
-// ErrorInfo is the structured content of a refusal.
-type ErrorInfo struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
-
 // handler is a tool's code: it gets the caller and the arguments and returns the
 // structured result and the sentence that says it.
 type handler[In, Out any] func(ctx context.Context, u *backend.User, in In) (Out, string, error)
@@ -147,16 +141,21 @@ func addTool[In, Out any](s *Server, name, desc string, h handler[In, Out]) {
 	})
 }
 
-// toolError is the result of a tool that did not do what it was asked: an
-// error result (isError) whose text is "<code>: <message>", the code the
-// kind's (not_found, forbidden, invalid, conflict, failed or internal). An
-// internal failure is logged, and its message stays in the log.
+// toolError is the one mapping of an error to a tool's result: a tool error
+// (isError) whose only content is the text "CODE: MESSAGE", CODE the error's
+// kind (not_found, forbidden, invalid, conflict, failed, or internal, logged
+// with its cause, for one without a kind). It carries no structured content:
+// that would have to match the tool's output schema, which describes the
+// tool's result, and clients that check it (the official TypeScript SDK) would
+// throw instead of handing the agent the error.
 func (s *Server) toolError(tool string, u *backend.User, err error) *mcp.CallToolResult {
 	kind := backend.KindOf(err)
-	msg := err.Error()
 	if kind == backend.Internal {
-		s.cfg.Backend.Internal(u, tool, err)
+		user := ""
+		if u != nil {
+			user = u.Name
+		}
+		s.log.Error("tool failed", "tool", tool, "user", user, "err", err)
 	}
-	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: kind.String() + ": " + msg}},
-		StructuredContent: map[string]ErrorInfo{"error": {Code: kind.String(), Message: msg}}}
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: kind.String() + ": " + err.Error()}}}
 }

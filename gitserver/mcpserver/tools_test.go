@@ -1,9 +1,16 @@
 package mcpserver
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"bex.co/bex/gitserver/backend"
 )
 
 func TestTailBufferKeepsWholeLastLines(t *testing.T) {
@@ -19,5 +26,37 @@ func TestTailBufferKeepsWholeLastLines(t *testing.T) {
 	small.Write([]byte("a\nb\n"))
 	if small.String() != "a\nb\n" || small.cut {
 		t.Fatalf("a short log is kept whole: %q", small.String())
+	}
+}
+
+// TestToolErrorIsTextWithTheCode: a refusal reaches the agent as a tool error whose
+// one text content is "CODE: MESSAGE", without structured content (which would
+// have to match the tool's output schema); an error without a kind is internal,
+// and its cause is logged.
+func TestToolErrorIsTextWithTheCode(t *testing.T) {
+	var logged bytes.Buffer
+	s := &Server{log: slog.New(slog.NewTextHandler(&logged, nil))}
+	u := &backend.User{Name: "bob"}
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{backend.Errorf(backend.NotFound, `no app "shop"`), `not_found: no app "shop"`},
+		{fmt.Errorf("app_status: %w", backend.Errorf(backend.Forbidden, "user bob has no access to app shop")), "forbidden: app_status: user bob has no access to app shop"},
+		{backend.Errorf(backend.Invalid, "bad commit"), "invalid: bad commit"},
+		{backend.Errorf(backend.Conflict, "busy"), "conflict: busy"},
+		{backend.Errorf(backend.Failed, "release v2 did not serve"), "failed: release v2 did not serve"},
+		{errors.New("etcd is down"), "internal: etcd is down"},
+	} {
+		res := s.toolError("app_status", u, c.err)
+		if !res.IsError || res.StructuredContent != nil || len(res.Content) != 1 {
+			t.Fatalf("%v: %+v", c.err, res)
+		}
+		if tc, ok := res.Content[0].(*mcp.TextContent); !ok || tc.Text != c.want {
+			t.Errorf("%v: content %#v, want text %q", c.err, res.Content[0], c.want)
+		}
+	}
+	if l := logged.String(); strings.Count(l, "tool failed") != 1 || !strings.Contains(l, "etcd is down") || !strings.Contains(l, "user=bob") {
+		t.Errorf("log: %s", l)
 	}
 }

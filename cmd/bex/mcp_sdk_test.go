@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"bex.co/bex/internal/testenv"
+)
+
+// typescriptSDK finds node and the official TypeScript MCP SDK that hack/tools.sh
+// installs into bin/mcp-sdk (hack/mcp-client pins its version), or fails saying
+// how to install them: this test is the proof that agents built on that SDK can
+// use the server, so it never skips.
+func typescriptSDK(t *testing.T) (node, modules string) {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatal("node is not installed: run `make tools` (hack/tools.sh installs Debian's nodejs and npm)")
+	}
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	modules = filepath.Join(root, "bin", "mcp-sdk", "node_modules")
+	if _, err := os.Stat(filepath.Join(modules, "@modelcontextprotocol", "sdk", "package.json")); err != nil {
+		t.Fatalf("the TypeScript MCP SDK is not installed in %s: run `make tools` (hack/tools.sh installs hack/mcp-client's pinned @modelcontextprotocol/sdk): %v", modules, err)
+	}
+	return node, modules
+}
+
+// tsReport is what testdata/mcp_sdk_client.mjs prints: the tools and, for each
+// call, the result the SDK handed back or the message it threw.
+type tsReport struct {
+	SDK   string `json:"sdk"`
+	Tools []struct {
+		Name         string          `json:"name"`
+		OutputSchema json.RawMessage `json:"outputSchema"`
+	} `json:"tools"`
+	Calls []struct {
+		Name   string `json:"name"`
+		Threw  string `json:"threw"`
+		Result *struct {
+			IsError bool `json:"isError"`
+			Content []struct {
+				Type string `json:"type"`
+				Text string `json:"text"`
+			} `json:"content"`
+			StructuredContent json.RawMessage `json:"structuredContent"`
+		} `json:"result"`
+	} `json:"calls"`
+}
+
+// TestAgentAPIWithTheTypeScriptSDK: the official TypeScript SDK's client, which
+// checks each structured result against the tool's output schema, lists the tools,
+// reads list_apps, app_status and releases of an app, and gets app_status of an unknown app
+// handed back as a tool error with the not_found code, where it once threw
+// "Structured content does not match the tool's output schema" (the error used to
+// travel as structured content that the schema does not describe).
+func TestAgentAPIWithTheTypeScriptSDK(t *testing.T) {
+	node, modules := typescriptSDK(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	e := startHooksEnv(t, ctx)
+	e.ssh("apps:create", "tsapp")
+	token := strings.TrimSpace(e.ssh("tokens:create", "ts"))
+
+	calls, _ := json.Marshal([]map[string]any{
+		{"name": "list_apps", "arguments": map[string]any{}},
+		{"name": "app_status", "arguments": map[string]any{"app": "tsapp"}},
+		{"name": "app_status", "arguments": map[string]any{"app": "nothing"}},
+		// An app without releases: an empty list, which the schema must allow.
+		{"name": "releases", "arguments": map[string]any{"app": "tsapp"}},
+	})
+	cmd := exec.CommandContext(ctx, node, filepath.Join("testdata", "mcp_sdk_client.mjs"), modules, "http://"+e.hooksAddr+"/mcp", "-", string(calls))
+	cmd.Env = append(os.Environ(), "BEX_TOKEN="+token)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	start := time.Now()
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("the TypeScript client: %v\n%s", err, stderr.String())
+	}
+	t.Logf("the TypeScript client ran in %s", time.Since(start).Round(time.Millisecond))
+	var r tsReport
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("the TypeScript client's report %q: %v\n%s", out, err, stderr.String())
+	}
+
+	if !strings.HasPrefix(r.SDK, "1.32.") {
+		t.Errorf("SDK %s, want 1.32.x (hack/mcp-client/package.json)", r.SDK)
+	}
+	var names []string
+	for _, tool := range r.Tools {
+		names = append(names, tool.Name)
+		if len(tool.OutputSchema) == 0 {
+			t.Errorf("tool %s has no output schema: the SDK would check nothing", tool.Name)
+		}
+	}
+	slices.Sort(names)
+	if strings.Join(names, " ") != mcpTools {
+		t.Fatalf("tools: %v", names)
+	}
+	if len(r.Calls) != 4 {
+		t.Fatalf("calls: %+v", r.Calls)
+	}
+	for _, c := range r.Calls {
+		if c.Threw != "" {
+			t.Fatalf("the SDK threw on %s instead of handing back its result: %s", c.Name, c.Threw)
+		}
+	}
+
+	list, status, unknown, rels := r.Calls[0].Result, r.Calls[1].Result, r.Calls[2].Result, r.Calls[3].Result
+	var apps struct {
+		Apps []struct {
+			Name string `json:"name"`
+		} `json:"apps"`
+	}
+	if err := json.Unmarshal(list.StructuredContent, &apps); list.IsError || err != nil || len(apps.Apps) != 1 || apps.Apps[0].Name != "tsapp" {
+		t.Fatalf("list_apps: %+v %s (%v)", list, list.StructuredContent, err)
+	}
+	var st struct {
+		Name         string `json:"name"`
+		DeployBranch string `json:"deployBranch"`
+		Revision     *int64 `json:"revision"`
+	}
+	if err := json.Unmarshal(status.StructuredContent, &st); status.IsError || err != nil || st.Name != "tsapp" || st.DeployBranch == "" ||
+		st.Revision == nil || *st.Revision != 0 || len(status.Content) == 0 || !strings.Contains(status.Content[0].Text, "tsapp") {
+		t.Fatalf("app_status of tsapp: %+v %s (%v)", status, status.StructuredContent, err)
+	}
+	// The error: the code first in the text, and no structured content, which would
+	// have to match AppStatus' schema.
+	if !unknown.IsError || len(unknown.Content) != 1 || unknown.Content[0].Type != "text" ||
+		!strings.HasPrefix(unknown.Content[0].Text, "not_found: ") || !strings.Contains(unknown.Content[0].Text, "nothing") {
+		t.Fatalf("app_status of an unknown app: %+v", unknown)
+	}
+	if len(unknown.StructuredContent) != 0 {
+		t.Fatalf("app_status of an unknown app has structured content %s", unknown.StructuredContent)
+	}
+	var releases struct {
+		Releases []json.RawMessage `json:"releases"`
+	}
+	if err := json.Unmarshal(rels.StructuredContent, &releases); rels.IsError || err != nil || len(releases.Releases) != 0 {
+		t.Fatalf("releases of tsapp: %+v %s (%v)", rels, rels.StructuredContent, err)
+	}
+}

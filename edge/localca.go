@@ -30,6 +30,13 @@ type LocalCA struct {
 	certPEM []byte
 }
 
+// UsesLocalCA is the rule that picks the local CA over ACME: no ACME CA and no
+// account email were given, or the base domain is localhost (no public CA signs
+// for it). bex edge follows it, and bex up to tell users what to trust.
+func UsesLocalCA(acmeCA, acmeEmail, baseDomain string) bool {
+	return (acmeCA == "" && acmeEmail == "") || baseDomain == "localhost"
+}
+
 // CertLifetime is how long a certificate of the local CA is valid; certmagic renews
 // it well before.
 const CertLifetime = 30 * 24 * time.Hour

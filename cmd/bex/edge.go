@@ -156,7 +156,7 @@ func (c *edgeCmd) run(ctx context.Context) error {
 		var ca *edge.LocalCA
 		var acme *edge.ACME
 		trust := "a certificate from " + c.acmeCA
-		if (c.acmeCA == "" && c.acmeEmail == "") || c.baseDomain == "localhost" {
+		if edge.UsesLocalCA(c.acmeCA, c.acmeEmail, c.baseDomain) {
 			if ca, err = edge.LoadOrCreateLocalCA(filepath.Join(c.stateDir, "edge", "ca")); err != nil {
 				return err
 			}

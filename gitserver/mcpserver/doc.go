@@ -1,9 +1,10 @@
-// Package agentapi is bex's API for AI agents: an MCP server (the official Go SDK,
-// streamable HTTP at /mcp) whose tools do what the ssh commands do, with the same
-// access rules (internal/appops): list_apps, app_status, deploy, rollback,
-// suspend, resume, set_config, scale, releases, logs and build_logs.
+// Package mcpserver is bex's API for AI agents: an MCP server (the official Go
+// SDK, streamable HTTP at /mcp) whose tools do what the ssh commands do, as a
+// front-end of the same backend (gitserver/backend: its operations, access rules
+// and view types): list_apps, app_status, deploy, rollback, suspend, resume,
+// set_config, scale, releases, logs and build_logs.
 //
-// Every call carries a bearer token made by `tokens:create` (package tokens); it
+// Every call carries a bearer token made by `tokens:create` (the backend verifies it); it
 // acts as its User, read again on each request, so an agent may touch exactly the
 // apps its user may. Every tool result says what happened in one sentence (the
 // text content, for the model) and in structured fields (for programs). A refusal
@@ -15,6 +16,7 @@
 // client that checks structured content against it (the official TypeScript SDK
 // does) would otherwise throw instead of handing the error on.
 //
-// Deploys run through the gitserver (Deployer, wired by cmd/bex): the same
-// pipeline and per-app lock as a push or a webhook.
+// Deploys run through the backend's Deployer, the gitserver's push pipeline and
+// per-app lock, as a push or a webhook does. toolError is the one mapping of the
+// backend's error kinds to tool errors.
 package mcpserver

@@ -15,8 +15,9 @@
 // apart from nothing), the signature (401, no detail on why), then the JSON (400).
 // Every rejection is logged with the source address.
 //
-// What a redeploy does (fetch, build, release, wait, move the ref) belongs to the
-// Deployer, which cmd/bex wires to the gitserver so that a webhook and a push share
-// one pipeline and one lock per app. Secrets come from Apps, also wired by cmd/bex;
-// the package imports no other component.
+// It is a front-end of gitserver/backend: the hook lookup (Apps) is the
+// backend's Hook, and what a redeploy does (fetch, build, release, wait, move the
+// ref) is the backend's Redeploy, the gitserver's push pipeline, so that a webhook
+// and a push share one pipeline and one lock per app. statusOf is the one
+// mapping of the backend's error kinds to HTTP statuses.
 package webhook

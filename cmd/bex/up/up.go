@@ -21,6 +21,7 @@ import (
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/deployer/crds"
+	"bex.co/bex/edge"
 	"bex.co/bex/gitserver/backend"
 	"bex.co/bex/internal/baseimage"
 	"bex.co/bex/internal/controlplane"
@@ -422,10 +423,10 @@ func (p *Platform) startComponents(ctx context.Context) error {
 	return p.start(ctx, git, "git push over SSH")
 }
 
-// localCA reports whether the edge issues certificates from its local CA, by the
-// same rule as bex edge.
+// localCA reports whether the edge issues certificates from its local CA
+// (edge.UsesLocalCA, the rule bex edge follows).
 func (p *Platform) localCA() bool {
-	return (p.cfg.ACMECA == "" && p.cfg.ACMEEmail == "") || p.cfg.BaseDomain == "localhost"
+	return edge.UsesLocalCA(p.cfg.ACMECA, p.cfg.ACMEEmail, p.cfg.BaseDomain)
 }
 
 // CAPath is where the local CA's certificate is, for curl --cacert and browsers.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,7 +18,7 @@ func noSuchProcess(a *appv1.App, t string) error {
 	if len(a.Spec.Processes) == 0 {
 		return Errorf(Invalid, "%s has no process types yet: git push deploys it first", a.Name)
 	}
-	return Errorf(Invalid, "%s has no process type %q: its types are %s", a.Name, t, strings.Join(SortedKeys(a.Spec.Processes), ", "))
+	return Errorf(Invalid, "%s has no process type %q: its types are %s", a.Name, t, strings.Join(slices.Sorted(maps.Keys(a.Spec.Processes)), ", "))
 }
 
 // Processes is an app's process types, their scale and limits.

@@ -1,7 +1,8 @@
 package backend
 
 import (
-	"sort"
+	"maps"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -273,7 +274,7 @@ func infoOf(a *appv1.App, host string) *AppInfo {
 
 func processesOf(a *appv1.App) []ProcessInfo {
 	out := []ProcessInfo{}
-	for _, name := range SortedKeys(a.Spec.Processes) {
+	for _, name := range slices.Sorted(maps.Keys(a.Spec.Processes)) {
 		p := a.Spec.Processes[name]
 		at := a.Annotations[appv1.RestartedAtAnnotation+"."+name]
 		if all := a.Annotations[appv1.RestartedAtAnnotation]; all > at {
@@ -307,16 +308,6 @@ func configVarOf(e appv1.EnvVar) ConfigVar {
 	}
 	v := e.Value
 	return ConfigVar{Name: e.Name, Value: &v}
-}
-
-// SortedKeys returns m's keys in order.
-func SortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 func nonNil[T any](s []T) []T {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -216,7 +217,7 @@ func (s *Server) tools() {
 				return Deployed{}, "", err
 			}
 			ch := backend.ConfigChange{Unset: in.Unset}
-			for _, k := range backend.SortedKeys(in.Set) {
+			for _, k := range slices.Sorted(maps.Keys(in.Set)) {
 				ch.Set = append(ch.Set, backend.EnvVar{Name: k, Value: in.Set[k]})
 			}
 			res, err := b.ChangeConfig(ctx, u, in.App, ch)
@@ -241,7 +242,7 @@ func (s *Server) tools() {
 			if err := required(in.App); err != nil {
 				return Scaled{}, "", err
 			}
-			order := backend.SortedKeys(in.Processes)
+			order := slices.Sorted(maps.Keys(in.Processes))
 			procs, err := b.Scale(ctx, u, in.App, order, in.Processes)
 			if err != nil {
 				return Scaled{}, "", err

@@ -9,8 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -448,7 +450,7 @@ func (r *Runtime) ensureInstances(ctx context.Context, a *appState, d runtime.De
 		}
 		have[slot{inst.process, inst.index}] = true
 	}
-	for _, p := range sortedKeys(d.Processes) {
+	for _, p := range slices.Sorted(maps.Keys(d.Processes)) {
 		for i := 1; i <= int(d.Processes[p].Replicas); i++ {
 			if !have[slot{p, i}] {
 				missing = append(missing, slot{p, i})
@@ -818,19 +820,10 @@ func configHash(d runtime.Desired, env []envVar) string {
 func failKey(g gen, procs map[string]appv1.ProcessSpec, restarts map[string]string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d/%s", g.Release, g.Config)
-	for _, p := range sortedKeys(procs) {
+	for _, p := range slices.Sorted(maps.Keys(procs)) {
 		fmt.Fprintf(&b, "/%s=%d@%s", p, procs[p].Replicas, restarts[p])
 	}
 	return b.String()
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // containerID is "<namespace>-<app>-<process>-r<release>-<n>-<random>", shortened

@@ -337,7 +337,7 @@ func TestBackendTimeout(t *testing.T) {
 	e := newEnv(t, Config{ResponseHeaderTimeout: 200 * time.Millisecond})
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
-		case <-time.After(10 * time.Second):
+		case <-time.After(10 * time.Second): // no wait: the slowness under test
 		case <-r.Context().Done():
 		}
 	}))

@@ -197,20 +197,16 @@ func assertServes(t *testing.T, bk *testenv.Buildkitd, image, want string, args 
 		done <- result{out, code, err}
 	}()
 	var body string
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("%s answers on port %d", image, port), func() error {
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/", port))
-		if err == nil {
-			data, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			body = string(data)
-			break
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never answered on port %d: %v", image, port, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		body = string(data)
+		return nil
+	})
 	if !strings.Contains(body, want) {
 		t.Fatalf("GET / = %q, want %q", body, want)
 	}

@@ -54,23 +54,21 @@ func TestReconcilerWithTheKubernetesRuntime(t *testing.T) {
 
 	// The reconciler creates the web Deployment and its Service, owned by the App.
 	dep := &appsv1.Deployment{}
-	deadline := time.Now().Add(20 * time.Second)
-	for cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "hello-web"}, dep) != nil ||
-		cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "hello"}, &corev1.Service{}) != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("no Deployment hello-web and Service hello")
+	testenv.Eventually(t, 20*time.Second, "the Deployment hello-web and the Service hello", func() error {
+		if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "hello-web"}, dep); err != nil {
+			return err
 		}
-		time.Sleep(25 * time.Millisecond)
-	}
+		return cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "hello"}, &corev1.Service{})
+	})
 	if c := dep.Spec.Template.Spec.Containers[0]; c.Image != image(1) || fmt.Sprint(c.Command) != "[./server]" || len(dep.OwnerReferences) != 1 {
 		t.Fatalf("deployment %+v owners %+v", c, dep.OwnerReferences)
 	}
-	for p := getPhase(t, cp.Client, ns); p != appv1.AppPhaseDeploying; p = getPhase(t, cp.Client, ns) {
-		if time.Now().After(deadline) {
-			t.Fatalf("phase %s before the rollout completed, want Deploying", p)
+	testenv.Eventually(t, 20*time.Second, "phase Deploying before the rollout completes", func() error {
+		if p := getPhase(t, cp.Client, ns); p != appv1.AppPhaseDeploying {
+			return fmt.Errorf("phase %s", p)
 		}
-		time.Sleep(25 * time.Millisecond)
-	}
+		return nil
+	})
 
 	// The cluster's part: the rollout completes.
 	dep.Status = appsv1.DeploymentStatus{ObservedGeneration: dep.Generation, Replicas: 1, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1}

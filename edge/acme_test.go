@@ -93,7 +93,7 @@ func TestCertificatesAheadOfTime(t *testing.T) {
 	pebble := testenv.SharedPebble(t)
 	e := newEnv(t, Config{BaseDomain: "bex.example"})
 	e.createApp("early", func(a *appv1.App) { a.Spec.Domains = []string{"www.early.example", "*.shops.early.example"} })
-	eventually(t, "early in the table", func() bool { return e.table.Known("www.early.example") })
+	testenv.Eventually(t, 10*time.Second, "early in the table", e.known("www.early.example"))
 
 	storage := FileStorage(t.TempDir())
 	certs, err := NewCertificates(e.table, storage, nil, &ACME{
@@ -116,18 +116,14 @@ func TestCertificatesAheadOfTime(t *testing.T) {
 
 	waitStored := func(want ...string) {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for {
+		testenv.Eventually(t, 60*time.Second, "certificates stored", func() error {
 			got := storedCertificates(storage)
 			slices.Sort(got)
-			if slices.Equal(got, want) {
-				return
+			if !slices.Equal(got, want) {
+				return fmt.Errorf("stored %v, want %v; log:\n%s", got, want, e.log.String())
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("certificates stored: %v, want %v; log:\n%s", got, want, e.log.String())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	waitStored("early.bex.example.crt", "www.early.example.crt")
 
@@ -135,8 +131,11 @@ func TestCertificatesAheadOfTime(t *testing.T) {
 	waitStored("early.bex.example.crt", "later.bex.example.crt", "www.early.example.crt")
 
 	issuer := certs.acme.IssuerKey()
-	eventually(t, "three issuances counted", func() bool {
-		return e.metric("bex_edge_certificates_total", issuer, "obtained") == 3
+	testenv.Eventually(t, 10*time.Second, "three issuances counted", func() error {
+		if n := e.metric("bex_edge_certificates_total", issuer, "obtained"); n != 3 {
+			return fmt.Errorf("%v counted", n)
+		}
+		return nil
 	})
 	if failed := e.metric("bex_edge_certificates_total", issuer, "obtain_failed"); failed != 0 {
 		t.Errorf("%v failed issuances counted", failed)

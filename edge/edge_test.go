@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -89,7 +90,12 @@ func newEnv(t *testing.T, cfg Config) *env {
 		addr: addr, log: logs, reg: reg,
 		client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}, Timeout: 30 * time.Second}}
 	t.Cleanup(e.client.CloseIdleConnections)
-	eventually(t, "table ready", table.Ready)
+	testenv.Eventually(t, 10*time.Second, "table ready", func() error {
+		if !table.Ready() {
+			return errors.New("not ready")
+		}
+		return nil
+	})
 	return e
 }
 
@@ -111,15 +117,45 @@ func serve(t testing.TB, p *Proxy, tc *tls.Config) string {
 	return addr
 }
 
-// eventually polls cond for at most 10 s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+// known checks that the table knows host.
+func (e *env) known(host string) func() error {
+	return func() error {
+		if !e.table.Known(host) {
+			return fmt.Errorf("%s not in the table", host)
 		}
-		time.Sleep(10 * time.Millisecond)
+		return nil
+	}
+}
+
+// status checks that host's / answers with code.
+func (e *env) status(host string, code int) func() error {
+	return func() error {
+		if r := e.get(host); r.status != code {
+			return fmt.Errorf("%s answers %d %q", host, r.status, r.body)
+		}
+		return nil
+	}
+}
+
+// atLeast checks that f counts n or more.
+func atLeast[N int | int64](f func() N, n N) func() error {
+	return func() error {
+		if got := f(); got < n {
+			return fmt.Errorf("%d, want %d", got, n)
+		}
+		return nil
+	}
+}
+
+// logged checks that the access log has a line containing each of lines.
+func (e *env) logged(lines ...string) func() error {
+	return func() error {
+		for _, l := range lines {
+			if !strings.Contains(e.log.String(), l) {
+				return fmt.Errorf("no %q in the log", l)
+			}
+		}
+		return nil
 	}
 }
 
@@ -159,9 +195,11 @@ func (e *env) createSlice(app, name string, ready *bool, ports ...int) *discover
 // waitBackends waits until host routes to exactly n backends.
 func (e *env) waitBackends(host string, n int) {
 	e.t.Helper()
-	eventually(e.t, fmt.Sprintf("%s with %d backends", host, n), func() bool {
-		r, ok := e.table.Lookup(host)
-		return ok && len(r.Backends) == n
+	testenv.Eventually(e.t, 10*time.Second, fmt.Sprintf("%s with %d backends", host, n), func() error {
+		if r, ok := e.table.Lookup(host); !ok || len(r.Backends) != n {
+			return fmt.Errorf("backends %v", r.Backends)
+		}
+		return nil
 	})
 }
 
@@ -299,7 +337,7 @@ func TestBackendTimeout(t *testing.T) {
 	e := newEnv(t, Config{ResponseHeaderTimeout: 200 * time.Millisecond})
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
-		case <-time.After(10 * time.Second):
+		case <-time.After(10 * time.Second): // no wait: the slowness under test
 		case <-r.Context().Done():
 		}
 	}))
@@ -322,9 +360,7 @@ func TestBackendTimeout(t *testing.T) {
 		res.Body.Close()
 		t.Fatalf("client deadline passed, yet got %d", res.StatusCode)
 	}
-	eventually(t, "499 in the access log", func() bool {
-		return strings.Contains(e.log.String(), "path=/gone status=499")
-	})
+	testenv.Eventually(t, 10*time.Second, "499 in the access log", e.logged("path=/gone status=499"))
 }
 
 // TestSwitch moves an app from release N to N+1 the way the runtime does (new
@@ -378,21 +414,23 @@ func TestSwitch(t *testing.T) {
 		}
 	}()
 	count := func() int { mu.Lock(); defer mu.Unlock(); return len(seen) + len(failures) }
-	eventually(t, "requests on release 1", func() bool { return count() >= 50 })
+	testenv.Eventually(t, 10*time.Second, "requests on release 1", atLeast(count, 50))
 
 	e.createSlice("sw", "sw-2", ptr(true), newPort)
 	e.waitBackends("sw.localhost", 2)
 	if err := e.kube.Delete(context.Background(), old); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "old slice gone from the table", func() bool {
-		r, _ := e.table.Lookup("sw.localhost")
-		return len(r.Backends) == 1 && r.Backends[0] == net.JoinHostPort("127.0.0.1", strconv.Itoa(newPort))
+	testenv.Eventually(t, 10*time.Second, "old slice gone from the table", func() error {
+		if r, _ := e.table.Lookup("sw.localhost"); len(r.Backends) != 1 || r.Backends[0] != net.JoinHostPort("127.0.0.1", strconv.Itoa(newPort)) {
+			return fmt.Errorf("backends %v", r.Backends)
+		}
+		return nil
 	})
 	after.Store(0)
-	eventually(t, "requests after the switch", func() bool { return after.Load() >= 50 })
+	testenv.Eventually(t, 10*time.Second, "requests after the switch", atLeast(after.Load, 50))
 	oldSrv.Close() // the drain period ends only after the delete
-	eventually(t, "requests with the old backend stopped", func() bool { return after.Load() >= 100 })
+	testenv.Eventually(t, 10*time.Second, "requests with the old backend stopped", atLeast(after.Load, 100))
 	close(stop)
 	<-loopDone
 
@@ -418,7 +456,7 @@ func TestFollowsAPI(t *testing.T) {
 	expect(t, "before the app exists", e.get("late.localhost"), 404, "No app answers at late.localhost")
 	a := e.createApp("late", nil)
 	e.createSlice("late", "late-1", ptr(true), p)
-	eventually(t, "late app routed", func() bool { return e.get("late.localhost").status == 200 })
+	testenv.Eventually(t, 10*time.Second, "late app routed", e.status("late.localhost", 200))
 	expect(t, "late app", e.get("late.localhost"), 200, "late one")
 	if !e.table.Known("LATE.localhost") || e.table.Known("other.localhost") {
 		t.Error("Known disagrees with the table")
@@ -426,7 +464,7 @@ func TestFollowsAPI(t *testing.T) {
 	if err := e.kube.Delete(context.Background(), a); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "deleted app gone", func() bool { return e.get("late.localhost").status == 404 })
+	testenv.Eventually(t, 10*time.Second, "deleted app gone", e.status("late.localhost", 404))
 }
 
 func TestStreams(t *testing.T) {
@@ -583,10 +621,7 @@ func TestStreams(t *testing.T) {
 		if id := r.header.Get(HeaderRequestID); len(id) != 32 || seen["id"] != id {
 			t.Errorf("made-up id: response %q, backend %q", id, seen["id"])
 		}
-		eventually(t, "access log line", func() bool {
-			return strings.Contains(e.log.String(), "request_id=abc-123") &&
-				strings.Contains(e.log.String(), "method=GET host=st.localhost path=/headers status=200")
-		})
+		testenv.Eventually(t, 10*time.Second, "access log line", e.logged("request_id=abc-123", "method=GET host=st.localhost path=/headers status=200"))
 	})
 }
 

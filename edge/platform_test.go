@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/internal/testenv"
 )
 
 // bex's own endpoints answer on the base domain itself, at their paths only; the
@@ -19,7 +21,7 @@ func TestPlatformRoute(t *testing.T) {
 	}
 	e := newEnv(t, cfg)
 	e.createApp("squatter", func(a *appv1.App) { a.Spec.Domains = []string{"apps.test"} })
-	eventually(t, "the squatter's route", func() bool { return e.table.Known("squatter.apps.test") })
+	testenv.Eventually(t, 10*time.Second, "the squatter's route", e.known("squatter.apps.test"))
 
 	for _, path := range []string{"/hooks/shop", "/mcp", "/mcp/session"} {
 		expect(t, path, e.do("POST", "apps.test", path, strings.NewReader("{}"), nil), 200, "platform")

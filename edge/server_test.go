@@ -361,10 +361,13 @@ func TestLaneShutdown(t *testing.T) {
 	}
 	defer busy.Close()
 	io.WriteString(busy, "GET /slow HTTP/1.1\r\nHost: web.localhost\r\n\r\n")
-	eventually(t, "slow request at the backend", func() bool {
+	testenv.Eventually(t, 10*time.Second, "slow request at the backend", func() error {
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		return len(f.seen) == 2
+		if len(f.seen) != 2 {
+			return fmt.Errorf("%d requests seen", len(f.seen))
+		}
+		return nil
 	})
 
 	shut := make(chan error, 1)
@@ -376,7 +379,7 @@ func TestLaneShutdown(t *testing.T) {
 	select {
 	case err := <-shut:
 		t.Fatalf("Shutdown returned (%v) with a request in flight", err)
-	case <-time.After(100 * time.Millisecond):
+	case <-time.After(100 * time.Millisecond): // no wait: a bound on a negative (Shutdown has not returned), which a correct server always passes
 	}
 	close(release)
 	busy.SetReadDeadline(time.Now().Add(5 * time.Second))

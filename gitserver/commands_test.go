@@ -21,8 +21,9 @@ import (
 // echoCommands prints the session it got as JSON, reads stdin for "cat", blocks
 // until ctx ends for "wait", and exits with status 3 for "fail".
 type echoCommands struct {
-	mu    sync.Mutex
-	ended []string
+	mu      sync.Mutex
+	waiting int // sessions in "wait"
+	ended   []string
 }
 
 func (c *echoCommands) Run(ctx context.Context, s gitserver.CommandSession) int {
@@ -38,6 +39,9 @@ func (c *echoCommands) Run(ctx context.Context, s gitserver.CommandSession) int 
 			return 0
 		case "wait":
 			fmt.Fprintln(s.Stdout, "waiting")
+			c.mu.Lock()
+			c.waiting++
+			c.mu.Unlock()
 			<-ctx.Done()
 			return 0
 		case "fail":
@@ -120,15 +124,18 @@ func TestRemovingAKeyClosesItsSessions(t *testing.T) {
 		return done
 	}
 	adminDone, otherDone := start(admin), start(other)
+	// Both sessions are open (their command runs) before the key goes.
 	e.eventually(func() error {
 		cmds.mu.Lock()
 		defer cmds.mu.Unlock()
 		if len(cmds.ended) > 0 {
-			return fmt.Errorf("a session ended early: %v", cmds.ended)
+			t.Fatalf("a session ended early: %v", cmds.ended)
+		}
+		if cmds.waiting != 2 {
+			return fmt.Errorf("%d sessions waiting", cmds.waiting)
 		}
 		return nil
 	})
-	time.Sleep(500 * time.Millisecond) // both sessions are open and checked a few times
 	var u appv1.User
 	if err := e.cp.Client.Get(context.Background(), client.ObjectKey{Name: admin.name}, &u); err != nil {
 		t.Fatal(err)
@@ -150,7 +157,7 @@ func TestRemovingAKeyClosesItsSessions(t *testing.T) {
 	select {
 	case r := <-otherDone:
 		t.Fatalf("another user's session ended too: %+v", r)
-	case <-time.After(time.Second):
+	case <-time.After(time.Second): // no wait: a bound on a negative (five rechecks leave the other key's session open), which a correct server always passes
 	}
 	// And the key is refused on its next connection.
 	if _, errOut, code := admin.ssh("", "apps:list"); code != 255 || !strings.Contains(errOut, "Permission denied") {

@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
-	"time"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/gitserver"
+	"bex.co/bex/internal/testenv"
 )
 
 // upstream is a repository on disk standing in for the app's code on another host.
@@ -182,12 +183,17 @@ func TestDeployAndPushShareTheLock(t *testing.T) {
 	<-started
 	ana.commit(dir, "app.txt", "during the deploy\n")
 	push := ana.gitCmd(dir, "push", "bex", "main")
-	var out bytes.Buffer
+	var out testenv.SyncBuffer // read while git writes it
 	push.Stdout, push.Stderr = &out, &out
 	if err := push.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return strings.Contains(out.String(), "Waiting for") })
+	e.eventually(func() error {
+		if !strings.Contains(out.String(), "Waiting for") {
+			return fmt.Errorf("push output so far: %q", out.String())
+		}
+		return nil
+	})
 	if !strings.Contains(out.String(), "by webhook:gitlab to finish") {
 		t.Fatalf("the push does not say what it waits for:\n%s", out.String())
 	}
@@ -203,15 +209,6 @@ func TestDeployAndPushShareTheLock(t *testing.T) {
 	}
 	if n := len(e.builder.all()); n != 3 {
 		t.Fatalf("%d builds, want 3", n)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met after 10s")
-		}
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -124,22 +125,18 @@ func TestDeployerRunsAReleaseOnContainerd(t *testing.T) {
 		},
 	}}
 	appURL := fmt.Sprintf("https://web.localhost:%d/", httpsPort)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(t, 30*time.Second, "release 1 through the edge", func() error {
 		resp, err := edgeClient.Get(appURL)
-		if err == nil {
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK && strings.Contains(string(body), "hello from release 1") {
-				break
-			}
-			err = fmt.Errorf("%s: %s", resp.Status, body)
+		if err != nil {
+			return fmt.Errorf("%v\n%s", err, stderr.String())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("through the edge: %v\n%s", err, stderr.String())
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "hello from release 1") {
+			return fmt.Errorf("%s: %s\n%s", resp.Status, body, stderr.String())
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	req, _ := http.NewRequest(http.MethodGet, "http://"+httpAddr+"/", nil)
 	req.Host = "web.localhost"
 	redirect, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
@@ -163,18 +160,16 @@ func TestDeployerRunsAReleaseOnContainerd(t *testing.T) {
 	if err := cp.Client.Delete(ctx, app); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(t, 30*time.Second, "the App and its endpoints gone", func() error {
 		err := cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web"}, &appv1.App{})
-		_ = cp.Client.List(ctx, &slices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: "web"})
-		if client.IgnoreNotFound(err) == nil && err != nil && len(slices.Items) == 0 {
-			break
+		if err := cp.Client.List(ctx, &slices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: "web"}); err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the App or its endpoints are still there: %v, %d slices", err, len(slices.Items))
+		if !apierrors.IsNotFound(err) || len(slices.Items) > 0 {
+			return fmt.Errorf("the App or its endpoints are still there: %v, %d slices", err, len(slices.Items))
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("bex deployer ended with %v", err)

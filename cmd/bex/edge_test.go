@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -54,7 +56,7 @@ func TestEdgeLimitsAndShutdown(t *testing.T) {
 	arrived := make(chan struct{}, 1)
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
-		case "/slow": // slower than --backend-timeout
+		case "/slow": // slower than --backend-timeout: this wait is the slowness under test
 			select {
 			case <-time.After(10 * time.Second):
 			case <-r.Context().Done():
@@ -118,17 +120,12 @@ func TestEdgeLimitsAndShutdown(t *testing.T) {
 		body, err := io.ReadAll(res.Body)
 		return res.StatusCode, string(body), err
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		status, _, err := get("/", nil)
-		if err == nil && status == 200 {
-			break
+	testenv.Eventually(t, 20*time.Second, "web.localhost routed", func() error {
+		if status, _, err := get("/", nil); err != nil || status != 200 {
+			return fmt.Errorf("%d %v\n%s", status, err, stderr.String())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("web.localhost never routed: %d %v\n%s", status, err, stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 
 	// net/http allows 4 KiB of slack over MaxHeaderBytes; 16 KiB is over it either way.
 	if status, body, err := get("/", http.Header{"X-Big": {strings.Repeat("x", 16<<10)}}); err != nil || status != http.StatusRequestHeaderFieldsTooLarge {
@@ -155,18 +152,14 @@ func TestEdgeLimitsAndShutdown(t *testing.T) {
 	stop()
 	// The listener closes at once: a new connection is refused while the request
 	// in flight is still being answered.
-	deadline = time.Now().Add(10 * time.Second)
-	for {
+	testenv.Eventually(t, 10*time.Second, "the edge's listener closed after it was told to stop", func() error {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
-			break
+			return nil
 		}
 		c.Close()
-		if time.Now().After(deadline) {
-			t.Fatal("the edge still accepts connections 10 s after it was told to stop")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return errors.New("a new connection is accepted")
+	})
 	select {
 	case err := <-done:
 		t.Fatalf("bex edge returned (%v) with a request in flight", err)

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -65,20 +64,8 @@ func TestGitserverBuildsAPushAndRecordsItsRelease(t *testing.T) {
 		t.Fatalf("bex gitserver did not start:\n%s", stderr.String())
 	}
 
-	// The deployer's part: once release 1 is recorded, report it serving.
-	go func() {
-		for ctx.Err() == nil {
-			app := &appv1.App{}
-			if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "hello"}, app); err == nil && app.Spec.Release == 1 {
-				app.Status.Revision, app.Status.URL, app.Status.ObservedGeneration = 1, "https://hello.localhost", app.Generation
-				meta.SetStatusCondition(&app.Status.Conditions, metav1.Condition{Type: appv1.ReadyCondition, Status: metav1.ConditionTrue, Reason: appv1.RolledOutReason, ObservedGeneration: app.Generation})
-				if cp.Client.Status().Update(ctx, app) == nil {
-					return
-				}
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}()
+	// The deployer's part: each recorded release is reported serving.
+	testenv.StartFakeDeployer(ctx, t, cp.Client, ns)
 
 	work := t.TempDir()
 	git := func(args ...string) string {
@@ -136,19 +123,6 @@ func TestGitserverBuildsAPushAndRecordsItsRelease(t *testing.T) {
 	git("add", ".")
 	git("commit", "-q", "-m", "second")
 	head = strings.TrimSpace(git("rev-parse", "HEAD"))
-	go func() { // the deployer's part for release 2
-		for ctx.Err() == nil {
-			app := &appv1.App{}
-			if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "hello"}, app); err == nil && app.Spec.Release == 2 {
-				app.Status.Revision, app.Status.ObservedGeneration = 2, app.Generation
-				meta.SetStatusCondition(&app.Status.Conditions, metav1.Condition{Type: appv1.ReadyCondition, Status: metav1.ConditionTrue, Reason: appv1.RolledOutReason, ObservedGeneration: app.Generation})
-				if cp.Client.Status().Update(ctx, app) == nil {
-					return
-				}
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}()
 	git("push", "ssh://git@"+addr+"/hello", "main")
 	runOut, code, err = bk.Containerd.Run(ctx, "bex.local/hello:"+head[:12])
 	if err != nil || code != 0 || runOut != "from the app's settings" {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -10,12 +11,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -82,24 +81,6 @@ func (e *hooksEnv) ssh(args ...string) string {
 	return string(out)
 }
 
-// playDeployer does the deployer's part for app (envtest runs no controller): a
-// release is reported serving once its number is at most allowed.
-func (e *hooksEnv) playDeployer(ctx context.Context, app string, allowed *atomic.Int64) {
-	go func() {
-		for ctx.Err() == nil {
-			a := &appv1.App{}
-			if err := e.cp.Client.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: app}, a); err == nil &&
-				a.Spec.Release > a.Status.Revision && a.Spec.Release <= allowed.Load() {
-				a.Status.Revision, a.Status.URL, a.Status.ObservedGeneration = a.Spec.Release, "https://"+app+".localhost", a.Generation
-				a.Status.Phase = appv1.AppPhaseRunning
-				meta.SetStatusCondition(&a.Status.Conditions, metav1.Condition{Type: appv1.ReadyCondition, Status: metav1.ConditionTrue, Reason: appv1.RolledOutReason, ObservedGeneration: a.Generation})
-				_ = e.cp.Client.Status().Update(ctx, a)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}()
-}
-
 func (e *hooksEnv) release(app string, n int64) *appv1.Release {
 	rel := &appv1.Release{}
 	if err := e.cp.Client.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: fmt.Sprintf("%s-v%d", app, n)}, rel); err != nil {
@@ -108,18 +89,29 @@ func (e *hooksEnv) release(app string, n int64) *appv1.Release {
 	return rel
 }
 
+// logged checks that the server's log has a line containing s.
+func (e *hooksEnv) logged(s string) func() error {
+	return func() error {
+		if !strings.Contains(e.stderr.String(), s) {
+			return fmt.Errorf("no %q in the log", s)
+		}
+		return nil
+	}
+}
+
+// refIs checks that app's ref is at commit.
+func (e *hooksEnv) refIs(app, ref, commit string) func() error {
+	return func() error {
+		if got := e.ref(app, ref); got != commit {
+			return fmt.Errorf("%s is at %q, want %s", ref, got, commit)
+		}
+		return nil
+	}
+}
+
 func (e *hooksEnv) ref(app, ref string) string {
 	out, _ := exec.Command("git", "--git-dir", filepath.Join(e.state, "repos", app+".git"), "rev-parse", "--verify", "-q", ref).Output()
 	return strings.TrimSpace(string(out))
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(90 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("not true after 90s: %s", what)
-		}
-	}
 }
 
 // upstreamApp makes a local upstream repository with one commit (a busybox image
@@ -193,9 +185,10 @@ func TestWebhookFetchesBuildsAndDeploysTheUpstream(t *testing.T) {
 	e := startHooksEnv(t, ctx, "--allow-file-upstreams")
 
 	upstream, head1 := e.upstreamApp(ctx, "mirror", "main", "v1")
-	var allowed atomic.Int64
-	allowed.Store(1)
-	e.playDeployer(ctx, "mirror", &allowed)
+	// The test plays the deployer; release 2 is held at its rollout until round two
+	// has made its deliveries.
+	deployer := testenv.StartFakeDeployer(ctx, t, e.cp.Client, e.ns)
+	deployer.ServeUpTo(1)
 
 	// No secret yet: no webhook at this URL.
 	if code, _ := e.deliver("mirror", "anything", "x", head1); code != http.StatusNotFound {
@@ -216,7 +209,7 @@ func TestWebhookFetchesBuildsAndDeploysTheUpstream(t *testing.T) {
 	if code != http.StatusAccepted || a.Result != webhook.ResultQueued || a.Delivery != "gh-1" {
 		t.Fatalf("first delivery: %d %+v", code, a)
 	}
-	eventually(t, "main at the fetched commit", func() bool { return e.ref("mirror", "refs/heads/main") == head1 })
+	testenv.Eventually(t, 90*time.Second, "main at the fetched commit", e.refIs("mirror", "refs/heads/main", head1))
 	rel := e.release("mirror", 1)
 	if rel == nil || rel.Spec.Cause != appv1.ReleaseCauseWebhook || rel.Spec.Delivery != "gh-1" || rel.Spec.Commit != head1 || rel.Spec.Actor != "webhook:github" {
 		t.Fatalf("release 1: %+v", rel)
@@ -239,7 +232,12 @@ func TestWebhookFetchesBuildsAndDeploysTheUpstream(t *testing.T) {
 	if code, a = e.deliver("mirror", secret, "gh-2", head2); a.Result != webhook.ResultQueued {
 		t.Fatalf("gh-2: %d %+v", code, a)
 	}
-	eventually(t, "release 2 recorded", func() bool { return e.release("mirror", 2) != nil })
+	testenv.Eventually(t, 90*time.Second, "release 2 recorded", func() error {
+		if e.release("mirror", 2) == nil {
+			return errors.New("no release 2")
+		}
+		return nil
+	})
 	head3 := commitMsg(t, upstream, "v3")
 	for _, id := range []string{"gh-3", "gh-4"} {
 		if code, a = e.deliver("mirror", secret, id, head3); code != http.StatusAccepted || a.Result != webhook.ResultCoalesced {
@@ -249,19 +247,27 @@ func TestWebhookFetchesBuildsAndDeploysTheUpstream(t *testing.T) {
 	if code, a = e.deliver("mirror", secret, "gh-2", head2); code != http.StatusOK || a.Result != webhook.ResultDuplicate {
 		t.Fatalf("replayed gh-2: %d %+v", code, a)
 	}
-	allowed.Store(100)
-	eventually(t, "main at the newest commit", func() bool { return e.ref("mirror", "refs/heads/main") == head3 })
+	deployer.ServeUpTo(0)
+	testenv.Eventually(t, 90*time.Second, "main at the newest commit", e.refIs("mirror", "refs/heads/main", head3))
 	if r := e.release("mirror", 2); r.Spec.Commit != head2 || r.Spec.Delivery != "gh-2" {
 		t.Fatalf("release 2: %+v", r.Spec)
 	}
 	if r := e.release("mirror", 3); r == nil || r.Spec.Commit != head3 || r.Spec.Delivery != "gh-4" {
 		t.Fatalf("release 3: %+v", r)
 	}
-	time.Sleep(300 * time.Millisecond) // nothing more comes
-	if e.release("mirror", 4) != nil {
-		t.Fatal("a fourth release: the coalesced deliveries built twice")
+	// Nothing more comes of the coalesced deliveries: once gh-4's redeploy has
+	// ended, a new delivery finds no redeploy of the app running or waiting (it is
+	// queued, not coalesced), so no fourth release of theirs is on its way.
+	testenv.Eventually(t, 90*time.Second, "gh-4's redeploy ended", e.logged(`msg=redeployed webhook.app=mirror webhook.delivery=gh-4 `))
+	if code, a = e.deliver("mirror", secret, "gh-5", head3); code != http.StatusAccepted || a.Result != webhook.ResultQueued {
+		t.Fatalf("gh-5 after the coalesced redeploy: %d %+v (a redeploy still runs or waits)", code, a)
 	}
-	if err := json.Unmarshal([]byte(e.ssh("builds", "mirror", "--json")), &builds); err != nil || len(builds) != 3 {
+	testenv.Eventually(t, 90*time.Second, "gh-5's redeploy ended", e.logged(`webhook.app=mirror webhook.delivery=gh-5 `))
+	if r := e.release("mirror", 4); r == nil || r.Spec.Delivery != "gh-5" || e.release("mirror", 5) != nil {
+		t.Fatalf("release 4 is not gh-5's, or a fifth came: the coalesced deliveries built twice: %+v", r)
+	}
+	// gh-1, gh-2, gh-4 (with gh-3) and gh-5: one build each.
+	if err := json.Unmarshal([]byte(e.ssh("builds", "mirror", "--json")), &builds); err != nil || len(builds) != 4 {
 		t.Fatalf("builds after the coalesced deliveries: %v %+v", err, builds)
 	}
 	if out, _, err := e.bk.Containerd.Run(ctx, "bex.local/mirror:"+head3[:12]); err != nil || out != "v3" {

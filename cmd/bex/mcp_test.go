@@ -3,10 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -93,9 +93,7 @@ func TestAgentAPI(t *testing.T) {
 	e := startHooksEnv(t, ctx, "--allow-file-upstreams")
 
 	upstream, head1 := e.upstreamApp(ctx, "agentapp", "", "one")
-	var allowed atomic.Int64
-	allowed.Store(100)
-	e.playDeployer(ctx, "agentapp", &allowed)
+	testenv.StartFakeDeployer(ctx, t, e.cp.Client, e.ns)
 
 	token := strings.TrimSpace(e.ssh("tokens:create", "agent"))
 	s, err := mcpSession(t, ctx, e.hooksAddr, token)
@@ -125,12 +123,12 @@ func TestAgentAPI(t *testing.T) {
 		t.Fatalf("deploy: %s %+v", text(res), dep)
 	}
 	var st backend.AppInfo
-	for deadline := time.Now().Add(30 * time.Second); st.Phase != "Running"; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("not Running: %+v", st)
+	testenv.Eventually(t, 30*time.Second, "agentapp Running", func() error {
+		if res = call(t, ctx, s, "app_status", map[string]any{"app": "agentapp"}, &st); st.Phase != "Running" {
+			return fmt.Errorf("app_status: %+v", st)
 		}
-		res = call(t, ctx, s, "app_status", map[string]any{"app": "agentapp"}, &st)
-	}
+		return nil
+	})
 	if st.Revision != 1 || st.LastBuild == nil || st.LastBuild.Result != "succeeded" || st.LastBuild.Commit != head1 ||
 		st.LastRelease == nil || st.LastRelease.Cause != "Deploy" || !strings.Contains(text(res), "agentapp is Running, serving release v1") {
 		t.Fatalf("app_status: %s %+v", text(res), st)
@@ -190,10 +188,10 @@ func TestAgentAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	var malloryToken string
-	eventually(t, "mallory's key known", func() bool {
+	testenv.Eventually(t, 90*time.Second, "mallory's key known", func() error {
 		out, err := testenv.SSHCommand(mallory, "bex", e.sshAddr, "tokens:create", "m").Output()
 		malloryToken = strings.TrimSpace(string(out))
-		return err == nil
+		return err
 	})
 	ms, err := mcpSession(t, ctx, e.hooksAddr, malloryToken)
 	if err != nil {

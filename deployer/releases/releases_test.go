@@ -126,10 +126,22 @@ func TestRecordNeedsAnImage(t *testing.T) {
 	}
 }
 
-// setStatus plays the deployer's part: envtest runs no controller.
+// setStatus plays the deployer's part: envtest runs no controller. Each test
+// writes its own sequence of statuses (progress, failure, success), which the
+// harness's FakeDeployer does not: it answers every release at once.
 func setStatus(t *testing.T, c client.Client, ns string, revision int64, conds ...metav1.Condition) {
 	t.Helper()
-	app := getApp(t, c, ns)
+	if err := updateStatus(c, ns, revision, conds...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// updateStatus is setStatus for a goroutine other than the test's.
+func updateStatus(c client.Client, ns string, revision int64, conds ...metav1.Condition) error {
+	app := &appv1.App{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "hello"}, app); err != nil {
+		return err
+	}
 	app.Status.Revision = revision
 	app.Status.URL = "https://hello.bex.test"
 	app.Status.ObservedGeneration = app.Generation
@@ -137,9 +149,7 @@ func setStatus(t *testing.T, c client.Client, ns string, revision int64, conds .
 		cond.ObservedGeneration = app.Generation
 		meta.SetStatusCondition(&app.Status.Conditions, cond)
 	}
-	if err := c.Status().Update(context.Background(), app); err != nil {
-		t.Fatal(err)
-	}
+	return c.Status().Update(context.Background(), app)
 }
 
 func TestWaitReturnsTheURLWhenTheReleaseServes(t *testing.T) {
@@ -152,16 +162,34 @@ func TestWaitReturnsTheURLWhenTheReleaseServes(t *testing.T) {
 	}
 	var progress []string
 	var mu sync.Mutex
+	// The deployer reports progress, and the release serving once Wait has passed
+	// the progress on.
+	setStatus(t, c, r.Namespace, 0, metav1.Condition{Type: appv1.RolledOutCondition, Status: metav1.ConditionFalse, Reason: appv1.RollingOutReason, Message: "web.1 starting"})
+	told := make(chan struct{})
+	served := make(chan error, 1)
 	go func() {
-		setStatus(t, c, r.Namespace, 0, metav1.Condition{Type: appv1.RolledOutCondition, Status: metav1.ConditionFalse, Reason: appv1.RollingOutReason, Message: "web.1 starting"})
-		time.Sleep(100 * time.Millisecond)
-		setStatus(t, c, r.Namespace, n,
+		select {
+		case <-told:
+		case <-ctx.Done():
+			served <- ctx.Err()
+			return
+		}
+		served <- updateStatus(c, r.Namespace, n,
 			metav1.Condition{Type: appv1.RolledOutCondition, Status: metav1.ConditionTrue, Reason: appv1.RolledOutReason, Message: "release v1 serves"},
 			metav1.Condition{Type: appv1.ReadyCondition, Status: metav1.ConditionTrue, Reason: appv1.RolledOutReason})
 	}()
-	url, err := r.Wait(ctx, "hello", n, func(s string) { mu.Lock(); progress = append(progress, s); mu.Unlock() })
+	url, err := r.Wait(ctx, "hello", n, func(s string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if progress = append(progress, s); len(progress) == 1 {
+			close(told)
+		}
+	})
 	if err != nil || url != "https://hello.bex.test" {
 		t.Fatalf("Wait = %q, %v", url, err)
+	}
+	if err := <-served; err != nil {
+		t.Fatalf("the status update: %v", err)
 	}
 	mu.Lock()
 	defer mu.Unlock()

@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	gossh "golang.org/x/crypto/ssh"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/gitserver/backend"
+	"bex.co/bex/internal/testenv"
 )
 
 func TestEnsureAdmin(t *testing.T) {
@@ -23,7 +25,7 @@ func TestEnsureAdmin(t *testing.T) {
 	if err != nil || !changed {
 		t.Fatalf("first EnsureAdmin: changed %v, err %v", changed, err)
 	}
-	eventually(t, "the admin key", e.userIs(key, backend.User{Name: name, Admin: true, CanCreateApps: true, KeyName: "test@bex"}))
+	testenv.Eventually(t, 10*time.Second, "the admin key", e.userIs(key, backend.User{Name: name, Admin: true, CanCreateApps: true, KeyName: "test@bex"}))
 
 	// Starting again with the same key changes nothing.
 	if changed, err := backend.EnsureAdmin(ctx, c, name, []byte(line)); err != nil || changed {
@@ -44,7 +46,7 @@ func TestEnsureAdmin(t *testing.T) {
 	if changed, err := backend.EnsureAdmin(ctx, c, name, []byte(otherLine)); err != nil || !changed {
 		t.Fatalf("EnsureAdmin of a new key: changed %v, err %v", changed, err)
 	}
-	eventually(t, "the second key", e.userIs(other, backend.User{Name: name, Admin: true, CanCreateApps: true, KeyName: "test@bex-2"}))
+	testenv.Eventually(t, 10*time.Second, "the second key", e.userIs(other, backend.User{Name: name, Admin: true, CanCreateApps: true, KeyName: "test@bex-2"}))
 
 	for _, bad := range []string{"", "not a key", line + "\n" + otherLine} {
 		if _, err := backend.EnsureAdmin(ctx, c, name, []byte(bad)); err == nil {
@@ -64,7 +66,7 @@ func TestEnsureAdminKeys(t *testing.T) {
 		t.Fatalf("EnsureAdminKeys = %d, %v; want 2 keys added", n, err)
 	}
 	for _, k := range []gossh.PublicKey{k1, k2} {
-		eventually(t, "an admin key", func() error {
+		testenv.Eventually(t, 10*time.Second, "an admin key", func() error {
 			u, err := e.dir.UserByKey(ctx, k)
 			if err != nil || u.Name != name || !u.Admin {
 				return fmt.Errorf("%+v %v", u, err)

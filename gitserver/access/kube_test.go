@@ -112,13 +112,6 @@ func (e *env) updateUser(t *testing.T, name string, change func(*appv1.UserSpec)
 	}
 }
 
-// eventually calls f until it returns nil, for at most 10 s: the informer needs a
-// moment to see a change made through the API.
-func eventually(t *testing.T, what string, f func() error) {
-	t.Helper()
-	testenv.Eventually(t, 10*time.Second, what, f)
-}
-
 // userIs checks what UserByKey returns for key.
 func (e *env) userIs(key gossh.PublicKey, want backend.User) func() error {
 	want.KeyFingerprint = gossh.FingerprintSHA256(key)
@@ -157,16 +150,16 @@ func TestUserByKeyKnown(t *testing.T) {
 		{Name: "desk", PublicKey: bobLine},
 	}})
 
-	eventually(t, "alice's ci key", e.userIs(ci, backend.User{Name: e.name("known-alice"), Admin: true, CanCreateApps: true, KeyName: "ci"}))
-	eventually(t, "alice's laptop key", e.userIs(laptop, backend.User{Name: e.name("known-alice"), Admin: true, CanCreateApps: true, KeyName: "laptop"}))
-	eventually(t, "bob's key", e.userIs(bobKey, backend.User{Name: e.name("known-bob"), CanCreateApps: true, KeyName: "desk"}))
+	testenv.Eventually(t, 10*time.Second, "alice's ci key", e.userIs(ci, backend.User{Name: e.name("known-alice"), Admin: true, CanCreateApps: true, KeyName: "ci"}))
+	testenv.Eventually(t, 10*time.Second, "alice's laptop key", e.userIs(laptop, backend.User{Name: e.name("known-alice"), Admin: true, CanCreateApps: true, KeyName: "laptop"}))
+	testenv.Eventually(t, 10*time.Second, "bob's key", e.userIs(bobKey, backend.User{Name: e.name("known-bob"), CanCreateApps: true, KeyName: "desk"}))
 }
 
 func TestUserByKeyUnknown(t *testing.T) {
 	e := newEnv(t, "unknown", nil)
 	known, knownLine := newKey(t)
 	e.createUser(t, e.name("unknown-carl"), appv1.UserSpec{Role: appv1.RoleMember, Keys: []appv1.SSHKey{{Name: "k", PublicKey: knownLine}}})
-	eventually(t, "carl's key", e.userIs(known, backend.User{Name: e.name("unknown-carl"), KeyName: "k"}))
+	testenv.Eventually(t, 10*time.Second, "carl's key", e.userIs(known, backend.User{Name: e.name("unknown-carl"), KeyName: "k"}))
 
 	stranger, _ := newKey(t)
 	if err := e.unknown(stranger)(); err != nil {
@@ -179,7 +172,7 @@ func TestUserByKeyFollowsUpdates(t *testing.T) {
 	old, oldLine := newKey(t)
 	added, addedLine := newKey(t)
 	e.createUser(t, e.name("updates-dana"), appv1.UserSpec{Role: appv1.RoleMember, Keys: []appv1.SSHKey{{Name: "old", PublicKey: oldLine}}})
-	eventually(t, "the first key", e.userIs(old, backend.User{Name: e.name("updates-dana"), KeyName: "old"}))
+	testenv.Eventually(t, 10*time.Second, "the first key", e.userIs(old, backend.User{Name: e.name("updates-dana"), KeyName: "old"}))
 	if err := e.unknown(added)(); err != nil {
 		t.Fatalf("before it is added: %v", err)
 	}
@@ -188,13 +181,13 @@ func TestUserByKeyFollowsUpdates(t *testing.T) {
 	e.updateUser(t, e.name("updates-dana"), func(s *appv1.UserSpec) {
 		s.Keys = append(s.Keys, appv1.SSHKey{Name: "new", PublicKey: addedLine})
 	})
-	eventually(t, "the added key", e.userIs(added, backend.User{Name: e.name("updates-dana"), KeyName: "new"}))
+	testenv.Eventually(t, 10*time.Second, "the added key", e.userIs(added, backend.User{Name: e.name("updates-dana"), KeyName: "new"}))
 
 	// Removed: stops working, and the other key keeps working.
 	e.updateUser(t, e.name("updates-dana"), func(s *appv1.UserSpec) {
 		s.Keys = slices.DeleteFunc(s.Keys, func(k appv1.SSHKey) bool { return k.Name == "old" })
 	})
-	eventually(t, "the removed key refused", e.unknown(old))
+	testenv.Eventually(t, 10*time.Second, "the removed key refused", e.unknown(old))
 	if err := e.userIs(added, backend.User{Name: e.name("updates-dana"), KeyName: "new"})(); err != nil {
 		t.Fatalf("the remaining key: %v", err)
 	}
@@ -203,7 +196,7 @@ func TestUserByKeyFollowsUpdates(t *testing.T) {
 	if err := e.cp.Client.Delete(context.Background(), &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: e.name("updates-dana")}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the deleted user's key refused", e.unknown(added))
+	testenv.Eventually(t, 10*time.Second, "the deleted user's key refused", e.unknown(added))
 }
 
 func TestUserByKeyHeldByTwoUsers(t *testing.T) {
@@ -215,7 +208,7 @@ func TestUserByKeyHeldByTwoUsers(t *testing.T) {
 		{Name: "b", PublicKey: sharedLine}, {Name: "own", PublicKey: ownLine},
 	}})
 
-	eventually(t, "the shared key refused", func() error {
+	testenv.Eventually(t, 10*time.Second, "the shared key refused", func() error {
 		u, err := e.dir.UserByKey(context.Background(), shared)
 		if !errors.Is(err, access.ErrAmbiguousKey) {
 			return fmt.Errorf("got user %+v, error %v; want ErrAmbiguousKey", u, err)
@@ -249,7 +242,7 @@ func TestUserByKeySkipsMalformedKey(t *testing.T) {
 		{Name: "garbage", PublicKey: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGJleA== eve"},
 		{Name: "good", PublicKey: goodLine},
 	}})
-	eventually(t, "the good key", e.userIs(good, backend.User{Name: e.name("malformed-eve"), KeyName: "good"}))
+	testenv.Eventually(t, 10*time.Second, "the good key", e.userIs(good, backend.User{Name: e.name("malformed-eve"), KeyName: "good"}))
 }
 
 func TestApp(t *testing.T) {
@@ -263,7 +256,7 @@ func TestApp(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := gitserver.App{Name: "shop", DeployBranch: "prod", Members: []string{"ann", "ben"}}
-	eventually(t, "the app", func() error {
+	testenv.Eventually(t, 10*time.Second, "the app", func() error {
 		got, err := e.dir.App(ctx, "shop")
 		if err != nil {
 			return err
@@ -409,8 +402,8 @@ func TestLookupsMakeNoAPICalls(t *testing.T) {
 	if err := e.cp.Client.Create(ctx, &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: "quiet", Namespace: e.ns}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "fay's key", e.userIs(key, backend.User{Name: e.name("nocalls-fay"), KeyName: "k"}))
-	eventually(t, "the app", func() error { _, err := e.dir.App(ctx, "quiet"); return err })
+	testenv.Eventually(t, 10*time.Second, "fay's key", e.userIs(key, backend.User{Name: e.name("nocalls-fay"), KeyName: "k"}))
+	testenv.Eventually(t, 10*time.Second, "the app", func() error { _, err := e.dir.App(ctx, "quiet"); return err })
 
 	before := calls.Load()
 	stranger, _ := newKey(t)

@@ -34,7 +34,7 @@ func (b *listBarrier) List(ctx context.Context, list client.ObjectList, opts ...
 		b.mu.Unlock()
 		select {
 		case <-w:
-		case <-time.After(300 * time.Millisecond):
+		case <-time.After(300 * time.Millisecond): // no wait: a removal that (rightly) runs alone never sees a second List, and goes on
 			b.mu.Lock()
 			b.waiting = nil
 			b.mu.Unlock()

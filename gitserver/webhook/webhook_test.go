@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"bex.co/bex/gitserver/backend"
+	"bex.co/bex/internal/testenv"
 )
 
 // fakeApps has one app with a hook, "shop" (deploy branch main), and "nohook",
@@ -279,15 +281,14 @@ func TestEvents(t *testing.T) {
 // waitIdle waits until app has no redeploy running.
 func waitIdle(t *testing.T, h *Handler, app string) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+	testenv.Eventually(t, 5*time.Second, app+" idle", func() error {
 		h.mu.Lock()
-		_, busy := h.queues[app]
-		h.mu.Unlock()
-		if !busy {
-			return
+		defer h.mu.Unlock()
+		if _, busy := h.queues[app]; busy {
+			return errors.New("a redeploy runs")
 		}
-	}
-	t.Fatalf("%s still busy", app)
+		return nil
+	})
 }
 
 // TestCoalescing: three deliveries during one build make exactly one more build,

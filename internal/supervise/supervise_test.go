@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"bex.co/bex/internal/testenv"
 )
 
 func init() {
@@ -32,14 +34,23 @@ func fileExists(path string) func(context.Context) error {
 
 func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s", what)
+// started checks that the child has started n times (a line each in the file).
+func started(starts func() []string, n int) func() error {
+	return func() error {
+		if got := starts(); len(got) != n {
+			return fmt.Errorf("started %d times: %v", len(got), got)
 		}
-		time.Sleep(10 * time.Millisecond)
+		return nil
+	}
+}
+
+// running checks that pid is a live process.
+func running(pid func() int) func() error {
+	return func() error {
+		if p := pid(); !alive(p) {
+			return fmt.Errorf("pid %d is not running", p)
+		}
+		return nil
 	}
 }
 
@@ -97,13 +108,13 @@ func TestRestartsWhatDies(t *testing.T) {
 		return strings.Fields(string(data))
 	}
 	for i := 2; i <= 3; i++ {
-		waitFor(t, fmt.Sprintf("start %d", i-1), func() bool { return len(starts()) == i-1 })
+		testenv.Eventually(t, 10*time.Second, fmt.Sprintf("start %d", i-1), started(starts, i-1))
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, fmt.Sprintf("start %d", i), func() bool { return len(starts()) == i })
+		testenv.Eventually(t, 10*time.Second, fmt.Sprintf("start %d", i), started(starts, i))
 		fmt.Sscan(starts()[i-1], &pid)
-		waitFor(t, "the new child", func() bool { return alive(pid) })
+		testenv.Eventually(t, 10*time.Second, "the new child", running(func() int { return pid }))
 	}
 }
 
@@ -214,7 +225,12 @@ exec sleep 60`, dir, ready))
 		defer s.mu.Unlock()
 		return s.children[0].pid()
 	}
-	waitFor(t, "the restarted child", func() bool { return current() != pid && alive(current()) })
+	testenv.Eventually(t, 10*time.Second, "the restarted child", func() error {
+		if current() == pid {
+			return fmt.Errorf("still pid %d", pid)
+		}
+		return running(current)()
+	})
 	if got := oomScoreAdj(t, current()); got != "321" {
 		t.Fatalf("restarted child: oom_score_adj %s, want 321", got)
 	}

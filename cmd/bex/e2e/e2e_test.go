@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"bex.co/bex/internal/testenv"
 )
 
 // TestPlatform is the user's path through bex, on one `bex up`, step by step; each
@@ -47,23 +49,24 @@ func TestPlatform(t *testing.T) {
 			firstCommit = strings.TrimSpace(shell.git(t, "rev-parse", "HEAD"))
 			// The real curl, trusting the CA bex up exported, as the instructions say.
 			url := fmt.Sprintf("https://hello-shell.localhost:%s/", p.port(p.httpsAddr))
-			began := time.Now()
-			var curl []byte
-			for time.Since(began) < 10*time.Second {
-				curl, err = exec.Command("curl", "-sS", "--fail", "--cacert", filepath.Join(p.dir, "ca.pem"),
-					"--resolve", "hello-shell.localhost:"+p.port(p.httpsAddr)+":127.0.0.1", url).CombinedOutput()
-				if err == nil {
-					break
+			served := false
+			defer func() { // what the edge and the deployer saw, when curl never got the page
+				if !served {
+					t.Log(p.kubectl(t, "get", "endpointslices,services,apps", "-o", "yaml"))
+					o, _ := exec.Command("sh", "-c", "tail -30 "+p.dir+"/logs/edge.log; tail -30 "+p.dir+"/logs/deployer.log; curl -sk https://127.0.0.1:"+p.port(p.httpsAddr)+" -H 'Host: hello-shell.localhost'").CombinedOutput()
+					t.Log(string(o))
 				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			if err != nil || !strings.Contains(string(curl), "hello from bex") {
-				t.Log(p.kubectl(t, "get", "endpointslices,services,apps", "-o", "yaml"))
-				o, _ := exec.Command("sh", "-c", "tail -30 "+p.dir+"/logs/edge.log; tail -30 "+p.dir+"/logs/deployer.log; curl -sk https://127.0.0.1:"+p.port(p.httpsAddr)+" -H 'Host: hello-shell.localhost'").CombinedOutput()
-				t.Log(string(o))
-				t.Fatalf("curl %s: %v\n%s", url, err, curl)
-			}
-			eventually(t, 10*time.Second, "the CGI page", p.answers("hello-shell", "/cgi-bin/greet", "hello from hello-shell"))
+			}()
+			testenv.Eventually(t, 10*time.Second, "curl "+url, func() error {
+				curl, err := exec.Command("curl", "-sS", "--fail", "--cacert", filepath.Join(p.dir, "ca.pem"),
+					"--resolve", "hello-shell.localhost:"+p.port(p.httpsAddr)+":127.0.0.1", url).CombinedOutput()
+				if err != nil || !strings.Contains(string(curl), "hello from bex") {
+					return fmt.Errorf("%v\n%s", err, curl)
+				}
+				return nil
+			})
+			served = true
+			testenv.Eventually(t, 10*time.Second, "the CGI page", p.answers("hello-shell", "/cgi-bin/greet", "hello from hello-shell"))
 		}},
 		{"a second bex up on the same state dir is refused", func(t *testing.T) {
 			out := runUp(t, p.upCommand("--state-dir", p.dir, "--ssh-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--https-addr", "127.0.0.1:0", "--hooks-addr", "127.0.0.1:0"))
@@ -141,7 +144,7 @@ func TestPlatform(t *testing.T) {
 				t.Fatalf("after rollback: %v", err)
 			}
 			run("ps:scale", "hello-shell", "web=2")
-			eventually(t, 30*time.Second, "two backends", func() error {
+			testenv.Eventually(t, 30*time.Second, "two backends", func() error {
 				out := p.kubectl(t, "get", "endpointslices", "-l", "kubernetes.io/service-name=hello-shell",
 					"-o", `jsonpath={range .items[*]}{.endpoints[0].conditions.ready}{"\n"}{end}`)
 				if n := strings.Count(out, "true"); n != 2 {
@@ -150,7 +153,7 @@ func TestPlatform(t *testing.T) {
 				return nil
 			})
 			run("suspend", "hello-shell")
-			eventually(t, 30*time.Second, "503 while suspended", func() error {
+			testenv.Eventually(t, 30*time.Second, "503 while suspended", func() error {
 				code, body, err := p.https("hello-shell", "/")
 				if err != nil || code != 503 {
 					return fmt.Errorf("%d %q %v", code, body, err)
@@ -158,7 +161,7 @@ func TestPlatform(t *testing.T) {
 				return nil
 			})
 			run("resume", "hello-shell")
-			eventually(t, 30*time.Second, "200 after resume", p.answers("hello-shell", "/", "hello from bex"))
+			testenv.Eventually(t, 30*time.Second, "200 after resume", p.answers("hello-shell", "/", "hello from bex"))
 			run("ps:scale", "hello-shell", "web=1")
 		}},
 		{"a signed webhook redeploys", func(t *testing.T) {
@@ -189,14 +192,14 @@ func TestPlatform(t *testing.T) {
 			if resp, err := hc.Do(req); err != nil || resp.StatusCode != http.StatusUnauthorized {
 				t.Fatalf("a wrong signature: %v %v", resp, err)
 			}
-			eventually(t, time.Minute, "a release caused by the webhook", func() error {
+			testenv.Eventually(t, time.Minute, "a release caused by the webhook", func() error {
 				out := p.kubectl(t, "get", "releases", "-l", "app.bex.co/app=hello-shell", "-o", `jsonpath={range .items[*]}{.spec.cause}{"\n"}{end}`)
 				if !strings.Contains(out, "Webhook") {
 					return fmt.Errorf("causes: %q (release was %s)", out, before)
 				}
 				return nil
 			})
-			eventually(t, time.Minute, "serving after the webhook", p.answers("hello-shell", "/", "hello from bex"))
+			testenv.Eventually(t, time.Minute, "serving after the webhook", p.answers("hello-shell", "/", "hello from bex"))
 		}},
 		{"two apps pushed at once both come up", func(t *testing.T) {
 			procfile := p.newRepo(t, "hello-procfile", "hello-procfile")
@@ -217,14 +220,14 @@ func TestPlatform(t *testing.T) {
 					t.Fatalf("push %d: %v\n%s", i, err, outs[i])
 				}
 			}
-			eventually(t, 10*time.Second, "hello-procfile", p.answers("hello-procfile", "/", "hello from a Procfile app"))
-			eventually(t, 10*time.Second, "hello-second", p.answers("hello-second", "/", "hello from bex"))
+			testenv.Eventually(t, 10*time.Second, "hello-procfile", p.answers("hello-procfile", "/", "hello from a Procfile app"))
+			testenv.Eventually(t, 10*time.Second, "hello-second", p.answers("hello-second", "/", "hello from bex"))
 		}},
 		{"kubectl shows the apps", func(t *testing.T) {
 			// hello-shell shows Running once the containers of its failed release
 			// have stopped (a `sleep` as PID 1 ignores SIGTERM: it takes the stop
 			// timeout).
-			eventually(t, 30*time.Second, "kubectl get apps", func() error {
+			testenv.Eventually(t, 30*time.Second, "kubectl get apps", func() error {
 				out := p.kubectl(t, "get", "apps")
 				for _, app := range []string{"hello-shell", "hello-procfile", "hello-second"} {
 					row := lines(out, app)
@@ -244,7 +247,7 @@ func TestPlatform(t *testing.T) {
 			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
-			eventually(t, 30*time.Second, "hello-shell through the restarted edge", p.answers("hello-shell", "/", "hello from bex"))
+			testenv.Eventually(t, 30*time.Second, "hello-shell through the restarted edge", p.answers("hello-shell", "/", "hello from bex"))
 			if !strings.Contains(p.out.String(), "exited; restarting") || !strings.Contains(p.out.String(), "process=edge") {
 				t.Errorf("bex up did not log the restart:\n%s", p.out)
 			}
@@ -255,7 +258,7 @@ func TestPlatform(t *testing.T) {
 			p.stop(t)
 			p.start(t)
 			for app, want := range map[string]string{"hello-shell": "hello from bex", "hello-procfile": "hello from a Procfile app", "hello-second": "hello from bex"} {
-				eventually(t, time.Minute, app+" after the restart", p.answers(app, "/", want))
+				testenv.Eventually(t, time.Minute, app+" after the restart", p.answers(app, "/", want))
 			}
 			after := p.kubectl(t, "get", "apps", "-o", "custom-columns=NAME:.metadata.name,REVISION:.status.revision,IMAGE:.spec.image", "--no-headers")
 			if after != before {

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"bex.co/bex/internal/testenv"
 )
 
 // dialHelperEnv makes the test binary a helper that dials the unix socket named
@@ -477,7 +479,7 @@ func checkOOMScores(t *testing.T, p *platform, pushOut string) {
 	if !strings.Contains(pushOut, "build step oom_score_adj=500") {
 		t.Errorf("the build step's oom_score_adj is not 500:\n%s", strings.Join(lines(pushOut, "oom_score_adj"), "\n"))
 	}
-	eventually(t, 30*time.Second, "the app's oom_score_adj", p.answers("oomprobe", "/cgi-bin/oom", "oom_score_adj=500"))
+	testenv.Eventually(t, 30*time.Second, "the app's oom_score_adj", p.answers("oomprobe", "/cgi-bin/oom", "oom_score_adj=500"))
 }
 
 // processName is "bex <subcommand>" for bex's own, else the program's base name.

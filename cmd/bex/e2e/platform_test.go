@@ -105,17 +105,24 @@ func (p *platform) start(t testing.TB) {
 	}
 	p.exited = make(chan struct{})
 	go func() { _ = p.cmd.Wait(); close(p.exited) }()
-	deadline := time.After(3 * time.Minute)
-	for !strings.Contains(p.out.String(), "bex is up.") {
+	up := false
+	defer func() {
+		if !up {
+			p.kill()
+		}
+	}()
+	testenv.Eventually(t, 3*time.Minute, "bex up says it is up", func() error {
 		select {
 		case <-p.exited:
 			t.Fatalf("bex up exited (%v):\n%s", p.cmd.ProcessState, p.out)
-		case <-deadline:
-			p.kill()
-			t.Fatalf("bex up did not come up in 3 minutes:\n%s", p.out)
-		case <-time.After(100 * time.Millisecond):
+		default:
 		}
-	}
+		if !strings.Contains(p.out.String(), "bex is up.") {
+			return fmt.Errorf("not yet:\n%s", p.out)
+		}
+		return nil
+	})
+	up = true
 }
 
 // upCommand is `bex up args...`, finding the daemons `make tools` built in bin/.
@@ -161,17 +168,12 @@ func (p *platform) stop(t testing.TB) {
 	// containerd's shims are the processes most likely to outlive it: they are
 	// found by the state dir in their command line, as is everything else bex up
 	// started.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		left := processesMentioning(p.dir)
-		if len(left) == 0 {
-			return
+	testenv.Eventually(t, 10*time.Second, "no process left after bex up stopped", func() error {
+		if left := processesMentioning(p.dir); len(left) > 0 {
+			return fmt.Errorf("left:\n%s", strings.Join(left, "\n"))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("processes left after bex up stopped:\n%s", strings.Join(left, "\n"))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // processesMentioning lists the live processes whose command line contains s.
@@ -269,12 +271,6 @@ func (p *platform) httpsClient() (*http.Client, error) {
 			DisableKeepAlives: true,
 		},
 	}, nil
-}
-
-// eventually retries f until it succeeds or timeout passes.
-func eventually(t testing.TB, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	testenv.Eventually(t, timeout, what, f)
 }
 
 // answers checks that app's path answers 200 with a body containing want.

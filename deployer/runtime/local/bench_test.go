@@ -13,6 +13,8 @@ import (
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"bex.co/bex/internal/testenv"
 )
 
 // BenchmarkRollout measures the time from the Sync of a new release until the
@@ -76,14 +78,19 @@ func rolloutOnce(b *testing.B, f *fixture, release int64) time.Duration {
 		if st.Serving == release {
 			break
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond) // no wait: the poll that is measured, 2 ms its resolution
 	}
 	took := time.Since(start)
 	b.StopTimer()
 	f.syncUntil(d, time.Minute, "old release gone", rolledOut)
 	// Stopped too (its namespace torn down), so that no stop overlaps the next
 	// measurement.
-	eventually(b, 30*time.Second, "the old instance stopped", func() bool { return len(f.instancesOf(f.key())) == 1 })
+	testenv.Eventually(b, 30*time.Second, "the old instance stopped", func() error {
+		if n := len(f.instancesOf(f.key())); n != 1 {
+			return fmt.Errorf("%d instances", n)
+		}
+		return nil
+	})
 	b.StartTimer()
 	return took
 }
@@ -134,7 +141,7 @@ func rawStart(b *testing.B, f *fixture, image string, port int) time.Duration {
 		if time.Now().After(deadline) {
 			b.Fatalf("raw container never answered on %s: %v", url, err)
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond) // no wait: the poll that is measured, 2 ms its resolution
 	}
 	return time.Since(start)
 }
@@ -149,6 +156,11 @@ func waitPools(b *testing.B, fs ...*fixture) {
 		if f.rt.net.pool == nil {
 			continue
 		}
-		eventually(b, 30*time.Second, "the namespace pool refilled", func() bool { return len(f.rt.net.pool) == cap(f.rt.net.pool) })
+		testenv.Eventually(b, 30*time.Second, "the namespace pool refilled", func() error {
+			if n := len(f.rt.net.pool); n != cap(f.rt.net.pool) {
+				return fmt.Errorf("%d of %d", n, cap(f.rt.net.pool))
+			}
+			return nil
+		})
 	}
 }

@@ -158,20 +158,19 @@ func TestInstanceIsolation(t *testing.T) {
 			{Name: "OUTSIDE_NAME", Value: out.Name},
 			{Name: "OTHER_APP", Value: other},
 		}}
-	deadline := time.Now().Add(time.Minute)
-	for {
+	testenv.Eventually(t, time.Minute, "probe app rolled out", func() error {
 		st, err := f.rt.Sync(ctx, d)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.RolledOut {
-			break
-		}
-		if st.Failure != "" || time.Now().After(deadline) {
+		if st.Failure != "" {
 			t.Fatalf("probe app: %+v", st)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		if !st.RolledOut {
+			return fmt.Errorf("status %+v", st)
+		}
+		return nil
+	})
 	urls, err := readEndpoints(f.k8s, probeKey)
 	if err != nil || len(urls) != 1 {
 		t.Fatalf("probe endpoints %v, %v", urls, err)

@@ -201,22 +201,18 @@ func (f *fixture) desired(release int64, image string, web int32) runtime.Desire
 // syncUntil calls Sync, as the reconciler does, until done says so.
 func (f *fixture) syncUntil(d runtime.Desired, timeout time.Duration, what string, done func(runtime.Status) bool) runtime.Status {
 	f.t.Helper()
-	deadline := time.Now().Add(timeout)
 	var st runtime.Status
-	for {
+	testenv.Eventually(f.t, timeout, what, func() error {
 		var err error
-		st, err = f.rt.Sync(context.Background(), d)
-		if err != nil {
+		if st, err = f.rt.Sync(context.Background(), d); err != nil {
 			f.t.Fatalf("Sync: %v", err)
 		}
-		if done(st) {
-			return st
+		if !done(st) {
+			return fmt.Errorf("status %+v", st)
 		}
-		if time.Now().After(deadline) {
-			f.t.Fatalf("after %v: want %s, last status %+v", timeout, what, st)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return st
 }
 
 func rolledOut(st runtime.Status) bool { return st.RolledOut }
@@ -310,15 +306,13 @@ func (f *fixture) containers() map[string]map[string]string {
 	return out
 }
 
-// eventually polls cond until it holds or the timeout passes.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", timeout, what)
+// containersAre checks that the app has n containers.
+func (f *fixture) containersAre(n int) func() error {
+	return func() error {
+		if ctrs := f.containers(); len(ctrs) != n {
+			return fmt.Errorf("%d containers: %v", len(ctrs), ctrs)
 		}
-		time.Sleep(20 * time.Millisecond)
+		return nil
 	}
 }
 
@@ -415,17 +409,17 @@ func TestReleaseServesOnItsPortWithEnvAndLogs(t *testing.T) {
 	// Logs: recent lines of both instances, prefixed with the instance.
 	wantLines := []string{"web.1[r1]: booting v1 on " + webPort,
 		"worker.1[r1]: worker says hello-from-secret and hello-from-secret on " + workerPort}
-	eventually(t, 10*time.Second, "logs show "+strings.Join(wantLines, " | "), func() bool {
+	testenv.Eventually(t, 10*time.Second, "logs show "+strings.Join(wantLines, " | "), func() error {
 		var buf bytes.Buffer
 		if err := f.rt.Logs(ctx, f.key(), false, &buf); err != nil {
 			t.Fatal(err)
 		}
 		for _, l := range wantLines {
 			if !strings.Contains(buf.String(), l+"\n") {
-				return false
+				return fmt.Errorf("logs:\n%s", buf.String())
 			}
 		}
-		return true
+		return nil
 	})
 
 	// Following shows the lines that come later.
@@ -434,12 +428,20 @@ func TestReleaseServesOnItsPortWithEnvAndLogs(t *testing.T) {
 	pr, pw := io.Pipe()
 	go func() { _ = f.rt.Logs(fctx, f.key(), true, pw); pw.Close() }()
 	found := make(chan bool, 1)
+	// The follower has taken each file's offset once it has written that file's
+	// recent lines: a line noted after both were read comes from following.
+	caughtUp := make(chan struct{})
 	go func() {
+		up := caughtUp
 		buf := make([]byte, 0, 4096)
 		tmp := make([]byte, 1024)
 		for {
 			n, err := pr.Read(tmp)
 			buf = append(buf, tmp[:n]...)
+			if up != nil && strings.Contains(string(buf), wantLines[0]+"\n") && strings.Contains(string(buf), wantLines[1]+"\n") {
+				close(up)
+				up = nil
+			}
 			if strings.Contains(string(buf), "web.1[r1]: followed line") {
 				found <- true
 				return
@@ -459,7 +461,11 @@ func TestReleaseServesOnItsPortWithEnvAndLogs(t *testing.T) {
 		}
 	}
 	f.rt.mu.Unlock()
-	time.Sleep(300 * time.Millisecond) // let the follower take its offsets first
+	select {
+	case <-caughtUp:
+	case <-time.After(10 * time.Second):
+		t.Fatal("follow did not show the recent lines within 10s")
+	}
 	f.rt.noteLog(web, "followed line")
 	select {
 	case ok := <-found:
@@ -517,14 +523,24 @@ func TestNewReleaseReplacesOldWithoutFailedRequests(t *testing.T) {
 		}
 		return n
 	}
-	eventually(t, 10*time.Second, "requests reach v1", func() bool { return count("version v1") >= 5 })
+	testenv.Eventually(t, 10*time.Second, "requests reach v1", func() error {
+		if got := count("version v1"); got < 5 {
+			return fmt.Errorf("%d answers of v1", got)
+		}
+		return nil
+	})
 
 	d2 := f.desired(2, f.v2, 1)
 	st := f.syncUntil(d2, time.Minute, "release 2 rolled out", rolledOut)
 	if st.Serving != 2 || st.Failure != "" {
 		t.Fatalf("release 2: %+v", st)
 	}
-	eventually(t, 10*time.Second, "requests reach v2", func() bool { return count("version v2") >= 20 })
+	testenv.Eventually(t, 10*time.Second, "requests reach v2", func() error {
+		if got := count("version v2"); got < 20 {
+			return fmt.Errorf("%d answers of v2", got)
+		}
+		return nil
+	})
 	close(stop)
 	<-done
 
@@ -548,7 +564,7 @@ func TestNewReleaseReplacesOldWithoutFailedRequests(t *testing.T) {
 
 	// The old instance drains, then goes (after RolledOut: it no longer serves), and
 	// its port no longer answers.
-	eventually(t, 30*time.Second, "the old instance to stop", func() bool { return len(f.containers()) == 1 })
+	testenv.Eventually(t, 30*time.Second, "the old instance to stop", f.containersAre(1))
 	ctrs := f.containers()
 	if len(ctrs) != 1 {
 		t.Fatalf("containers after the rollout: %v", ctrs)
@@ -584,7 +600,7 @@ func TestUnhealthyReleaseFailsAndOldKeepsServing(t *testing.T) {
 	}
 	f.mustGet(url, "version v1")
 	// The failed release's instance is stopped and not started again.
-	eventually(t, 20*time.Second, "the failed instance is removed", func() bool { return len(f.containers()) == 1 })
+	testenv.Eventually(t, 20*time.Second, "the failed instance is removed", f.containersAre(1))
 	for range 5 {
 		st2, err := f.rt.Sync(context.Background(), d2)
 		if err != nil {
@@ -656,9 +672,11 @@ func TestCrashLoopAndRestartAfterKill(t *testing.T) {
 	if st.Failure != "" || !st.RolledOut || st.Serving != 1 {
 		t.Fatalf("after the kill: %+v", st)
 	}
-	eventually(t, 10*time.Second, "the endpoint is back", func() bool {
-		eps := f.endpoints()
-		return len(eps) == 1 && eps[0] == url
+	testenv.Eventually(t, 10*time.Second, "the endpoint is back", func() error {
+		if eps := f.endpoints(); len(eps) != 1 || eps[0] != url {
+			return fmt.Errorf("endpoints %v", eps)
+		}
+		return nil
 	})
 	f.mustGet(url, "version v1")
 	if ctrs := f.containers(); len(ctrs) != 1 || ctrs[id] == nil {
@@ -682,7 +700,7 @@ func TestCrashLoopAndRestartAfterKill(t *testing.T) {
 		t.Fatalf("endpoints %v, want [%s]", eps, url)
 	}
 	f.mustGet(url, "version v1")
-	eventually(t, 20*time.Second, "the crashing instance is removed", func() bool { return len(f.containers()) == 1 })
+	testenv.Eventually(t, 20*time.Second, "the crashing instance is removed", f.containersAre(1))
 }
 
 // TestHungInstanceIsRestarted: a web instance that stops answering while its
@@ -776,7 +794,7 @@ func TestReplicasGetDistinctPortsAndEndpoints(t *testing.T) {
 		t.Fatalf("endpoints after scaling down: %v (before %v)", got, eps)
 	}
 	// The instance scaled away drains, then stops.
-	eventually(t, 30*time.Second, "one container after scaling down to 1", func() bool { return len(f.containers()) == 1 })
+	testenv.Eventually(t, 30*time.Second, "one container after scaling down to 1", f.containersAre(1))
 }
 
 func TestRestartedRuntimeAdoptsRunningContainers(t *testing.T) {

@@ -234,7 +234,7 @@ func TestInstanceOverItsMemoryLimitIsOOMKilledAndRestarted(t *testing.T) {
 			case <-stop:
 				apiDone <- nil
 				return
-			case <-time.After(20 * time.Millisecond):
+			case <-time.After(20 * time.Millisecond): // no wait: the pace of the API calls under way
 			}
 			if _, err := readEndpoints(f.k8s, f.key()); err != nil {
 				apiDone <- err

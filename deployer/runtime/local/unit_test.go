@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -213,16 +212,17 @@ func TestReadLogs(t *testing.T) {
 		done <- ReadLogs(ctx, state, key, LogOptions{Follow: true, Lines: 1, Process: "web"}, pw)
 		pw.Close()
 	}()
-	go func() {
-		time.Sleep(300 * time.Millisecond)
-		f, _ := os.OpenFile(web, os.O_APPEND|os.O_WRONLY, 0)
-		f.WriteString("w4\n")
-		f.Close()
-	}()
 	sc := bufio.NewScanner(pr)
 	var got []string
 	for sc.Scan() {
 		got = append(got, sc.Text())
+		if len(got) == 1 {
+			// The recent line is out, so the follower has taken the file's
+			// offset: w4 comes from following.
+			f, _ := os.OpenFile(web, os.O_APPEND|os.O_WRONLY, 0)
+			f.WriteString("w4\n")
+			f.Close()
+		}
 		if len(got) == 2 {
 			cancel()
 			break

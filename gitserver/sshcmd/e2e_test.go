@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -178,21 +177,6 @@ func (s *server) app(name string) *appv1.App {
 	return a
 }
 
-// serve plays the deployer for app: it marks every new release as serving.
-func (s *server) serve(ctx context.Context, app string) {
-	go func() {
-		for ctx.Err() == nil {
-			a := &appv1.App{}
-			if err := s.cp.Client.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: app}, a); err == nil && a.Status.Revision != a.Spec.Release {
-				a.Status.Revision, a.Status.URL, a.Status.ObservedGeneration = a.Spec.Release, "https://"+app+".localhost", a.Generation
-				meta.SetStatusCondition(&a.Status.Conditions, metav1.Condition{Type: appv1.ReadyCondition, Status: metav1.ConditionTrue, Reason: appv1.RolledOutReason, ObservedGeneration: a.Generation})
-				_ = s.cp.Client.Status().Update(ctx, a)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}()
-}
-
 func TestOverSSH(t *testing.T) {
 	s := newServer(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -271,7 +255,7 @@ func TestOverSSH(t *testing.T) {
 	if err := s.cp.Client.Update(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	s.serve(ctx, "shop")
+	testenv.StartFakeDeployer(ctx, t, s.cp.Client, s.ns)
 	// The injection cases: typed as a user would, quoted for the remote side. The
 	// local "shell" here is exec's argv, so each arg is what the user's shell would
 	// have passed to ssh.

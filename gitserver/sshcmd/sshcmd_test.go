@@ -337,6 +337,8 @@ func TestScaleRestartSuspendDomains(t *testing.T) {
 		t.Fatalf("restart tokens: web %q, worker %q", a.RestartToken("web"), a.RestartToken("worker"))
 	}
 	before := a.RestartToken("worker")
+	// A restart token is the time of the restart: not a wait for an event, a
+	// later nanosecond for the next token to be later.
 	time.Sleep(time.Millisecond)
 	f.run(bob, "", "ps:restart", "shop")
 	a = f.app("shop")

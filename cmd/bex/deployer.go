@@ -131,7 +131,7 @@ func (c *deployerCmd) run(ctx context.Context) error {
 			return err
 		}
 	}
-	fmt.Fprintf(c.errOut, "bex deployer: reconciling Apps with the %s runtime\n", c.runtimeName)
+	say(c.errOut, c.log, "bex deployer: reconciling Apps with the %s runtime", c.runtimeName)
 	return mgr.Start(ctx)
 }
 

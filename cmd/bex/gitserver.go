@@ -17,16 +17,16 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"bex.co/bex/gitserver/mcpserver"
-	"bex.co/bex/gitserver/tokens"
 	"bex.co/bex/builder"
 	"bex.co/bex/deployer/releases"
 	"bex.co/bex/gitserver"
 	"bex.co/bex/gitserver/access"
-	"bex.co/bex/internal/appops"
+	"bex.co/bex/gitserver/mcpserver"
 	"bex.co/bex/gitserver/sshcmd"
+	"bex.co/bex/gitserver/tokens"
 	"bex.co/bex/gitserver/webhook"
 	"bex.co/bex/gitserver/webhook/secrets"
+	"bex.co/bex/internal/appops"
 )
 
 // gitserverCmd runs the SSH git endpoint against an existing Kubernetes API and
@@ -120,7 +120,7 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 		return err
 	}
 	if ok, err := access.HasAdmin(ctx, kc); err == nil && !ok {
-		fmt.Fprintf(c.errOut, "bex gitserver: no admin yet: run `bex users add NAME --admin --key ~/.ssh/id_ed25519.pub` on this machine, or start with --admin-keys FILE\n")
+		say(c.errOut, c.log, "bex gitserver: no admin yet: run `bex users add NAME --admin --key ~/.ssh/id_ed25519.pub` on this machine, or start with --admin-keys FILE")
 	}
 
 	bcfg := builder.DefaultConfig(c.stateDir)
@@ -187,7 +187,7 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.errOut, "bex gitserver: listening on %s (host key %s)\n", c.listener.Addr(), gossh.FingerprintSHA256(srv.HostKey()))
+	say(c.errOut, c.log, "bex gitserver: listening on %s (host key %s)", c.listener.Addr(), gossh.FingerprintSHA256(srv.HostKey()))
 	if c.ready != nil {
 		c.ready <- c.listener.Addr().String()
 	}
@@ -222,7 +222,7 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 				errc <- err
 			}
 		}()
-		fmt.Fprintf(c.errOut, "bex gitserver: webhooks and the agents' API on %s (%s/hooks/APP, %s/mcp)\n", hooksListener.Addr(), c.hooksURL, c.hooksURL)
+		say(c.errOut, c.log, "bex gitserver: webhooks and the agents' API on %s (%s/hooks/APP, %s/mcp)", hooksListener.Addr(), c.hooksURL, c.hooksURL)
 		if c.hooksReady != nil {
 			c.hooksReady <- hooksListener.Addr().String()
 		}

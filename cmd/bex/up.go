@@ -10,14 +10,16 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"bex.co/bex/gitserver"
 	"bex.co/bex/cmd/bex/up"
+	"bex.co/bex/gitserver"
 )
 
 // upCmd runs the whole platform on this machine.
 type upCmd struct {
 	out, errOut io.Writer
 	log         *slog.Logger
+	// logFormat is the root's --log-format (or BEX_LOG_FORMAT), resolved before run.
+	logFormat *string
 
 	cfg           up.Config
 	adminKeyFile  string
@@ -84,6 +86,9 @@ func (c *upCmd) run(ctx context.Context) error {
 		return err
 	}
 	c.cfg.Bex, c.cfg.Out, c.cfg.Log = exe, c.out, c.log
+	if c.logFormat != nil {
+		c.cfg.LogFormat = *c.logFormat
+	}
 	c.cfg.MaxObjectBytes = int64(c.maxObjectSize)
 	p, err := up.Start(ctx, c.cfg)
 	if err != nil {

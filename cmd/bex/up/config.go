@@ -40,6 +40,9 @@ type Config struct {
 	// BuildMemory is the memory limit shared by the build steps running at once, in
 	// bytes; 0 is the default, the smaller of 4 GiB and half the machine's memory.
 	BuildMemory int64
+	// LogFormat is the children's --log-format, text or json: bex up's own. Empty
+	// passes none (their default, text).
+	LogFormat string
 	// Bex is the path of the bex binary that runs the components.
 	Bex string
 	// Out receives the progress lines and the final instructions.

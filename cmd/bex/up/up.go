@@ -341,13 +341,21 @@ func (p *Platform) ensureAdmins(ctx context.Context, c client.Client) error {
 // component is a bex subcommand run as a child of bex up.
 func (p *Platform) component(name string, args []string, ready func(context.Context) error) supervise.Process {
 	common := []string{"--state-dir", p.cfg.StateDir, "--kubeconfig", p.kubeconfig, "--namespace", Namespace}
+	if p.cfg.LogFormat != "" {
+		common = append(common, "--log-format", p.cfg.LogFormat)
+	}
 	return supervise.Process{
 		Name:  name,
 		Path:  p.cfg.Bex,
 		Args:  append(append([]string{name}, common...), args...),
 		Ready: ready,
-		// bex up's own BEX_* settings are its flags; passing them on would set the
-		// children's flags of the same name behind bex up's back.
+		// A child's command line is all it is told: every setting it needs is one of
+		// the flags above. The BEX_* variables bex up was started with are dropped on
+		// purpose: bex sets any flag from BEX_<FLAG> (bindEnv), and bex up's
+		// variables (BEX_STATE_DIR, BEX_BASE_DOMAIN, BEX_HTTPS_ADDR, ...) name flags
+		// that the children also have, so passing them on would set a child's flag
+		// that bex up chose not to pass, behind its back. KUBECONFIG likewise: the
+		// children talk to bex up's API server, which --kubeconfig names.
 		KeepEnv: func(kv string) bool { return !strings.HasPrefix(kv, "BEX_") && !strings.HasPrefix(kv, "KUBECONFIG=") },
 	}
 }

@@ -86,7 +86,7 @@ func (p *Platform) Stop() error {
 	fmt.Fprintln(p.cfg.Out, "bex up: stopping")
 	err := p.sup.Stop()
 	if len(p.edgePorts) > 0 {
-		err = errors.Join(err, tenantnet.DisallowHostPorts(context.Background(), tenantnet.Config{}, p.edgePorts...))
+		err = errors.Join(err, tenantnet.DisallowHostPorts(context.Background(), tenantnet.DefaultConfig(), p.edgePorts...))
 	}
 	if p.lock != nil {
 		p.lock.Close()
@@ -155,8 +155,9 @@ func (p *Platform) startDaemons(ctx context.Context) error {
 			return err
 		}
 	}
+	tenantNet := tenantnet.DefaultConfig()
 	b := daemons.Buildkitd{Dir: filepath.Join(p.cfg.StateDir, "buildkitd"), ContainerdAddress: p.containerdAddr, Namespace: ContainerdNamespace,
-		TenantNet: &tenantnet.Config{}}
+		TenantNet: &tenantNet}
 	if err := p.limitBuildSteps(&b); err != nil {
 		return err
 	}
@@ -193,7 +194,7 @@ func (p *Platform) allowEdgePorts(ctx context.Context) error {
 		if err != nil {
 			continue
 		}
-		if err := tenantnet.AllowHostPorts(ctx, tenantnet.Config{}, n); err != nil {
+		if err := tenantnet.AllowHostPorts(ctx, tenantnet.DefaultConfig(), n); err != nil {
 			return err
 		}
 		p.edgePorts = append(p.edgePorts, n)
@@ -225,7 +226,7 @@ func (p *Platform) buildStepArgs() []string {
 
 // releaseNetworks tears down the network namespaces the local runtime keeps in dir.
 func releaseNetworks(dir string) error {
-	n, err := tenantnet.NewAppsNetwork(tenantnet.Config{})
+	n, err := tenantnet.NewAppsNetwork(tenantnet.DefaultConfig())
 	if err != nil {
 		return err
 	}

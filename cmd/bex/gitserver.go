@@ -123,10 +123,9 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 		say(c.errOut, c.log, "bex gitserver: no admin yet: run `bex users add NAME --admin --key ~/.ssh/id_ed25519.pub` on this machine, or start with --admin-keys FILE")
 	}
 
-	bcfg := builder.DefaultConfig(c.stateDir)
-	if c.buildkitAddr != "" {
-		bcfg.Address = c.buildkitAddr
-	}
+	bcfg := builder.DefaultConfig()
+	// An empty --buildkit-addr is derived from the state dir.
+	bcfg.StateDir, bcfg.Address = c.stateDir, c.buildkitAddr
 	bcfg.ImageRepo = c.imageRepo
 	bcfg.Push, bcfg.RegistryConfig = c.push, c.registryConfig
 	bcfg.ImageResolveMode = c.imageResolveMode
@@ -147,8 +146,8 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	recorder := &releases.Recorder{Client: kc, Namespace: c.namespace, PollInterval: 50 * time.Millisecond}
 	tokenStore := &tokens.Store{Client: kc, Users: informers, Namespace: c.secretsNamespace}
 	logs := runtimeLogs{runtime: c.runtime, stateDir: filepath.Join(c.stateDir, "runtime"), namespace: c.namespace}
-	gcfg := gitserver.DefaultConfig(c.stateDir)
-	gcfg.Addr = c.sshAddr
+	gcfg := gitserver.DefaultConfig()
+	gcfg.StateDir, gcfg.Addr = c.stateDir, c.sshAddr
 	gcfg.AllowFileUpstreams = c.allowFile
 	gcfg.MaxObjectBytes = int64(c.maxObjectSize)
 	var hooksListener net.Listener

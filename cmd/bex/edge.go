@@ -89,10 +89,8 @@ func (c *edgeCmd) command() *cobra.Command {
 }
 
 func (c *edgeCmd) run(ctx context.Context) error {
-	restCfg, s, err := c.connect()
-	if err != nil {
-		return err
-	}
+	// The flags' problems, all at once and by their names, before edge.Config's.
+	var bad []error
 	for _, d := range []struct {
 		flag string
 		v    time.Duration
@@ -101,11 +99,18 @@ func (c *edgeCmd) run(ctx context.Context) error {
 		{"idle-timeout", c.idleTimeout}, {"shutdown-timeout", c.shutdownTimeout},
 	} {
 		if d.v <= 0 {
-			return fmt.Errorf("--%s %s: give a positive duration, such as 30s", d.flag, d.v)
+			bad = append(bad, fmt.Errorf("--%s %s: give a positive duration, such as 30s", d.flag, d.v))
 		}
 	}
 	if c.maxHeaderBytes < 4096 {
-		return fmt.Errorf("--max-header-bytes %d: give at least 4096 (browsers send several KiB of cookies)", c.maxHeaderBytes)
+		bad = append(bad, fmt.Errorf("--max-header-bytes %d: give at least 4096 (browsers send several KiB of cookies)", c.maxHeaderBytes))
+	}
+	if err := errors.Join(bad...); err != nil {
+		return err
+	}
+	restCfg, s, err := c.connect()
+	if err != nil {
+		return err
 	}
 	cfg := edge.DefaultConfig()
 	cfg.BaseDomain, cfg.Namespace = c.baseDomain, c.namespace

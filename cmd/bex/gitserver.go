@@ -111,7 +111,9 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	dir, informers, err := access.Start(ctx, access.Config{Namespace: c.namespace}, restCfg, s, kc)
+	acfg := access.DefaultConfig()
+	acfg.Namespace = c.namespace
+	dir, informers, err := access.Start(ctx, acfg, restCfg, s, kc)
 	if err != nil {
 		return err
 	}

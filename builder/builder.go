@@ -51,6 +51,7 @@ func New(cfg Config, log *slog.Logger) (*Builder, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withPaths()
 	if log == nil {
 		log = slog.Default()
 	}

@@ -27,7 +27,8 @@ func newBuilder(t testing.TB, tweak ...func(*builder.Config)) (*builder.Builder,
 	t.Helper()
 	bk := testenv.SharedBuildkitd(t)
 	testenv.SharedBusybox(t)
-	cfg := builder.DefaultConfig(t.TempDir())
+	cfg := builder.DefaultConfig()
+	cfg.StateDir = t.TempDir()
 	cfg.Address = bk.Address
 	cfg.ImageResolveMode = "local"
 	cfg.Plan.Images.Static = "busybox"
@@ -325,7 +326,8 @@ func TestErrorsSayWhatFailed(t *testing.T) {
 }
 
 func TestUnreachableBuildkitd(t *testing.T) {
-	cfg := builder.DefaultConfig(t.TempDir())
+	cfg := builder.DefaultConfig()
+	cfg.StateDir = t.TempDir()
 	cfg.Address = "unix://" + filepath.Join(t.TempDir(), "nothing.sock")
 	b, err := builder.New(cfg, nil)
 	if err != nil {

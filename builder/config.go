@@ -10,9 +10,13 @@ import (
 	"bex.co/bex/builder/plan"
 )
 
-// Config is the builder's configuration; cmd/bex fills it, DefaultConfig gives the
-// defaults.
+// Config is the builder's configuration; cmd/bex fills it, starting from
+// DefaultConfig.
 type Config struct {
+	// StateDir is where the fields below that are left empty point: Address is
+	// unix://StateDir/buildkitd/buildkitd.sock, WorkDir StateDir/builds and
+	// LogDir StateDir/build-logs. It has no default.
+	StateDir string
 	// Address is buildkitd's address, e.g. unix:///var/lib/bex/buildkitd/buildkitd.sock.
 	Address string
 	// ImageRepo names the images: <ImageRepo>/<app>:<commit>. On one node the
@@ -58,49 +62,84 @@ type Config struct {
 	Plan plan.Config
 }
 
-// DefaultConfig returns the defaults, with state under stateDir.
-func DefaultConfig(stateDir string) Config {
+// DefaultConfig returns the defaults. It names no StateDir: cmd/bex sets it.
+func DefaultConfig() Config {
 	return Config{
-		Address:          "unix://" + filepath.Join(stateDir, "buildkitd", "buildkitd.sock"),
 		ImageRepo:        "bex.local",
 		ImageResolveMode: "default",
 		Timeout:          15 * time.Minute,
 		MaxConcurrent:    2,
 		MaxContextBytes:  1 << 30,
 		MaxContextFiles:  100_000,
-		WorkDir:          filepath.Join(stateDir, "builds"),
-		LogDir:           filepath.Join(stateDir, "build-logs"),
 		KeepLogs:         20,
 		MaxLogBytes:      1 << 20,
 		Plan:             plan.DefaultConfig(),
 	}
 }
 
-// Validate reports every problem of c at once.
+// withPaths returns c with Address, WorkDir and LogDir, where empty, derived from
+// StateDir (see Config).
+func (c Config) withPaths() Config {
+	if c.StateDir == "" {
+		return c
+	}
+	if c.Address == "" {
+		c.Address = "unix://" + filepath.Join(c.StateDir, "buildkitd", "buildkitd.sock")
+	}
+	if c.WorkDir == "" {
+		c.WorkDir = filepath.Join(c.StateDir, "builds")
+	}
+	if c.LogDir == "" {
+		c.LogDir = filepath.Join(c.StateDir, "build-logs")
+	}
+	return c
+}
+
+// Validate reports every problem of c at once, each naming its field; Address,
+// WorkDir and LogDir left empty are derived from StateDir first.
 func (c Config) Validate() error {
+	c = c.withPaths()
 	var errs []error
-	if !strings.Contains(c.Address, "://") {
-		errs = append(errs, fmt.Errorf("builder: buildkitd address %q needs a scheme, e.g. unix:///run/buildkit/buildkitd.sock", c.Address))
+	if c.Address == "" {
+		errs = append(errs, errors.New("Config.Address: required, or Config.StateDir to derive it from"))
+	} else if !strings.Contains(c.Address, "://") {
+		errs = append(errs, fmt.Errorf("Config.Address %q: needs a scheme, e.g. unix:///run/buildkit/buildkitd.sock", c.Address))
 	}
 	if c.ImageRepo == "" || strings.ContainsAny(c.ImageRepo, " @:") && !strings.Contains(c.ImageRepo, "/") {
-		errs = append(errs, fmt.Errorf("builder: image repository %q is not a repository name like bex.local or registry.example:5000/apps", c.ImageRepo))
+		errs = append(errs, fmt.Errorf("Config.ImageRepo %q: not a repository name like bex.local or registry.example:5000/apps", c.ImageRepo))
 	}
 	switch c.ImageResolveMode {
 	case "default", "pull", "local":
 	default:
-		errs = append(errs, fmt.Errorf("builder: image resolve mode %q is not default, pull or local", c.ImageResolveMode))
+		errs = append(errs, fmt.Errorf("Config.ImageResolveMode %q: not default, pull or local", c.ImageResolveMode))
 	}
-	if c.Timeout <= 0 || c.MaxConcurrent < 1 || c.MaxContextBytes <= 0 || c.MaxContextFiles <= 0 {
-		errs = append(errs, errors.New("builder: the timeout, the concurrency and the context limits (bytes and files) must be positive"))
+	if c.Timeout <= 0 {
+		errs = append(errs, fmt.Errorf("Config.Timeout %s: must be positive", c.Timeout))
 	}
-	if c.WorkDir == "" || c.LogDir == "" || c.KeepLogs < 1 || c.MaxLogBytes <= 0 {
-		errs = append(errs, errors.New("builder: the work and log directories must be set, and at least one log of positive size kept"))
+	for _, n := range []struct {
+		name string
+		v    int64
+	}{
+		{"MaxConcurrent", int64(c.MaxConcurrent)}, {"MaxContextBytes", c.MaxContextBytes},
+		{"MaxContextFiles", int64(c.MaxContextFiles)}, {"KeepLogs", int64(c.KeepLogs)}, {"MaxLogBytes", c.MaxLogBytes},
+	} {
+		if n.v < 1 {
+			errs = append(errs, fmt.Errorf("Config.%s %d: must be at least 1", n.name, n.v))
+		}
+	}
+	for _, d := range []struct{ name, v string }{{"WorkDir", c.WorkDir}, {"LogDir", c.LogDir}} {
+		if d.v == "" {
+			errs = append(errs, fmt.Errorf("Config.%s: required, or Config.StateDir to derive it from", d.name))
+		}
 	}
 	if c.StepCgroup != "" && (c.StepMemory <= 0 || !filepath.IsAbs(c.StepCgroup)) {
-		errs = append(errs, fmt.Errorf("builder: the build steps' cgroup %q needs an absolute path and the memory limit it has", c.StepCgroup))
+		errs = append(errs, fmt.Errorf("Config.StepCgroup %q: needs an absolute path and Config.StepMemory, the memory limit it has", c.StepCgroup))
 	}
 	if err := c.Plan.Validate(); err != nil {
-		errs = append(errs, err)
+		errs = append(errs, fmt.Errorf("Config.Plan: %w", err))
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("builder: %w", err)
+	}
+	return nil
 }

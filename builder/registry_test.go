@@ -50,7 +50,8 @@ func TestPushToARegistryWithCredentials(t *testing.T) {
 		return p
 	}
 	newB := func(configPath string) *builder.Builder {
-		cfg := builder.DefaultConfig(t.TempDir())
+		cfg := builder.DefaultConfig()
+		cfg.StateDir = t.TempDir()
 		cfg.Address = bk.Address
 		cfg.ImageRepo = host + "/apps"
 		cfg.Push = true

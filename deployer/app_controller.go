@@ -32,7 +32,8 @@ import (
 // Finalizer holds an App until its processes and endpoints are gone.
 const Finalizer = "app.bex.co/processes"
 
-// Config is the reconciler's configuration.
+// Config is the reconciler's configuration; cmd/bex fills it, starting from
+// DefaultConfig.
 type Config struct {
 	// BaseDomain gives each app its default host, <app>.<BaseDomain>.
 	BaseDomain string
@@ -58,25 +59,31 @@ func DefaultConfig() Config {
 	return Config{BaseDomain: "localhost", URLScheme: "https", HTTPSPort: 443, KeepReleases: 20, RequeueWhileRolling: time.Second, Concurrency: 4}
 }
 
-// Validate reports every problem of c.
+// Validate reports every problem of c at once, each naming its field.
 func (c Config) Validate() error {
 	var errs []error
 	if c.BaseDomain == "" {
-		errs = append(errs, errors.New("deployer: the base domain is empty"))
+		errs = append(errs, errors.New("Config.BaseDomain: required"))
 	}
 	if c.URLScheme != "https" && c.URLScheme != "http" {
-		errs = append(errs, fmt.Errorf("deployer: URL scheme %q is not http or https", c.URLScheme))
+		errs = append(errs, fmt.Errorf("Config.URLScheme %q: want http or https", c.URLScheme))
+	}
+	if c.HTTPSPort < 0 || c.HTTPSPort > 65535 {
+		errs = append(errs, fmt.Errorf("Config.HTTPSPort %d: want 1 to 65535, or 0 for 443", c.HTTPSPort))
 	}
 	if c.KeepReleases < 1 {
-		errs = append(errs, errors.New("deployer: at least one release must be kept"))
+		errs = append(errs, fmt.Errorf("Config.KeepReleases %d: must be at least 1", c.KeepReleases))
 	}
 	if c.Concurrency < 1 {
-		errs = append(errs, errors.New("deployer: the concurrency must be at least 1"))
+		errs = append(errs, fmt.Errorf("Config.Concurrency %d: must be at least 1", c.Concurrency))
 	}
 	if c.RequeueWhileRolling <= 0 {
-		errs = append(errs, errors.New("deployer: the rollout requeue interval must be positive"))
+		errs = append(errs, fmt.Errorf("Config.RequeueWhileRolling %s: must be positive", c.RequeueWhileRolling))
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("deployer: %w", err)
+	}
+	return nil
 }
 
 // +kubebuilder:rbac:groups=app.bex.co,resources=apps,verbs=get;list;watch;update;patch

@@ -10,7 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
-// Config is the edge's configuration. The zero value is usable after WithDefaults.
+// Config is the edge's configuration; DefaultConfig gives the defaults, and a zero
+// field means its default.
 type Config struct {
 	// BaseDomain is the domain under which every app answers at <app>.<BaseDomain>.
 	BaseDomain string
@@ -79,8 +80,13 @@ const (
 	DefaultClientIdleTimeout     = 120 * time.Second
 )
 
-// WithDefaults returns c with every zero field set to its default.
-func (c Config) WithDefaults() Config {
+// DefaultConfig returns the edge's defaults. A zero field of a Config means its
+// default too: NewTable, NewProxy and Validate fill them in (PlatformHost only
+// when PlatformBackend is set).
+func DefaultConfig() Config { return Config{}.withDefaults() }
+
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
 	set := func(p *time.Duration, d time.Duration) {
 		if *p == 0 {
 			*p = d
@@ -112,43 +118,51 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Validate reports what is wrong with c (after WithDefaults).
+// Validate reports every problem of c, its zero fields taken as their defaults,
+// each naming its field.
 func (c Config) Validate() error {
+	c = c.withDefaults()
 	var errs []error
 	bd := strings.TrimSuffix(c.BaseDomain, ".")
 	if bd != strings.ToLower(bd) {
-		errs = append(errs, fmt.Errorf("base domain %q: must be lower case", c.BaseDomain))
+		errs = append(errs, fmt.Errorf("Config.BaseDomain %q: must be lower case", c.BaseDomain))
 	} else if msgs := validation.IsDNS1123Subdomain(bd); len(msgs) > 0 {
-		errs = append(errs, fmt.Errorf("base domain %q: %s", c.BaseDomain, strings.Join(msgs, "; ")))
+		errs = append(errs, fmt.Errorf("Config.BaseDomain %q: %s", c.BaseDomain, strings.Join(msgs, "; ")))
 	}
 	if msgs := validation.IsDNS1123Label(c.Namespace); len(msgs) > 0 {
-		errs = append(errs, fmt.Errorf("namespace %q: %s", c.Namespace, strings.Join(msgs, "; ")))
+		errs = append(errs, fmt.Errorf("Config.Namespace %q: %s", c.Namespace, strings.Join(msgs, "; ")))
 	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
 	}{
-		{"dial timeout", c.DialTimeout}, {"response header timeout", c.ResponseHeaderTimeout},
-		{"idle conn timeout", c.IdleConnTimeout}, {"read header timeout", c.ReadHeaderTimeout},
-		{"client idle timeout", c.ClientIdleTimeout},
+		{"DialTimeout", c.DialTimeout}, {"ResponseHeaderTimeout", c.ResponseHeaderTimeout},
+		{"IdleConnTimeout", c.IdleConnTimeout}, {"ReadHeaderTimeout", c.ReadHeaderTimeout},
+		{"ClientIdleTimeout", c.ClientIdleTimeout},
 	} {
 		if d.v <= 0 {
-			errs = append(errs, fmt.Errorf("%s must be positive, got %s", d.name, d.v))
+			errs = append(errs, fmt.Errorf("Config.%s %s: must be positive", d.name, d.v))
 		}
 	}
-	if c.MaxIdleConns < 0 || c.MaxIdleConnsPerHost < 0 {
-		errs = append(errs, errors.New("idle connection limits must not be negative"))
+	if c.MaxIdleConns < 0 {
+		errs = append(errs, fmt.Errorf("Config.MaxIdleConns %d: must not be negative", c.MaxIdleConns))
+	}
+	if c.MaxIdleConnsPerHost < 0 {
+		errs = append(errs, fmt.Errorf("Config.MaxIdleConnsPerHost %d: must not be negative", c.MaxIdleConnsPerHost))
 	}
 	if c.MaxHeaderBytes < 4096 {
-		errs = append(errs, fmt.Errorf("max header bytes must be at least 4096, got %d", c.MaxHeaderBytes))
+		errs = append(errs, fmt.Errorf("Config.MaxHeaderBytes %d: must be at least 4096", c.MaxHeaderBytes))
 	}
 	if c.PlatformBackend != "" {
 		if _, _, err := net.SplitHostPort(c.PlatformBackend); err != nil {
-			errs = append(errs, fmt.Errorf("platform backend %q: want HOST:PORT (%v)", c.PlatformBackend, err))
+			errs = append(errs, fmt.Errorf("Config.PlatformBackend %q: want HOST:PORT (%v)", c.PlatformBackend, err))
 		}
 		if msgs := validation.IsDNS1123Subdomain(c.PlatformHost); len(msgs) > 0 {
-			errs = append(errs, fmt.Errorf("platform host %q: %s", c.PlatformHost, strings.Join(msgs, "; ")))
+			errs = append(errs, fmt.Errorf("Config.PlatformHost %q: %s", c.PlatformHost, strings.Join(msgs, "; ")))
 		}
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("edge: %w", err)
+	}
+	return nil
 }

@@ -15,7 +15,7 @@ import (
 // custom domain claims it does not take it over.
 func TestPlatformRoute(t *testing.T) {
 	_, port := backend(t, "platform")
-	cfg := Config{BaseDomain: "apps.test", PlatformBackend: fmt.Sprintf("127.0.0.1:%d", port)}.WithDefaults()
+	cfg := Config{BaseDomain: "apps.test", PlatformBackend: fmt.Sprintf("127.0.0.1:%d", port)}.withDefaults()
 	if cfg.PlatformHost != "apps.test" {
 		t.Fatalf("platform host defaults to %q", cfg.PlatformHost)
 	}
@@ -46,7 +46,7 @@ func TestPlatformPaths(t *testing.T) {
 			t.Errorf("IsPlatformPath(%q) = %v", path, got)
 		}
 	}
-	if err := (Config{PlatformBackend: "nohostport"}).WithDefaults().Validate(); err == nil {
+	if err := (Config{PlatformBackend: "nohostport"}).Validate(); err == nil {
 		t.Error("a platform backend without a port was accepted")
 	}
 }

@@ -61,7 +61,7 @@ type Proxy struct {
 // NewProxy returns the proxy for table. Metrics are registered on reg unless it is
 // nil; the access log goes to log (slog.Default() if nil).
 func NewProxy(cfg Config, table *Table, log *slog.Logger, reg prometheus.Registerer) (*Proxy, error) {
-	cfg = cfg.WithDefaults()
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -66,7 +66,7 @@ type Table struct {
 // before c is started (see the package doc for the order). Until c has synced, the
 // table is not Ready and knows no host.
 func NewTable(ctx context.Context, cfg Config, c cache.Cache, log *slog.Logger) (*Table, error) {
-	cfg = cfg.WithDefaults()
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

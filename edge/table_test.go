@@ -106,7 +106,7 @@ func TestBuild(t *testing.T) {
 }
 
 func TestConfig(t *testing.T) {
-	c := Config{}.WithDefaults()
+	c := DefaultConfig()
 	if c.BaseDomain != "localhost" || c.Namespace != "default" || c.DialTimeout != 5*time.Second ||
 		c.ResponseHeaderTimeout != time.Minute || c.MaxHeaderBytes != 1<<20 {
 		t.Errorf("defaults: %+v", c)
@@ -115,9 +115,9 @@ func TestConfig(t *testing.T) {
 		t.Errorf("defaults invalid: %v", err)
 	}
 	bad := c
-	bad.BaseDomain, bad.Namespace, bad.DialTimeout, bad.MaxHeaderBytes = "Bad_Domain", "", -1, 10
+	bad.BaseDomain, bad.Namespace, bad.DialTimeout, bad.MaxHeaderBytes = "Bad_Domain", "Bad NS", -1, 10
 	err := bad.Validate()
-	for _, want := range []string{"base domain", "namespace", "dial timeout", "max header bytes"} {
+	for _, want := range []string{"Config.BaseDomain", "Config.Namespace", "Config.DialTimeout", "Config.MaxHeaderBytes"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v, want it to mention %q", err, want)
 		}

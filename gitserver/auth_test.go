@@ -170,7 +170,8 @@ func TestSilentConnectionsAreClosedAfterTheHandshakeTimeout(t *testing.T) {
 
 func TestHostKeyIsKeptAcrossRestarts(t *testing.T) {
 	state := t.TempDir()
-	cfg := gitserver.DefaultConfig(state)
+	cfg := gitserver.DefaultConfig()
+	cfg.StateDir = state
 	a, err := gitserver.New(cfg, nopDirectory{}, &fakeBuilder{}, &fakeDeployer{}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -186,7 +187,7 @@ func TestHostKeyIsKeptAcrossRestarts(t *testing.T) {
 		t.Fatalf("host key file: %v %v", fi, err)
 	}
 	// A damaged key file is an error that says what to do, not a silent new key.
-	if err := os.WriteFile(cfg.HostKeyPath, []byte("garbage"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(state, "ssh_host_ed25519_key"), []byte("garbage"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := gitserver.New(cfg, nopDirectory{}, &fakeBuilder{}, &fakeDeployer{}, nil, nil); err == nil || !strings.Contains(err.Error(), "remove it to generate a new one") {
@@ -195,14 +196,22 @@ func TestHostKeyIsKeptAcrossRestarts(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
-	cfg := gitserver.DefaultConfig(t.TempDir())
+	cfg := gitserver.DefaultConfig()
+	cfg.StateDir = t.TempDir()
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
 	cfg.MaxConcurrentBuilds = 0
 	cfg.BuildTimeout = -1
 	err := cfg.Validate()
-	if err == nil || !strings.Contains(err.Error(), "max concurrent builds") || !strings.Contains(err.Error(), "build timeout") {
+	if err == nil || !strings.Contains(err.Error(), "Config.MaxConcurrentBuilds") || !strings.Contains(err.Error(), "Config.BuildTimeout") {
 		t.Fatalf("Validate = %v", err)
+	}
+	// Without a state dir, every path it would give is named.
+	err = gitserver.DefaultConfig().Validate()
+	for _, want := range []string{"Config.HostKeyPath", "Config.ReposDir", "Config.UpstreamKnownHosts"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate without StateDir = %v, want it to name %s", err, want)
+		}
 	}
 }

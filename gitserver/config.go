@@ -8,10 +8,14 @@ import (
 )
 
 // Config is the gitserver's configuration. cmd/bex fills it from flags and BEX_*
-// variables; DefaultConfig gives the defaults.
+// variables, starting from DefaultConfig.
 type Config struct {
 	// Addr is the SSH listen address.
 	Addr string
+	// StateDir is where the paths below that are left empty go: HostKeyPath is
+	// StateDir/ssh_host_ed25519_key, ReposDir StateDir/repos and
+	// UpstreamKnownHosts StateDir/upstream_known_hosts. It has no default.
+	StateDir string
 	// HostKeyPath is the ed25519 host key, generated on first start and kept.
 	HostKeyPath string
 	// ReposDir holds one bare repository per app, <app>.git.
@@ -61,12 +65,10 @@ type Config struct {
 // DefaultMaxObjectBytes is GitHub's limit on one file: 100 MiB.
 const DefaultMaxObjectBytes = 100 << 20
 
-// DefaultConfig returns the defaults, with state under stateDir.
-func DefaultConfig(stateDir string) Config {
+// DefaultConfig returns the defaults. It names no StateDir: cmd/bex sets it.
+func DefaultConfig() Config {
 	return Config{
 		Addr:                ":2222",
-		HostKeyPath:         filepath.Join(stateDir, "ssh_host_ed25519_key"),
-		ReposDir:            filepath.Join(stateDir, "repos"),
 		Agent:               "bex/dev",
 		MaxConcurrentBuilds: 4,
 		LockWait:            20 * time.Minute,
@@ -79,36 +81,67 @@ func DefaultConfig(stateDir string) Config {
 		MaxObjectBytes:      DefaultMaxObjectBytes,
 		SessionRecheck:      time.Second,
 		FetchTimeout:        5 * time.Minute,
-		UpstreamKnownHosts:  filepath.Join(stateDir, "upstream_known_hosts"),
 	}
 }
 
-// Validate reports every problem of c at once.
+// withPaths returns c with its empty paths derived from StateDir (see Config).
+func (c Config) withPaths() Config {
+	if c.StateDir == "" {
+		return c
+	}
+	for _, p := range []struct {
+		field *string
+		name  string
+	}{
+		{&c.HostKeyPath, "ssh_host_ed25519_key"},
+		{&c.ReposDir, "repos"},
+		{&c.UpstreamKnownHosts, "upstream_known_hosts"},
+	} {
+		if *p.field == "" {
+			*p.field = filepath.Join(c.StateDir, p.name)
+		}
+	}
+	return c
+}
+
+// Validate reports every problem of c at once, each naming its field; the paths
+// left empty are derived from StateDir first.
 func (c Config) Validate() error {
+	c = c.withPaths()
 	var errs []error
 	if c.Addr == "" {
-		errs = append(errs, errors.New("gitserver: the SSH address is empty"))
+		errs = append(errs, errors.New("Config.Addr: required (the SSH listen address)"))
 	}
-	if c.HostKeyPath == "" || c.ReposDir == "" {
-		errs = append(errs, errors.New("gitserver: the host key path and the repositories directory must be set"))
+	for _, p := range []struct{ name, v string }{
+		{"HostKeyPath", c.HostKeyPath}, {"ReposDir", c.ReposDir}, {"UpstreamKnownHosts", c.UpstreamKnownHosts},
+	} {
+		if p.v == "" {
+			errs = append(errs, fmt.Errorf("Config.%s: required, or Config.StateDir to derive it from", p.name))
+		}
 	}
 	if c.MaxConcurrentBuilds < 1 {
-		errs = append(errs, fmt.Errorf("gitserver: max concurrent builds is %d; it must be at least 1", c.MaxConcurrentBuilds))
+		errs = append(errs, fmt.Errorf("Config.MaxConcurrentBuilds %d: must be at least 1", c.MaxConcurrentBuilds))
 	}
-	for name, d := range map[string]time.Duration{
-		"lock wait": c.LockWait, "build timeout": c.BuildTimeout, "rollout timeout": c.RolloutTimeout,
-		"keep-alive": c.KeepAlive, "handshake timeout": c.HandshakeTimeout, "idle timeout": c.IdleTimeout,
-		"session recheck interval": c.SessionRecheck, "fetch timeout": c.FetchTimeout,
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"LockWait", c.LockWait}, {"BuildTimeout", c.BuildTimeout}, {"RolloutTimeout", c.RolloutTimeout},
+		{"KeepAlive", c.KeepAlive}, {"HandshakeTimeout", c.HandshakeTimeout}, {"IdleTimeout", c.IdleTimeout},
+		{"SessionRecheck", c.SessionRecheck}, {"FetchTimeout", c.FetchTimeout},
 	} {
-		if d <= 0 {
-			errs = append(errs, fmt.Errorf("gitserver: the %s must be positive, not %s", name, d))
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("Config.%s %s: must be positive", d.name, d.v))
 		}
 	}
 	if c.MaxPackBytes <= 0 {
-		errs = append(errs, errors.New("gitserver: the maximum pack size must be positive"))
+		errs = append(errs, fmt.Errorf("Config.MaxPackBytes %d: must be positive", c.MaxPackBytes))
 	}
 	if c.MaxObjectBytes <= 0 {
-		errs = append(errs, errors.New("gitserver: the maximum object size must be positive"))
+		errs = append(errs, fmt.Errorf("Config.MaxObjectBytes %d: must be positive", c.MaxObjectBytes))
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("gitserver: %w", err)
+	}
+	return nil
 }

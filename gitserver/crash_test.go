@@ -57,7 +57,8 @@ func runChildServer() int {
 			select {} // until SIGKILL
 		}
 	}
-	scfg := gitserver.DefaultConfig(os.Getenv("BEX_TEST_STATE"))
+	scfg := gitserver.DefaultConfig()
+	scfg.StateDir = os.Getenv("BEX_TEST_STATE")
 	scfg.Addr = os.Getenv("BEX_TEST_ADDR")
 	srv, err := gitserver.New(scfg, dir, b, &fakeDeployer{}, slog.New(slog.NewTextHandler(os.Stderr, nil)), nil)
 	if err != nil {

@@ -66,7 +66,8 @@ func newEnvWith(t testing.TB, opts []gitserver.Option, tweak ...func(*gitserver.
 		t.Fatal(err)
 	}
 	e := &env{t: t, ns: ns, cp: cp, state: t.TempDir(), builder: &fakeBuilder{}, deployer: &fakeDeployer{}, logs: &testenv.SyncBuffer{}, dir: dir}
-	cfg := gitserver.DefaultConfig(e.state)
+	cfg := gitserver.DefaultConfig()
+	cfg.StateDir = e.state
 	cfg.Addr = "127.0.0.1:0"
 	cfg.KeepAlive = 200 * time.Millisecond
 	for _, f := range tweak {

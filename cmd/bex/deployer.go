@@ -131,7 +131,7 @@ func (c *deployerCmd) run(ctx context.Context) error {
 			return err
 		}
 	}
-	fmt.Fprintf(c.errOut, "bex deployer: reconciling Apps with the %s runtime\n", c.runtimeName)
+	say(c.errOut, c.log, "bex deployer: reconciling Apps with the %s runtime", c.runtimeName)
 	return mgr.Start(ctx)
 }
 
@@ -175,13 +175,16 @@ func (notElected) NeedLeaderElection() bool          { return false }
 func (c *deployerCmd) newRuntime(mgr ctrl.Manager) (runtime.Runtime, error) {
 	switch c.runtimeName {
 	case "kubernetes":
-		return kube.New(kube.Config{HostUsers: c.hostUsers}, mgr.GetClient())
+		cfg := kube.DefaultConfig()
+		cfg.HostUsers = c.hostUsers
+		return kube.New(cfg, mgr.GetClient())
 	case "local":
 		addr := c.containerdAddr
 		if addr == "" {
 			addr = filepath.Join(c.stateDir, "containerd", "containerd.sock")
 		}
-		cfg := local.Config{Address: addr, Namespace: c.containerdNS, StateDir: filepath.Join(c.stateDir, "runtime")}.Defaults()
+		cfg := local.DefaultConfig()
+		cfg.Address, cfg.Namespace, cfg.StateDir = addr, c.containerdNS, filepath.Join(c.stateDir, "runtime")
 		// The local runtime adopts what runs before the manager's cache starts, so it
 		// reads through a direct client.
 		direct, err := newDirectClient(mgr)

@@ -89,10 +89,8 @@ func (c *edgeCmd) command() *cobra.Command {
 }
 
 func (c *edgeCmd) run(ctx context.Context) error {
-	restCfg, s, err := c.connect()
-	if err != nil {
-		return err
-	}
+	// The flags' problems, all at once and by their names, before edge.Config's.
+	var bad []error
 	for _, d := range []struct {
 		flag string
 		v    time.Duration
@@ -101,18 +99,25 @@ func (c *edgeCmd) run(ctx context.Context) error {
 		{"idle-timeout", c.idleTimeout}, {"shutdown-timeout", c.shutdownTimeout},
 	} {
 		if d.v <= 0 {
-			return fmt.Errorf("--%s %s: give a positive duration, such as 30s", d.flag, d.v)
+			bad = append(bad, fmt.Errorf("--%s %s: give a positive duration, such as 30s", d.flag, d.v))
 		}
 	}
 	if c.maxHeaderBytes < 4096 {
-		return fmt.Errorf("--max-header-bytes %d: give at least 4096 (browsers send several KiB of cookies)", c.maxHeaderBytes)
+		bad = append(bad, fmt.Errorf("--max-header-bytes %d: give at least 4096 (browsers send several KiB of cookies)", c.maxHeaderBytes))
 	}
-	cfg := edge.Config{
-		BaseDomain: c.baseDomain, Namespace: c.namespace,
-		DialTimeout: c.dialTimeout, ResponseHeaderTimeout: c.backendTimeout,
-		ReadHeaderTimeout: c.readHeaderTimeout, ClientIdleTimeout: c.idleTimeout, MaxHeaderBytes: c.maxHeaderBytes,
-		PlatformBackend: c.platformBackend, PlatformHost: c.platformHost,
-	}.WithDefaults()
+	if err := errors.Join(bad...); err != nil {
+		return err
+	}
+	restCfg, s, err := c.connect()
+	if err != nil {
+		return err
+	}
+	cfg := edge.DefaultConfig()
+	cfg.BaseDomain, cfg.Namespace = c.baseDomain, c.namespace
+	cfg.DialTimeout, cfg.ResponseHeaderTimeout = c.dialTimeout, c.backendTimeout
+	cfg.ReadHeaderTimeout, cfg.ClientIdleTimeout, cfg.MaxHeaderBytes = c.readHeaderTimeout, c.idleTimeout, c.maxHeaderBytes
+	// PlatformHost empty is derived from BaseDomain when PlatformBackend is set.
+	cfg.PlatformBackend, cfg.PlatformHost = c.platformBackend, c.platformHost
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -184,7 +189,7 @@ func (c *edgeCmd) run(ctx context.Context) error {
 		serve(proxy.NewServer(tlsConfig), tls.NewListener(tl, tlsConfig))
 		_, httpsPort, _ := net.SplitHostPort(tl.Addr().String())
 		httpHandler = certs.HTTPHandler(redirectToHTTPS(httpsPort))
-		fmt.Fprintf(c.errOut, "bex edge: serving https://<app>.%s on %s (%s)\n", c.baseDomain, tl.Addr(), trust)
+		say(c.errOut, c.log, "bex edge: serving https://<app>.%s on %s (%s)", c.baseDomain, tl.Addr(), trust)
 	}
 	l, err := net.Listen("tcp", c.httpAddr)
 	if err != nil {
@@ -197,7 +202,7 @@ func (c *edgeCmd) run(ctx context.Context) error {
 		proxy.ConfigureServer(srv)
 		serve(srv, l)
 	}
-	fmt.Fprintf(c.errOut, "bex edge: HTTP on %s\n", l.Addr())
+	say(c.errOut, c.log, "bex edge: HTTP on %s", l.Addr())
 	if c.ready != nil {
 		c.ready <- l.Addr().String()
 	}

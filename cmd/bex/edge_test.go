@@ -182,3 +182,14 @@ func TestEdgeLimitsAndShutdown(t *testing.T) {
 		t.Errorf("the log does not say the edge drained:\n%s", stderr.String())
 	}
 }
+
+// TestEdgeNamesEveryBadFlag: bad flags are refused together, each by its name,
+// before the API is dialled.
+func TestEdgeNamesEveryBadFlag(t *testing.T) {
+	_, err := runBex(t, "edge", "--kubeconfig", t.TempDir()+"/none", "--dial-timeout", "0s", "--max-header-bytes", "10")
+	for _, want := range []string{"--dial-timeout 0s", "--max-header-bytes 10"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("bex edge with bad flags: %v, want it to name %s", err, want)
+		}
+	}
+}

@@ -110,7 +110,9 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	dir, informers, err := access.Start(ctx, access.Config{Namespace: c.namespace}, restCfg, s, kc)
+	acfg := access.DefaultConfig()
+	acfg.Namespace = c.namespace
+	dir, informers, err := access.Start(ctx, acfg, restCfg, s, kc)
 	if err != nil {
 		return err
 	}
@@ -119,13 +121,12 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 		return err
 	}
 	if ok, err := backend.HasAdmin(ctx, kc); err == nil && !ok {
-		fmt.Fprintf(c.errOut, "bex gitserver: no admin yet: run `bex users add NAME --admin --key ~/.ssh/id_ed25519.pub` on this machine, or start with --admin-keys FILE\n")
+		say(c.errOut, c.log, "bex gitserver: no admin yet: run `bex users add NAME --admin --key ~/.ssh/id_ed25519.pub` on this machine, or start with --admin-keys FILE")
 	}
 
-	bcfg := builder.DefaultConfig(c.stateDir)
-	if c.buildkitAddr != "" {
-		bcfg.Address = c.buildkitAddr
-	}
+	bcfg := builder.DefaultConfig()
+	// An empty --buildkit-addr is derived from the state dir.
+	bcfg.StateDir, bcfg.Address = c.stateDir, c.buildkitAddr
 	bcfg.ImageRepo = c.imageRepo
 	bcfg.Push, bcfg.RegistryConfig = c.push, c.registryConfig
 	bcfg.ImageResolveMode = c.imageResolveMode
@@ -146,8 +147,8 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	recorder := &releases.Recorder{Client: kc, Namespace: c.namespace, PollInterval: 50 * time.Millisecond}
 	tokenStore := &tokens.Store{Client: kc, Users: informers, Namespace: c.secretsNamespace}
 	logs := runtimeLogs{runtime: c.runtime, stateDir: filepath.Join(c.stateDir, "runtime"), namespace: c.namespace}
-	gcfg := gitserver.DefaultConfig(c.stateDir)
-	gcfg.Addr = c.sshAddr
+	gcfg := gitserver.DefaultConfig()
+	gcfg.StateDir, gcfg.Addr = c.stateDir, c.sshAddr
 	gcfg.AllowFileUpstreams = c.allowFile
 	gcfg.MaxObjectBytes = int64(c.maxObjectSize)
 	var hooksListener net.Listener
@@ -194,7 +195,7 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.errOut, "bex gitserver: listening on %s (host key %s)\n", c.listener.Addr(), gossh.FingerprintSHA256(srv.HostKey()))
+	say(c.errOut, c.log, "bex gitserver: listening on %s (host key %s)", c.listener.Addr(), gossh.FingerprintSHA256(srv.HostKey()))
 	if c.ready != nil {
 		c.ready <- c.listener.Addr().String()
 	}
@@ -223,7 +224,7 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 				errc <- err
 			}
 		}()
-		fmt.Fprintf(c.errOut, "bex gitserver: webhooks and the agents' API on %s (%s/hooks/APP, %s/mcp)\n", hooksListener.Addr(), c.hooksURL, c.hooksURL)
+		say(c.errOut, c.log, "bex gitserver: webhooks and the agents' API on %s (%s/hooks/APP, %s/mcp)", hooksListener.Addr(), c.hooksURL, c.hooksURL)
 		if c.hooksReady != nil {
 			c.hooksReady <- hooksListener.Addr().String()
 		}

@@ -59,8 +59,9 @@ func newRoot(out, errOut io.Writer) (*cobra.Command, slog.Handler) {
 		if logs.format != "text" && logs.format != "json" {
 			return fmt.Errorf("--log-format %q: want text or json", logs.format)
 		}
-		// bex up's children (bex edge, ...) log in the same format.
-		return os.Setenv("BEX_LOG_FORMAT", logs.format)
+		// Nothing is passed on through the environment: bex up gives its children
+		// the format as their --log-format (up.Config.LogFormat).
+		return nil
 	}
 	log := slog.New(logs)
 	for _, s := range []subcommand{
@@ -69,7 +70,7 @@ func newRoot(out, errOut io.Writer) (*cobra.Command, slog.Handler) {
 		&gitserverCmd{errOut: errOut, log: log},
 		&deployerCmd{errOut: errOut, log: log},
 		&edgeCmd{errOut: errOut, log: log},
-		&upCmd{out: out, errOut: errOut, log: log},
+		&upCmd{out: out, errOut: errOut, log: log, logFormat: &logs.format},
 	} {
 		root.AddCommand(wire(s))
 	}
@@ -91,6 +92,17 @@ func wire(s subcommand) *cobra.Command {
 		return s.run(cmd.Context())
 	}
 	return c
+}
+
+// say writes a line for whoever watches the command (where it listens, what it
+// serves): as is with --log-format text, and as an INFO record of the log with
+// --log-format json, so that a log collector reading stderr reads JSON only.
+func say(w io.Writer, log *slog.Logger, format string, args ...any) {
+	if h, ok := log.Handler().(*logHandler); ok && h.format == "json" {
+		log.Info(fmt.Sprintf(format, args...))
+		return
+	}
+	fmt.Fprintf(w, format+"\n", args...)
 }
 
 // logHandler writes bex's log as text or JSON. The loggers are made with the

@@ -114,3 +114,23 @@ func TestLogFormat(t *testing.T) {
 		t.Errorf("--log-format yaml: %v %q", err, out)
 	}
 }
+
+// TestSayFollowsTheLogFormat: the lines a subcommand says on start (where it
+// listens) are plain text with --log-format text and log records with json, so
+// that a log collector reading stderr reads JSON only.
+func TestSayFollowsTheLogFormat(t *testing.T) {
+	t.Setenv("BEX_LOG_FORMAT", "")
+	os.Unsetenv("BEX_LOG_FORMAT")
+	for format, want := range map[string]string{"text": "bex x: listening on 1\n", "json": `"msg":"bex x: listening on 1"`} {
+		var out, errOut bytes.Buffer
+		root, logs := newRoot(&out, &errOut)
+		root.SetArgs([]string{"--log-format", format, "version"})
+		if err := root.Execute(); err != nil {
+			t.Fatal(err)
+		}
+		say(&errOut, slog.New(logs), "bex x: listening on %d", 1)
+		if got := errOut.String(); !strings.Contains(got, want) || format == "json" && !json.Valid([]byte(got)) {
+			t.Errorf("--log-format %s: said %q, want %s", format, got, want)
+		}
+	}
+}

@@ -11,13 +11,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"bex.co/bex/cmd/bex/up"
-	"bex.co/bex/gitserver"
 )
 
 // upCmd runs the whole platform on this machine.
 type upCmd struct {
 	out, errOut io.Writer
 	log         *slog.Logger
+	// logFormat is the root's --log-format (or BEX_LOG_FORMAT), resolved before run.
+	logFormat *string
 
 	cfg           up.Config
 	adminKeyFile  string
@@ -40,19 +41,21 @@ func (c *upCmd) command() *cobra.Command {
 		Args:    cobra.NoArgs,
 		PreRunE: func(cmd *cobra.Command, _ []string) error { return bindEnv(cmd) },
 	}
+	c.cfg = up.DefaultConfig()
+	d := c.cfg
 	f := cmd.Flags()
-	f.StringVar(&c.cfg.StateDir, "state-dir", "/var/lib/bex", "directory for everything bex keeps")
-	f.StringVar(&c.cfg.SSHAddr, "ssh-addr", ":2222", "SSH address for git push and commands")
-	f.StringVar(&c.cfg.HTTPAddr, "http-addr", ":80", "HTTP address (ACME challenges, redirects to HTTPS)")
-	f.StringVar(&c.cfg.HTTPSAddr, "https-addr", ":443", "HTTPS address of the apps")
-	f.StringVar(&c.cfg.HooksAddr, "hooks-addr", "127.0.0.1:8090", "where the gitserver serves the webhooks (/hooks/<app>) and the agents' MCP endpoint (/mcp) on plain HTTP; the edge serves them to the world at https://BASE-DOMAIN/hooks/ and /mcp; empty: off")
-	f.StringVar(&c.cfg.BaseDomain, "base-domain", "localhost", "apps answer at https://<app>.<base-domain>")
+	f.StringVar(&c.cfg.StateDir, "state-dir", d.StateDir, "directory for everything bex keeps")
+	f.StringVar(&c.cfg.SSHAddr, "ssh-addr", d.SSHAddr, "SSH address for git push and commands")
+	f.StringVar(&c.cfg.HTTPAddr, "http-addr", d.HTTPAddr, "HTTP address (ACME challenges, redirects to HTTPS)")
+	f.StringVar(&c.cfg.HTTPSAddr, "https-addr", d.HTTPSAddr, "HTTPS address of the apps")
+	f.StringVar(&c.cfg.HooksAddr, "hooks-addr", d.HooksAddr, "where the gitserver serves the webhooks (/hooks/<app>) and the agents' MCP endpoint (/mcp) on plain HTTP; the edge serves them to the world at https://BASE-DOMAIN/hooks/ and /mcp; empty: off")
+	f.StringVar(&c.cfg.BaseDomain, "base-domain", d.BaseDomain, "apps answer at https://<app>.<base-domain>")
 	f.StringVar(&c.adminKeyFile, "admin-key", "", "OpenSSH public key file made admin on start (e.g. ~/.ssh/id_ed25519.pub)")
 	f.StringVar(&c.cfg.ACMEEmail, "acme-email", "", "ACME account email (certificates from Let's Encrypt, or --acme-ca)")
 	f.StringVar(&c.cfg.ACMECA, "acme-ca", "", "ACME directory URL; without it and --acme-email, or for the base domain localhost, a local CA issues certificates (STATE_DIR/ca.pem)")
 	f.StringVar(&c.cfg.ContainerdAddr, "containerd-addr", "", "an existing containerd's socket (default: start one in STATE_DIR/containerd)")
-	f.StringVar(&c.cfg.ImageResolveMode, "image-resolve-mode", "default", "how builds find base images: default, pull, or local (images already in containerd; no registry)")
-	c.maxObjectSize = gitserver.DefaultMaxObjectBytes
+	f.StringVar(&c.cfg.ImageResolveMode, "image-resolve-mode", d.ImageResolveMode, "how builds find base images: default, pull, or local (images already in containerd; no registry)")
+	c.maxObjectSize = byteSize(d.MaxObjectBytes)
 	f.Var(&c.maxObjectSize, "max-object-size", "largest object (a file, mostly) that a push may hold, passed to the gitserver (GitHub's limit is 100MiB)")
 	f.BoolVar(&c.cfg.BusyboxBase, "busybox-base", false, "put Debian's busybox-static into containerd as docker.io/library/busybox:latest if no such image is there, so FROM busybox builds without a registry (with --image-resolve-mode local)")
 	f.Var(&c.buildMemory, "build-memory", "memory limit shared by the build steps running at once, e.g. 4Gi or 512Mi; a step past it fails the build (default: the smaller of 4Gi and half the machine's memory)")
@@ -84,6 +87,9 @@ func (c *upCmd) run(ctx context.Context) error {
 		return err
 	}
 	c.cfg.Bex, c.cfg.Out, c.cfg.Log = exe, c.out, c.log
+	if c.logFormat != nil {
+		c.cfg.LogFormat = *c.logFormat
+	}
 	c.cfg.MaxObjectBytes = int64(c.maxObjectSize)
 	p, err := up.Start(ctx, c.cfg)
 	if err != nil {

@@ -20,7 +20,8 @@ const (
 	DefaultCacheWait = 30 * time.Second
 )
 
-// Config configures a Kube directory. The zero Config is valid and means the defaults.
+// Config configures a Kube directory. DefaultConfig gives the defaults, and a zero
+// field means its default (the zero Config is valid): New and Validate fill them in.
 type Config struct {
 	// Namespace is the namespace the Apps live in. Default DefaultNamespace.
 	Namespace string
@@ -29,8 +30,11 @@ type Config struct {
 	CacheWait time.Duration
 }
 
-// WithDefaults returns c with its zero fields set to their defaults.
-func (c Config) WithDefaults() Config {
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config { return Config{}.withDefaults() }
+
+// withDefaults returns c with its zero fields set to their defaults.
+func (c Config) withDefaults() Config {
 	if c.Namespace == "" {
 		c.Namespace = DefaultNamespace
 	}
@@ -40,15 +44,16 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Validate reports what is wrong with c once its defaults are applied.
+// Validate reports every problem of c, its zero fields taken as their defaults,
+// each naming its field.
 func (c Config) Validate() error {
-	c = c.WithDefaults()
+	c = c.withDefaults()
 	var errs []error
 	if msgs := validation.IsDNS1123Label(c.Namespace); len(msgs) > 0 {
-		errs = append(errs, fmt.Errorf("namespace %q: %s", c.Namespace, strings.Join(msgs, "; ")))
+		errs = append(errs, fmt.Errorf("Config.Namespace %q: %s", c.Namespace, strings.Join(msgs, "; ")))
 	}
 	if c.CacheWait < 0 {
-		errs = append(errs, fmt.Errorf("cache wait %s: must not be negative", c.CacheWait))
+		errs = append(errs, fmt.Errorf("Config.CacheWait %s: must not be negative", c.CacheWait))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("access config: %w", err)

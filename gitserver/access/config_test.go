@@ -1,6 +1,7 @@
 package access_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -11,12 +12,12 @@ func TestConfig(t *testing.T) {
 	if err := (access.Config{}).Validate(); err != nil {
 		t.Fatalf("zero Config: %v", err)
 	}
-	d := access.Config{}.WithDefaults()
+	d := access.DefaultConfig()
 	if d.Namespace != access.DefaultNamespace || d.CacheWait != access.DefaultCacheWait {
 		t.Fatalf("defaults %+v", d)
 	}
-	if got := (access.Config{Namespace: "apps", CacheWait: time.Second}).WithDefaults(); got.Namespace != "apps" || got.CacheWait != time.Second {
-		t.Fatalf("WithDefaults overrode set fields: %+v", got)
+	if err := d.Validate(); err != nil {
+		t.Fatalf("DefaultConfig: %v", err)
 	}
 	for _, bad := range []access.Config{
 		{Namespace: "Upper"},
@@ -26,6 +27,13 @@ func TestConfig(t *testing.T) {
 	} {
 		if err := bad.Validate(); err == nil {
 			t.Errorf("Validate accepted %+v", bad)
+		}
+	}
+	// Every problem at once, each by its field.
+	err := access.Config{Namespace: "Upper", CacheWait: -time.Second}.Validate()
+	for _, want := range []string{"Config.Namespace", "Config.CacheWait"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v, want it to name %s", err, want)
 		}
 	}
 }

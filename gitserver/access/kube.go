@@ -65,7 +65,7 @@ func New(ctx context.Context, cfg Config, c cache.Cache, w client.Writer) (*Kube
 	if _, err := c.GetInformer(ctx, &appv1.App{}); err != nil {
 		return nil, fmt.Errorf("app informer: %w", err)
 	}
-	return &Kube{cfg: cfg.WithDefaults(), cache: c, write: w}, nil
+	return &Kube{cfg: cfg.withDefaults(), cache: c, write: w}, nil
 }
 
 // indexKeyFingerprints is the KeyFingerprintField indexer. A key that does not parse

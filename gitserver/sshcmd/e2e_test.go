@@ -61,7 +61,8 @@ func newServer(t testing.TB) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := gitserver.DefaultConfig(t.TempDir())
+	cfg := gitserver.DefaultConfig()
+	cfg.StateDir = t.TempDir()
 	cfg.Addr = "127.0.0.1:0"
 	cfg.SessionRecheck = 200 * time.Millisecond
 	srv, err = gitserver.New(cfg, dir, noBuilds{}, noDeploys{}, log, nil, gitserver.WithCommands(cmds))

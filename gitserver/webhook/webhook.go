@@ -94,15 +94,24 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	var errs []error
 	if !strings.HasPrefix(c.Prefix, "/") || !strings.HasSuffix(c.Prefix, "/") {
-		errs = append(errs, fmt.Errorf("webhook: the path prefix %q must start and end with /", c.Prefix))
+		errs = append(errs, fmt.Errorf("Config.Prefix %q: must start and end with /", c.Prefix))
 	}
-	if c.MaxBodyBytes <= 0 || c.Rate <= 0 || c.Burst < 1 || c.MaxWaiting < 1 || c.Remember < 1 {
-		errs = append(errs, errors.New("webhook: the body limit, rate, burst, waiting bound and memory must be positive"))
+	for _, n := range []struct {
+		name string
+		ok   bool
+	}{
+		{"MaxBodyBytes", c.MaxBodyBytes > 0}, {"Rate", c.Rate > 0}, {"Burst", c.Burst >= 1},
+		{"MaxWaiting", c.MaxWaiting >= 1}, {"Remember", c.Remember >= 1},
+		{"DeployTimeout", c.DeployTimeout > 0}, {"LookupTimeout", c.LookupTimeout > 0},
+	} {
+		if !n.ok {
+			errs = append(errs, fmt.Errorf("Config.%s: must be positive", n.name))
+		}
 	}
-	if c.DeployTimeout <= 0 || c.LookupTimeout <= 0 {
-		errs = append(errs, errors.New("webhook: the timeouts must be positive"))
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("webhook: %w", err)
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // Handler serves the webhooks. It is an http.Handler for the paths under

@@ -63,7 +63,8 @@ type Buildkitd struct {
 	// TenantNet, when set, runs the containerd worker's RUN steps each in a
 	// network namespace of its own on the builds' network (internal/tenantnet),
 	// where they reach neither the host's listeners nor the apps. Unset: the
-	// host's network.
+	// host's network. Start from tenantnet.DefaultConfig(): its PluginDir is
+	// written to buildkitd's configuration as it is.
 	TenantNet *tenantnet.Config
 }
 
@@ -109,7 +110,7 @@ func (b Buildkitd) networkConfig() (string, error) {
 	if b.TenantNet == nil {
 		return "  networkMode = \"host\"\n", nil
 	}
-	cfg := b.TenantNet.Defaults()
+	cfg := *b.TenantNet
 	if err := cfg.Validate(); err != nil {
 		return "", fmt.Errorf("builds network: %w", err)
 	}

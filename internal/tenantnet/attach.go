@@ -23,7 +23,7 @@ type Network struct {
 // here, so that a missing package is named at start rather than at the first
 // instance.
 func NewAppsNetwork(cfg Config) (*Network, error) {
-	cfg = cfg.Defaults()
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("tenant network: %w", err)
 	}
@@ -121,7 +121,7 @@ var cniResults = "/var/lib/cni/results"
 // that is not a mounted namespace any more cannot come back, so its attachment
 // is released.
 func ReleaseStale(ctx context.Context, cfg Config) error {
-	cfg = cfg.Defaults()
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("tenant network: %w", err)
 	}

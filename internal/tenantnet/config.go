@@ -19,8 +19,9 @@ const (
 	BuildsNetwork = "bex-builds"
 )
 
-// Config configures the tenants' network. The zero value of a field means its
-// default (see Defaults); Validate checks the result.
+// Config configures the tenants' network. DefaultConfig gives the defaults, and a
+// zero field means its default: the functions of this package and Validate fill
+// them in.
 type Config struct {
 	// AppsSubnet holds the app instances' addresses. Default 10.89.0.0/16.
 	AppsSubnet string
@@ -37,8 +38,11 @@ type Config struct {
 	ResolvConf string
 }
 
-// Defaults returns cfg with every unset field set to its default.
-func (cfg Config) Defaults() Config {
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config { return Config{}.withDefaults() }
+
+// withDefaults returns cfg with every unset field set to its default.
+func (cfg Config) withDefaults() Config {
 	if cfg.AppsSubnet == "" {
 		cfg.AppsSubnet = "10.89.0.0/16"
 	}
@@ -59,25 +63,27 @@ func (cfg Config) Defaults() Config {
 
 var chainPrefix = regexp.MustCompile(`^[A-Z][A-Z0-9-]{0,15}$`)
 
-// Validate reports every field that is wrong, after defaults.
+// Validate reports every field that is wrong, its zero fields taken as their
+// defaults, each naming its field.
 func (cfg Config) Validate() error {
+	cfg = cfg.withDefaults()
 	var errs []error
 	apps, err := netip.ParsePrefix(cfg.AppsSubnet)
 	if err != nil || !apps.Addr().Is4() || apps.Bits() > 24 {
-		errs = append(errs, fmt.Errorf("apps subnet %q: want an IPv4 CIDR of /24 or larger", cfg.AppsSubnet))
+		errs = append(errs, fmt.Errorf("Config.AppsSubnet %q: want an IPv4 CIDR of /24 or larger", cfg.AppsSubnet))
 	}
 	builds, err2 := netip.ParsePrefix(cfg.BuildsSubnet)
 	if err2 != nil || !builds.Addr().Is4() || builds.Bits() > 24 {
-		errs = append(errs, fmt.Errorf("builds subnet %q: want an IPv4 CIDR of /24 or larger", cfg.BuildsSubnet))
+		errs = append(errs, fmt.Errorf("Config.BuildsSubnet %q: want an IPv4 CIDR of /24 or larger", cfg.BuildsSubnet))
 	}
 	if err == nil && err2 == nil && apps.Overlaps(builds) {
-		errs = append(errs, fmt.Errorf("apps subnet %s and builds subnet %s overlap", apps, builds))
+		errs = append(errs, fmt.Errorf("Config.AppsSubnet %s and Config.BuildsSubnet %s: overlap", apps, builds))
 	}
 	if !chainPrefix.MatchString(cfg.ChainPrefix) {
-		errs = append(errs, fmt.Errorf("chain prefix %q: want up to 16 capital letters, digits or '-'", cfg.ChainPrefix))
+		errs = append(errs, fmt.Errorf("Config.ChainPrefix %q: want up to 16 capital letters, digits or '-'", cfg.ChainPrefix))
 	}
 	if !filepath.IsAbs(cfg.PluginDir) {
-		errs = append(errs, fmt.Errorf("CNI plugin dir %q: want an absolute path", cfg.PluginDir))
+		errs = append(errs, fmt.Errorf("Config.PluginDir %q: want an absolute path", cfg.PluginDir))
 	}
 	return errors.Join(errs...)
 }
@@ -87,6 +93,7 @@ func (cfg Config) subnets() []string { return []string{cfg.AppsSubnet, cfg.Build
 
 // CheckPlugins reports a missing CNI plugin with the package to install.
 func (cfg Config) CheckPlugins() error {
+	cfg = cfg.withDefaults()
 	for _, p := range []string{"ptp", "host-local", "loopback", "tuning"} {
 		if _, err := os.Stat(filepath.Join(cfg.PluginDir, p)); err != nil {
 			return fmt.Errorf("CNI plugin %s is missing in %s: install containernetworking-plugins", p, cfg.PluginDir)
@@ -98,13 +105,15 @@ func (cfg Config) CheckPlugins() error {
 // AppsConfList is the CNI configuration of the app instances' network.
 // Its interface is eth0: Network loads it before the loopback network, and
 // go-cni names interfaces by their network's place in the list.
-func (cfg Config) AppsConfList() []byte { return confList(AppsNetwork, cfg.AppsSubnet, "eth0") }
+func (cfg Config) AppsConfList() []byte {
+	return confList(AppsNetwork, cfg.withDefaults().AppsSubnet, "eth0")
+}
 
 // BuildsConfList is the CNI configuration of the build steps' network.
 // Its interface is eth1: buildkitd's CNI provider loads the loopback network
 // first (util/network/cniprovider), so this one is the second of go-cni's list.
 func (cfg Config) BuildsConfList() []byte {
-	return confList(BuildsNetwork, cfg.BuildsSubnet, "eth1")
+	return confList(BuildsNetwork, cfg.withDefaults().BuildsSubnet, "eth1")
 }
 
 // confList is a ptp network on subnet: a veth pair per namespace, the host's end

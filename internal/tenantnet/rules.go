@@ -134,7 +134,7 @@ func nameservers(resolvConf []byte) []netip.Addr {
 // empty; the host ports' chain keeps what AllowHostPorts put there. It is safe to
 // call at every start and from several processes at once (the xtables lock).
 func Install(ctx context.Context, cfg Config) error {
-	cfg = cfg.Defaults()
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("tenant network: %w", err)
 	}
@@ -182,7 +182,7 @@ func ensure(ctx context.Context, r Rule, first bool) error {
 // Remove deletes the jumps to bex's chains and the chains. What is not there is
 // not an error.
 func Remove(ctx context.Context, cfg Config) error {
-	cfg = cfg.Defaults()
+	cfg = cfg.withDefaults()
 	var errs []error
 	for _, r := range cfg.jumps() {
 		if err := deleteRule(ctx, r); err != nil {
@@ -215,7 +215,7 @@ func Remove(ctx context.Context, cfg Config) error {
 // public URL when both run on this machine, as from anywhere else. Install must
 // have run. Adding a port that is allowed already changes nothing.
 func AllowHostPorts(ctx context.Context, cfg Config, ports ...int) error {
-	cfg = cfg.Defaults()
+	cfg = cfg.withDefaults()
 	for _, p := range ports {
 		if err := ensure(ctx, hostPortRule(cfg, p), false); err != nil {
 			return fmt.Errorf("tenant network: allow host port %d: %w", p, err)
@@ -227,7 +227,7 @@ func AllowHostPorts(ctx context.Context, cfg Config, ports ...int) error {
 // DisallowHostPorts takes back what AllowHostPorts allowed; a port that is not
 // allowed is not an error.
 func DisallowHostPorts(ctx context.Context, cfg Config, ports ...int) error {
-	cfg = cfg.Defaults()
+	cfg = cfg.withDefaults()
 	var errs []error
 	for _, p := range ports {
 		if err := deleteRule(ctx, hostPortRule(cfg, p)); err != nil {

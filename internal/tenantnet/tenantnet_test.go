@@ -21,13 +21,13 @@ import (
 func TestMain(m *testing.M) { os.Exit(testenv.Run(m)) }
 
 func TestConfigDefaultsAndValidate(t *testing.T) {
-	cfg := tenantnet.Config{}.Defaults()
+	cfg := tenantnet.DefaultConfig()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	bad := tenantnet.Config{AppsSubnet: "10.1.0.0/16", BuildsSubnet: "10.1.2.0/24", ChainPrefix: "bex", PluginDir: "cni"}.Defaults()
+	bad := tenantnet.Config{AppsSubnet: "10.1.0.0/16", BuildsSubnet: "10.1.2.0/24", ChainPrefix: "bex", PluginDir: "cni"}
 	err := bad.Validate()
-	for _, want := range []string{"overlap", "chain prefix", "absolute path"} {
+	for _, want := range []string{"overlap", "Config.ChainPrefix", "Config.PluginDir", "absolute path"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v; want it to mention %q", err, want)
 		}
@@ -37,7 +37,7 @@ func TestConfigDefaultsAndValidate(t *testing.T) {
 // TestRules checks the order that matters: replies accepted before the drop on
 // INPUT, tenant-to-tenant dropped before tenant-to-elsewhere is accepted.
 func TestRules(t *testing.T) {
-	cfg := tenantnet.Config{}.Defaults()
+	cfg := tenantnet.DefaultConfig()
 	var lines []string
 	for _, r := range cfg.Rules([]netip.Addr{netip.MustParseAddr("192.0.2.53")}) {
 		lines = append(lines, r.String())
@@ -70,7 +70,8 @@ func TestRules(t *testing.T) {
 // TestInstallIsIdempotentAndRemoveCleans installs chains of a prefix of its own
 // twice (the same rules, once), then removes them.
 func TestInstallIsIdempotentAndRemoveCleans(t *testing.T) {
-	cfg := tenantnet.Config{ChainPrefix: "BEXTEST", AppsSubnet: "10.231.0.0/16", BuildsSubnet: "10.232.0.0/16"}
+	cfg := tenantnet.DefaultConfig()
+	cfg.ChainPrefix, cfg.AppsSubnet, cfg.BuildsSubnet = "BEXTEST", "10.231.0.0/16", "10.232.0.0/16"
 	ctx := context.Background()
 	t.Cleanup(func() { _ = tenantnet.Remove(ctx, cfg) })
 	count := func() int {
@@ -86,7 +87,7 @@ func TestInstallIsIdempotentAndRemoveCleans(t *testing.T) {
 	first := count()
 	// Occurrences, not lines: a subnet's jump to the host ports' chain names the
 	// prefix twice.
-	want := len(cfg.Defaults().Rules(nil)) + 3 /* jumps */ + 4 /* chain declarations */ + 2 /* subnets */
+	want := len(cfg.Rules(nil)) + 3 /* jumps */ + 4 /* chain declarations */ + 2 /* subnets */
 	if first != want {
 		t.Fatalf("BEXTEST is named %d times after Install, want %d", first, want)
 	}
@@ -232,7 +233,7 @@ func TestBuildStepIsolation(t *testing.T) {
 	}
 	loPort, anyPort := listen("127.0.0.1:0"), listen("0.0.0.0:0")
 	hostIP := hostAddress(t)
-	cfg := tenantnet.Config{}.Defaults()
+	cfg := tenantnet.DefaultConfig()
 	// A port of the host that tenants may reach, as bex up allows the edge's.
 	public, err := net.Listen("tcp4", "0.0.0.0:0")
 	if err != nil {
@@ -330,7 +331,7 @@ func hostAddress(t *testing.T) netip.Addr {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := tenantnet.Config{}.Defaults()
+	cfg := tenantnet.DefaultConfig()
 	skip := []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15"), netip.MustParsePrefix(cfg.AppsSubnet), netip.MustParsePrefix(cfg.BuildsSubnet)}
 next:
 	for _, a := range addrs {

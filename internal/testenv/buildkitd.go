@@ -58,7 +58,8 @@ func StartBuildkitd(dir string, c *Containerd, opts ...BuildkitdOption) (*Buildk
 		return nil, err
 	}
 	// RUN steps on the builds' network, as under bex up.
-	o := buildkitdOptions{Buildkitd: daemons.Buildkitd{Dir: dir, ContainerdAddress: c.Address, Namespace: Namespace, TenantNet: &tenantnet.Config{}}}
+	tenantNet := tenantnet.DefaultConfig()
+	o := buildkitdOptions{Buildkitd: daemons.Buildkitd{Dir: dir, ContainerdAddress: c.Address, Namespace: Namespace, TenantNet: &tenantNet}}
 	for _, opt := range opts {
 		opt(&o)
 	}

@@ -84,19 +84,20 @@ func newPlatform(t testing.TB) *platform {
 	return p
 }
 
-// start runs bex up and waits until it says it is up. The caller registers
-// t.Cleanup(p.kill) once, on the test that owns the platform.
-func (p *platform) start(t testing.TB) {
+// start runs bex up, with extra flags after the usual ones, and waits until it
+// says it is up. The caller registers t.Cleanup(p.kill) once, on the test that
+// owns the platform.
+func (p *platform) start(t testing.TB, extra ...string) {
 	t.Helper()
-	p.cmd = p.upCommand("--state-dir", p.dir,
+	p.cmd = p.upCommand(append([]string{"--state-dir", p.dir,
 		"--ssh-addr", p.sshAddr, "--http-addr", p.httpAddr, "--https-addr", p.httpsAddr,
 		"--hooks-addr", p.hooksAddr, "--base-domain", "localhost",
-		"--admin-key", p.keyPath+".pub",
+		"--admin-key", p.keyPath + ".pub",
 		// Nothing can be pulled here: builds use the busybox base that bex up
 		// makes from Debian's busybox-static, as make run does on such a machine.
 		"--image-resolve-mode", "local", "--busybox-base",
 		// Small enough for a test step to pass it without taking the machine's memory.
-		"--build-memory", "256Mi")
+		"--build-memory", "256Mi"}, extra...)...)
 	p.out = &testenv.SyncBuffer{}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

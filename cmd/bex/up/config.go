@@ -1,15 +1,18 @@
 package up
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"strings"
+
+	"bex.co/bex/gitserver"
 )
 
-// Config is what `bex up`'s flags say. The zero values of optional fields mean the
-// defaults of the flags.
+// Config is what `bex up`'s flags say; DefaultConfig gives the flags' defaults.
+// The zero values of optional fields mean the components' defaults.
 type Config struct {
 	// StateDir holds everything.
 	StateDir string
@@ -40,6 +43,9 @@ type Config struct {
 	// BuildMemory is the memory limit shared by the build steps running at once, in
 	// bytes; 0 is the default, the smaller of 4 GiB and half the machine's memory.
 	BuildMemory int64
+	// LogFormat is the children's --log-format, text or json: bex up's own. Empty
+	// passes none (their default, text).
+	LogFormat string
 	// Bex is the path of the bex binary that runs the components.
 	Bex string
 	// Out receives the progress lines and the final instructions.
@@ -57,30 +63,65 @@ const ContainerdNamespace = "bex"
 // AdminUser is the user the admin keys are given to.
 const AdminUser = "admin"
 
-// Validate reports what is wrong with c.
+// DefaultConfig returns the defaults of bex up's flags. Bex and Out, which have
+// none, are left for the caller.
+func DefaultConfig() Config {
+	return Config{
+		StateDir:         "/var/lib/bex",
+		SSHAddr:          ":2222",
+		HTTPAddr:         ":80",
+		HTTPSAddr:        ":443",
+		HooksAddr:        "127.0.0.1:8090",
+		BaseDomain:       "localhost",
+		ImageResolveMode: "default",
+		MaxObjectBytes:   gitserver.DefaultMaxObjectBytes,
+		LogFormat:        "text",
+	}
+}
+
+// Validate reports every problem of c at once, each naming its flag (or, for
+// what no flag sets, its field).
 func (c Config) Validate() error {
+	var errs []error
 	if c.StateDir == "" {
-		return fmt.Errorf("--state-dir is empty")
+		errs = append(errs, errors.New("--state-dir: required"))
 	}
-	addrs := map[string]string{"--ssh-addr": c.SSHAddr, "--http-addr": c.HTTPAddr, "--https-addr": c.HTTPSAddr}
-	if c.HooksAddr != "" {
-		addrs["--hooks-addr"] = c.HooksAddr
-	}
-	for flag, addr := range addrs {
-		if _, _, err := net.SplitHostPort(addr); err != nil {
-			return fmt.Errorf("%s %q: want HOST:PORT or :PORT (%v)", flag, addr, err)
+	for _, a := range []struct{ flag, addr string }{
+		{"--ssh-addr", c.SSHAddr}, {"--http-addr", c.HTTPAddr}, {"--https-addr", c.HTTPSAddr}, {"--hooks-addr", c.HooksAddr},
+	} {
+		if a.flag == "--hooks-addr" && a.addr == "" {
+			continue // off
+		}
+		if _, _, err := net.SplitHostPort(a.addr); err != nil {
+			errs = append(errs, fmt.Errorf("%s %q: want HOST:PORT or :PORT (%v)", a.flag, a.addr, err))
 		}
 	}
 	if c.BaseDomain == "" || strings.ContainsAny(c.BaseDomain, "/: ") {
-		return fmt.Errorf("--base-domain %q: want a domain such as localhost or apps.example.com", c.BaseDomain)
+		errs = append(errs, fmt.Errorf("--base-domain %q: want a domain such as localhost or apps.example.com", c.BaseDomain))
+	}
+	switch c.ImageResolveMode {
+	case "", "default", "pull", "local":
+	default:
+		errs = append(errs, fmt.Errorf("--image-resolve-mode %q: want default, pull or local", c.ImageResolveMode))
+	}
+	if c.MaxObjectBytes < 0 {
+		errs = append(errs, fmt.Errorf("--max-object-size %d: must not be negative", c.MaxObjectBytes))
 	}
 	if c.BuildMemory < 0 || c.BuildMemory > 0 && c.BuildMemory < 16<<20 {
-		return fmt.Errorf("--build-memory %d: give at least 16Mi, or nothing for the default", c.BuildMemory)
+		errs = append(errs, fmt.Errorf("--build-memory %d: give at least 16Mi, or nothing for the default", c.BuildMemory))
 	}
-	if c.Bex == "" || c.Out == nil {
-		return fmt.Errorf("up: Config.Bex and Config.Out are required")
+	switch c.LogFormat {
+	case "", "text", "json":
+	default:
+		errs = append(errs, fmt.Errorf("--log-format %q: want text or json", c.LogFormat))
 	}
-	return nil
+	if c.Bex == "" {
+		errs = append(errs, errors.New("Config.Bex: required"))
+	}
+	if c.Out == nil {
+		errs = append(errs, errors.New("Config.Out: required"))
+	}
+	return errors.Join(errs...)
 }
 
 // port returns the port of addr.

@@ -87,7 +87,7 @@ func (p *Platform) Stop() error {
 	fmt.Fprintln(p.cfg.Out, "bex up: stopping")
 	err := p.sup.Stop()
 	if len(p.edgePorts) > 0 {
-		err = errors.Join(err, tenantnet.DisallowHostPorts(context.Background(), tenantnet.Config{}, p.edgePorts...))
+		err = errors.Join(err, tenantnet.DisallowHostPorts(context.Background(), tenantnet.DefaultConfig(), p.edgePorts...))
 	}
 	if p.lock != nil {
 		p.lock.Close()
@@ -156,8 +156,9 @@ func (p *Platform) startDaemons(ctx context.Context) error {
 			return err
 		}
 	}
+	tenantNet := tenantnet.DefaultConfig()
 	b := daemons.Buildkitd{Dir: filepath.Join(p.cfg.StateDir, "buildkitd"), ContainerdAddress: p.containerdAddr, Namespace: ContainerdNamespace,
-		TenantNet: &tenantnet.Config{}}
+		TenantNet: &tenantNet}
 	if err := p.limitBuildSteps(&b); err != nil {
 		return err
 	}
@@ -194,7 +195,7 @@ func (p *Platform) allowEdgePorts(ctx context.Context) error {
 		if err != nil {
 			continue
 		}
-		if err := tenantnet.AllowHostPorts(ctx, tenantnet.Config{}, n); err != nil {
+		if err := tenantnet.AllowHostPorts(ctx, tenantnet.DefaultConfig(), n); err != nil {
 			return err
 		}
 		p.edgePorts = append(p.edgePorts, n)
@@ -226,7 +227,7 @@ func (p *Platform) buildStepArgs() []string {
 
 // releaseNetworks tears down the network namespaces the local runtime keeps in dir.
 func releaseNetworks(dir string) error {
-	n, err := tenantnet.NewAppsNetwork(tenantnet.Config{})
+	n, err := tenantnet.NewAppsNetwork(tenantnet.DefaultConfig())
 	if err != nil {
 		return err
 	}
@@ -342,13 +343,21 @@ func (p *Platform) ensureAdmins(ctx context.Context, c client.Client) error {
 // component is a bex subcommand run as a child of bex up.
 func (p *Platform) component(name string, args []string, ready func(context.Context) error) supervise.Process {
 	common := []string{"--state-dir", p.cfg.StateDir, "--kubeconfig", p.kubeconfig, "--namespace", Namespace}
+	if p.cfg.LogFormat != "" {
+		common = append(common, "--log-format", p.cfg.LogFormat)
+	}
 	return supervise.Process{
 		Name:  name,
 		Path:  p.cfg.Bex,
 		Args:  append(append([]string{name}, common...), args...),
 		Ready: ready,
-		// bex up's own BEX_* settings are its flags; passing them on would set the
-		// children's flags of the same name behind bex up's back.
+		// A child's command line is all it is told: every setting it needs is one of
+		// the flags above. The BEX_* variables bex up was started with are dropped on
+		// purpose: bex sets any flag from BEX_<FLAG> (bindEnv), and bex up's
+		// variables (BEX_STATE_DIR, BEX_BASE_DOMAIN, BEX_HTTPS_ADDR, ...) name flags
+		// that the children also have, so passing them on would set a child's flag
+		// that bex up chose not to pass, behind its back. KUBECONFIG likewise: the
+		// children talk to bex up's API server, which --kubeconfig names.
 		KeepEnv: func(kv string) bool { return !strings.HasPrefix(kv, "BEX_") && !strings.HasPrefix(kv, "KUBECONFIG=") },
 	}
 }

@@ -27,6 +27,8 @@ func TestConfigValidate(t *testing.T) {
 		"https addr empty":  {func(c *Config) { c.HTTPSAddr = "" }, "--https-addr"},
 		"domain with port":  {func(c *Config) { c.BaseDomain = "example.com:443" }, "--base-domain"},
 		"empty domain":      {func(c *Config) { c.BaseDomain = "" }, "--base-domain"},
+		"log format":        {func(c *Config) { c.LogFormat = "yaml" }, "--log-format"},
+		"resolve mode":      {func(c *Config) { c.ImageResolveMode = "always" }, "--image-resolve-mode"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := validConfig()
@@ -36,6 +38,24 @@ func TestConfigValidate(t *testing.T) {
 				t.Fatalf("Validate = %v, want an error naming %s", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestConfigValidateSaysEveryProblem: one run of bex up with several bad flags
+// names them all, not the first only.
+func TestConfigValidateSaysEveryProblem(t *testing.T) {
+	c := validConfig()
+	c.StateDir, c.SSHAddr, c.HooksAddr, c.BaseDomain, c.BuildMemory, c.Bex = "", "2222", "nope", "a/b", 1, ""
+	err := c.Validate()
+	for _, want := range []string{"--state-dir", "--ssh-addr", "--hooks-addr", "--base-domain", "--build-memory", "Config.Bex"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v, want it to name %s", err, want)
+		}
+	}
+	d := DefaultConfig()
+	d.Bex, d.Out = "/usr/local/bin/bex", &bytes.Buffer{}
+	if err := d.Validate(); err != nil {
+		t.Errorf("the flags' defaults: %v", err)
 	}
 }
 
@@ -86,5 +106,24 @@ func TestPreflightFindsProgramsNextToBex(t *testing.T) {
 	c.ContainerdAddr = ""
 	if _, err := Preflight(c); err == nil || !strings.Contains(err.Error(), "apt-get install containerd") {
 		t.Fatalf("without containerd: %v", err)
+	}
+}
+
+// TestChildrenAreToldByFlagsOnly: a child's settings are its command line
+// (--log-format among them); the BEX_* variables bex up was started with are not
+// passed on, as they would set the child's flags of the same name. The e2e test
+// TestUpLogFormatReachesEveryChild checks the children's real output.
+func TestChildrenAreToldByFlagsOnly(t *testing.T) {
+	cfg := validConfig()
+	cfg.LogFormat = "json"
+	p := &Platform{cfg: cfg, kubeconfig: "/state/kubeconfig"}
+	proc := p.component("edge", []string{"--http-addr", ":80"}, nil)
+	if !strings.Contains(strings.Join(proc.Args, " "), "--log-format json") || proc.Args[0] != "edge" {
+		t.Errorf("edge's args %q do not carry --log-format json", proc.Args)
+	}
+	for kv, keep := range map[string]bool{"BEX_LOG_FORMAT=text": false, "BEX_BASE_DOMAIN=x": false, "KUBECONFIG=/x": false, "PATH=/bin": true} {
+		if proc.KeepEnv(kv) != keep {
+			t.Errorf("KeepEnv(%q) = %v, want %v", kv, !keep, keep)
+		}
 	}
 }

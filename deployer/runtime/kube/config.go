@@ -29,8 +29,8 @@ const (
 	DefaultFieldManager = "bex-deployer"
 )
 
-// Config configures the cluster runtime. The zero value of a field means its
-// default; Defaults fills them in, New calls it.
+// Config configures the cluster runtime. DefaultConfig gives the defaults, and a
+// zero field means its default: New and Validate fill them in.
 type Config struct {
 	// Port is the value of PORT given to every process, the web container's port,
 	// the readiness probe's port and the Service's target port. Default 8080.
@@ -65,8 +65,11 @@ type Config struct {
 	HostUsers bool
 }
 
-// Defaults returns c with every zero field set to its default.
-func (c Config) Defaults() Config {
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config { return Config{}.withDefaults() }
+
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
 	if c.Port == 0 {
 		c.Port = DefaultPort
 	}
@@ -88,33 +91,35 @@ func (c Config) Defaults() Config {
 	return c
 }
 
-// Validate reports every invalid field of c (after Defaults).
+// Validate reports every invalid field of c, its zero fields taken as their
+// defaults, each naming its field.
 func (c Config) Validate() error {
+	c = c.withDefaults()
 	var errs []error
 	if c.Port < 1 || c.Port > 65535 {
-		errs = append(errs, fmt.Errorf("port %d: want 1 to 65535", c.Port))
+		errs = append(errs, fmt.Errorf("Config.Port, port %d: want 1 to 65535", c.Port))
 	}
 	if c.ProgressDeadlineSeconds < 1 {
-		errs = append(errs, fmt.Errorf("progress deadline %ds: want at least 1s", c.ProgressDeadlineSeconds))
+		errs = append(errs, fmt.Errorf("Config.ProgressDeadlineSeconds, progress deadline %ds: want at least 1s", c.ProgressDeadlineSeconds))
 	}
 	if c.MaxSurge < 1 {
 		// maxUnavailable is 0, and a Deployment with both 0 cannot roll at all.
-		errs = append(errs, fmt.Errorf("max surge %d: want at least 1 (old pods stop only once new ones are ready)", c.MaxSurge))
+		errs = append(errs, fmt.Errorf("Config.MaxSurge, max surge %d: want at least 1 (old pods stop only once new ones are ready)", c.MaxSurge))
 	}
 	if c.TerminationGracePeriodSeconds < 0 {
-		errs = append(errs, fmt.Errorf("termination grace period %ds: want 0 or more", c.TerminationGracePeriodSeconds))
+		errs = append(errs, fmt.Errorf("Config.TerminationGracePeriodSeconds, termination grace period %ds: want 0 or more", c.TerminationGracePeriodSeconds))
 	}
 	if c.DrainSeconds > 0 && c.DrainSeconds >= c.TerminationGracePeriodSeconds {
-		errs = append(errs, fmt.Errorf("drain %ds: want less than the termination grace period (%ds), or the app never gets SIGTERM before SIGKILL",
+		errs = append(errs, fmt.Errorf("Config.DrainSeconds, drain %ds: want less than the termination grace period (%ds), or the app never gets SIGTERM before SIGKILL",
 			c.DrainSeconds, c.TerminationGracePeriodSeconds))
 	}
 	if c.ImagePullSecret != "" {
 		for _, msg := range validation.IsDNS1123Subdomain(c.ImagePullSecret) {
-			errs = append(errs, fmt.Errorf("image pull secret %q: %s", c.ImagePullSecret, msg))
+			errs = append(errs, fmt.Errorf("Config.ImagePullSecret, image pull secret %q: %s", c.ImagePullSecret, msg))
 		}
 	}
 	if c.FieldManager == "" {
-		errs = append(errs, errors.New("field manager: empty"))
+		errs = append(errs, errors.New("Config.FieldManager: empty"))
 	}
 	return errors.Join(errs...)
 }

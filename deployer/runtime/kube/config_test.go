@@ -6,7 +6,7 @@ import (
 )
 
 func TestConfigDefaults(t *testing.T) {
-	c := Config{}.Defaults()
+	c := DefaultConfig()
 	if c.Port != 8080 || c.ProgressDeadlineSeconds != 60 || c.MaxSurge != 1 || c.TerminationGracePeriodSeconds != 30 ||
 		c.DrainSeconds != 5 || c.FieldManager != "bex-deployer" || c.ImagePullSecret != "" {
 		t.Fatalf("defaults %+v", c)
@@ -15,7 +15,7 @@ func TestConfigDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Set fields are kept.
-	c = Config{Port: 5000, ProgressDeadlineSeconds: 120, MaxSurge: 3, TerminationGracePeriodSeconds: 10, DrainSeconds: -1, ImagePullSecret: "regcred"}.Defaults()
+	c = Config{Port: 5000, ProgressDeadlineSeconds: 120, MaxSurge: 3, TerminationGracePeriodSeconds: 10, DrainSeconds: -1, ImagePullSecret: "regcred"}.withDefaults()
 	if c.Port != 5000 || c.ProgressDeadlineSeconds != 120 || c.MaxSurge != 3 || c.TerminationGracePeriodSeconds != 10 || c.DrainSeconds != -1 {
 		t.Fatalf("kept %+v", c)
 	}
@@ -39,7 +39,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := Config{}.Defaults()
+			c := DefaultConfig()
 			tt.mod(&c)
 			err := c.Validate()
 			if err == nil || !strings.Contains(err.Error(), tt.want) {

@@ -33,7 +33,7 @@ var _ runtime.Runtime = (*Runtime)(nil)
 // Deployments; writes are server-side applies and deletes, which go to the API
 // server.
 func New(cfg Config, c client.Client) (*Runtime, error) {
-	cfg = cfg.Defaults()
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("kube runtime: %w", err)
 	}

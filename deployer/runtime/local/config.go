@@ -8,8 +8,8 @@ import (
 	"bex.co/bex/internal/tenantnet"
 )
 
-// Config configures a Runtime. The zero value of a field means its default (see
-// Defaults); Validate checks the result.
+// Config configures a Runtime. DefaultConfig gives the defaults, and a zero field
+// means its default: New and Validate fill them in. StateDir has none.
 type Config struct {
 	// Address is containerd's gRPC socket. Default /run/containerd/containerd.sock.
 	Address string
@@ -27,7 +27,7 @@ type Config struct {
 	// namespace of its own per instance, or NetworkHost, the host's.
 	Network string
 	// TenantNet is the tenants' network (subnets, CNI plugins, filter chains) of
-	// NetworkTenant. Its defaults are tenantnet's.
+	// NetworkTenant. Its defaults are tenantnet's (its zero fields mean them).
 	TenantNet tenantnet.Config
 	// NetworkPool is how many attached namespaces NetworkTenant keeps ready, so
 	// that starting an instance does not wait for CNI. Default 2; negative: none.
@@ -79,8 +79,11 @@ type Config struct {
 	LivenessFailures int
 }
 
-// Defaults returns cfg with every unset field set to its default.
-func (cfg Config) Defaults() Config {
+// DefaultConfig returns the defaults; StateDir, which has none, is empty.
+func DefaultConfig() Config { return Config{}.withDefaults() }
+
+// withDefaults returns cfg with every unset field set to its default.
+func (cfg Config) withDefaults() Config {
 	if cfg.Address == "" {
 		cfg.Address = "/run/containerd/containerd.sock"
 	}
@@ -93,7 +96,9 @@ func (cfg Config) Defaults() Config {
 	if cfg.Network == "" {
 		cfg.Network = NetworkTenant
 	}
-	cfg.TenantNet = cfg.TenantNet.Defaults()
+	if cfg.TenantNet == (tenantnet.Config{}) {
+		cfg.TenantNet = tenantnet.DefaultConfig()
+	}
 	if cfg.NetworkPool == 0 {
 		cfg.NetworkPool = 2
 	}
@@ -142,56 +147,58 @@ func (cfg Config) Defaults() Config {
 	return cfg
 }
 
-// Validate reports every field that is out of range, after defaults.
+// Validate reports every field that is out of range, its zero fields taken as
+// their defaults, each naming its field.
 func (cfg Config) Validate() error {
+	cfg = cfg.withDefaults()
 	var errs []error
 	if cfg.StateDir == "" {
-		errs = append(errs, errors.New("state dir: required (port allocations and logs live there)"))
+		errs = append(errs, errors.New("Config.StateDir: required (port allocations and logs live there)"))
 	}
 	switch cfg.Network {
 	case NetworkTenant:
 		if err := cfg.TenantNet.Validate(); err != nil {
-			errs = append(errs, fmt.Errorf("tenant network: %w", err))
+			errs = append(errs, fmt.Errorf("Config.TenantNet: %w", err))
 		}
 	case NetworkHost:
 	default:
-		errs = append(errs, fmt.Errorf("network %q: want %q or %q", cfg.Network, NetworkTenant, NetworkHost))
+		errs = append(errs, fmt.Errorf("Config.Network %q: want %q or %q", cfg.Network, NetworkTenant, NetworkHost))
 	}
 	if cfg.PortMin < 1024 || cfg.PortMax > 65535 || cfg.PortMin > cfg.PortMax {
-		errs = append(errs, fmt.Errorf("port range %d-%d: want 1024 <= min <= max <= 65535", cfg.PortMin, cfg.PortMax))
+		errs = append(errs, fmt.Errorf("Config.PortMin-PortMax, port range %d-%d: want 1024 <= min <= max <= 65535", cfg.PortMin, cfg.PortMax))
 	}
 	if cfg.IDBase < IDRangeSize {
-		errs = append(errs, fmt.Errorf("uid base %d: want at least %d, above the host's own users", cfg.IDBase, IDRangeSize))
+		errs = append(errs, fmt.Errorf("Config.IDBase, uid base %d: want at least %d, above the host's own users", cfg.IDBase, IDRangeSize))
 	}
 	if cfg.IDRanges < 1 || uint64(cfg.IDBase)+uint64(cfg.IDRanges)*IDRangeSize > 1<<32-1 {
-		errs = append(errs, fmt.Errorf("uid ranges %d from %d: want at least one, ending below 2^32-1", cfg.IDRanges, cfg.IDBase))
+		errs = append(errs, fmt.Errorf("Config.IDRanges, uid ranges %d from %d: want at least one, ending below 2^32-1", cfg.IDRanges, cfg.IDBase))
 	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
 	}{
-		{"drain", cfg.Drain}, {"stop timeout", cfg.StopTimeout}, {"boot timeout", cfg.BootTimeout},
-		{"restart backoff", cfg.RestartBackoff}, {"max restart backoff", cfg.RestartBackoffMax},
-		{"crash-loop window", cfg.CrashLoopWindow}, {"liveness interval", cfg.LivenessInterval},
+		{"Drain", cfg.Drain}, {"StopTimeout", cfg.StopTimeout}, {"BootTimeout", cfg.BootTimeout},
+		{"RestartBackoff", cfg.RestartBackoff}, {"RestartBackoffMax", cfg.RestartBackoffMax},
+		{"CrashLoopWindow", cfg.CrashLoopWindow}, {"LivenessInterval", cfg.LivenessInterval},
 	} {
 		if d.v < 0 {
-			errs = append(errs, fmt.Errorf("%s: %v is negative", d.name, d.v))
+			errs = append(errs, fmt.Errorf("Config.%s %v: negative", d.name, d.v))
 		}
 	}
 	if cfg.RestartBackoffMax < cfg.RestartBackoff {
-		errs = append(errs, fmt.Errorf("max restart backoff %v is less than the restart backoff %v", cfg.RestartBackoffMax, cfg.RestartBackoff))
+		errs = append(errs, fmt.Errorf("Config.RestartBackoffMax %v: less than Config.RestartBackoff %v", cfg.RestartBackoffMax, cfg.RestartBackoff))
 	}
 	if cfg.LogMaxBytes < 4096 {
-		errs = append(errs, fmt.Errorf("log size limit %d: want at least 4096 bytes", cfg.LogMaxBytes))
+		errs = append(errs, fmt.Errorf("Config.LogMaxBytes, log size limit %d: want at least 4096 bytes", cfg.LogMaxBytes))
 	}
 	if cfg.LogKeepStopped < 0 {
-		errs = append(errs, fmt.Errorf("stopped logs kept %d: negative", cfg.LogKeepStopped))
+		errs = append(errs, fmt.Errorf("Config.LogKeepStopped %d: negative", cfg.LogKeepStopped))
 	}
 	if cfg.LivenessFailures < 1 {
-		errs = append(errs, fmt.Errorf("liveness failures %d: want at least 1", cfg.LivenessFailures))
+		errs = append(errs, fmt.Errorf("Config.LivenessFailures %d: want at least 1", cfg.LivenessFailures))
 	}
 	if cfg.CrashLoopRestarts < 1 {
-		errs = append(errs, fmt.Errorf("crash-loop restarts %d: want at least 1", cfg.CrashLoopRestarts))
+		errs = append(errs, fmt.Errorf("Config.CrashLoopRestarts %d: want at least 1", cfg.CrashLoopRestarts))
 	}
 	return errors.Join(errs...)
 }

@@ -110,7 +110,7 @@ func hostAddress(t *testing.T) netip.Addr {
 		if err != nil || !p.Addr().Is4() || p.Addr().IsLoopback() || outside.Contains(p.Addr()) {
 			continue
 		}
-		cfg := tenantnet.Config{}.Defaults()
+		cfg := tenantnet.DefaultConfig()
 		if netip.MustParsePrefix(cfg.AppsSubnet).Contains(p.Addr()) || netip.MustParsePrefix(cfg.BuildsSubnet).Contains(p.Addr()) {
 			continue
 		}
@@ -132,7 +132,7 @@ func TestInstanceIsolation(t *testing.T) {
 	lo := listenOnHost(t, "127.0.0.1:0")
 	any := listenOnHost(t, "0.0.0.0:0")
 	hostIP := hostAddress(t)
-	tn := f.cfg.TenantNet.Defaults()
+	tn := f.cfg.withDefaults().TenantNet
 	gateway := netip.MustParsePrefix(tn.AppsSubnet).Masked().Addr().Next()
 
 	_, otherURL := f.deployV1()

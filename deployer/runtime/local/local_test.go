@@ -378,7 +378,7 @@ func TestReleaseServesOnItsPortWithEnvAndLogs(t *testing.T) {
 
 	// The EndpointSlice lists the web instance at its own address (on the tenants'
 	// subnet), on its allocated port.
-	subnet := netip.MustParsePrefix(f.cfg.TenantNet.Defaults().AppsSubnet)
+	subnet := netip.MustParsePrefix(f.cfg.withDefaults().TenantNet.AppsSubnet)
 	if a, err := netip.ParseAddr(webAddr); err != nil || !subnet.Contains(a) {
 		t.Fatalf("web instance's address %q: want one in %s", webAddr, subnet)
 	}

@@ -128,7 +128,7 @@ type failure struct {
 // EndpointSlices; log gets the runtime's events. Close stops the supervision, not
 // the containers.
 func New(cfg Config, c client.Client, log *slog.Logger) (*Runtime, error) {
-	cfg = cfg.Defaults()
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("local runtime: %w", err)
 	}

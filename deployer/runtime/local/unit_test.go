@@ -44,7 +44,7 @@ func TestExpandFollowsKubeletRules(t *testing.T) {
 }
 
 func TestConfigDefaultsAndValidate(t *testing.T) {
-	cfg := Config{StateDir: t.TempDir()}.Defaults()
+	cfg := Config{StateDir: t.TempDir()}.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("defaults do not validate: %v", err)
 	}
@@ -53,9 +53,9 @@ func TestConfigDefaultsAndValidate(t *testing.T) {
 		cfg.CrashLoopRestarts != 3 || cfg.CrashLoopWindow.Minutes() != 1 {
 		t.Errorf("unexpected defaults: %+v", cfg)
 	}
-	bad := Config{PortMin: 30000, PortMax: 20000, RestartBackoff: 10, RestartBackoffMax: 5, LogMaxBytes: 10}.Defaults()
+	bad := Config{PortMin: 30000, PortMax: 20000, RestartBackoff: 10, RestartBackoffMax: 5, LogMaxBytes: 10}
 	err := bad.Validate()
-	for _, want := range []string{"state dir: required", "port range 30000-20000", "max restart backoff", "log size limit 10"} {
+	for _, want := range []string{"Config.StateDir: required", "port range 30000-20000", "Config.RestartBackoffMax", "log size limit 10"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v, want it to mention %q", err, want)
 		}
@@ -297,7 +297,8 @@ func TestUIDRangesArePersistedPerAppAndNotReusedAtOnce(t *testing.T) {
 }
 
 func TestIDRangeConfig(t *testing.T) {
-	cfg := Config{StateDir: "/x"}.Defaults()
+	cfg := DefaultConfig()
+	cfg.StateDir = "/x"
 	if cfg.IDBase != 1<<30 || cfg.IDRanges != 4096 || cfg.Validate() != nil {
 		t.Fatalf("defaults %d %d: %v", cfg.IDBase, cfg.IDRanges, cfg.Validate())
 	}
@@ -305,7 +306,7 @@ func TestIDRangeConfig(t *testing.T) {
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "uid base 1000") {
 		t.Fatalf("a base among the host's users: %v", err)
 	}
-	cfg = Config{StateDir: "/x", IDBase: 1 << 31, IDRanges: 1 << 15}.Defaults()
+	cfg = Config{StateDir: "/x", IDBase: 1 << 31, IDRanges: 1 << 15}
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "ending below 2^32-1") {
 		t.Fatalf("ranges past 2^32: %v", err)
 	}

@@ -1,0 +1,42 @@
+package builder_test
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"bex.co/bex/builder"
+)
+
+// TestConfigValidate: the defaults with a state dir are valid, and a config with
+// several problems is refused with every one of them, each by its field.
+func TestConfigValidate(t *testing.T) {
+	cfg := builder.DefaultConfig()
+	cfg.StateDir = t.TempDir()
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	cfg.Address, cfg.ImageResolveMode, cfg.MaxConcurrent, cfg.KeepLogs = "/run/buildkit.sock", "always", 0, 0
+	cfg.StepCgroup, cfg.Plan.Images.Go = "relative/cgroup", ""
+	err := cfg.Validate()
+	for _, want := range []string{"Config.Address", "Config.ImageResolveMode", "Config.MaxConcurrent", "Config.KeepLogs",
+		"Config.StepCgroup", "Config.Plan: plan: Config.Images.Go"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v, want it to name %s", err, want)
+		}
+	}
+	// Without a state dir, every path it would give is named.
+	err = builder.DefaultConfig().Validate()
+	for _, want := range []string{"Config.Address", "Config.WorkDir", "Config.LogDir"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate without StateDir = %v, want it to name %s", err, want)
+		}
+	}
+	// The paths a state dir gives can each be set on their own.
+	cfg = builder.DefaultConfig()
+	dir := t.TempDir()
+	cfg.Address, cfg.WorkDir, cfg.LogDir = "unix:///run/buildkit/buildkitd.sock", filepath.Join(dir, "w"), filepath.Join(dir, "l")
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("explicit paths without a state dir: %v", err)
+	}
+}

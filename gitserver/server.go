@@ -262,7 +262,7 @@ func (s *Server) RemoveRepository(ctx context.Context, app string, wait time.Dur
 	defer cancel()
 	unlock, err := s.locks.acquire(lockCtx, app, "apps:destroy", nil)
 	if err != nil {
-		return fmt.Errorf("a push to %s is running: try again once it ends", app)
+		return &backend.Error{Kind: backend.Conflict, Msg: fmt.Sprintf("a push to %s is running: try again once it ends", app), Err: ErrBusy}
 	}
 	defer unlock()
 	if err := os.RemoveAll(filepath.Join(s.cfg.ReposDir, app+".git")); err != nil {

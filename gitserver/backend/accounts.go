@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"sort"
 	"strings"
@@ -140,7 +141,10 @@ func ListUsers(ctx context.Context, r client.Reader) ([]UserInfo, error) {
 	return out, nil
 }
 
-// RemoveUser deletes a user, their keys and their access to apps (admins).
+// RemoveUser deletes a user, their keys, their access to apps and their tokens
+// (admins). The tokens go after the User, so that a refused removal (the last
+// admin) keeps them; were their deletion to fail, they verify no more anyway:
+// each is bound to the removed User's UID.
 func (b *Backend) RemoveUser(ctx context.Context, u *User, name string) error {
 	if err := requireAdmin(u, "users:remove"); err != nil {
 		return err
@@ -148,6 +152,15 @@ func (b *Backend) RemoveUser(ctx context.Context, u *User, name string) error {
 	if err := DeleteUser(ctx, b.cfg.Client, name, b.cfg.Namespace); err != nil {
 		return err
 	}
-	b.audit(u, "users:remove", "", "name", name)
+	removed := 0
+	if b.cfg.Tokens != nil {
+		n, err := b.cfg.Tokens.RemoveOfUser(ctx, name)
+		if err != nil {
+			b.audit(u, "users:remove", "", "name", name, "tokens", n)
+			return fmt.Errorf("removed user %s, but not all their tokens (they no longer verify; tokens are bound to the removed user): %w", name, err)
+		}
+		removed = n
+	}
+	b.audit(u, "users:remove", "", "name", name, "tokens", removed)
 	return nil
 }

@@ -34,17 +34,26 @@ func (b *Backend) mcpURL() string {
 
 // CreateToken makes a bearer token named name that acts as u, for ttl (as
 // tokens:create --expires-in takes it: 90d, 12h, 30m or never). The token is in
-// the result, shown once.
+// the result, shown once. It is bound to u's UID and records the fingerprint of
+// u's SSH key; a session signed in with a token (u.KeyFingerprint empty) makes
+// none, so that a token, leaked or short-lived, cannot make itself a longer-lived
+// successor.
 func (b *Backend) CreateToken(ctx context.Context, u *User, name, ttl string) (*TokenCreated, error) {
 	store, err := b.tokenStore()
 	if err != nil {
 		return nil, err
 	}
+	if u.KeyFingerprint == "" {
+		return nil, Errorf(Forbidden, "tokens are made over ssh, signed in with a key (ssh bex@HOST tokens:create %s): a token cannot make tokens", name)
+	}
+	if u.UID == "" {
+		return nil, fmt.Errorf("creating a token for %s: the user has no UID to bind it to", u.Name)
+	}
 	d, err := tokens.ParseTTL(ttl)
 	if err != nil {
 		return nil, Errorf(Invalid, "--expires-in %v", err)
 	}
-	tok, err := store.Create(ctx, u.Name, name, d)
+	tok, err := store.Create(ctx, tokens.Owner{User: u.Name, UID: u.UID, KeyFingerprint: u.KeyFingerprint}, name, d)
 	switch {
 	case errors.Is(err, tokens.ErrExists):
 		return nil, Errorf(Conflict, "%s has a token named %s already (tokens:revoke %s, then create it again)", u.Name, name, name)
@@ -62,13 +71,14 @@ func (b *Backend) CreateToken(ctx context.Context, u *User, name, ttl string) (*
 	return out, nil
 }
 
-// Tokens lists u's tokens (names, not values).
+// Tokens lists u's tokens (names, not values), with the fingerprint of the key
+// that made each; one that no longer verifies says why in its Refused.
 func (b *Backend) Tokens(ctx context.Context, u *User) ([]tokens.Token, error) {
 	store, err := b.tokenStore()
 	if err != nil {
 		return nil, err
 	}
-	return store.List(ctx, u.Name)
+	return store.List(ctx, u.Name, u.UID)
 }
 
 // RevokeToken deletes u's token named name; calls with it fail from then on.

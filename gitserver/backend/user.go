@@ -3,6 +3,8 @@ package backend
 import (
 	"slices"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 )
 
@@ -11,7 +13,10 @@ import (
 // again from the User object for every session and every call, so a change of
 // role takes effect on the next one.
 type User struct {
-	Name          string
+	Name string
+	// UID is the User object's metadata.uid: tokens are bound to it, so that a
+	// user removed and made again under the same name is another user.
+	UID           types.UID
 	Admin         bool
 	CanCreateApps bool
 	// KeyName names the key that matched ("token:NAME" for a token), for logs.
@@ -24,7 +29,7 @@ type User struct {
 // UserOf is the User that u is, signed in with the key (or token) keyName.
 func UserOf(u *appv1.User, keyName, fingerprint string) *User {
 	admin := u.Spec.Role == appv1.RoleAdmin
-	return &User{Name: u.Name, Admin: admin, CanCreateApps: admin || u.Spec.CanCreateApps,
+	return &User{Name: u.Name, UID: u.UID, Admin: admin, CanCreateApps: admin || u.Spec.CanCreateApps,
 		KeyName: keyName, KeyFingerprint: fingerprint}
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -15,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"bex.co/bex/gitserver/backend"
+	"bex.co/bex/internal/sourcelimit"
 )
 
 // Config is what the server works with. cmd/bex fills it.
@@ -27,11 +29,15 @@ type Config struct {
 	Version string
 	// Log receives refused tokens and the SDK's messages.
 	Log *slog.Logger
+	// FailedTokens limits the bearer tokens that do not verify, per source
+	// address (the request's RemoteAddr): past it, every request from that
+	// source is answered 429 with Retry-After, without a read of the API.
+	FailedTokens sourcelimit.Config
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{MaxLogBytes: 64 << 10, Version: "dev", Log: slog.New(slog.DiscardHandler)}
+	return Config{MaxLogBytes: 64 << 10, Version: "dev", Log: slog.New(slog.DiscardHandler), FailedTokens: sourcelimit.DefaultConfig()}
 }
 
 // Validate reports every problem of c at once.
@@ -49,14 +55,18 @@ func (c Config) Validate() error {
 	if c.Log == nil {
 		errs = append(errs, errors.New("mcpserver: Config.Log is required (DefaultConfig has one)"))
 	}
+	if err := c.FailedTokens.Validate("mcpserver: Config.FailedTokens"); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
 // Server is the MCP server.
 type Server struct {
-	cfg Config
-	mcp *mcp.Server
-	log *slog.Logger
+	cfg    Config
+	mcp    *mcp.Server
+	log    *slog.Logger
+	failed *sourcelimit.Limiter
 }
 
 // New returns the server.
@@ -64,7 +74,11 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Log.WithGroup("mcpserver")}
+	failed, err := sourcelimit.New(cfg.FailedTokens)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Log.WithGroup("mcpserver"), failed: failed}
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "bex", Title: "bex: git-push PaaS", Version: cfg.Version}, &mcp.ServerOptions{
 		Instructions: "bex runs apps from git. Tools act as the user whose token you hold, on the apps that user may use. " +
 			"Each result says what happened in text and in structured fields; a refusal is a tool error whose text is " +
@@ -75,26 +89,58 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Handler serves MCP over streamable HTTP, for requests with a valid bearer token.
+// attemptKey carries a request's sourcelimit.Attempt to the token verifier.
+type attemptKey struct{}
+
+// Handler serves MCP over streamable HTTP, for requests with a valid bearer
+// token. Failed tokens are limited per source address: a source past the limit
+// gets 429 with Retry-After for every request, before any verification (so
+// without a read of the API). The source is r.RemoteAddr: on a cluster /mcp is
+// reached through the edge, so every client there counts as the edge's address
+// until the edge's X-Forwarded-For is trusted here.
 func (s *Server) Handler() http.Handler {
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, &mcp.StreamableHTTPOptions{
 		Logger: s.log,
 	})
 	verify := func(ctx context.Context, token string, r *http.Request) (*auth.TokenInfo, error) {
+		attempt, _ := ctx.Value(attemptKey{}).(*sourcelimit.Attempt)
+		// The backend's store checks the token's shape before any read: a
+		// malformed one costs the API server nothing.
 		u, name, err := s.cfg.Backend.VerifyToken(ctx, token)
 		if err != nil {
 			if errors.Is(err, backend.ErrInvalidToken) {
+				if attempt != nil {
+					attempt.Failed()
+				}
 				s.log.Warn("token refused", "remote", r.RemoteAddr, "reason", err.Error())
 				return nil, auth.ErrInvalidToken
 			}
 			return nil, err
+		}
+		// Given back now, not when the request ends: a stream that stays open
+		// must not hold its source's allowance.
+		if attempt != nil {
+			attempt.Succeeded()
 		}
 		// UserID ties the MCP session to the user: the SDK refuses a session id
 		// presented with another user's token.
 		return &auth.TokenInfo{UserID: u.Name, Expiration: time.Now().Add(time.Hour),
 			Extra: map[string]any{"user": u, "token": name}}, nil
 	}
-	return auth.RequireBearerToken(verify, nil)(h)
+	authed := auth.RequireBearerToken(verify, nil)(h)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		attempt, wait := s.failed.Begin(sourcelimit.Source(r.RemoteAddr))
+		if attempt == nil {
+			secs := sourcelimit.RetryAfter(wait)
+			w.Header().Set("Retry-After", strconv.Itoa(secs))
+			http.Error(w, fmt.Sprintf("too many refused tokens from your address: retry in %d s", secs), http.StatusTooManyRequests)
+			return
+		}
+		// Whatever did not fail a token (no token at all, an API error) is
+		// given back; Failed, called first, keeps it.
+		defer attempt.Succeeded()
+		authed.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), attemptKey{}, attempt)))
+	})
 }
 
 // userOf is the user a call acts as, put there by Handler's verifier.

@@ -48,7 +48,7 @@ func (s *session) tokenCommands() []*cobra.Command {
 			return nil
 		}
 		w := s.table()
-		fmt.Fprintln(w, "NAME\tCREATED\tEXPIRES")
+		fmt.Fprintln(w, "NAME\tCREATED\tEXPIRES\tFINGERPRINT")
 		for _, t := range out {
 			expires := "never"
 			if t.Expires != nil {
@@ -57,9 +57,25 @@ func (s *session) tokenCommands() []*cobra.Command {
 					expires += " (expired)"
 				}
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\n", t.Name, t.Created.Format(time.RFC3339), expires)
+			if t.Refused != "" {
+				expires = "refused"
+			}
+			fp := t.Fingerprint
+			if fp == "" {
+				fp = "-"
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", t.Name, t.Created.Format(time.RFC3339), expires, fp)
 		}
-		return w.Flush()
+		if err := w.Flush(); err != nil {
+			return err
+		}
+		// Why a token is refused takes a sentence, too long for a column.
+		for _, t := range out {
+			if t.Refused != "" {
+				fmt.Fprintf(s.out, "Token %s is refused: %s (tokens:revoke %s removes it).\n", t.Name, t.Refused, t.Name)
+			}
+		}
+		return nil
 	})
 	jsonFlag(list, &listJSON)
 	list.Aliases = []string{"tokens"}

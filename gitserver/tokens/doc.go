@@ -13,4 +13,14 @@
 // The token grants what its user may do at the time of each call: the User is read
 // again on every verification, so removing the user or demoting them applies at
 // once.
+//
+// A token belongs to a user, not to a name: its Secret carries the UID of the
+// User it was made for (label app.bex.co/token-user-uid) and verifies only while
+// the User of that name has that UID, so a user removed and made again under the
+// same name never inherits the old one's tokens (users:remove deletes them too,
+// RemoveOfUser). It records the SHA256 fingerprint of the SSH key whose session
+// made it (annotation app.bex.co/key-fingerprint), shown by tokens:list. Tokens
+// made before this binding carry no UID and are refused, with a message saying
+// to make a new one: nothing says whose they were. A token of the wrong shape
+// (WellFormed) is refused before any read of the API server.
 package tokens

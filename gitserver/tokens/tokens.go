@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
@@ -25,11 +26,18 @@ import (
 
 // Labels and annotations of a token's Secret.
 const (
-	LabelKind      = appv1.LabelSecret
-	KindToken      = "agent-token"
-	LabelUser      = "app.bex.co/token-user"
-	LabelName      = "app.bex.co/token-name"
-	AnnotationMade = "app.bex.co/created"
+	LabelKind = appv1.LabelSecret
+	KindToken = "agent-token"
+	LabelUser = "app.bex.co/token-user"
+	LabelName = "app.bex.co/token-name"
+	// LabelUserUID is the metadata.uid of the User the token was made for: a
+	// token verifies only while a User of that name has that UID, so a user
+	// removed and made again under the same name does not inherit it.
+	LabelUserUID = "app.bex.co/token-user-uid"
+	// AnnotationKeyFingerprint is the SHA256 fingerprint of the SSH key whose
+	// session made the token (a label value cannot hold its ':' and '/').
+	AnnotationKeyFingerprint = "app.bex.co/key-fingerprint"
+	AnnotationMade           = "app.bex.co/created"
 	// AnnotationExpires is when the token stops working (RFC 3339); none: never.
 	AnnotationExpires = "app.bex.co/expires"
 	keyHash           = "sha256"
@@ -46,6 +54,8 @@ var (
 	ErrExists      = errors.New("token exists")
 	ErrNotFound    = errors.New("no such token")
 	ErrTooMany     = fmt.Errorf("a user has at most %d tokens: revoke one first", maxTokensOfUser)
+	// ErrUnbound: the token would be bound to no user (no UID) or to no key.
+	ErrUnbound = errors.New("a token is made for a user read from the API (with its UID), in a session signed in with an SSH key")
 	// ErrInvalid: no token like this, or its user is gone.
 	ErrInvalid = errors.New("invalid token")
 )
@@ -70,6 +80,15 @@ func (s *Store) now() time.Time {
 	return time.Now()
 }
 
+// Owner is whom a token is made for: the user, by name and by the UID of their
+// User object, and the SSH key of the session that makes it.
+type Owner struct {
+	User string
+	UID  types.UID
+	// KeyFingerprint is the key's SHA256 fingerprint ("SHA256:...").
+	KeyFingerprint string
+}
+
 // Token is one token, without its value.
 type Token struct {
 	Name    string    `json:"name"`
@@ -77,6 +96,43 @@ type Token struct {
 	Created time.Time `json:"created"`
 	// Expires is when the token stops working; absent: never.
 	Expires *time.Time `json:"expires,omitempty"`
+	// Fingerprint is the SHA256 fingerprint of the SSH key that made the token;
+	// empty for a token made before tokens recorded it.
+	Fingerprint string `json:"fingerprint"`
+	// Refused, when set, says why the token no longer verifies whatever its
+	// expiry: made before tokens were bound to their user, or for an earlier
+	// user of the same name.
+	Refused string `json:"refused,omitempty"`
+}
+
+// The reasons a stored token no longer verifies, its expiry aside.
+const (
+	refusedUnbound = "made before tokens were bound to their user: tokens:create makes a new one"
+	refusedOther   = "made for an earlier user of this name, removed since: tokens:create makes a new one"
+)
+
+// refusal is why the token of sec does not verify for the User whose UID is
+// uid, or "".
+func refusal(sec *corev1.Secret, uid types.UID) string {
+	switch stored := sec.Labels[LabelUserUID]; {
+	case stored == "":
+		return refusedUnbound
+	case types.UID(stored) != uid:
+		return refusedOther
+	}
+	return ""
+}
+
+// WellFormed reports whether token has the shape of a token: "bex_" and the
+// base64url (unpadded, canonical) of 32 bytes. Verify checks it before any read,
+// so that garbage costs the API server nothing.
+func WellFormed(token string) bool {
+	rest, ok := strings.CutPrefix(token, tokenPrefix)
+	if !ok || len(rest) != 43 {
+		return false
+	}
+	b, err := base64.RawURLEncoding.Strict().DecodeString(rest)
+	return err == nil && len(b) == 32
 }
 
 func hash(token string) string {
@@ -84,13 +140,18 @@ func hash(token string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Create makes a token named name for user, working for ttl (0: until revoked),
-// and returns its value, which is not kept.
-func (s *Store) Create(ctx context.Context, user, name string, ttl time.Duration) (string, error) {
+// Create makes a token named name for o, working for ttl (0: until revoked),
+// and returns its value, which is not kept. The token is bound to o.UID and
+// records o.KeyFingerprint; both are required.
+func (s *Store) Create(ctx context.Context, o Owner, name string, ttl time.Duration) (string, error) {
 	if len(name) > 63 || !nameRE.MatchString(name) {
 		return "", ErrInvalidName
 	}
-	existing, err := s.List(ctx, user)
+	if o.UID == "" || o.KeyFingerprint == "" {
+		return "", ErrUnbound
+	}
+	user := o.User
+	existing, err := s.List(ctx, user, o.UID)
 	if err != nil {
 		return "", err
 	}
@@ -109,14 +170,14 @@ func (s *Store) Create(ctx context.Context, user, name string, ttl time.Duration
 	token := tokenPrefix + base64.RawURLEncoding.EncodeToString(b[:])
 	h := hash(token)
 	now := s.now().UTC()
-	annotations := map[string]string{AnnotationMade: now.Format(time.RFC3339)}
+	annotations := map[string]string{AnnotationMade: now.Format(time.RFC3339), AnnotationKeyFingerprint: o.KeyFingerprint}
 	if ttl > 0 {
 		annotations[AnnotationExpires] = now.Add(ttl).Format(time.RFC3339)
 	}
 	sec := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: secretPrefix + h, Namespace: s.Namespace,
-			Labels:      map[string]string{LabelKind: KindToken, LabelUser: user, LabelName: name},
+			Labels:      map[string]string{LabelKind: KindToken, LabelUser: user, LabelName: name, LabelUserUID: string(o.UID)},
 			Annotations: annotations,
 		},
 		Data: map[string][]byte{keyHash: []byte(h)},
@@ -127,8 +188,10 @@ func (s *Store) Create(ctx context.Context, user, name string, ttl time.Duration
 	return token, nil
 }
 
-// List returns user's tokens by name.
-func (s *Store) List(ctx context.Context, user string) ([]Token, error) {
+// List returns the tokens made under user's name, by name; those that do not
+// verify for the User whose UID is uid say why in Refused (they are listed so
+// that they can be revoked, and so that a name they hold is explained).
+func (s *Store) List(ctx context.Context, user string, uid types.UID) ([]Token, error) {
 	var list corev1.SecretList
 	if err := s.Client.List(ctx, &list, client.InNamespace(s.Namespace), client.MatchingLabels{LabelKind: KindToken, LabelUser: user}); err != nil {
 		return nil, fmt.Errorf("listing tokens: %w", err)
@@ -136,7 +199,8 @@ func (s *Store) List(ctx context.Context, user string) ([]Token, error) {
 	out := []Token{}
 	for _, sec := range list.Items {
 		t, _ := time.Parse(time.RFC3339, sec.Annotations[AnnotationMade])
-		out = append(out, Token{Name: sec.Labels[LabelName], User: user, Created: t, Expires: expiry(&sec)})
+		out = append(out, Token{Name: sec.Labels[LabelName], User: user, Created: t, Expires: expiry(&sec),
+			Fingerprint: sec.Annotations[AnnotationKeyFingerprint], Refused: refusal(&sec, uid)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
@@ -159,11 +223,30 @@ func (s *Store) Revoke(ctx context.Context, user, name string) error {
 	return nil
 }
 
+// RemoveOfUser deletes every token made under user's name (users:remove), and
+// returns how many there were.
+func (s *Store) RemoveOfUser(ctx context.Context, user string) (int, error) {
+	var list corev1.SecretList
+	if err := s.Client.List(ctx, &list, client.InNamespace(s.Namespace), client.MatchingLabels{LabelKind: KindToken, LabelUser: user}); err != nil {
+		return 0, fmt.Errorf("listing the tokens of %s: %w", user, err)
+	}
+	for i := range list.Items {
+		if err := s.Client.Delete(ctx, &list.Items[i]); err != nil && !apierrors.IsNotFound(err) {
+			return i, fmt.Errorf("deleting a token of %s: %w", user, err)
+		}
+	}
+	return len(list.Items), nil
+}
+
 // Verify returns the User a token acts as, read now, and the token's name; or an
-// error wrapping ErrInvalid.
+// error wrapping ErrInvalid. A token of the wrong shape is refused before any
+// read. A token verifies only while its User has the UID it was made for: a
+// user removed and made again under the same name does not inherit it. A token
+// made before tokens were bound to a UID is refused, its message saying to make
+// a new one (there is no telling whose it was).
 func (s *Store) Verify(ctx context.Context, token string) (*appv1.User, string, error) {
-	if !strings.HasPrefix(token, tokenPrefix) || len(token) != len(tokenPrefix)+43 {
-		return nil, "", ErrInvalid
+	if !WellFormed(token) {
+		return nil, "", fmt.Errorf("%w: not the shape of a bex token (bex_ and 43 characters of base64url)", ErrInvalid)
 	}
 	h := hash(token)
 	sec := &corev1.Secret{}
@@ -182,15 +265,21 @@ func (s *Store) Verify(ctx context.Context, token string) (*appv1.User, string, 
 		return nil, "", fmt.Errorf("%w: token %s of %s expired at %s (tokens:create makes a new one)",
 			ErrInvalid, sec.Labels[LabelName], sec.Labels[LabelUser], exp.Format(time.RFC3339))
 	}
-	name := sec.Labels[LabelUser]
+	name, tokenName := sec.Labels[LabelUser], sec.Labels[LabelName]
+	if sec.Labels[LabelUserUID] == "" {
+		return nil, "", fmt.Errorf("%w: token %s of %s was %s", ErrInvalid, tokenName, name, refusedUnbound)
+	}
 	u := &appv1.User{}
 	if err := s.Users.Get(ctx, client.ObjectKey{Name: name}, u); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, "", ErrInvalid
+			return nil, "", fmt.Errorf("%w: token %s of %s: there is no user %s", ErrInvalid, tokenName, name, name)
 		}
 		return nil, "", err
 	}
-	return u, sec.Labels[LabelName], nil
+	if why := refusal(sec, u.UID); why != "" {
+		return nil, "", fmt.Errorf("%w: token %s of %s was %s", ErrInvalid, tokenName, name, why)
+	}
+	return u, tokenName, nil
 }
 
 // expiry is when the token of sec stops working, or nil: never. An annotation

@@ -18,28 +18,31 @@ import (
 	"bex.co/bex/gitserver/tokens"
 )
 
+// bobOwner is bob, signed in with his key.
+var bobOwner = tokens.Owner{User: "bob", UID: "uid-bob", KeyFingerprint: "SHA256:bobkey"}
+
 func TestTokens(t *testing.T) {
 	s := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(s)
 	_ = appv1.AddToScheme(s)
 	c := fake.NewClientBuilder().WithScheme(s).WithObjects(
-		&appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "ana"}, Spec: appv1.UserSpec{Role: appv1.RoleAdmin}},
-		&appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "bob"}, Spec: appv1.UserSpec{Role: appv1.RoleMember}},
+		&appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "ana", UID: "uid-ana"}, Spec: appv1.UserSpec{Role: appv1.RoleAdmin}},
+		&appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "bob", UID: "uid-bob"}, Spec: appv1.UserSpec{Role: appv1.RoleMember}},
 	).Build()
 	st := &tokens.Store{Client: c, Users: c, Namespace: "bex-system"}
 	ctx := context.Background()
 
-	tok, err := st.Create(ctx, "bob", "ci", 0)
+	tok, err := st.Create(ctx, bobOwner, "ci", 0)
 	if err != nil || !strings.HasPrefix(tok, "bex_") || len(tok) != 47 {
 		t.Fatalf("Create: %q %v", tok, err)
 	}
-	if _, err := st.Create(ctx, "bob", "ci", 0); !errors.Is(err, tokens.ErrExists) {
+	if _, err := st.Create(ctx, bobOwner, "ci", 0); !errors.Is(err, tokens.ErrExists) {
 		t.Fatalf("the same name twice: %v", err)
 	}
-	if _, err := st.Create(ctx, "bob", "Bad Name", 0); !errors.Is(err, tokens.ErrInvalidName) {
+	if _, err := st.Create(ctx, bobOwner, "Bad Name", 0); !errors.Is(err, tokens.ErrInvalidName) {
 		t.Fatalf("bad name: %v", err)
 	}
-	adminTok, _ := st.Create(ctx, "ana", "ci", 0) // names are per user
+	adminTok, _ := st.Create(ctx, tokens.Owner{User: "ana", UID: "uid-ana", KeyFingerprint: "SHA256:ana"}, "ci", 0) // names are per user
 	u, name, err := st.Verify(ctx, tok)
 	if err != nil || u.Name != "bob" || u.Spec.Role == appv1.RoleAdmin || name != "ci" {
 		t.Fatalf("Verify: %+v %q %v", u, name, err)
@@ -70,8 +73,8 @@ func TestTokens(t *testing.T) {
 			t.Fatalf("Verify(%q): %v", bad, err)
 		}
 	}
-	list, _ := st.List(ctx, "bob")
-	if len(list) != 1 || list[0].Name != "ci" || list[0].Created.IsZero() {
+	list, _ := st.List(ctx, "bob", "uid-bob")
+	if len(list) != 1 || list[0].Name != "ci" || list[0].Created.IsZero() || list[0].Fingerprint != bobOwner.KeyFingerprint || list[0].Refused != "" {
 		t.Fatalf("List: %+v", list)
 	}
 	if err := st.Revoke(ctx, "bob", "ci"); err != nil {
@@ -98,16 +101,16 @@ func TestTokenExpiry(t *testing.T) {
 	_ = clientgoscheme.AddToScheme(s)
 	_ = appv1.AddToScheme(s)
 	c := fake.NewClientBuilder().WithScheme(s).WithObjects(
-		&appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "bob"}, Spec: appv1.UserSpec{Role: appv1.RoleMember}}).Build()
+		&appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "bob", UID: "uid-bob"}, Spec: appv1.UserSpec{Role: appv1.RoleMember}}).Build()
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	st := &tokens.Store{Client: c, Users: c, Namespace: "bex-system", Now: func() time.Time { return now }}
 	ctx := context.Background()
-	tok, err := st.Create(ctx, "bob", "ci", 90*24*time.Hour)
+	tok, err := st.Create(ctx, bobOwner, "ci", 90*24*time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	forever, _ := st.Create(ctx, "bob", "forever", 0)
-	list, _ := st.List(ctx, "bob")
+	forever, _ := st.Create(ctx, bobOwner, "forever", 0)
+	list, _ := st.List(ctx, "bob", "uid-bob")
 	if len(list) != 2 || list[0].Expires == nil || !list[0].Expires.Equal(now.Add(90*24*time.Hour)) || list[1].Expires != nil {
 		t.Fatalf("List: %+v", list)
 	}
@@ -137,5 +140,153 @@ func TestParseTTL(t *testing.T) {
 		if _, err := tokens.ParseTTL(in); err == nil {
 			t.Errorf("ParseTTL(%q) accepted", in)
 		}
+	}
+}
+
+func newStore(t *testing.T, objs ...client.Object) (*tokens.Store, client.WithWatch) {
+	t.Helper()
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = appv1.AddToScheme(s)
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).Build()
+	return &tokens.Store{Client: c, Users: c, Namespace: "bex-system"}, c
+}
+
+// TestTokenBoundToUID: a token belongs to the User it was made for, not to the
+// name. bob removed and a new bob made (another UID): the old token never
+// verifies, says why, and is listed as refused; the new bob's token works.
+func TestTokenBoundToUID(t *testing.T) {
+	st, c := newStore(t, &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "bob", UID: "uid-bob"}})
+	ctx := context.Background()
+	old, err := st.Create(ctx, bobOwner, "ci", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.Verify(ctx, old); err != nil {
+		t.Fatalf("before the removal: %v", err)
+	}
+	var secs corev1.SecretList
+	c.List(ctx, &secs)
+	sec := secs.Items[0]
+	if sec.Labels[tokens.LabelUserUID] != "uid-bob" || sec.Annotations[tokens.AnnotationKeyFingerprint] != "SHA256:bobkey" {
+		t.Fatalf("the Secret does not bind the token: %v %v", sec.Labels, sec.Annotations)
+	}
+	if err := c.Delete(ctx, &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "bob"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "bob", UID: "uid-bob-2"}}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = st.Verify(ctx, old)
+	if !errors.Is(err, tokens.ErrInvalid) || !strings.Contains(err.Error(), "token ci of bob was made for an earlier user of this name") {
+		t.Fatalf("the old bob's token for the new bob: %v", err)
+	}
+	list, _ := st.List(ctx, "bob", "uid-bob-2")
+	if len(list) != 1 || !strings.Contains(list[0].Refused, "earlier user") {
+		t.Fatalf("List for the new bob: %+v", list)
+	}
+	// The control: the new bob's own token works.
+	fresh, err := st.Create(ctx, tokens.Owner{User: "bob", UID: "uid-bob-2", KeyFingerprint: "SHA256:new"}, "ci2", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u, _, err := st.Verify(ctx, fresh); err != nil || u.UID != "uid-bob-2" {
+		t.Fatalf("the new bob's token: %+v %v", u, err)
+	}
+	// RemoveOfUser deletes both, whoever they were made for.
+	if n, err := st.RemoveOfUser(ctx, "bob"); err != nil || n != 2 {
+		t.Fatalf("RemoveOfUser: %d %v", n, err)
+	}
+	if list, _ := st.List(ctx, "bob", "uid-bob-2"); len(list) != 0 {
+		t.Fatalf("left after RemoveOfUser: %+v", list)
+	}
+	if _, _, err := st.Verify(ctx, fresh); !errors.Is(err, tokens.ErrInvalid) {
+		t.Fatalf("a removed token: %v", err)
+	}
+	// No UID, or no key: no token.
+	for _, o := range []tokens.Owner{{User: "bob", KeyFingerprint: "SHA256:x"}, {User: "bob", UID: "uid-bob-2"}} {
+		if _, err := st.Create(ctx, o, "x", 0); !errors.Is(err, tokens.ErrUnbound) {
+			t.Fatalf("Create(%+v): %v", o, err)
+		}
+	}
+}
+
+// TestTokenMadeBeforeBinding: a token Secret without a UID (made before tokens
+// were bound to their user) is refused with a line saying to make a new one,
+// and listed as refused.
+func TestTokenMadeBeforeBinding(t *testing.T) {
+	st, c := newStore(t, &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "bob", UID: "uid-bob"}})
+	ctx := context.Background()
+	tok, err := st.Create(ctx, bobOwner, "old", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Made the way the earlier bex made them: no UID label, no fingerprint.
+	var secs corev1.SecretList
+	c.List(ctx, &secs)
+	sec := secs.Items[0]
+	delete(sec.Labels, tokens.LabelUserUID)
+	delete(sec.Annotations, tokens.AnnotationKeyFingerprint)
+	if err := c.Update(ctx, &sec); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = st.Verify(ctx, tok)
+	if !errors.Is(err, tokens.ErrInvalid) || !strings.Contains(err.Error(), "made before tokens were bound to their user: tokens:create makes a new one") {
+		t.Fatalf("a token made before the binding: %v", err)
+	}
+	if list, _ := st.List(ctx, "bob", "uid-bob"); len(list) != 1 || list[0].Fingerprint != "" || !strings.Contains(list[0].Refused, "made before") {
+		t.Fatalf("List: %+v", list)
+	}
+}
+
+// countingClient counts every read and write that reaches the API.
+type countingClient struct {
+	client.WithWatch
+	calls int
+}
+
+func (c *countingClient) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	c.calls++
+	return c.WithWatch.Get(ctx, key, obj, opts...)
+}
+
+func (c *countingClient) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	c.calls++
+	return c.WithWatch.List(ctx, list, opts...)
+}
+
+// TestMalformedTokenNoRead: a bearer value that is not the shape of a token is
+// refused before any read of the API server; a well-formed unknown one costs
+// exactly one Get (the control that the counter counts).
+func TestMalformedTokenNoRead(t *testing.T) {
+	_, c := newStore(t, &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "bob", UID: "uid-bob"}})
+	cc := &countingClient{WithWatch: c}
+	st := &tokens.Store{Client: cc, Users: cc, Namespace: "bex-system"}
+	ctx := context.Background()
+	good := "bex_" + strings.Repeat("A", 43)
+	for _, bad := range []string{"", "bex_", "bex_" + strings.Repeat("A", 42), "bex_" + strings.Repeat("A", 44),
+		"bex_" + strings.Repeat("!", 43), "bex_" + strings.Repeat("A", 42) + "=", "bex_" + strings.Repeat("A", 41) + "+/",
+		"BEX_" + strings.Repeat("A", 43), "xyz_" + strings.Repeat("A", 43), strings.Repeat("A", 47),
+		// Not canonical: the last character carries bits that 32 bytes do not have.
+		"bex_" + strings.Repeat("A", 42) + "B"} {
+		if tokens.WellFormed(bad) {
+			t.Errorf("WellFormed(%q)", bad)
+		}
+		if _, _, err := st.Verify(ctx, bad); !errors.Is(err, tokens.ErrInvalid) {
+			t.Fatalf("Verify(%q): %v", bad, err)
+		}
+	}
+	if cc.calls != 0 {
+		t.Fatalf("malformed tokens made %d API calls", cc.calls)
+	}
+	if !tokens.WellFormed(good) {
+		t.Fatalf("WellFormed(%q) is false", good)
+	}
+	if _, _, err := st.Verify(ctx, good); !errors.Is(err, tokens.ErrInvalid) || cc.calls != 1 {
+		t.Fatalf("a well-formed unknown token: %v, %d calls", err, cc.calls)
+	}
+	tok, err := st.Create(ctx, bobOwner, "ci", 0)
+	if err != nil || !tokens.WellFormed(tok) {
+		t.Fatalf("a made token is not well formed: %q %v", tok, err)
 	}
 }

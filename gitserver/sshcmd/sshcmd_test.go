@@ -18,6 +18,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -45,9 +46,10 @@ type fixture struct {
 }
 
 var (
-	ana   = &backend.User{Name: "ana", Admin: true, KeyName: "laptop"}
-	bob   = &backend.User{Name: "bob", CanCreateApps: true, KeyName: "desk"}
-	carol = &backend.User{Name: "carol", KeyName: "ci"}
+	// UIDs as user() gives the User objects (the fake client gives none).
+	ana   = &backend.User{Name: "ana", UID: "uid-ana", Admin: true, KeyName: "laptop"}
+	bob   = &backend.User{Name: "bob", UID: "uid-bob", CanCreateApps: true, KeyName: "desk"}
+	carol = &backend.User{Name: "carol", UID: "uid-carol", KeyName: "ci"}
 )
 
 func newFixture(t *testing.T, objs ...client.Object) *fixture {
@@ -110,7 +112,7 @@ func deployed(a *appv1.App) *appv1.App {
 }
 
 func user(name string, role appv1.UserRole, keys ...string) *appv1.User {
-	u := &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: appv1.UserSpec{Role: role}}
+	u := &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name)}, Spec: appv1.UserSpec{Role: role}}
 	for i, k := range keys {
 		u.Spec.Keys = append(u.Spec.Keys, appv1.SSHKey{Name: fmt.Sprintf("k%d", i), PublicKey: k})
 	}

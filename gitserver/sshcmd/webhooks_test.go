@@ -175,14 +175,29 @@ func TestTokens(t *testing.T) {
 	if out, _, code = f.run(bob, "", "tokens:create", "kept", "--expires-in", "never", "--json"); code != 0 || strings.Contains(out, "expires") {
 		t.Fatalf("--expires-in never: %d %s", code, out)
 	}
-	if out, _, _ = f.run(bob, "", "tokens:list"); !strings.Contains(out, "EXPIRES") || !strings.Contains(out, "never") {
+	if out, _, _ = f.run(bob, "", "tokens:list"); !strings.Contains(out, "EXPIRES") || !strings.Contains(out, "never") ||
+		!strings.Contains(out, "FINGERPRINT") || !strings.Contains(out, "SHA256:test") || strings.Contains(out, "refused") {
 		t.Fatalf("tokens:list: %s", out)
 	}
 	f.run(bob, "", "tokens:revoke", "kept")
 	var list []tokens.Token
 	out, _, _ = f.run(bob, "", "tokens:list", "--json")
-	if err := json.Unmarshal([]byte(out), &list); err != nil || len(list) != 1 || list[0].Name != "agent" || list[0].User != "bob" {
+	if err := json.Unmarshal([]byte(out), &list); err != nil || len(list) != 1 || list[0].Name != "agent" || list[0].User != "bob" ||
+		list[0].Fingerprint != "SHA256:test" || !strings.Contains(out, `"fingerprint": "SHA256:test"`) {
 		t.Fatalf("tokens:list --json: %s", out)
+	}
+	// A token as an earlier bex made it (no UID): listed as refused, saying why.
+	var secs corev1.SecretList
+	if err := f.c.List(context.Background(), &secs, client.MatchingLabels{tokens.LabelName: "agent"}); err != nil || len(secs.Items) != 1 {
+		t.Fatalf("agent's Secret: %v", err)
+	}
+	delete(secs.Items[0].Labels, tokens.LabelUserUID)
+	if err := f.c.Update(context.Background(), &secs.Items[0]); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, _ = f.run(bob, "", "tokens:list"); !strings.Contains(out, "refused") ||
+		!strings.Contains(out, "Token agent is refused: made before tokens were bound to their user: tokens:create makes a new one") {
+		t.Fatalf("tokens:list of a token made before the binding: %s", out)
 	}
 	if out, _, code = f.run(bob, "", "tokens:revoke", "agent"); code != 0 || !strings.Contains(out, "Revoked token agent") {
 		t.Fatalf("tokens:revoke: %d %s", code, out)

@@ -1,0 +1,118 @@
+package backend_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+
+	gossh "golang.org/x/crypto/ssh"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/gitserver/backend"
+	"bex.co/bex/gitserver/tokens"
+)
+
+func authorizedKey(t *testing.T) string {
+	t.Helper()
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pk, err := gossh.NewPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(gossh.MarshalAuthorizedKey(pk)))
+}
+
+// TestTokensOfARemovedUser: users:remove deletes the user's tokens; a user made
+// again under the name gets none of them back and their own work (the
+// control); a token cannot make tokens.
+func TestTokensOfARemovedUser(t *testing.T) {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = appv1.AddToScheme(s)
+	// The fake client gives objects no UID: the test gives them theirs, as the
+	// API server would.
+	anaObj := &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "ana", UID: "uid-ana"}, Spec: appv1.UserSpec{Role: appv1.RoleAdmin,
+		Keys: []appv1.SSHKey{{Name: "laptop", PublicKey: authorizedKey(t)}}}}
+	bobObj := &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "bob", UID: "uid-bob-1"}, Spec: appv1.UserSpec{Role: appv1.RoleMember}}
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(anaObj, bobObj).Build()
+	var log bytes.Buffer
+	cfg := backend.DefaultConfig()
+	cfg.Client, cfg.Namespace, cfg.Releases = c, ns, &fakeReleases{c: c}
+	cfg.Tokens = &tokens.Store{Client: c, Users: c, Namespace: "bex-system"}
+	cfg.Log = slog.New(slog.NewTextHandler(&log, nil))
+	b, err := backend.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ana := backend.UserOf(anaObj, "laptop", "SHA256:ana")
+	bob := backend.UserOf(bobObj, "desk", "SHA256:bobdesk")
+
+	made, err := b.CreateToken(ctx, bob, "ci", "never")
+	if err != nil {
+		t.Fatal(err)
+	}
+	asToken, _, err := b.VerifyToken(ctx, made.Token)
+	if err != nil || asToken.UID != "uid-bob-1" {
+		t.Fatalf("bob's token: %+v %v", asToken, err)
+	}
+	list, _ := b.Tokens(ctx, bob)
+	if len(list) != 1 || list[0].Fingerprint != "SHA256:bobdesk" {
+		t.Fatalf("tokens:list: %+v", list)
+	}
+	// A session signed in with a token has no key: it makes no tokens.
+	_, err = b.CreateToken(ctx, asToken, "longer", "never")
+	wantKind(t, "a token making a token", err, backend.Forbidden, "a token cannot make tokens")
+
+	if err := b.RemoveUser(ctx, ana, "bob"); err != nil {
+		t.Fatal(err)
+	}
+	var secs corev1.SecretList
+	if err := c.List(ctx, &secs, client.MatchingLabels{tokens.LabelKind: tokens.KindToken}); err != nil || len(secs.Items) != 0 {
+		t.Fatalf("bob's tokens outlive users:remove: %d %v", len(secs.Items), err)
+	}
+	if !strings.Contains(log.String(), "command=users:remove") || !strings.Contains(log.String(), "tokens=1") {
+		t.Fatalf("audit of users:remove:\n%s", log.String())
+	}
+	bob2Obj := &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "bob", UID: "uid-bob-2"}, Spec: appv1.UserSpec{Role: appv1.RoleMember}}
+	if err := c.Create(ctx, bob2Obj); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.VerifyToken(ctx, made.Token); !errors.Is(err, backend.ErrInvalidToken) {
+		t.Fatalf("the removed bob's token for the new bob: %v", err)
+	}
+	bob2 := backend.UserOf(bob2Obj, "desk", "SHA256:bob2")
+	if list, _ := b.Tokens(ctx, bob2); len(list) != 0 {
+		t.Fatalf("the new bob lists %+v", list)
+	}
+	fresh, err := b.CreateToken(ctx, bob2, "ci", "never")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u, _, err := b.VerifyToken(ctx, fresh.Token); err != nil || u.UID != "uid-bob-2" {
+		t.Fatalf("the new bob's token: %+v %v", u, err)
+	}
+	// The last admin is not removed, and keeps their tokens.
+	anaTok, err := b.CreateToken(ctx, ana, "ops", "never")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantKind(t, "the last admin", b.RemoveUser(ctx, ana, "ana"), backend.Conflict, "last admin")
+	if _, _, err := b.VerifyToken(ctx, anaTok.Token); err != nil {
+		t.Fatalf("a refused users:remove took the tokens: %v", err)
+	}
+}

@@ -1,6 +1,6 @@
 // Package sourcelimit limits failed attempts per source address: a token
-// bucket per source (golang.org/x/time/rate), in a bounded map, where only the
-// attempts that fail keep their token. A source that has failed a burst of
+// bucket per source, in a bounded map, where only the attempts that fail keep
+// their token. A source that has failed a burst of
 // times is refused, without the attempt being made, until its bucket refills;
 // an attempt that succeeds costs nothing.
 //

@@ -8,8 +8,6 @@ import (
 	"net/netip"
 	"sync"
 	"time"
-
-	"golang.org/x/time/rate"
 )
 
 // Config is how many failures a source may make.
@@ -53,9 +51,22 @@ type Limiter struct {
 	sources map[string]*entry
 }
 
+// entry is a source's bucket: tokens (at most Burst) as of last, refilling at
+// PerMinute. A token bucket of its own rather than a rate.Limiter: an attempt
+// is taken when it starts and given back when it succeeds, possibly long
+// after, which a rate.Reservation cannot undo once its time has come.
 type entry struct {
-	lim  *rate.Limiter
-	seen time.Time
+	tokens float64
+	last   time.Time
+	seen   time.Time
+}
+
+// refill brings e's tokens up to now.
+func (l *Limiter) refill(e *entry, now time.Time) {
+	if now.After(e.last) {
+		e.tokens = math.Min(float64(l.cfg.Burst), e.tokens+now.Sub(e.last).Minutes()*l.cfg.PerMinute)
+		e.last = now
+	}
 }
 
 // New returns a limiter; cfg must be valid.
@@ -97,7 +108,7 @@ func Source(remoteAddr string) string {
 // it back. The first of the two to be called counts.
 type Attempt struct {
 	l    *Limiter
-	res  *rate.Reservation
+	e    *entry
 	once sync.Once
 }
 
@@ -109,7 +120,8 @@ func (a *Attempt) Succeeded() {
 	a.once.Do(func() {
 		a.l.mu.Lock()
 		defer a.l.mu.Unlock()
-		a.res.CancelAt(a.l.now())
+		a.l.refill(a.e, a.l.now())
+		a.e.tokens = math.Min(float64(a.l.cfg.Burst), a.e.tokens+1)
 	})
 }
 
@@ -125,16 +137,16 @@ func (l *Limiter) Begin(source string) (*Attempt, time.Duration) {
 		if len(l.sources) >= l.cfg.MaxSources {
 			l.evict(now)
 		}
-		e = &entry{lim: rate.NewLimiter(rate.Limit(l.cfg.PerMinute/60), l.cfg.Burst)}
+		e = &entry{tokens: float64(l.cfg.Burst), last: now}
 		l.sources[source] = e
 	}
 	e.seen = now
-	res := e.lim.ReserveN(now, 1)
-	if d := res.DelayFrom(now); d > 0 {
-		res.CancelAt(now)
-		return nil, d
+	l.refill(e, now)
+	if e.tokens < 1 {
+		return nil, time.Duration((1 - e.tokens) / l.cfg.PerMinute * float64(time.Minute))
 	}
-	return &Attempt{l: l, res: res}, 0
+	e.tokens--
+	return &Attempt{l: l, e: e}, 0
 }
 
 // evict makes room for one source: it forgets every source whose bucket is
@@ -144,7 +156,7 @@ func (l *Limiter) evict(now time.Time) {
 	var oldestSeen time.Time
 	removed := false
 	for k, e := range l.sources {
-		if e.lim.TokensAt(now) >= float64(l.cfg.Burst) {
+		if l.refill(e, now); e.tokens >= float64(l.cfg.Burst) {
 			delete(l.sources, k)
 			removed = true
 			continue

@@ -6,7 +6,10 @@
 //
 // Every call carries a bearer token made by `tokens:create` (the backend verifies it); it
 // acts as its User, read again on each request, so an agent may touch exactly the
-// apps its user may. Every tool result says what happened in one sentence (the
+// apps its user may. A token of the wrong shape is refused before any read of the
+// API (the backend's token store checks it first), and the tokens that fail are
+// limited per source address (internal/sourcelimit; 429 with Retry-After past
+// it, for every request of that source), the source being r.RemoteAddr. Every tool result says what happened in one sentence (the
 // text content, for the model) and in structured fields (for programs). A refusal
 // is a tool error (isError) whose one text content is "CODE: MESSAGE", for example
 // `not_found: no app "shop": apps:list shows the apps you can use`, CODE one of not_found,

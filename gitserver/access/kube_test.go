@@ -112,10 +112,16 @@ func (e *env) updateUser(t *testing.T, name string, change func(*appv1.UserSpec)
 	}
 }
 
-// userIs checks what UserByKey returns for key.
+// userIs checks what UserByKey returns for key; the UID wanted is the User
+// object's as the API server has it now (tokens are bound to it).
 func (e *env) userIs(key gossh.PublicKey, want backend.User) func() error {
 	want.KeyFingerprint = gossh.FingerprintSHA256(key)
 	return func() error {
+		obj := &appv1.User{}
+		if err := e.cp.Client.Get(context.Background(), client.ObjectKey{Name: want.Name}, obj); err != nil {
+			return err
+		}
+		want.UID = obj.UID
 		u, err := e.dir.UserByKey(context.Background(), key)
 		if err != nil {
 			return err

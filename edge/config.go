@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -49,6 +50,13 @@ type Config struct {
 	// PlatformHost is the host the platform's endpoints answer at. Default
 	// BaseDomain itself: no app can have it (apps are <app>.<BaseDomain>).
 	PlatformHost string
+
+	// TrustedProxies are the addresses of load balancers in front of the edge,
+	// which it believes about the client's address: the client a PROXY protocol
+	// header names (see Proxy.ProxyProtocol), and the last hop of a request's
+	// X-Forwarded-For that is not itself a trusted proxy. From every other
+	// address, the client is the connection's peer. Empty: nobody is trusted.
+	TrustedProxies []netip.Prefix
 }
 
 // PlatformPaths are the paths of bex's own endpoints on the platform host; every
@@ -159,6 +167,11 @@ func (c Config) Validate() error {
 		}
 		if msgs := validation.IsDNS1123Subdomain(c.PlatformHost); len(msgs) > 0 {
 			errs = append(errs, fmt.Errorf("Config.PlatformHost %q: %s", c.PlatformHost, strings.Join(msgs, "; ")))
+		}
+	}
+	for i, p := range c.TrustedProxies {
+		if !p.IsValid() {
+			errs = append(errs, fmt.Errorf("Config.TrustedProxies[%d] %s: not a CIDR", i, p))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

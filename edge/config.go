@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -49,7 +50,31 @@ type Config struct {
 	// PlatformHost is the host the platform's endpoints answer at. Default
 	// BaseDomain itself: no app can have it (apps are <app>.<BaseDomain>).
 	PlatformHost string
+
+	// TrustedProxies are the addresses of load balancers in front of the edge,
+	// which it believes about the client's address: the client a PROXY protocol
+	// header names (see Proxy.ProxyProtocol), and the last hop of a request's
+	// X-Forwarded-For that is not itself a trusted proxy. From every other
+	// address, the client is the connection's peer. Empty: nobody is trusted.
+	TrustedProxies []netip.Prefix
+
+	// OrdersPerDomain and Orders bound the certificates that the edge orders
+	// because of a TLS handshake (on demand: names under a wildcard domain, or a
+	// host not obtained ahead of time yet): per registered domain (all the names
+	// under shop.example.com count as one), and in all. A handshake past either
+	// gets no certificate until the bound has room again, and is counted in
+	// bex_edge_certificate_refusals_total. Orders for the table's exact hosts
+	// ahead of time, renewals and certificates already in storage do not count.
+	OrdersPerDomain, Orders OrderRate
 }
+
+// OrderRate is N certificate orders per Per, in a burst or spread out.
+type OrderRate struct {
+	N   int
+	Per time.Duration
+}
+
+func (r OrderRate) String() string { return fmt.Sprintf("%d per %s", r.N, r.Per) }
 
 // PlatformPaths are the paths of bex's own endpoints on the platform host; every
 // other path there is 404, so the platform host exposes nothing else.
@@ -78,6 +103,14 @@ const (
 	DefaultMaxHeaderBytes        = 1 << 20
 	DefaultReadHeaderTimeout     = 10 * time.Second
 	DefaultClientIdleTimeout     = 120 * time.Second
+)
+
+// Default order rates: well inside Let's Encrypt's limits (50 certificates per
+// registered domain a week, 300 new orders per account in 3 hours), so that
+// names someone invents under a wildcard cannot use up what the real ones need.
+var (
+	DefaultOrdersPerDomain = OrderRate{N: 10, Per: 24 * time.Hour}
+	DefaultOrders          = OrderRate{N: 100, Per: 3 * time.Hour}
 )
 
 // DefaultConfig returns the edge's defaults. A zero field of a Config means its
@@ -111,6 +144,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxHeaderBytes == 0 {
 		c.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	if c.OrdersPerDomain == (OrderRate{}) {
+		c.OrdersPerDomain = DefaultOrdersPerDomain
+	}
+	if c.Orders == (OrderRate{}) {
+		c.Orders = DefaultOrders
 	}
 	if c.PlatformBackend != "" && c.PlatformHost == "" {
 		c.PlatformHost = strings.TrimSuffix(c.BaseDomain, ".")
@@ -159,6 +198,19 @@ func (c Config) Validate() error {
 		}
 		if msgs := validation.IsDNS1123Subdomain(c.PlatformHost); len(msgs) > 0 {
 			errs = append(errs, fmt.Errorf("Config.PlatformHost %q: %s", c.PlatformHost, strings.Join(msgs, "; ")))
+		}
+	}
+	for _, r := range []struct {
+		name string
+		v    OrderRate
+	}{{"OrdersPerDomain", c.OrdersPerDomain}, {"Orders", c.Orders}} {
+		if r.v.N < 1 || r.v.Per <= 0 {
+			errs = append(errs, fmt.Errorf("Config.%s %s: want at least 1 per a positive duration", r.name, r.v))
+		}
+	}
+	for i, p := range c.TrustedProxies {
+		if !p.IsValid() {
+			errs = append(errs, fmt.Errorf("Config.TrustedProxies[%d] %s: not a CIDR", i, p))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -1,8 +1,7 @@
 // Package edge is bex's HTTP front door: it owns the routing table (which app answers
 // at which host, and which backends serve it) and the reverse proxy that carries each
-// request to one of those backends. TLS is not here; a listener in front of Proxy
-// (or a later layer of this package) terminates it and can ask Table.Known whether a
-// host is worth a certificate.
+// request to one of those backends, and the certificates of its TLS listener
+// (Certificates: only for hosts Table.Known says are routed).
 //
 // The table is built from two kinds of API objects and nothing else: the Apps of one
 // namespace (name, spec.domains, spec.suspended) and the EndpointSlices that the
@@ -33,6 +32,13 @@
 //     from an http.Server passed to Proxy.ConfigureServer (header limits,
 //     timeouts, the connections gauge). Requests that arrive before the cache has
 //     synced get 503 "starting", never a false 404.
+//
+// The client's address reaches apps in X-Real-IP and X-Forwarded-For, set by the
+// edge (clientip.go): client-sent address headers are dropped, and only peers in
+// Config.TrustedProxies may name another client, by X-Forwarded-For or by a PROXY
+// protocol header (Proxy.ProxyProtocol wraps the listeners). Certificates
+// (Certificates, tls.go) are obtained ahead of time for the table's hosts and on
+// demand for the rest, within Config.OrdersPerDomain and Config.Orders (orders.go).
 //
 // Errors are the edge's own small pages (HTML if the client accepts it, else
 // text): unknown host 404, suspended app 503, no ready backend 503, backend

@@ -108,6 +108,7 @@ func serve(t testing.TB, p *Proxy, tc *tls.Config) string {
 		t.Fatal(err)
 	}
 	addr := l.Addr().String()
+	l = p.ProxyProtocol(l) // as cmd/bex wraps it: under TLS; l itself without trusted proxies
 	if tc != nil {
 		l = tls.NewListener(l, tc)
 	}

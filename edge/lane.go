@@ -41,8 +41,7 @@ func (p *Proxy) serveLane(lc *laneConn, https bool, bw *bufio.Writer, req *http.
 	// own, the client's Host kept, no Go User-Agent added.
 	h := req.Header
 	delete(h, "Connection")
-	delete(h, "Forwarded")
-	h["X-Forwarded-For"] = []string{lc.clientIP}
+	setClientAddr(h, p.clientIP(lc.clientIP, h["X-Forwarded-For"]))
 	h["X-Forwarded-Host"] = []string{req.Host}
 	if https {
 		h["X-Forwarded-Proto"] = []string{"https"}

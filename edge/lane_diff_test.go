@@ -122,7 +122,8 @@ func randomRequest(rng *rand.Rand) string {
 				"Forwarded: for=6.6.6.6", "X-Forwarded-Proto: https", "X-Request-Id: client-1", "X-Request-Id: has space",
 				"X-Tab: a\tb", "X-High: caf\xc3\xa9", "X-Empty:", "X-Trail: x  ", "Accept: text/html", "User-Agent: curl/8",
 				"User-Agent:", "Cookie: a=1; b=2", "If-None-Match: \"x\"", "X-Dup: 1\r\nX-Dup: 2", "x-lower: v",
-				"Keep-Alive: timeout=5", "Te: trailers", "Proxy-Connection: keep-alive") + "\r\n")
+				"Keep-Alive: timeout=5", "Te: trailers", "Proxy-Connection: keep-alive", "X-Real-IP: 6.6.6.6",
+				"True-Client-IP: 6.6.6.6", "X-Client-IP: 6.6.6.6", "CF-Connecting-IP: 6.6.6.6", "X_Real_IP: 6.6.6.6") + "\r\n")
 		}
 		b.WriteString("\r\n")
 		return b.String()
@@ -154,7 +155,7 @@ func randomRequest(rng *rand.Rand) string {
 				"Proxy-Connection: keep-alive", "Trailer: X-T") + eol)
 		case 7:
 			b.WriteString(pick("X-Forwarded-For: 6.6.6.6", "X-Forwarded-Host: evil", "Forwarded: for=6.6.6.6",
-				"X-Forwarded-Proto: https") + eol)
+				"X-Forwarded-Proto: https", "X-Real-IP: 6.6.6.6", "True-Client-IP: 6.6.6.6", "X_Forwarded_For: 6.6.6.6") + eol)
 		case 8:
 			b.WriteString(pick("X-Request-Id: client-1", "X-Request-Id: has space", "X-Request-Id: "+strings.Repeat("i", 200)) + eol)
 		case 9:

@@ -81,24 +81,35 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 // certMetrics count certificate events from certmagic, by issuer (its storage key:
 // the ACME directory's host and path, or the local CA) and outcome: obtained,
 // renewed, obtain_failed, renew_failed.
+// Refusals count the certificates not obtained on demand, by reason
+// (RefusedNotRouted, ...).
 type certMetrics struct {
-	events *prometheus.CounterVec
+	events   *prometheus.CounterVec
+	refusals *prometheus.CounterVec
 }
 
 func newCertMetrics(reg prometheus.Registerer) *certMetrics {
 	m := &certMetrics{events: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "bex", Subsystem: "edge",
 		Name: "certificates_total", Help: "Certificates obtained or renewed, and failures to, by issuer and outcome."},
-		[]string{"issuer", "outcome"})}
+		[]string{"issuer", "outcome"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "bex", Subsystem: "edge",
+			Name: "certificate_refusals_total", Help: "Certificates refused during TLS handshakes, by reason: not_routed, public_suffix, domain_rate_limited, rate_limited."},
+			[]string{"reason"})}
+	for _, r := range []string{RefusedNotRouted, RefusedPublicSuffix, RefusedDomainLimited, RefusedLimited} {
+		m.refusals.WithLabelValues(r) // every reason shows, at 0, before its first refusal
+	}
 	if reg != nil {
-		reg.MustRegister(m.events)
+		reg.MustRegister(m.events, m.refusals)
 	}
 	return m
 }
 
+func (m *certMetrics) refused(reason string) { m.refusals.WithLabelValues(reason).Inc() }
+
 // wants is certmagic's ShouldEmitFunc: without it every handshake would build an
 // event for onEvent to ignore.
 func (m *certMetrics) wants(event string) bool {
-	return event == "cert_obtained" || event == "cert_failed"
+	return event == "cert_obtained" || event == "cert_failed" || event == "cert_obtaining"
 }
 
 // onEvent is certmagic's OnEvent hook.

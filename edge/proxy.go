@@ -230,7 +230,12 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	// Apps see the host the client asked for (their own domain), as on Heroku;
 	// SetURL would have put the backend's address there.
 	pr.Out.Host = pr.In.Host
+	// X-Forwarded-Host and -Proto from what the edge saw (ReverseProxy dropped
+	// the client's); the client's address from clientIP, and no other header a
+	// client could name an address in: the lane does the same (serveLane).
 	pr.SetXForwarded()
+	peer, _, _ := net.SplitHostPort(pr.In.RemoteAddr)
+	setClientAddr(pr.Out.Header, p.clientIP(peer, pr.In.Header["X-Forwarded-For"]))
 	pr.Out.Header.Set(HeaderRequestID, st.id)
 }
 

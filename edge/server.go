@@ -118,8 +118,7 @@ func (s *Server) Serve(l net.Listener) error {
 			return err
 		}
 		backoff = 0
-		lc := &laneConn{Conn: c, remote: c.RemoteAddr().String()}
-		lc.clientIP, _, _ = net.SplitHostPort(lc.remote)
+		lc := &laneConn{Conn: c}
 		lc.ctx = &laneCtx{Context: httptrace.WithClientTrace(s.ctx, informationalTo(lc))}
 		if !s.track(lc) {
 			c.Close()
@@ -211,8 +210,8 @@ type laneConn struct {
 	net.Conn
 	idle     atomic.Bool // waiting for the first byte of a request: Shutdown may close it
 	released atomic.Bool // see Server.release
-	remote   string      // RemoteAddr, formatted once
-	clientIP string      // its host, for X-Forwarded-For
+	remote   string      // RemoteAddr, formatted once (the client a trusted proxy's PROXY header named)
+	clientIP string      // its host: the peer that clientIP starts from
 	watch    *clientWatch
 	ctx      *laneCtx
 	bw       *bufio.Writer
@@ -236,6 +235,10 @@ var (
 var errHandOver = errors.New("not a fast-lane request")
 
 func (s *Server) serveConn(lc *laneConn) {
+	// Here, not in Serve's loop: behind Proxy.ProxyProtocol, RemoteAddr waits
+	// for the PROXY header, and Accept must not wait for one client.
+	lc.remote = lc.RemoteAddr().String()
+	lc.clientIP, _, _ = net.SplitHostPort(lc.remote)
 	// A panic serving one connection ends that connection, not the edge, as in
 	// net/http.
 	defer func() {

@@ -33,6 +33,7 @@ type laneFixture struct {
 	proxy       *Proxy
 	http, https string // host:port
 	roots       *x509.CertPool
+	caPEM       []byte
 	log         *testenv.SyncBuffer
 
 	mu   sync.Mutex
@@ -40,6 +41,11 @@ type laneFixture struct {
 }
 
 func newLaneFixture(t *testing.T, backend http.HandlerFunc) *laneFixture {
+	t.Helper()
+	return newLaneFixtureWith(t, Config{}, backend)
+}
+
+func newLaneFixtureWith(t *testing.T, cfg Config, backend http.HandlerFunc) *laneFixture {
 	t.Helper()
 	f := &laneFixture{log: &testenv.SyncBuffer{}}
 	be := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -53,7 +59,7 @@ func newLaneFixture(t *testing.T, backend http.HandlerFunc) *laneFixture {
 		slice("web", discoveryv1.AddressTypeFQDN, int32(port(t, be.Listener.Addr())), ep(nil, "127.0.0.1")),
 	})
 	log := slog.New(slog.NewTextHandler(f.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	p, err := NewProxy(Config{}, table, log, prometheus.NewRegistry())
+	p, err := NewProxy(cfg, table, log, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,6 +75,7 @@ func newLaneFixture(t *testing.T, backend http.HandlerFunc) *laneFixture {
 	}
 	f.roots = x509.NewCertPool()
 	f.roots.AppendCertsFromPEM(ca.CertPEM())
+	f.caPEM = ca.CertPEM()
 	f.http = serve(t, p, nil)
 	f.https = serve(t, p, certs.TLSConfig())
 	return f
@@ -235,11 +242,14 @@ func TestLaneRequestAndResponse(t *testing.T) {
 	res := get("GET", "/plain", http.Header{
 		"X-Forwarded-For": {"6.6.6.6"}, "Forwarded": {"for=6.6.6.6"}, "X-Forwarded-Host": {"evil"},
 		HeaderRequestID: {"client-id-1"}, "Accept": {"text/plain"},
+		"X-Real-Ip": {"6.6.6.6"}, "True-Client-Ip": {"6.6.6.6"}, "X-Client-Ip": {"6.6.6.6"}, "Cf-Connecting-Ip": {"6.6.6.6"},
+		"X_real_ip": {"6.6.6.6"}, "X_forwarded_for": {"6.6.6.6"},
 	})
 	in := f.last(t)
 	for k, want := range map[string]string{
 		"X-Forwarded-For": "127.0.0.1", "X-Forwarded-Host": "web.localhost", "X-Forwarded-Proto": "http",
 		HeaderRequestID: "client-id-1", "Forwarded": "", "User-Agent": "Go-http-client/1.1", "Accept": "text/plain",
+		"X-Real-Ip": "127.0.0.1", "True-Client-Ip": "", "X-Client-Ip": "", "Cf-Connecting-Ip": "", "X_real_ip": "", "X_forwarded_for": "",
 	} {
 		if got := strings.Join(in.Header[k], ","); got != want {
 			t.Errorf("backend got %s %q, want %q", k, got, want)

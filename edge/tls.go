@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/caddyserver/certmagic"
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,13 +39,54 @@ type ACME struct {
 // handshake for the rest (names under wildcard domains, or a host the edge has not
 // got to yet) — the decision is a map read of the table.
 type Certificates struct {
-	magic *certmagic.Config // on demand, serves every handshake
-	ahead *certmagic.Config // same cache, storage and issuers; obtains known hosts' certificates
-	cache *certmagic.Cache
-	acme  *certmagic.ACMEIssuer
-	table *Table
-	log   *slog.Logger
-	m     *certMetrics
+	magic  *certmagic.Config // on demand, serves every handshake
+	ahead  *certmagic.Config // same cache, storage and issuers; obtains known hosts' certificates
+	cache  *certmagic.Cache
+	acme   *certmagic.ACMEIssuer
+	table  *Table
+	log    *slog.Logger
+	m      *certMetrics
+	orders *orderLimiter
+}
+
+// decide is the on-demand decision, at every handshake for a name without a
+// certificate in memory (before storage is looked at): map reads only. A name
+// no app is routed at gets nothing, nor does a public suffix (a route there
+// is one the gitserver no longer makes: see domains:add).
+func (c *Certificates) decide(_ context.Context, name string) error {
+	if !c.table.Known(name) {
+		c.m.refused(RefusedNotRouted)
+		// Said at debug level: scanners ask for names all day long.
+		c.log.Debug("no certificate for an unrouted name", "host", name, "reason", ErrNotRouted)
+		return fmt.Errorf("%w: %s", ErrNotRouted, name)
+	}
+	if isPublicSuffix(name) {
+		c.m.refused(RefusedPublicSuffix)
+		c.log.Warn("no certificate for a public suffix", "host", name)
+		return fmt.Errorf("%s is a public suffix: no certificate", name)
+	}
+	return nil
+}
+
+// onDemandEvent is the on-demand config's OnEvent: the metrics, and the order
+// limits. They are applied when an order is about to start (certmagic emits
+// cert_obtaining after it has looked in storage, under the name's lock), not in
+// decide: decide is also asked before a certificate already in storage is
+// loaded (after a restart, or one another replica obtained), which costs no
+// order and must not be refused. ErrNoRetry: on demand, certmagic would
+// otherwise retry the refused order in the background.
+func (c *Certificates) onDemandEvent(ctx context.Context, event string, data map[string]any) error {
+	if event == "cert_obtaining" {
+		if renewal, _ := data["renewal"].(bool); !renewal {
+			name, _ := data["identifier"].(string)
+			if reason, err := c.orders.allow(name, time.Now()); err != nil {
+				c.m.refused(reason)
+				c.log.Warn("no certificate order", "host", name, "reason", reason, "err", err)
+				return certmagic.ErrNoRetry{Err: err}
+			}
+		}
+	}
+	return c.m.onEvent(ctx, event, data)
 }
 
 // FileStorage keeps certificates in a directory: one edge on one node.
@@ -60,22 +102,16 @@ func NewCertificates(table *Table, storage certmagic.Storage, local *LocalCA, ac
 	if (local == nil) == (acme == nil) {
 		return nil, errors.New("edge: certificates come from either the local CA or an ACME CA")
 	}
-	c := &Certificates{table: table, log: log, m: newCertMetrics(reg)}
+	cfg := table.cfg.withDefaults()
+	c := &Certificates{table: table, log: log, m: newCertMetrics(reg), orders: newOrderLimiter(cfg.OrdersPerDomain, cfg.Orders)}
 	c.cache = certmagic.NewCache(certmagic.CacheOptions{
 		GetConfigForCert: func(certmagic.Certificate) (*certmagic.Config, error) { return c.magic, nil },
 		Logger:           zap.NewNop(),
 	})
 	c.magic = certmagic.New(c.cache, certmagic.Config{
-		Storage: storage,
-		OnDemand: &certmagic.OnDemandConfig{DecisionFunc: func(_ context.Context, name string) error {
-			if table.Known(name) {
-				return nil
-			}
-			// Said at debug level: scanners ask for names all day long.
-			log.Debug("no certificate for an unrouted name", "host", name, "reason", ErrNotRouted)
-			return fmt.Errorf("%w: %s", ErrNotRouted, name)
-		}},
-		OnEvent:        c.m.onEvent,
+		Storage:        storage,
+		OnDemand:       &certmagic.OnDemandConfig{DecisionFunc: c.decide},
+		OnEvent:        c.onDemandEvent,
 		ShouldEmitFunc: c.m.wants,
 		Logger:         zap.NewNop(),
 	})

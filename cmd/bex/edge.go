@@ -50,6 +50,7 @@ type edgeCmd struct {
 	shutdownTimeout   time.Duration
 	platformBackend   string
 	platformHost      string
+	trustedProxies    string
 
 	// ready, when set, receives the listen address once the edge accepts.
 	ready chan<- string
@@ -85,6 +86,7 @@ func (c *edgeCmd) command() *cobra.Command {
 	f.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long requests in flight may take to finish before their connections are closed")
 	f.StringVar(&c.platformBackend, "platform-backend", "", "host:port of bex's webhooks and MCP endpoint (bex gitserver --hooks-addr), served at https://PLATFORM-HOST/hooks/ and /mcp (empty: not served)")
 	f.StringVar(&c.platformHost, "platform-host", "", "host of bex's own endpoints (default: the base domain itself)")
+	f.StringVar(&c.trustedProxies, "trusted-proxies", "", "CIDR,... of load balancers in front of the edge: from them, the PROXY protocol (v1/v2) is read and X-Forwarded-For's last untrusted hop names the client (empty: the client is the connection's peer)")
 	return cmd
 }
 
@@ -105,6 +107,10 @@ func (c *edgeCmd) run(ctx context.Context) error {
 	if c.maxHeaderBytes < 4096 {
 		bad = append(bad, fmt.Errorf("--max-header-bytes %d: give at least 4096 (browsers send several KiB of cookies)", c.maxHeaderBytes))
 	}
+	trusted, err := edge.ParseTrustedProxies(c.trustedProxies)
+	if err != nil {
+		bad = append(bad, fmt.Errorf("--trusted-proxies: %w", err))
+	}
 	if err := errors.Join(bad...); err != nil {
 		return err
 	}
@@ -118,6 +124,7 @@ func (c *edgeCmd) run(ctx context.Context) error {
 	cfg.ReadHeaderTimeout, cfg.ClientIdleTimeout, cfg.MaxHeaderBytes = c.readHeaderTimeout, c.idleTimeout, c.maxHeaderBytes
 	// PlatformHost empty is derived from BaseDomain when PlatformBackend is set.
 	cfg.PlatformBackend, cfg.PlatformHost = c.platformBackend, c.platformHost
+	cfg.TrustedProxies = trusted
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -186,7 +193,9 @@ func (c *edgeCmd) run(ctx context.Context) error {
 			return err
 		}
 		tlsConfig := certs.TLSConfig()
-		serve(proxy.NewServer(tlsConfig), tls.NewListener(tl, tlsConfig))
+		// The PROXY header, from a trusted load balancer, comes before the TLS
+		// handshake.
+		serve(proxy.NewServer(tlsConfig), tls.NewListener(proxy.ProxyProtocol(tl), tlsConfig))
 		_, httpsPort, _ := net.SplitHostPort(tl.Addr().String())
 		httpHandler = certs.HTTPHandler(redirectToHTTPS(httpsPort))
 		say(c.errOut, c.log, "bex edge: serving https://<app>.%s on %s (%s)", c.baseDomain, tl.Addr(), trust)
@@ -196,11 +205,11 @@ func (c *edgeCmd) run(ctx context.Context) error {
 		return err
 	}
 	if c.httpsAddr == "" {
-		serve(proxy.NewServer(nil), l) // the apps, on plain HTTP
+		serve(proxy.NewServer(nil), proxy.ProxyProtocol(l)) // the apps, on plain HTTP
 	} else {
 		srv := &http.Server{Handler: httpHandler}
 		proxy.ConfigureServer(srv)
-		serve(srv, l)
+		serve(srv, proxy.ProxyProtocol(l))
 	}
 	say(c.errOut, c.log, "bex edge: HTTP on %s", l.Addr())
 	if c.ready != nil {

@@ -186,8 +186,8 @@ func TestEdgeLimitsAndShutdown(t *testing.T) {
 // TestEdgeNamesEveryBadFlag: bad flags are refused together, each by its name,
 // before the API is dialled.
 func TestEdgeNamesEveryBadFlag(t *testing.T) {
-	_, err := runBex(t, "edge", "--kubeconfig", t.TempDir()+"/none", "--dial-timeout", "0s", "--max-header-bytes", "10")
-	for _, want := range []string{"--dial-timeout 0s", "--max-header-bytes 10"} {
+	_, err := runBex(t, "edge", "--kubeconfig", t.TempDir()+"/none", "--dial-timeout", "0s", "--max-header-bytes", "10", "--trusted-proxies", "10.0.0.0/8,lb.example")
+	for _, want := range []string{"--dial-timeout 0s", "--max-header-bytes 10", `--trusted-proxies: "lb.example" is neither a CIDR`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("bex edge with bad flags: %v, want it to name %s", err, want)
 		}

@@ -53,6 +53,7 @@ func (c *upCmd) command() *cobra.Command {
 	f.StringVar(&c.adminKeyFile, "admin-key", "", "OpenSSH public key file made admin on start (e.g. ~/.ssh/id_ed25519.pub)")
 	f.StringVar(&c.cfg.ACMEEmail, "acme-email", "", "ACME account email (certificates from Let's Encrypt, or --acme-ca)")
 	f.StringVar(&c.cfg.ACMECA, "acme-ca", "", "ACME directory URL; without it and --acme-email, or for the base domain localhost, a local CA issues certificates (STATE_DIR/ca.pem)")
+	f.StringVar(&c.cfg.TrustedProxies, "trusted-proxies", "", "CIDR,... of load balancers in front of this machine, passed to the edge: their PROXY protocol headers and X-Forwarded-For name the client")
 	f.StringVar(&c.cfg.ContainerdAddr, "containerd-addr", "", "an existing containerd's socket (default: start one in STATE_DIR/containerd)")
 	f.StringVar(&c.cfg.ImageResolveMode, "image-resolve-mode", d.ImageResolveMode, "how builds find base images: default, pull, or local (images already in containerd; no registry)")
 	c.maxObjectSize = byteSize(d.MaxObjectBytes)

@@ -304,6 +304,42 @@ func TestDomains(t *testing.T) {
 	wantKind(t, "a domain it does not serve", err, backend.NotFound, "does not serve")
 }
 
+// TestDomainsUnderPublicSuffixes: a public suffix of either kind (ICANN's
+// co.uk, a private registry's github.io), or a wildcard over one, would give one
+// app every site under it and, with on-demand TLS, a certificate order per name
+// anyone invents: refused for admins too. A wildcard over a domain of one's own
+// routes a whole subtree, so only admins add one. Ordinary names stay accepted.
+func TestDomainsUnderPublicSuffixes(t *testing.T) {
+	f := newFixture(t, app("shop", "bob"))
+	ctx := context.Background()
+	for _, d := range []string{"*.com", "co.uk", "CO.UK.", "*.co.uk", "*.github.io", "github.io", "*.example"} {
+		_, err := f.b.AddDomain(ctx, admin, "shop", d)
+		wantKind(t, d, err, backend.Invalid, "public suffix")
+	}
+	_, err := f.b.AddDomain(ctx, member, "shop", "*.shop.example")
+	wantKind(t, "a member's wildcard", err, backend.Forbidden, "wildcard domains are for admins")
+	_, err = f.b.AddDomain(ctx, guest, "shop", "*.shop.example")
+	wantKind(t, "a wildcard on an app the user cannot use", err, backend.Forbidden, "no access")
+	for _, c := range []struct {
+		u    *backend.User
+		d    string
+		want string
+	}{
+		{admin, "*.shop.example", "*.shop.example"},
+		{member, "www.shop.example.com", "www.shop.example.com"},
+		{member, "shop.co.uk", "shop.co.uk"},       // a registered domain under a public suffix
+		{member, "bob.github.io", "bob.github.io"}, // a private registry's user
+	} {
+		if got, err := f.b.AddDomain(ctx, c.u, "shop", c.d); err != nil || got != c.want {
+			t.Errorf("%s adding %s: %q %v", c.u.Name, c.d, got, err)
+		}
+	}
+	dl, err := f.b.Domains(ctx, member, "shop")
+	if err != nil || len(dl.Domains) != 4 {
+		t.Errorf("domains after the refusals: %+v %v", dl, err)
+	}
+}
+
 func TestProcessRules(t *testing.T) {
 	f := newFixture(t, app("shop", "bob"))
 	ctx := context.Background()

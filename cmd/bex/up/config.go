@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 
+	"bex.co/bex/edge"
 	"bex.co/bex/gitserver"
 )
 
@@ -28,6 +29,10 @@ type Config struct {
 	// ACMEEmail and ACMECA choose ACME certificates; without both, or with the base
 	// domain localhost, the local CA issues them.
 	ACMEEmail, ACMECA string
+	// TrustedProxies is passed to the edge (--trusted-proxies): CIDR,... of load
+	// balancers in front of this machine, whose PROXY headers and X-Forwarded-For
+	// name the client. Empty: none.
+	TrustedProxies string
 	// ContainerdAddr is an existing containerd's socket; empty starts one.
 	ContainerdAddr string
 	// ImageResolveMode is how builds find base images: default, pull or local.
@@ -98,6 +103,9 @@ func (c Config) Validate() error {
 	}
 	if c.BaseDomain == "" || strings.ContainsAny(c.BaseDomain, "/: ") {
 		errs = append(errs, fmt.Errorf("--base-domain %q: want a domain such as localhost or apps.example.com", c.BaseDomain))
+	}
+	if _, err := edge.ParseTrustedProxies(c.TrustedProxies); err != nil {
+		errs = append(errs, fmt.Errorf("--trusted-proxies: %w", err))
 	}
 	switch c.ImageResolveMode {
 	case "", "default", "pull", "local":

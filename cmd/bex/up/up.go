@@ -405,6 +405,9 @@ func (p *Platform) startComponents(ctx context.Context) error {
 	if p.cfg.ACMECA != "" {
 		edgeArgs = append(edgeArgs, "--acme-ca", p.cfg.ACMECA)
 	}
+	if p.cfg.TrustedProxies != "" {
+		edgeArgs = append(edgeArgs, "--trusted-proxies", p.cfg.TrustedProxies)
+	}
 	if err := p.start(ctx, p.component("edge", edgeArgs, tcpReady(p.cfg.HTTPAddr, p.cfg.HTTPSAddr)), "HTTPS for every app"); err != nil {
 		return err
 	}

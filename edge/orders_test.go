@@ -1,0 +1,100 @@
+package edge
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"net"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
+)
+
+// TestOnDemandOrdersAreRateLimited: handshakes with names nobody registered,
+// under a wildcard domain, start certificate orders. Past OrdersPerDomain for
+// one registered domain they get no certificate, while another registered
+// domain still gets its own; past Orders, no name does. Certificates already
+// obtained are still served, and after a restart with no budget left those in
+// storage load (no order): the limit counts orders, not handshakes. Every
+// refusal is in bex_edge_certificate_refusals_total by reason.
+func TestOnDemandOrdersAreRateLimited(t *testing.T) {
+	table := staticTable("localhost", []appv1.App{app("web", "*.shop.example", "*.other.example", "co.uk")},
+		[]discoveryv1.EndpointSlice{slice("web", discoveryv1.AddressTypeFQDN, 8080, ep(nil, "127.0.0.1"))})
+	table.cfg = Config{OrdersPerDomain: OrderRate{N: 3, Per: time.Hour}, Orders: OrderRate{N: 5, Per: time.Hour}}
+	dir := t.TempDir()
+	ca, err := LoadOrCreateLocalCA(filepath.Join(dir, "ca"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca.CertPEM())
+	storage := FileStorage(filepath.Join(dir, "certificates"))
+	start := func() (*Certificates, string) {
+		certs, err := NewCertificates(table, storage, ca, nil, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := NewProxy(Config{}, table, nil, prometheus.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return certs, serve(t, p, certs.TLSConfig())
+	}
+	certs, addr := start()
+	handshake := func(name string) error {
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 30 * time.Second}, "tcp", addr,
+			&tls.Config{RootCAs: roots, ServerName: name, NextProtos: []string{"http/1.1"}})
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+	var got, refused []string
+	for _, name := range []string{"a1.shop.example", "a2.shop.example", "a3.shop.example", "a4.shop.example", "a5.shop.example",
+		"b1.other.example", "b2.other.example", "b3.other.example", "nope.example", "co.uk"} {
+		if err := handshake(name); err != nil {
+			refused = append(refused, name)
+		} else {
+			got = append(got, name)
+		}
+	}
+	wantGot := []string{"a1.shop.example", "a2.shop.example", "a3.shop.example", "b1.other.example", "b2.other.example"}
+	if !slices.Equal(got, wantGot) {
+		t.Errorf("certificates for %v, refused %v; want certificates for %v only", got, refused, wantGot)
+	}
+	for reason, want := range map[string]float64{RefusedDomainLimited: 2, RefusedLimited: 1, RefusedNotRouted: 1, RefusedPublicSuffix: 1} {
+		if n := testutil.ToFloat64(certs.m.refusals.WithLabelValues(reason)); n != want {
+			t.Errorf("bex_edge_certificate_refusals_total{reason=%q} = %v, want %v", reason, n, want)
+		}
+	}
+	if n := len(storedCertificates(storage)); n != 5 {
+		t.Errorf("%d certificates in storage, want the 5 ordered", n)
+	}
+	// Control: a name that has its certificate keeps it, over the limit.
+	if err := handshake("a1.shop.example"); err != nil {
+		t.Errorf("a1.shop.example, obtained before the limit: %v", err)
+	}
+
+	// A restart: a fresh limiter with a budget of one order in all; the five
+	// certificates in storage load without an order, and the one order left goes
+	// to a new name.
+	table.cfg = Config{OrdersPerDomain: OrderRate{N: 1, Per: time.Hour}, Orders: OrderRate{N: 1, Per: time.Hour}}
+	certs, addr = start()
+	for _, name := range append(wantGot, "a6.shop.example") {
+		if err := handshake(name); err != nil {
+			t.Errorf("after a restart, %s: %v", name, err)
+		}
+	}
+	if err := handshake("a7.shop.example"); err == nil {
+		t.Error("after a restart, a second order went past a budget of one")
+	}
+	if n := testutil.ToFloat64(certs.m.refusals.WithLabelValues(RefusedDomainLimited)); n != 1 {
+		t.Errorf("after a restart: %v refusals for the domain's limit, want 1 (a7)", n)
+	}
+}

@@ -82,15 +82,17 @@ func (p Policy) CheckIP(ip netip.Addr) error {
 	return nil
 }
 
+const wantURL = "want https://HOST/PATH, ssh://HOST/PATH, git@HOST:PATH or file:///PATH"
+
 // Parse parses an upstream URL (https://, ssh://, git@HOST:PATH or file:///) as
 // go-git does, refusing credentials in it.
 func Parse(raw string) (*transport.Endpoint, error) {
 	if len(raw) > 2048 || strings.ContainsAny(raw, " \t\r\n") {
-		return nil, fmt.Errorf("%w: %q is not a git URL", ErrRefused, Redact(raw))
+		return nil, fmt.Errorf("%w: upstream %q: %s", ErrRefused, Redact(raw), wantURL)
 	}
 	ep, err := transport.NewEndpoint(raw)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %q is not a git URL: %v", ErrRefused, Redact(raw), err)
+		return nil, fmt.Errorf("%w: upstream %q: %s", ErrRefused, Redact(raw), wantURL)
 	}
 	if ep.Password != "" || (ep.Protocol != "ssh" && ep.User != "") {
 		return nil, fmt.Errorf("%w: %s: credentials do not go in the URL (it is shown and logged): give the URL without them and --username USER --password-stdin", ErrRefused, Redact(raw))
@@ -116,7 +118,7 @@ func (p Policy) Check(ctx context.Context, raw string) error {
 		}
 		return nil
 	default:
-		return fmt.Errorf("%w: %s: want https://HOST/PATH, ssh://HOST/PATH, git@HOST:PATH or file:///PATH", ErrRefused, Redact(raw))
+		return fmt.Errorf("%w: upstream %q: %s", ErrRefused, Redact(raw), wantURL)
 	}
 	host := strings.TrimSuffix(strings.TrimPrefix(ep.Host, "["), "]")
 	if host == "" {

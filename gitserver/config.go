@@ -1,6 +1,7 @@
 package gitserver
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -68,6 +69,9 @@ type Config struct {
 	// fetch; nil: the system's. (The dial checks the address it connects to
 	// whatever this says.)
 	UpstreamResolver upstream.Resolver
+	// UpstreamRootCAs are the CAs https upstreams' certificates are checked
+	// against; nil: the system's.
+	UpstreamRootCAs *x509.CertPool
 	// UpstreamKnownHosts is the known_hosts file that ssh upstreams' host keys are
 	// checked against.
 	UpstreamKnownHosts string

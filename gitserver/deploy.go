@@ -406,7 +406,7 @@ func (s *Server) upstreamClient(ctx context.Context, app, raw string) (*transpor
 				auth = &githttp.BasicAuth{Username: user, Password: pass}
 			}
 		}
-		return ep, githttp.NewClient(policy.HTTPClient(s.cfg.FetchTimeout)), auth, nil
+		return ep, githttp.NewClient(policy.HTTPClient(s.cfg.FetchTimeout, s.cfg.UpstreamRootCAs)), auth, nil
 	case "file":
 		cli, err := transportclient.NewClient(ep)
 		return ep, cli, nil, err

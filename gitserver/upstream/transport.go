@@ -1,6 +1,8 @@
 package upstream
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"net"
 	"net/http"
@@ -15,12 +17,15 @@ import (
 // HTTPClient is the client go-git's https transport fetches with: every
 // connection through p's Dialer (a redirect too), no proxy from the
 // environment (the proxy would dial, unchecked), TLS verified as usual.
-func (p Policy) HTTPClient(timeout time.Duration) *http.Client {
+// roots, when not nil, are the CAs the server's certificate is checked against
+// in place of the system's.
+func (p Policy) HTTPClient(timeout time.Duration, roots *x509.CertPool) *http.Client {
 	d := p.Dialer(30 * time.Second)
 	return &http.Client{
 		Timeout: timeout,
 		Transport: &http.Transport{
 			Proxy:               nil,
+			TLSClientConfig:     &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
 			DialContext:         d.DialContext,
 			ForceAttemptHTTP2:   true,
 			TLSHandshakeTimeout: 30 * time.Second,

@@ -2,6 +2,7 @@ package upstream_test
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"net"
 	"net/http"
@@ -171,7 +172,7 @@ func TestRebinding(t *testing.T) {
 	if err := p.Check(context.Background(), url); err != nil {
 		t.Fatalf("at set time the name was public: %v", err)
 	}
-	_, err := p.HTTPClient(0).Get(url)
+	_, err := p.HTTPClient(0, nil).Get(url)
 	if !errors.Is(err, upstream.ErrRefused) || !strings.Contains(err.Error(), "127.0.0.1 is a loopback address") {
 		t.Fatalf("the fetch: %v, want refused at the dial", err)
 	}
@@ -181,8 +182,9 @@ func TestRebinding(t *testing.T) {
 	// refusal above).
 	redirect := httptest.NewTLSServer(http.RedirectHandler(srv.URL+"/x", http.StatusFound))
 	defer redirect.Close()
-	cli := upstream.Policy{AllowPrivate: true}.HTTPClient(0)
-	cli.Transport.(*http.Transport).TLSClientConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig
+	roots := x509.NewCertPool()
+	roots.AddCert(srv.Certificate())
+	cli := upstream.Policy{AllowPrivate: true}.HTTPClient(0, roots)
 	if _, err := cli.Get(redirect.URL); err != nil {
 		t.Fatalf("the control, private upstreams allowed: %v", err)
 	}

@@ -158,6 +158,9 @@ func (b *Backend) SetUpstream(ctx context.Context, u *User, name, url string, cr
 	switch {
 	case errors.Is(err, errNoChange):
 		app = a
+		if creds != nil {
+			b.audit(u, "webhooks:upstream", name, "credentials", true)
+		}
 	case err != nil:
 		return nil, err
 	default:

@@ -62,7 +62,8 @@ var blocked = []struct {
 // ("a loopback address"), or "" when it is a public address. An IPv4 address
 // mapped into IPv6 (::ffff:127.0.0.1) is judged as the IPv4 one.
 func Blocked(ip netip.Addr) string {
-	ip = ip.Unmap()
+	// A zoned address (fe80::1%eth0) matches no prefix: judged without its zone.
+	ip = ip.Unmap().WithZone("")
 	for _, b := range blocked {
 		if b.prefix.Contains(ip) {
 			return b.what

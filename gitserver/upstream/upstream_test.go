@@ -39,7 +39,7 @@ func TestBlocked(t *testing.T) {
 		"127.0.0.1": "loopback", "127.8.9.10": "loopback", "::1": "loopback", "::ffff:127.0.0.1": "loopback",
 		"10.0.0.1": "private", "172.16.5.4": "private", "172.31.255.255": "private", "192.168.1.1": "private",
 		"100.64.0.1": "CGNAT", "100.127.255.254": "CGNAT", "fd12:3456::1": "ULA", "fc00::1": "ULA",
-		"169.254.1.1": "link-local", "fe80::1": "link-local",
+		"169.254.1.1": "link-local", "fe80::1": "link-local", "fe80::1%eth0": "link-local",
 		"169.254.169.254": "metadata", "fd00:ec2::254": "metadata", "::ffff:169.254.169.254": "metadata",
 		"0.0.0.0": "unspecified", "::": "unspecified", "224.0.0.1": "multicast", "ff02::1": "multicast",
 	} {
@@ -66,6 +66,7 @@ func TestCheck(t *testing.T) {
 	for url, want := range map[string]string{
 		"https://127.0.0.1:6443/x":            "127.0.0.1 is a loopback address",
 		"https://[::1]/x":                     "::1 is a loopback address",
+		"https://[fe80::1%25eth0]/x":          "link-local",
 		"http://10.0.0.1/x":                   `upstream "http://10.0.0.1/x": want https://`,
 		"https://10.0.0.1/x":                  "10.0.0.1 is a private address",
 		"https://100.64.1.1/x":                "CGNAT",
@@ -153,8 +154,10 @@ func TestDialerChecksTheAddressItConnectsTo(t *testing.T) {
 	if err := (upstream.Policy{}).Control("tcp4", "140.82.112.3:443", nil); err != nil {
 		t.Fatalf("a public address: %v", err)
 	}
-	if err := (upstream.Policy{}).Control("tcp6", "[::ffff:10.0.0.1]:443", nil); err == nil {
-		t.Fatal("an IPv4-mapped private address passed")
+	for _, addr := range []string{"[::ffff:10.0.0.1]:443", "[fe80::1%lo]:22", "[::]:22", "0.0.0.0:22"} {
+		if err := (upstream.Policy{}).Control("tcp", addr, nil); err == nil {
+			t.Errorf("the dial to %s passed", addr)
+		}
 	}
 }
 

@@ -1,10 +1,13 @@
 package gitserver
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"path/filepath"
 	"time"
+
+	"bex.co/bex/gitserver/upstream"
 )
 
 // Config is the gitserver's configuration. cmd/bex fills it from flags and BEX_*
@@ -57,6 +60,18 @@ type Config struct {
 	// a URL can name any repository on this machine, another app's included, and
 	// whoever may edit an App could then read it.
 	AllowFileUpstreams bool
+	// AllowPrivateUpstreams lets Deploy fetch from loopback, private, link-local
+	// and metadata addresses (see package upstream). Off by default: a member
+	// could otherwise reach the API server, the LAN or the cloud's metadata
+	// service from this server. On for a git host on the LAN.
+	AllowPrivateUpstreams bool
+	// UpstreamResolver looks up upstream names when a URL is checked before a
+	// fetch; nil: the system's. (The dial checks the address it connects to
+	// whatever this says.)
+	UpstreamResolver upstream.Resolver
+	// UpstreamRootCAs are the CAs https upstreams' certificates are checked
+	// against; nil: the system's.
+	UpstreamRootCAs *x509.CertPool
 	// UpstreamKnownHosts is the known_hosts file that ssh upstreams' host keys are
 	// checked against.
 	UpstreamKnownHosts string

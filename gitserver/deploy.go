@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"path/filepath"
 	"strings"
 	"time"
@@ -17,12 +16,14 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp/sideband"
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	transportclient "github.com/go-git/go-git/v5/plumbing/transport/client"
+	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/gitserver/backend"
 	"bex.co/bex/gitserver/receive"
+	"bex.co/bex/gitserver/upstream"
 )
 
 // Cause says what asked for a deploy; the Deployer records it in the release.
@@ -131,12 +132,12 @@ func (s *Server) Deploy(ctx context.Context, req DeployRequest, progress io.Writ
 	var commit plumbing.Hash
 	switch {
 	case req.Upstream != "":
-		out.step("Fetching %s from %s", branch, redactURL(req.Upstream))
+		out.step("Fetching %s from %s", branch, upstream.Redact(req.Upstream))
 		start := time.Now()
-		commit, err = s.fetchUpstream(ctx, repo.Dir, req.Upstream, branch)
+		commit, err = s.fetchUpstream(ctx, req.App, repo.Dir, req.Upstream, branch)
 		if err != nil {
-			log.Warn("fetch failed", "upstream", redactURL(req.Upstream), "err", err)
-			return nil, fmt.Errorf("%w: fetching %s from %s: %v", ErrDeployFailed, branch, redactURL(req.Upstream), err)
+			log.Warn("fetch failed", "upstream", upstream.Redact(req.Upstream), "err", err)
+			return nil, fmt.Errorf("%w: fetching %s from %s: %v", ErrDeployFailed, branch, upstream.Redact(req.Upstream), err)
 		}
 		log.Info("fetched", "commit", commit.String(), "took", time.Since(start))
 	case req.Commit != "":
@@ -303,22 +304,14 @@ func upstreamRef(branch string) plumbing.ReferenceName {
 // its commit. go-git speaks the protocol (its transports: https, ssh, file), but the
 // pack goes through receive.StorePack as a push's does, not through go-git's
 // parser: the same fsck rules and object size limit, the same bounded memory.
-func (s *Server) fetchUpstream(ctx context.Context, dir, upstream, branch string) (plumbing.Hash, error) {
-	auth, err := s.upstreamAuth(upstream)
+func (s *Server) fetchUpstream(ctx context.Context, app, dir, upstream, branch string) (plumbing.Hash, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout)
+	defer cancel()
+	ep, cli, auth, err := s.upstreamClient(ctx, app, upstream)
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
 	repo, err := receive.Open(dir)
-	if err != nil {
-		return plumbing.ZeroHash, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout)
-	defer cancel()
-	ep, err := transport.NewEndpoint(upstream)
-	if err != nil {
-		return plumbing.ZeroHash, err
-	}
-	cli, err := transportclient.NewClient(ep)
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
@@ -383,46 +376,68 @@ func (s *Server) fetchUpstream(ctx context.Context, dir, upstream, branch string
 	return want, nil
 }
 
-// upstreamAuth checks an upstream URL against what this server allows and returns
-// how to authenticate to it: nothing for https:// (public repositories) and
-// file://, the server's host key for ssh, checked against known hosts.
-func (s *Server) upstreamAuth(upstream string) (transport.AuthMethod, error) {
-	ep, err := transport.NewEndpoint(upstream)
+// upstreamClient checks an upstream URL against what this server allows (the
+// upstream package's Policy: the same check as when it was set, for an App
+// written straight to the API) and returns its endpoint, the transport to fetch
+// it with and how to authenticate: https through an http.Client whose every
+// connection is checked by the policy's dialer, with the app's kept credentials
+// when it has some; ssh through the same checked dialer, with the app's own
+// deploy key (never the host key: a git host that trusts one app's key must not
+// serve another app), the upstream's host key checked against known hosts;
+// file:// only with AllowFileUpstreams.
+func (s *Server) upstreamClient(ctx context.Context, app, raw string) (*transport.Endpoint, transport.Transport, transport.AuthMethod, error) {
+	policy := s.upstreamPolicy()
+	if err := policy.Check(ctx, raw); err != nil {
+		return nil, nil, nil, err
+	}
+	ep, err := upstream.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("upstream %q is not a git URL: %v", redactURL(upstream), err)
+		return nil, nil, nil, err
 	}
 	switch ep.Protocol {
 	case "https":
-		return nil, nil
-	case "file":
-		if !s.cfg.AllowFileUpstreams {
-			return nil, errors.New("file:// upstreams are off on this server (they could name any repository on it, another app's too): start bex gitserver with --allow-file-upstreams")
+		var auth transport.AuthMethod
+		if s.upstreamAuth != nil {
+			user, pass, ok, err := s.upstreamAuth.Credentials(ctx, app)
+			if err != nil {
+				return nil, nil, nil, fmt.Errorf("reading the upstream credentials of %s: %w", app, err)
+			}
+			if ok {
+				auth = &githttp.BasicAuth{Username: user, Password: pass}
+			}
 		}
-		return nil, nil
+		return ep, githttp.NewClient(policy.HTTPClient(s.cfg.FetchTimeout, s.cfg.UpstreamRootCAs)), auth, nil
+	case "file":
+		cli, err := transportclient.NewClient(ep)
+		return ep, cli, nil, err
 	case "ssh":
+		if s.upstreamAuth == nil {
+			return nil, nil, nil, errors.New("this server keeps no deploy keys, so it fetches no ssh upstreams")
+		}
 		cb, err := knownhosts.New(s.cfg.UpstreamKnownHosts)
 		if err != nil {
-			return nil, fmt.Errorf("ssh upstreams need the upstream's host key in %s (ssh-keyscan -p %d %s >> %s): %v",
+			return nil, nil, nil, fmt.Errorf("ssh upstreams need the upstream's host key in %s (ssh-keyscan -p %d %s >> %s): %v",
 				s.cfg.UpstreamKnownHosts, ep.Port, ep.Host, s.cfg.UpstreamKnownHosts, errors.Unwrap(err))
+		}
+		signer, err := s.upstreamAuth.DeployKey(ctx, app)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("the deploy key of %s: %w", app, err)
 		}
 		user := ep.User
 		if user == "" {
 			user = "git"
 		}
-		// The host key doubles as the client key: one key to add as a deploy key
-		// on the git host (`webhooks APP` prints it).
-		return &gitssh.PublicKeys{User: user, Signer: s.ssh.HostSigners[0],
-			HostKeyCallbackHelper: gitssh.HostKeyCallbackHelper{HostKeyCallback: cb}}, nil
+		// go-git's ssh transport has no dialer of its own to set: it dials through
+		// the endpoint's proxy, which is the policy's checked dialer.
+		ep.Proxy = policy.ProxyOptions()
+		auth := &gitssh.PublicKeys{User: user, Signer: signer,
+			HostKeyCallbackHelper: gitssh.HostKeyCallbackHelper{HostKeyCallback: cb}}
+		return ep, gitssh.DefaultClient, auth, nil
 	}
-	return nil, fmt.Errorf("upstream %q: bex fetches over https://, ssh:// (or git@host:path) and file://", redactURL(upstream))
+	return nil, nil, nil, fmt.Errorf("upstream %q: bex fetches over https://, ssh:// (or git@host:path) and file://", upstream.Redact(raw))
 }
 
-// redactURL hides a password in a URL, for messages and logs.
-func redactURL(s string) string {
-	if u, err := url.Parse(s); err == nil && u.User != nil {
-		if _, has := u.User.Password(); has {
-			return u.Redacted()
-		}
-	}
-	return s
+// upstreamPolicy is what upstreams this server fetches from.
+func (s *Server) upstreamPolicy() upstream.Policy {
+	return upstream.Policy{AllowPrivate: s.cfg.AllowPrivateUpstreams, AllowFile: s.cfg.AllowFileUpstreams, Resolver: s.cfg.UpstreamResolver}
 }

@@ -9,6 +9,10 @@
 // the push with a reason and leaves both the ref and what is serving untouched.
 // git-upload-pack (clone, fetch) is served by the git binary.
 //
-// The Builder, Deployer and Directory are interfaces declared here and wired by
-// cmd/bex; the package imports no other component.
+// Deploy fetches an app's upstream through package upstream's checked dialer,
+// with the app's own deploy key or kept credentials (UpstreamAuth), never the
+// host key.
+//
+// The Builder, Deployer, Directory and UpstreamAuth are interfaces declared here
+// and wired by cmd/bex; the package imports no other component.
 package gitserver

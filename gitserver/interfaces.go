@@ -78,6 +78,19 @@ type Directory interface {
 	SetDeployBranch(ctx context.Context, app, branch string) error
 }
 
+// UpstreamAuth gives the fetch of an app's upstream what it authenticates with:
+// the backend's secrets (hooksecrets.Upstreams), which cmd/bex wires with
+// WithUpstreamAuth. Without one, ssh upstreams are not fetched and https ones
+// anonymously.
+type UpstreamAuth interface {
+	// DeployKey returns app's own deploy key, the key its ssh upstreams are
+	// fetched with; it is made when app has none yet.
+	DeployKey(ctx context.Context, app string) (gossh.Signer, error)
+	// Credentials returns the username and password app's https upstream is
+	// fetched with (http basic auth); ok is false when none are kept.
+	Credentials(ctx context.Context, app string) (username, password string, ok bool, err error)
+}
+
 // Commands runs the commands of `ssh bex@HOST <command>`: every session whose
 // command is not git's.
 type Commands interface {

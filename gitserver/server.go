@@ -27,8 +27,11 @@ type Server struct {
 	builder  Builder
 	deployer Deployer
 	commands Commands // nil: only git
-	log      *slog.Logger
-	metrics  *metrics
+	// upstreamAuth gives an upstream fetch the app's deploy key and credentials;
+	// nil: no ssh upstreams, https ones anonymously.
+	upstreamAuth UpstreamAuth
+	log          *slog.Logger
+	metrics      *metrics
 
 	ssh    *ssh.Server
 	locks  appLocks
@@ -49,6 +52,10 @@ type Option func(*Server)
 // WithCommands serves `ssh bex@HOST <command>`: sessions whose command is not git's
 // go to c. Without it such sessions get one line saying what the server takes.
 func WithCommands(c Commands) Option { return func(s *Server) { s.commands = c } }
+
+// WithUpstreamAuth sets where the fetch of an app's upstream gets the app's
+// deploy key and credentials.
+func WithUpstreamAuth(a UpstreamAuth) Option { return func(s *Server) { s.upstreamAuth = a } }
 
 // context keys of a connection.
 type ctxKey string

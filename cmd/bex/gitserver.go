@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,9 +21,11 @@ import (
 	"bex.co/bex/gitserver"
 	"bex.co/bex/gitserver/access"
 	"bex.co/bex/gitserver/backend"
+	"bex.co/bex/gitserver/hooksecrets"
 	"bex.co/bex/gitserver/mcpserver"
 	"bex.co/bex/gitserver/sshcmd"
 	"bex.co/bex/gitserver/tokens"
+	"bex.co/bex/gitserver/upstream"
 	"bex.co/bex/gitserver/webhook"
 )
 
@@ -49,6 +50,7 @@ type gitserverCmd struct {
 	hooksAddr        string
 	hooksURL         string
 	allowFile        bool
+	allowPrivate     bool
 	maxObjectSize    byteSize
 	buildMemory      byteSize
 	buildCgroup      string
@@ -94,6 +96,7 @@ func (c *gitserverCmd) command() *cobra.Command {
 	f.Var(&c.buildMemory, "build-memory", "the memory limit of build steps, as set on --build-cgroup (e.g. 4Gi), named when a step is killed by it")
 	f.StringVar(&c.buildCgroup, "build-cgroup", "", "directory of the cgroup buildkitd runs build steps under (bex up sets it); its OOM counters tell a step killed by --build-memory; empty: a step killed for memory is reported by its exit code")
 	f.BoolVar(&c.allowFile, "allow-file-upstreams", false, "let webhooks fetch file:// upstreams (a file:// URL can name any repository on this machine, another app's too)")
+	f.BoolVar(&c.allowPrivate, "allow-private-upstreams", false, "let apps fetch upstreams on loopback, private (RFC 1918, CGNAT 100.64/10, ULA), link-local and metadata addresses, e.g. a Gitea on the LAN (off: a member could make this server reach the API server, the LAN or the cloud's metadata service)")
 	return cmd
 }
 
@@ -149,7 +152,7 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	logs := runtimeLogs{runtime: c.runtime, stateDir: filepath.Join(c.stateDir, "runtime"), namespace: c.namespace}
 	gcfg := gitserver.DefaultConfig()
 	gcfg.StateDir, gcfg.Addr = c.stateDir, c.sshAddr
-	gcfg.AllowFileUpstreams = c.allowFile
+	gcfg.AllowFileUpstreams, gcfg.AllowPrivateUpstreams = c.allowFile, c.allowPrivate
 	gcfg.MaxObjectBytes = int64(c.maxObjectSize)
 	var hooksListener net.Listener
 	if c.hooksAddr != "" {
@@ -173,7 +176,7 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	bk.Deployer = serverDeployer{server: func() *gitserver.Server { return srv }}
 	bk.Logs, bk.Builds, bk.Tokens = logs, buildLogs{b}, tokenStore
 	bk.RemoveRepository = func(ctx context.Context, app string) error { return srv.RemoveRepository(ctx, app, 10*time.Second) }
-	bk.DeployKey = func() string { return strings.TrimSpace(string(gossh.MarshalAuthorizedKey(srv.HostKey()))) }
+	bk.UpstreamPolicy = upstream.Policy{AllowPrivate: c.allowPrivate, AllowFile: c.allowFile}
 	bk.HooksURL, bk.RolloutTimeout, bk.Log = c.hooksURL, gcfg.RolloutTimeout, c.log
 	if c.sshURL != "" {
 		bk.Host = c.sshURL
@@ -187,7 +190,10 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 		return err
 	}
 	srv, err = gitserver.New(gcfg, dir, pushBuilder{b: b, apps: kc, namespace: c.namespace}, pushDeployer{recorder}, c.log, c.metricsRegistry(),
-		gitserver.WithCommands(cmds))
+		gitserver.WithCommands(cmds),
+		// Each app fetches its ssh upstreams with its own deploy key, kept with
+		// the webhook secrets.
+		gitserver.WithUpstreamAuth(&hooksecrets.Upstreams{Client: kc, Namespace: c.namespace, SecretsNamespace: c.secretsNamespace}))
 	if err != nil {
 		return err
 	}

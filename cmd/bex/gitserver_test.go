@@ -17,6 +17,8 @@ import (
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -157,7 +159,34 @@ func TestGitserverBuildsAPushAndRecordsItsRelease(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(state, "repos", "hello.git")); err != nil {
 		t.Fatal(err)
 	}
+	// The app has a deploy key of its own, kept as a Secret, never the host key;
+	// the upstream checks are wired (this gitserver allows no private upstreams).
+	var hook struct{ DeployKey string }
+	if err := json.Unmarshal([]byte(sshCmd("webhooks", "hello", "--json")), &hook); err != nil {
+		t.Fatal(err)
+	}
+	hostPEM, err := os.ReadFile(filepath.Join(state, "ssh_host_ed25519_key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostKey, err := gossh.ParsePrivateKey(hostPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(hook.DeployKey, "ssh-ed25519 ") || hook.DeployKey == strings.TrimSpace(string(gossh.MarshalAuthorizedKey(hostKey.PublicKey()))) {
+		t.Fatalf("the deploy key %q is not the app's own", hook.DeployKey)
+	}
+	if rotated := strings.TrimSpace(sshCmd("webhooks:deploy-key", "hello", "--rotate")); !strings.Contains(rotated, "ssh-ed25519 ") || strings.Contains(rotated, hook.DeployKey) {
+		t.Fatalf("webhooks:deploy-key --rotate: %q", rotated)
+	}
+	refused, err := testenv.SSHCommand(&testenv.SSHKey{Path: keyPath}, "bex", addr, "webhooks:upstream", "hello", cp.Config.Host+"/x.git").CombinedOutput()
+	if err == nil || !strings.Contains(string(refused), "is a loopback address") {
+		t.Fatalf("an upstream at the API server (%s): %v %s", cp.Config.Host, err, refused)
+	}
 	sshCmd("apps:destroy", "hello", "--confirm", "hello")
+	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "hello-deploy-key"}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the deploy key after apps:destroy: %v", err)
+	}
 	if _, err := os.Stat(filepath.Join(state, "repos", "hello.git")); !os.IsNotExist(err) {
 		t.Fatalf("the repository is still there after apps:destroy: %v", err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/gitserver/tokens"
+	"bex.co/bex/gitserver/upstream"
 )
 
 // Releases records an app's releases and waits for them to serve: the
@@ -127,9 +128,10 @@ type Config struct {
 	// RemoveRepository deletes an app's git repository (apps:destroy); nil:
 	// nothing to remove.
 	RemoveRepository func(ctx context.Context, app string) error
-	// DeployKey returns the public key (authorized_keys form) bex fetches ssh
-	// upstreams with; nil: not shown.
-	DeployKey func() string
+	// UpstreamPolicy is what upstreams webhooks:upstream accepts: the gitserver's
+	// (--allow-private-upstreams, --allow-file-upstreams), checked again at each
+	// fetch.
+	UpstreamPolicy upstream.Policy
 	// Host is how users reach the gitserver, for hints ("ssh://git@HOST:PORT").
 	Host string
 	// HooksURL is the base URL of the webhooks and the MCP endpoint

@@ -3,7 +3,8 @@
 // MCP server (package mcpserver) and the webhook handler (package webhook). It
 // owns the identity a request acts as (User), the operations on apps, config
 // vars, domains, processes, releases, deploys, access, users, keys, tokens,
-// webhook secrets and logs, the access rules, one set of view types for every
+// webhook secrets, upstreams (checked by package upstream's Policy, with their
+// credentials and each app's deploy key in hooksecrets) and logs, the access rules, one set of view types for every
 // front-end's output, and one error type with kinds.
 //
 // Who may do what: an admin everything; a member everything on the apps whose

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/gitserver/upstream"
 )
 
 // The view types: what the front-ends show of bex's objects, one set for the
@@ -210,8 +211,27 @@ type WebhookInfo struct {
 	Ref string `json:"ref"`
 	// Upstream is fetched on each delivery, or "".
 	Upstream string `json:"upstream"`
-	// DeployKey is the public key bex fetches ssh upstreams with.
+	// DeployKey is the public key (authorized_keys form) of the app's own deploy
+	// key, the one bex fetches its ssh upstreams with.
 	DeployKey string `json:"deployKey,omitempty"`
+	// UpstreamUsername is the username kept for the upstream (its password is
+	// never shown), or "".
+	UpstreamUsername string `json:"upstreamUsername,omitempty"`
+}
+
+// DeployKeyInfo is an app's deploy key.
+type DeployKeyInfo struct {
+	App string `json:"app"`
+	// DeployKey is the public key, authorized_keys form.
+	DeployKey string `json:"deployKey"`
+	// Rotated says the key is new: the old one no longer fetches.
+	Rotated bool `json:"rotated"`
+}
+
+// UpstreamCredentials are the username and password an https upstream is
+// fetched with (http basic auth), kept in a Secret.
+type UpstreamCredentials struct {
+	Username, Password string
 }
 
 // WebhookSecret is a new webhook secret, shown once.
@@ -262,7 +282,7 @@ func trouble(a *appv1.App) (string, string) {
 
 func infoOf(a *appv1.App, host string) *AppInfo {
 	in := &AppInfo{Name: a.Name, Phase: phase(a), Release: a.Spec.Release, Revision: a.Status.Revision, URL: a.Status.URL,
-		Image: a.Spec.Image, Suspended: a.Spec.Suspended, DeployBranch: deployBranch(a), Upstream: a.Spec.Git.Upstream,
+		Image: a.Spec.Image, Suspended: a.Spec.Suspended, DeployBranch: deployBranch(a), Upstream: upstream.Redact(a.Spec.Git.Upstream),
 		GitURL: host + "/" + a.Name, Members: nonNil(a.Spec.Members), Domains: nonNil(a.Spec.Domains),
 		Processes: processesOf(a), Conditions: []Condition{}, Created: a.CreationTimestamp.UTC()}
 	for _, c := range a.Status.Conditions {

@@ -6,8 +6,11 @@ import (
 	"strings"
 	"time"
 
+	gossh "golang.org/x/crypto/ssh"
+
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/gitserver/hooksecrets"
+	"bex.co/bex/gitserver/upstream"
 )
 
 // hookURL is app's webhook URL, or "" when this server serves none.
@@ -29,13 +32,20 @@ func (b *Backend) Webhook(ctx context.Context, u *User, name string) (*WebhookIn
 	if err != nil {
 		return nil, err
 	}
-	out := &WebhookInfo{App: a.Name, URL: b.hookURL(a.Name), SecretSet: st.Set, Ref: "refs/heads/" + deployBranch(a), Upstream: a.Spec.Git.Upstream}
+	out := &WebhookInfo{App: a.Name, URL: b.hookURL(a.Name), SecretSet: st.Set, Ref: "refs/heads/" + deployBranch(a), Upstream: upstream.Redact(a.Spec.Git.Upstream)}
 	if !st.PreviousUntil.IsZero() {
 		t := st.PreviousUntil.UTC()
 		out.PreviousValidUntil = &t
 	}
-	if b.cfg.DeployKey != nil {
-		out.DeployKey = b.cfg.DeployKey()
+	// The app's own deploy key, made the first time it is asked for: what to add
+	// to the git host before pointing the app at an ssh upstream.
+	key, err := b.upstreams().EnsureDeployKey(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	out.DeployKey = authorizedKey(key.PublicKey())
+	if out.UpstreamUsername, err = b.upstreams().Username(ctx, a); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -101,11 +111,42 @@ func (b *Backend) DropPreviousWebhookSecret(ctx context.Context, u *User, name s
 }
 
 // SetUpstream sets where webhook deliveries and deploys fetch an app's code
-// from ("": rebuild the current commit). It returns whether the app has a
-// webhook secret (without one, no delivery is taken).
-func (b *Backend) SetUpstream(ctx context.Context, u *User, name, url string) (hasSecret bool, err error) {
-	if url != "" && !validUpstream(url) {
-		return false, Errorf(Invalid, "upstream %q: want https://HOST/PATH, ssh://HOST/PATH, git@HOST:PATH or file:///PATH", url)
+// from ("": rebuild the current commit), with creds, when not nil, kept in a
+// Secret for the fetch (https only). The URL is refused when this server would
+// not fetch it (upstream.Policy.Check: credentials in it, a loopback, private,
+// link-local or metadata address, a file:// URL unless allowed). Credentials kept
+// before are dropped when the upstream changes without new ones: they were
+// given for the old URL, and must not go to a new host. It returns whether the
+// app has a webhook secret (without one, no delivery is taken) and, for an ssh
+// upstream, the app's deploy key (made now if need be) to add to the git host.
+func (b *Backend) SetUpstream(ctx context.Context, u *User, name, url string, creds *UpstreamCredentials) (*UpstreamSet, error) {
+	if url != "" {
+		if err := b.cfg.UpstreamPolicy.Check(ctx, url); err != nil {
+			return nil, Errorf(Invalid, "%s", strings.TrimPrefix(err.Error(), upstream.ErrRefused.Error()+": "))
+		}
+	}
+	if creds != nil {
+		switch {
+		case url == "" || !strings.HasPrefix(url, "https://"):
+			return nil, Errorf(Invalid, "--username and --password-stdin are for https:// upstreams (ssh ones use the app's deploy key: webhooks %s)", name)
+		case creds.Username == "" || strings.ContainsAny(creds.Username, ":\r\n"):
+			return nil, Errorf(Invalid, "--username: give a username without ':' or a newline")
+		case creds.Password == "" || len(creds.Password) > 4096:
+			return nil, Errorf(Invalid, "--password-stdin: give the password (or token) on stdin, up to 4096 bytes")
+		}
+	}
+	a, err := b.app(ctx, u, name)
+	if err != nil {
+		return nil, err
+	}
+	if creds != nil {
+		if err := b.upstreams().SetCredentials(ctx, a, creds.Username, creds.Password); err != nil {
+			return nil, err
+		}
+	} else if a.Spec.Git.Upstream != url || url == "" {
+		if err := b.upstreams().DeleteCredentials(ctx, a); err != nil {
+			return nil, err
+		}
 	}
 	app, err := b.update(ctx, u, name, func(app *appv1.App) error {
 		if app.Spec.Git.Upstream == url {
@@ -116,26 +157,63 @@ func (b *Backend) SetUpstream(ctx context.Context, u *User, name, url string) (h
 	})
 	switch {
 	case errors.Is(err, errNoChange):
-		a, err := b.app(ctx, u, name)
-		if err != nil {
-			return false, err
+		app = a
+		if creds != nil {
+			b.audit(u, "webhooks:upstream", name, "credentials", true)
 		}
-		return a.Spec.Git.WebhookSecretRef != nil, nil
 	case err != nil:
-		return false, err
+		return nil, err
+	default:
+		b.audit(u, "webhooks:upstream", name, "upstream", url, "credentials", creds != nil)
 	}
-	b.audit(u, "webhooks:upstream", name, "upstream", url)
-	return app.Spec.Git.WebhookSecretRef != nil, nil
+	out := &UpstreamSet{App: app.Name, Upstream: url, HasSecret: app.Spec.Git.WebhookSecretRef != nil, Credentials: creds != nil}
+	if ep, err := upstream.Parse(url); err == nil && ep.Protocol == "ssh" {
+		key, err := b.upstreams().EnsureDeployKey(ctx, app)
+		if err != nil {
+			return nil, err
+		}
+		out.DeployKey = authorizedKey(key.PublicKey())
+	}
+	return out, nil
 }
 
-func validUpstream(url string) bool {
-	if len(url) > 2048 || strings.ContainsAny(url, " \t\n") {
-		return false
+// UpstreamSet is what SetUpstream did.
+type UpstreamSet struct {
+	App, Upstream string
+	// HasSecret: the app has a webhook secret (without one no delivery is taken).
+	HasSecret bool
+	// Credentials: a username and password are kept for the upstream.
+	Credentials bool
+	// DeployKey is the app's deploy key, for an ssh upstream.
+	DeployKey string
+}
+
+// DeployKey returns an app's deploy key (made when it has none), or with
+// rotate a new one in its place: the old one no longer fetches.
+func (b *Backend) DeployKey(ctx context.Context, u *User, name string, rotate bool) (*DeployKeyInfo, error) {
+	a, err := b.app(ctx, u, name)
+	if err != nil {
+		return nil, err
 	}
-	for _, p := range []string{"https://", "ssh://", "git@", "file:///"} {
-		if strings.HasPrefix(url, p) && len(url) > len(p) {
-			return true
-		}
+	store := b.upstreams()
+	get := store.EnsureDeployKey
+	if rotate {
+		get = store.RotateDeployKey
 	}
-	return false
+	key, err := get(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	if rotate {
+		b.audit(u, "webhooks:deploy-key", a.Name, "rotated", true, "fingerprint", gossh.FingerprintSHA256(key.PublicKey()))
+	}
+	return &DeployKeyInfo{App: a.Name, DeployKey: authorizedKey(key.PublicKey()), Rotated: rotate}, nil
+}
+
+func (b *Backend) upstreams() *hooksecrets.Upstreams {
+	return &hooksecrets.Upstreams{Client: b.cfg.Client, Namespace: b.cfg.Namespace, SecretsNamespace: b.cfg.SecretsNamespace}
+}
+
+func authorizedKey(k gossh.PublicKey) string {
+	return strings.TrimSpace(string(gossh.MarshalAuthorizedKey(k)))
 }

@@ -18,4 +18,12 @@
 // "<key>.previous", valid until the time in the annotation
 // app.bex.co/previous-expires (24 hours, time enough to update the git host) or
 // until it is dropped: during that window deliveries signed with either verify.
+//
+// Upstreams keeps, in the same namespace, what apps fetch their upstreams with:
+// "<app>-deploy-key" (kubernetes.io/ssh-auth, label app.bex.co/secret=deploy-key),
+// the app's own ed25519 deploy key, made when first asked for and replaced by a
+// rotation; and "<app>-upstream" (kubernetes.io/basic-auth,
+// app.bex.co/secret=upstream-credentials), the username and password of its https
+// upstream. Both carry the App's uid (app.bex.co/app-uid): one left by an app of
+// the same name is not taken for the new app's. Delete removes them with the app.
 package hooksecrets

@@ -218,7 +218,8 @@ func DropPrevious(ctx context.Context, c client.Client, namespace string, ref *a
 	return c.Update(ctx, sec)
 }
 
-// Delete removes the webhook Secrets bex made for app from namespace (the secrets
+// Delete removes the webhook Secrets, the deploy key and the upstream
+// credentials bex made for app from namespace (the secrets
 // namespace): the one app's webhookSecretRef names and the default one, each only
 // when its labels say bex made it for this app (a Secret of one's own that the ref
 // names stays). It is called when the app is destroyed: nothing else removes a
@@ -230,20 +231,15 @@ func Delete(ctx context.Context, c client.Client, namespace string, app *appv1.A
 		names = append(names, ref.Name)
 	}
 	for _, name := range names {
-		sec := &corev1.Secret{}
-		if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, sec); err != nil {
-			if apierrors.IsNotFound(err) {
-				continue
-			}
-			return fmt.Errorf("reading secret %s: %w", name, err)
-		}
-		if sec.Labels[LabelApp] != app.Name || sec.Labels[LabelKind] != KindWebhook {
-			continue
-		}
-		// The uid read: a Secret made again meanwhile is not this one.
-		if err := c.Delete(ctx, sec, client.Preconditions{UID: &sec.UID}); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("deleting secret %s: %w", name, err)
+		// The uid read is the delete's precondition: a Secret made again
+		// meanwhile is not this one.
+		if err := deleteIfKind(ctx, c, namespace, name, app.Name, KindWebhook); err != nil {
+			return err
 		}
 	}
-	return nil
+	// The app's deploy key and upstream credentials go with it too.
+	if err := deleteIfKind(ctx, c, namespace, DeployKeyName(app.Name), app.Name, KindDeployKey); err != nil {
+		return err
+	}
+	return deleteIfKind(ctx, c, namespace, CredentialsName(app.Name), app.Name, KindUpstreamCredentials)
 }

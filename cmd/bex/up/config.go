@@ -42,6 +42,10 @@ type Config struct {
 	// that `FROM busybox` builds on a machine that cannot pull (with
 	// ImageResolveMode local).
 	BusyboxBase bool
+	// AllowPrivateUpstreams is passed to the gitserver
+	// (--allow-private-upstreams): apps may fetch upstreams on loopback, private
+	// and link-local addresses (a git host on the LAN). Off by default.
+	AllowPrivateUpstreams bool
 	// MaxObjectBytes is passed to the gitserver (--max-object-size); 0 keeps its
 	// default.
 	MaxObjectBytes int64

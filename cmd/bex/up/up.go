@@ -425,6 +425,9 @@ func (p *Platform) startComponents(ctx context.Context) error {
 	if p.cfg.MaxObjectBytes > 0 {
 		gitArgs = append(gitArgs, "--max-object-size", strconv.FormatInt(p.cfg.MaxObjectBytes, 10))
 	}
+	if p.cfg.AllowPrivateUpstreams {
+		gitArgs = append(gitArgs, "--allow-private-upstreams")
+	}
 	gitArgs = append(gitArgs, p.buildStepArgs()...)
 	if p.cfg.HooksAddr != "" {
 		gitArgs = append(gitArgs, "--hooks-addr", p.cfg.HooksAddr, "--hooks-url", p.PlatformURL())

@@ -93,6 +93,21 @@ func TestListenersRefuseStrangers(t *testing.T) {
 	t.Run("oom_score_adj", func(t *testing.T) {
 		checkOOMScores(t, p, out)
 	})
+	// After a start and a push (logs, a repository, a build, an app instance):
+	// nothing bex wrote is readable by other users, but the CA certificate.
+	t.Run("state dir modes", func(t *testing.T) {
+		for _, own := range daemonsOwn {
+			if fi, err := os.Stat(filepath.Join(p.dir, own)); err == nil {
+				t.Logf("%s (the daemon's own): %s", own, fi.Mode().Perm())
+			}
+		}
+		if wide := tooWide(t, p.dir); len(wide) > 0 {
+			t.Errorf("wider than 0600/0700 in the state dir:\n%s", strings.Join(wide, "\n"))
+		}
+		if fi, err := os.Stat(filepath.Join(p.dir, "logs")); err != nil || !fi.IsDir() {
+			t.Errorf("no logs directory to check: %v", err)
+		}
+	})
 
 	pids := platformPIDs(p)
 	found := listeners(t, pids)

@@ -55,7 +55,14 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
+	// The state dir and all bex writes in it are root's alone (0700 and 0600;
+	// ca.pem is the one file others read); a state dir made by an older bex is
+	// tightened here. Nothing of the apps passes through it: containerd's bundles
+	// are in /run/bex.
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(cfg.StateDir, 0o700); err != nil {
 		return nil, err
 	}
 	p := &Platform{cfg: cfg, bins: bins, sup: supervise.New(cfg.Log), kubeconfig: filepath.Join(cfg.StateDir, "kubeconfig")}
@@ -101,10 +108,11 @@ func (p *Platform) logDir() string { return filepath.Join(p.cfg.StateDir, "logs"
 // the kernel releases it when the process ends, however it ends.
 func (p *Platform) takeLock() error {
 	path := filepath.Join(p.cfg.StateDir, "up.lock")
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return err
 	}
+	_ = f.Chmod(0o600)
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		holder, _ := os.ReadFile(path)
 		f.Close()

@@ -107,6 +107,11 @@ func TestListenersRefuseStrangers(t *testing.T) {
 		if fi, err := os.Stat(filepath.Join(p.dir, "logs")); err != nil || !fi.IsDir() {
 			t.Errorf("no logs directory to check: %v", err)
 		}
+		// ca.pem is a file of its own that others can open, not a link into the
+		// edge's directory, which they cannot pass.
+		if fi, err := os.Lstat(filepath.Join(p.dir, "ca.pem")); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o644 {
+			t.Errorf("ca.pem: %v %v, want a regular file 0644", fi, err)
+		}
 	})
 
 	pids := platformPIDs(p)

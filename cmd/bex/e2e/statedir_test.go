@@ -11,8 +11,12 @@ import (
 // stateModeExceptions are the entries of a state dir that may be wider than 0600
 // files and 0700 directories, and why.
 var stateModeExceptions = map[string]fs.FileMode{
-	// The local CA's certificate: users add it to their trust stores.
+	// The state dir: others may open a path they know (ca.pem), list nothing.
+	".": 0o711,
+	// The local CA's certificate: users give it to curl and browsers.
 	"ca.pem": 0o644,
+	// The edge's own copy, in its 0700 directory (the edge writes it so).
+	"edge/ca/ca.pem": 0o644,
 }
 
 // daemonsOwn are the trees whose modes the daemons set themselves: containerd's
@@ -59,9 +63,13 @@ func tooWide(t *testing.T, dir string) (wide []string) {
 			allowed = m
 		}
 		// The resolv.conf and hosts bind-mounted into each app instance: its
-		// processes (uids of the app's user namespace) read them.
+		// processes (uids of the app's user namespace) read them. And the network
+		// namespaces mounted there: the mode shown is the kernel's nsfs inode's.
 		if strings.HasPrefix(rel, "runtime/net/") && (d.Name() == "resolv.conf" || d.Name() == "hosts") {
 			allowed = 0o644
+		}
+		if strings.HasPrefix(rel, "runtime/net/") && d.Name() == "netns" {
+			allowed = 0o444
 		}
 		if mode.Perm()&^allowed != 0 {
 			wide = append(wide, rel+" "+mode.Perm().String())

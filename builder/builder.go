@@ -55,8 +55,13 @@ func New(cfg Config, log *slog.Logger) (*Builder, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	// Root's alone, as the rest of the state dir: build logs hold what a build
+	// printed. Directories left wider by an older bex are tightened.
 	for _, d := range []string{cfg.WorkDir, cfg.LogDir} {
-		if err := os.MkdirAll(d, 0o750); err != nil {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, err
+		}
+		if err := os.Chmod(d, 0o700); err != nil {
 			return nil, err
 		}
 	}
@@ -354,10 +359,10 @@ func (b *Builder) dockerfile(req Request, ctxRoot *os.Root, work string, out io.
 		fmt.Fprintf(out, "       %s\n", note)
 	}
 	planDir := filepath.Join(work, "plan")
-	if err := os.MkdirAll(planDir, 0o750); err != nil {
+	if err := os.MkdirAll(planDir, 0o700); err != nil {
 		return nil, "", err
 	}
-	if err := os.WriteFile(filepath.Join(planDir, "Dockerfile"), []byte(p.Dockerfile), 0o640); err != nil {
+	if err := os.WriteFile(filepath.Join(planDir, "Dockerfile"), []byte(p.Dockerfile), 0o600); err != nil {
 		return nil, "", err
 	}
 	r, err := os.OpenRoot(planDir)

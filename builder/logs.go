@@ -119,7 +119,10 @@ func (s *logStore) create(app, commit string) (*buildFile, error) {
 		return nil, err
 	}
 	dir := filepath.Join(s.dir, app)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
 		return nil, err
 	}
 	id := fmt.Sprintf("%d-%s", time.Now().UnixNano(), commit)
@@ -129,7 +132,7 @@ func (s *logStore) create(app, commit string) (*buildFile, error) {
 	// In flight before the file exists: a reader never sees this log without an
 	// outcome and not in flight while the build runs.
 	s.setInFlight(app, id, true)
-	f, err := os.OpenFile(filepath.Join(dir, id+".log"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
+	f, err := os.OpenFile(filepath.Join(dir, id+".log"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		s.setInFlight(app, id, false)
 		return nil, err

@@ -203,9 +203,12 @@ func TestConfigValidate(t *testing.T) {
 	}
 	cfg.MaxConcurrentBuilds = 0
 	cfg.BuildTimeout = -1
+	cfg.MaxUnauthPerSource, cfg.MaxSessionsPerConn, cfg.MaxEnvBytes = 0, 0, 0
 	err := cfg.Validate()
-	if err == nil || !strings.Contains(err.Error(), "Config.MaxConcurrentBuilds") || !strings.Contains(err.Error(), "Config.BuildTimeout") {
-		t.Fatalf("Validate = %v", err)
+	for _, want := range []string{"Config.MaxConcurrentBuilds", "Config.BuildTimeout", "Config.MaxUnauthPerSource", "Config.MaxSessionsPerConn", "Config.MaxEnvBytes"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate = %v, want it to name %s", err, want)
+		}
 	}
 	// Without a state dir, every path it would give is named.
 	err = gitserver.DefaultConfig().Validate()

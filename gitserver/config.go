@@ -39,9 +39,22 @@ type Config struct {
 	// KeepAlive is how often a silent push sends a keep-alive packet, so proxies and
 	// clients do not drop the connection during long steps.
 	KeepAlive time.Duration
-	// HandshakeTimeout is how long a connection may take to authenticate and open
-	// its session.
+	// HandshakeTimeout is how long a connection may take from accept to
+	// authenticated; past it the connection is closed.
 	HandshakeTimeout time.Duration
+	// MaxUnauthPerSource and MaxUnauthConns cap the connections not yet
+	// authenticated (counted from accept until a key's signature verifies) from one
+	// source address and in total; a connection past either cap is closed at once.
+	MaxUnauthPerSource int
+	MaxUnauthConns     int
+	// MaxSessionsPerConn bounds the sessions open at once on one connection
+	// (OpenSSH's MaxSessions is 10); one more is refused.
+	MaxSessionsPerConn int
+	// MaxEnvRequests bounds the env requests of a session and MaxEnvBytes the size
+	// of each (name and value); the others are answered no and forgotten. git sends
+	// one, GIT_PROTOCOL.
+	MaxEnvRequests int
+	MaxEnvBytes    int
 	// IdleTimeout closes a connection with no traffic at all for this long.
 	IdleTimeout time.Duration
 	// MaxPackBytes bounds one push's pack.
@@ -90,7 +103,12 @@ func DefaultConfig() Config {
 		BuildTimeout:        15 * time.Minute,
 		RolloutTimeout:      5 * time.Minute,
 		KeepAlive:           15 * time.Second,
-		HandshakeTimeout:    30 * time.Second,
+		HandshakeTimeout:    10 * time.Second,
+		MaxUnauthPerSource:  10,
+		MaxUnauthConns:      100,
+		MaxSessionsPerConn:  10,
+		MaxEnvRequests:      16,
+		MaxEnvBytes:         1024,
 		IdleTimeout:         10 * time.Minute,
 		MaxPackBytes:        2 << 30,
 		MaxObjectBytes:      DefaultMaxObjectBytes,
@@ -148,6 +166,20 @@ func (c Config) Validate() error {
 		if d.v <= 0 {
 			errs = append(errs, fmt.Errorf("Config.%s %s: must be positive", d.name, d.v))
 		}
+	}
+	for _, n := range []struct {
+		name string
+		v    int
+	}{
+		{"MaxUnauthPerSource", c.MaxUnauthPerSource}, {"MaxUnauthConns", c.MaxUnauthConns},
+		{"MaxSessionsPerConn", c.MaxSessionsPerConn}, {"MaxEnvRequests", c.MaxEnvRequests}, {"MaxEnvBytes", c.MaxEnvBytes},
+	} {
+		if n.v < 1 {
+			errs = append(errs, fmt.Errorf("Config.%s %d: must be at least 1", n.name, n.v))
+		}
+	}
+	if c.MaxUnauthPerSource > c.MaxUnauthConns {
+		errs = append(errs, fmt.Errorf("Config.MaxUnauthPerSource %d: must not exceed Config.MaxUnauthConns %d", c.MaxUnauthPerSource, c.MaxUnauthConns))
 	}
 	if c.MaxPackBytes <= 0 {
 		errs = append(errs, fmt.Errorf("Config.MaxPackBytes %d: must be positive", c.MaxPackBytes))

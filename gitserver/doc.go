@@ -1,7 +1,9 @@
 // Package gitserver is bex's SSH git endpoint: `git push bex main` lands here.
 //
-// It authenticates users by public key alone (looked up through a Directory, checked
-// again inside the session), maps a repository path to an app, and serves
+// It authenticates users by public key alone (looked up through a Directory; the user
+// is the one of the key whose signature verified), bounds what a client may hold
+// before and after authenticating (limits.go), maps a repository path to an app, and
+// serves
 // git-receive-pack in process so that the push can build and deploy before any ref
 // moves: the pack is stored, the Builder builds the new commit while its progress
 // streams to the pusher as `remote:` lines, the Deployer records a release and rolls

@@ -9,6 +9,8 @@ type metrics struct {
 	receive prometheus.Histogram
 	build   prometheus.Histogram
 	rollout prometheus.Histogram
+	// refused counts what the SSH limits turned away, by limit.
+	refused *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -29,9 +31,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "bex", Subsystem: "git", Name: "rollout_seconds",
 			Help: "Time a push waited for its release to serve.", Buckets: prometheus.ExponentialBuckets(0.1, 2, 12),
 		}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "bex", Subsystem: "git", Name: "ssh_refused_total",
+			Help: "SSH connections, sessions and env requests refused by a limit: unauthenticated (the per-source or total cap), sessions (per connection), env.",
+		}, []string{"limit"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.pushes, m.receive, m.build, m.rollout)
+		reg.MustRegister(m.pushes, m.receive, m.build, m.rollout, m.refused)
 	}
 	return m
 }

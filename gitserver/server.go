@@ -41,6 +41,8 @@ type Server struct {
 	background sync.WaitGroup
 
 	sessions sessions
+	// unauth counts the connections not yet authenticated.
+	unauth unauthLimiter
 	// stop ends the session recheck loop.
 	stop    context.CancelFunc
 	stopCtx context.Context
@@ -61,9 +63,9 @@ func WithUpstreamAuth(a UpstreamAuth) Option { return func(s *Server) { s.upstre
 type ctxKey string
 
 const (
-	ctxUser          ctxKey = "bex-user"
-	ctxKeyFP         ctxKey = "bex-key-fp"
-	ctxHandshakeDone ctxKey = "bex-handshake-timer"
+	ctxUser     ctxKey = "bex-user"     // *verified, set once a signature verified
+	ctxPending  ctxKey = "bex-pending"  // *pendingConn, until authenticated
+	ctxSessions ctxKey = "bex-sessions" // *atomic.Int32, the open session channels
 )
 
 // New makes a server. reg receives its metrics (nil: not registered).
@@ -87,6 +89,7 @@ func New(cfg Config, dir Directory, b Builder, d Deployer, log *slog.Logger, reg
 		log:     log.WithGroup("gitserver"),
 		metrics: newMetrics(reg),
 		builds:  make(chan struct{}, cfg.MaxConcurrentBuilds),
+		unauth:  unauthLimiter{perSource: cfg.MaxUnauthPerSource, total: cfg.MaxUnauthConns},
 	}
 	for _, o := range opts {
 		o(s)
@@ -102,8 +105,19 @@ func New(cfg Config, dir Directory, b Builder, d Deployer, log *slog.Logger, reg
 		// No forwarding callbacks: port forwarding is refused; agent and X11
 		// forwarding are never set up.
 		ConnCallback: s.connCallback,
-		IdleTimeout:  cfg.IdleTimeout,
-		PtyCallback:  func(ssh.Context, ssh.Pty) bool { return false },
+		// The identity comes from the key whose signature verified: x/crypto calls
+		// VerifiedPublicKeyCallback for that key only (gliderlabs/ssh leaves the
+		// field alone when it fills in the rest of the config).
+		ServerConfigCallback: func(ctx ssh.Context) *gossh.ServerConfig {
+			return &gossh.ServerConfig{
+				VerifiedPublicKeyCallback: func(_ gossh.ConnMetadata, key gossh.PublicKey, perms *gossh.Permissions, _ string) (*gossh.Permissions, error) {
+					return s.verifiedKey(ctx, key, perms)
+				},
+			}
+		},
+		ChannelHandlers: map[string]ssh.ChannelHandler{"session": s.sessionChannel},
+		IdleTimeout:     cfg.IdleTimeout,
+		PtyCallback:     func(ssh.Context, ssh.Pty) bool { return false },
 		ConnectionFailedCallback: func(conn net.Conn, err error) {
 			s.log.Debug("ssh handshake failed", "remote", conn.RemoteAddr().String(), "err", err)
 		},
@@ -142,74 +156,70 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return nil
 }
 
-// connCallback closes a connection that has not opened a session within the
-// handshake timeout; the session handler stops the timer.
-func (s *Server) connCallback(ctx ssh.Context, conn net.Conn) net.Conn {
-	t := time.AfterFunc(s.cfg.HandshakeTimeout, func() { conn.Close() })
-	ctx.SetValue(ctxHandshakeDone, t)
-	return withQuickAck(conn)
+// publicKeyHandler answers whether a key may be tried: it belongs to a user. It
+// runs for every key a client offers, before any signature, so it records nothing:
+// who the connection is comes from verifiedKey, for the key whose signature
+// verified.
+func (s *Server) publicKeyHandler(ctx ssh.Context, key ssh.PublicKey) bool {
+	_, err := s.lookupKey(ctx, key)
+	return err == nil
 }
 
-// publicKeyHandler accepts a key that belongs to a user and remembers which. It can
-// be called for several keys before one signs; the session checks that the key it
-// was authenticated with is the one remembered here.
-func (s *Server) publicKeyHandler(ctx ssh.Context, key ssh.PublicKey) bool {
+// verifiedKey runs once a signature by key has verified (x/crypto's
+// VerifiedPublicKeyCallback): it resolves the user of that key, records both on
+// the connection and ends the handshake's limits. A client may offer one key and
+// sign with another (soft-serve's bypass); only this key counts.
+func (s *Server) verifiedKey(ctx ssh.Context, key gossh.PublicKey, perms *gossh.Permissions) (*gossh.Permissions, error) {
+	user, err := s.lookupKey(ctx, key)
+	if err != nil {
+		return nil, errors.New("permission denied")
+	}
+	ctx.SetValue(ctxUser, &verified{user: user, key: key})
+	if p, ok := ctx.Value(ctxPending).(*pendingConn); ok {
+		p.authenticate()
+	}
+	return perms, nil
+}
+
+func (s *Server) lookupKey(ctx context.Context, key gossh.PublicKey) (*backend.User, error) {
 	lookup, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	user, err := s.dir.UserByKey(lookup, key)
-	if err != nil {
-		if !errors.Is(err, ErrUnknownKey) {
-			s.log.Warn("key lookup failed", "fingerprint", gossh.FingerprintSHA256(key), "err", err)
-		}
-		return false
+	if err != nil && !errors.Is(err, ErrUnknownKey) {
+		s.log.Warn("key lookup failed", "fingerprint", gossh.FingerprintSHA256(key), "err", err)
 	}
-	ctx.SetValue(ctxUser, user)
-	ctx.SetValue(ctxKeyFP, gossh.FingerprintSHA256(key))
-	return true
+	return user, err
 }
 
-// authenticatedUser returns the user of a session, after checking that the key the
-// session was authenticated with is the key that was looked up, and looking it up
-// again. Clients may offer one key and sign with another (a past soft-serve bypass);
-// this check does not trust the public-key callback's bookkeeping.
-func (s *Server) authenticatedUser(sess ssh.Session) (*backend.User, error) {
-	key := sess.PublicKey()
-	if key == nil {
-		return nil, errors.New("no public key")
+// verified is who a connection authenticated as, and with which key.
+type verified struct {
+	user *backend.User
+	key  gossh.PublicKey
+}
+
+// authenticatedUser returns the user and key of a session: the ones verifiedKey
+// recorded. gliderlabs/ssh's own Session.PublicKey is the last key its callback
+// accepted, which need not be the key that signed, so it is not used.
+func (s *Server) authenticatedUser(sess ssh.Session) (*backend.User, gossh.PublicKey, error) {
+	v, _ := sess.Context().Value(ctxUser).(*verified)
+	if v == nil || v.user == nil {
+		return nil, nil, errors.New("no verified key on this connection")
 	}
-	fp := gossh.FingerprintSHA256(key)
-	offered, _ := sess.Context().Value(ctxKeyFP).(string)
-	remembered, _ := sess.Context().Value(ctxUser).(*backend.User)
-	if offered != fp || remembered == nil {
-		return nil, fmt.Errorf("session key %s is not the key that was looked up (%s)", fp, offered)
-	}
-	lookup, cancel := context.WithTimeout(sess.Context(), 5*time.Second)
-	defer cancel()
-	user, err := s.dir.UserByKey(lookup, key)
-	if err != nil {
-		return nil, err
-	}
-	if user.Name != remembered.Name {
-		return nil, fmt.Errorf("key %s belongs to %s, not %s", fp, user.Name, remembered.Name)
-	}
-	return user, nil
+	return v.user, v.key, nil
 }
 
 // handleSession runs one SSH session: a git command, a bex command, or an
 // explanation.
 func (s *Server) handleSession(sess ssh.Session) {
-	if t, ok := sess.Context().Value(ctxHandshakeDone).(*time.Timer); ok {
-		t.Stop()
-	}
-	user, err := s.authenticatedUser(sess)
+	user, key, err := s.authenticatedUser(sess)
 	if err != nil {
 		s.log.Warn("session refused", "remote", sess.RemoteAddr().String(), "err", err)
 		fatal(sess, "access denied")
 		return
 	}
-	fp := gossh.FingerprintSHA256(sess.PublicKey())
+	fp := gossh.FingerprintSHA256(key)
 	conn, _ := sess.Context().Value(ssh.ContextKeyConn).(gossh.Conn)
-	defer s.sessions.add(&openSession{key: sess.PublicKey(), user: user.Name, stderr: sess.Stderr(), close: func() error {
+	defer s.sessions.add(&openSession{key: key, user: user.Name, stderr: sess.Stderr(), close: func() error {
 		if conn != nil {
 			return conn.Close()
 		}

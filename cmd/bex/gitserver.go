@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"path/filepath"
 	"time"
 
@@ -51,6 +52,7 @@ type gitserverCmd struct {
 	hooksURL         string
 	allowFile        bool
 	allowPrivate     bool
+	trustedProxies   []string
 	maxObjectSize    byteSize
 	buildMemory      byteSize
 	buildCgroup      string
@@ -95,6 +97,11 @@ func (c *gitserverCmd) command() *cobra.Command {
 	f.Var(&c.maxObjectSize, "max-object-size", "largest object (a file, mostly) that a push or an upstream fetch may hold, checked before it is inflated (GitHub's limit is 100MiB); it also bounds the gitserver's memory")
 	f.Var(&c.buildMemory, "build-memory", "the memory limit of build steps, as set on --build-cgroup (e.g. 4Gi), named when a step is killed by it")
 	f.StringVar(&c.buildCgroup, "build-cgroup", "", "directory of the cgroup buildkitd runs build steps under (bex up sets it); its OOM counters tell a step killed by --build-memory; empty: a step killed for memory is reported by its exit code")
+	var trusted []string
+	for _, p := range webhook.DefaultConfig().TrustedProxies {
+		trusted = append(trusted, p.String())
+	}
+	f.StringSliceVar(&c.trustedProxies, "hooks-trusted-proxies", trusted, "addresses or CIDRs of the proxies (bex's edge) whose X-Forwarded-For names the source of a webhook delivery, for the limit on bad signatures per source")
 	f.BoolVar(&c.allowFile, "allow-file-upstreams", false, "let webhooks fetch file:// upstreams (a file:// URL can name any repository on this machine, another app's too)")
 	f.BoolVar(&c.allowPrivate, "allow-private-upstreams", false, "let apps fetch upstreams on loopback, private (RFC 1918, CGNAT 100.64/10, ULA), link-local and metadata addresses, e.g. a Gitea on the LAN (off: a member could make this server reach the API server, the LAN or the cloud's metadata service)")
 	return cmd
@@ -210,7 +217,11 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	var hooks *webhook.Handler
 	var httpSrv *http.Server
 	if hooksListener != nil {
-		hooks, err = webhook.New(webhook.DefaultConfig(), be, hookRedeployer{be}, c.log)
+		wcfg := webhook.DefaultConfig()
+		if wcfg.TrustedProxies, err = parsePrefixes(c.trustedProxies); err != nil {
+			return fmt.Errorf("--hooks-trusted-proxies: %w", err)
+		}
+		hooks, err = webhook.New(wcfg, be, hookRedeployer{be}, c.log)
 		if err != nil {
 			return err
 		}
@@ -266,4 +277,25 @@ func (c *gitserverCmd) close() error {
 		c.cancel()
 	}
 	return nil
+}
+
+// parsePrefixes reads CIDRs and single addresses (a /32 or /128).
+func parsePrefixes(list []string) ([]netip.Prefix, error) {
+	out := []netip.Prefix{}
+	for _, s := range list {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return nil, fmt.Errorf("%q is neither an address nor a CIDR", s)
+		}
+		out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+	}
+	return out, nil
 }

@@ -152,10 +152,12 @@ func commitMsg(t *testing.T, dir, msg string) string {
 	return gitIn(t, dir, "rev-parse", "HEAD")
 }
 
-// deliver posts a GitHub push delivery to the hook of app.
+// deliver posts a GitHub push delivery to the hook of app. Each delivery's body
+// is its own, as GitHub's are (the same body with the same signature is a replay):
+// it names the delivery, as a hook_id would.
 func (e *hooksEnv) deliver(app, secret, delivery, after string) (int, webhook.Answer) {
 	e.t.Helper()
-	body := fmt.Sprintf(`{"ref":"refs/heads/main","before":"%040d","after":%q,"repository":{"full_name":"o/%s"}}`, 0, after, app)
+	body := fmt.Sprintf(`{"ref":"refs/heads/main","before":"%040d","after":%q,"repository":{"full_name":"o/%s"},"test_delivery":%q}`, 0, after, app, delivery)
 	req, _ := http.NewRequest(http.MethodPost, "http://"+e.hooksAddr+"/hooks/"+app, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-GitHub-Event", "push")

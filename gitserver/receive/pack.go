@@ -61,7 +61,7 @@ type Pack struct {
 // A refusal is an *fsck.Error, a *TooLargeError, ErrPackTooLarge or a sentence.
 func (r *Repo) StorePack(ctx context.Context, in io.Reader, lim Limits) (*Pack, error) {
 	packDir := filepath.Join(r.Dir, "objects", "pack")
-	if err := os.MkdirAll(packDir, 0o750); err != nil {
+	if err := os.MkdirAll(packDir, 0o700); err != nil {
 		return nil, err
 	}
 	f, err := os.CreateTemp(packDir, "tmp_pack_")
@@ -242,7 +242,7 @@ func writeWholeObject(w io.Writer, obj plumbing.EncodedObject) (int, error) {
 }
 
 func writeIndex(path string, idx *idxfile.MemoryIndex) error {
-	f, err := os.Create(path + ".tmp")
+	f, err := os.OpenFile(path+".tmp", os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}

@@ -24,13 +24,13 @@ func (r *Repo) UpdateRef(cmd Command) error {
 	}
 	path := filepath.Join(r.Dir, filepath.FromSlash(string(cmd.Name)))
 	lock := path + ".lock"
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(lock, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
+	f, err := os.OpenFile(lock, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if errors.Is(err, os.ErrExist) {
 		os.Remove(lock)
-		f, err = os.OpenFile(lock, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
+		f, err = os.OpenFile(lock, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	}
 	if err != nil {
 		return fmt.Errorf("locking %s: %w", cmd.Name, err)
@@ -83,7 +83,7 @@ func (r *Repo) SetHead(branch string) error {
 	}
 	path := filepath.Join(r.Dir, "HEAD")
 	tmp := path + ".lock"
-	if err := os.WriteFile(tmp, []byte("ref: "+string(name)+"\n"), 0o640); err != nil {
+	if err := os.WriteFile(tmp, []byte("ref: "+string(name)+"\n"), 0o600); err != nil {
 		return err
 	}
 	return os.Rename(tmp, path)

@@ -44,8 +44,14 @@ func Init(dir, branch string) (*Repo, error) {
 	if _, err := os.Stat(dir); err == nil {
 		return nil, fmt.Errorf("%s already exists", dir)
 	}
+	// Repositories are root's alone (the gitserver serves them as root): 0700
+	// and 0600, and git itself is told so (core.sharedRepository), for what
+	// the git binary writes into them (an upstream's fetch).
 	parent := filepath.Dir(dir)
-	if err := os.MkdirAll(parent, 0o750); err != nil {
+	if err := os.MkdirAll(parent, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(parent, 0o700); err != nil {
 		return nil, err
 	}
 	tmp, err := os.MkdirTemp(parent, ".init-"+filepath.Base(dir)+"-")
@@ -54,17 +60,17 @@ func Init(dir, branch string) (*Repo, error) {
 	}
 	defer os.RemoveAll(tmp)
 	for _, d := range []string{"objects/pack", "objects/info", "refs/heads", "refs/tags"} {
-		if err := os.MkdirAll(filepath.Join(tmp, d), 0o750); err != nil {
+		if err := os.MkdirAll(filepath.Join(tmp, d), 0o700); err != nil {
 			return nil, err
 		}
 	}
 	files := map[string]string{
 		"HEAD":        "ref: refs/heads/" + branch + "\n",
-		"config":      "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = true\n",
+		"config":      "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = true\n\tsharedRepository = 0600\n",
 		"description": "bex app repository\n",
 	}
 	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(tmp, name), []byte(content), 0o640); err != nil {
+		if err := os.WriteFile(filepath.Join(tmp, name), []byte(content), 0o600); err != nil {
 			return nil, err
 		}
 	}

@@ -74,6 +74,21 @@ func Verify(p Provider, h http.Header, body []byte, secrets [][]byte) bool {
 	return ok
 }
 
+// signatureOf is the header that carries p's signature (GitLab's token), as sent.
+func signatureOf(p Provider, h http.Header) string {
+	switch p {
+	case GitLab:
+		return h.Get(HeaderGitLabToken)
+	case GitHub:
+		return h.Get(HeaderGitHubSignature)
+	case Gitea:
+		return h.Get(HeaderGiteaSignature)
+	case Forgejo:
+		return h.Get(HeaderForgejoSignature)
+	}
+	return h.Get(HeaderSignature)
+}
+
 func verifyOne(p Provider, h http.Header, body, secret []byte) bool {
 	switch p {
 	case GitLab:

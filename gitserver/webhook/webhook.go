@@ -3,15 +3,19 @@ package webhook
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"mime"
 	"net/http"
+	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -74,6 +78,22 @@ type Config struct {
 	// LookupTimeout bounds the hook lookup of one request, so that an answer
 	// comes within a second even when the API is slow.
 	LookupTimeout time.Duration
+	// BadSignatureRate and BadSignatureBurst are each source's token bucket for
+	// deliveries with a missing or wrong signature: past it such a delivery gets
+	// 429 with Retry-After instead of 401, and is no longer logged one by one. A
+	// well-signed delivery is never refused by it, so that a source shared with an
+	// attacker (a NAT, an untrusted proxy) still delivers.
+	BadSignatureRate  rate.Limit
+	BadSignatureBurst int
+	// MaxSources bounds the sources whose bad signatures are counted at once;
+	// past it, a new source's bad signature is answered 429 too.
+	MaxSources int
+	// TrustedProxies are the peers whose X-Forwarded-For is believed: a request
+	// from one of them is counted under the last hop of that header (the address
+	// the proxy saw), any other under its own address. bex's edge reaches the
+	// gitserver from 127.0.0.1 under `bex up`, hence the default; on a cluster,
+	// the addresses the edge's pods connect from.
+	TrustedProxies []netip.Prefix
 }
 
 // DefaultConfig returns the defaults.
@@ -87,6 +107,11 @@ func DefaultConfig() Config {
 		Remember:      4096,
 		DeployTimeout: 25 * time.Minute,
 		LookupTimeout: 800 * time.Millisecond,
+
+		BadSignatureRate:  rate.Every(6 * time.Second), // 10 a minute
+		BadSignatureBurst: 10,
+		MaxSources:        4096,
+		TrustedProxies:    []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("::1/128")},
 	}
 }
 
@@ -103,9 +128,16 @@ func (c Config) Validate() error {
 		{"MaxBodyBytes", c.MaxBodyBytes > 0}, {"Rate", c.Rate > 0}, {"Burst", c.Burst >= 1},
 		{"MaxWaiting", c.MaxWaiting >= 1}, {"Remember", c.Remember >= 1},
 		{"DeployTimeout", c.DeployTimeout > 0}, {"LookupTimeout", c.LookupTimeout > 0},
+		{"BadSignatureRate", c.BadSignatureRate > 0}, {"BadSignatureBurst", c.BadSignatureBurst >= 1},
+		{"MaxSources", c.MaxSources >= 1},
 	} {
 		if !n.ok {
 			errs = append(errs, fmt.Errorf("Config.%s: must be positive", n.name))
+		}
+	}
+	for i, p := range c.TrustedProxies {
+		if !p.IsValid() {
+			errs = append(errs, fmt.Errorf("Config.TrustedProxies[%d]: not a valid address prefix", i))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -126,7 +158,12 @@ type Handler struct {
 	queues   map[string]*queue // apps with a redeploy running
 	limiters map[string]*rate.Limiter
 	seen     *seenSet
-	closed   bool
+	// bodies remembers the bodies with their signatures (a hash of both) of the
+	// deliveries taken, as seen does their ids.
+	bodies *seenSet
+	// badSigs are the token buckets of bad signatures, by source.
+	badSigs map[string]*badSource
+	closed  bool
 
 	ctx    context.Context // ends the redeploys on Close
 	cancel context.CancelFunc
@@ -145,7 +182,8 @@ func New(cfg Config, apps Apps, d Deployer, log *slog.Logger) (*Handler, error) 
 		log = slog.Default()
 	}
 	h := &Handler{cfg: cfg, apps: apps, deployer: d, log: log.WithGroup("webhook"),
-		queues: map[string]*queue{}, limiters: map[string]*rate.Limiter{}, seen: newSeenSet(cfg.Remember)}
+		queues: map[string]*queue{}, limiters: map[string]*rate.Limiter{}, seen: newSeenSet(cfg.Remember),
+		bodies: newSeenSet(cfg.Remember), badSigs: map[string]*badSource{}}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	return h, nil
 }
@@ -177,7 +215,8 @@ func (h *Handler) Close(ctx context.Context) error {
 type Answer struct {
 	Delivery string `json:"delivery"`
 	// Result is queued (a redeploy starts), coalesced (it joins the one waiting),
-	// duplicate (this delivery id was seen), ignored (see Reason) or pong.
+	// duplicate (this delivery id, or this body with this signature, was seen),
+	// ignored (see Reason) or pong.
 	Result string `json:"result"`
 	Reason string `json:"reason,omitempty"`
 }
@@ -195,9 +234,10 @@ const (
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	app, ok := strings.CutPrefix(r.URL.Path, h.cfg.Prefix)
 	remote := r.RemoteAddr
+	source := h.source(r)
 	reject := func(code int, msg, why string, attrs ...any) {
 		// The sender sees the status and a short word; the log says why.
-		h.log.Warn("delivery rejected", append([]any{"app", app, "remote", remote, "forwardedFor", r.Header.Get("X-Forwarded-For"), "status", code, "why", why}, attrs...)...)
+		h.log.Warn("delivery rejected", append([]any{"app", app, "remote", remote, "source", source, "forwardedFor", r.Header.Get("X-Forwarded-For"), "status", code, "why", why}, attrs...)...)
 		writeJSON(w, code, map[string]string{"error": msg})
 	}
 	if !ok || !appv1.ValidAppName(app) {
@@ -237,9 +277,23 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	provider := identify(r.Header)
 	if !Verify(provider, r.Header, body, hook.Secrets) {
+		if wait, limited := h.badSignature(source); limited {
+			// Not logged: past the limit the source is logged once, by badSignature.
+			w.Header().Set("Retry-After", strconv.Itoa(wait))
+			writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": "too many bad signatures"})
+			return
+		}
 		reject(http.StatusUnauthorized, "unauthorized", "missing or wrong signature", "provider", provider)
 		return
 	}
+	// A replay is the same body with the same signature, whatever delivery id it
+	// carries: git hosts sign each delivery's body, and the body of a push names
+	// its commits. The key is remembered beside the delivery ids.
+	content := sha256.New()
+	content.Write(body)
+	content.Write([]byte{0})
+	content.Write([]byte(signatureOf(provider, r.Header)))
+	replay := app + "\x00body\x00" + hex.EncodeToString(content.Sum(nil))
 
 	ev, err := parse(provider, r.Header, body)
 	if err != nil {
@@ -271,7 +325,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	code, answer := h.enqueue(Redeploy{App: app, Delivery: ev.delivery, Provider: provider, Commit: ev.after}, ev.dedup)
+	code, answer := h.enqueue(Redeploy{App: app, Delivery: ev.delivery, Provider: provider, Commit: ev.after}, ev.dedup, replay)
 	if code == http.StatusTooManyRequests {
 		w.Header().Set("Retry-After", "1")
 	}
@@ -285,13 +339,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // enqueue starts a redeploy of r.App, or folds r into the one waiting behind the
 // running one. It returns the status and answer.
-func (h *Handler) enqueue(r Redeploy, dedup bool) (int, Answer) {
+func (h *Handler) enqueue(r Redeploy, dedup bool, replay string) (int, Answer) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	a := Answer{Delivery: r.Delivery}
 	key := r.App + "\x00" + string(r.Provider) + "\x00" + r.Delivery
 	if dedup && h.seen.has(key) {
 		a.Result, a.Reason = ResultDuplicate, "this delivery was taken before"
+		return http.StatusOK, a
+	}
+	if h.bodies.has(replay) {
+		a.Result, a.Reason = ResultDuplicate, "this body with this signature was taken before"
 		return http.StatusOK, a
 	}
 	if h.closed {
@@ -312,6 +370,7 @@ func (h *Handler) enqueue(r Redeploy, dedup bool) (int, Answer) {
 	if dedup {
 		h.seen.add(key)
 	}
+	h.bodies.add(replay)
 	if q != nil {
 		// A redeploy runs: this delivery joins the one that follows it. The newest
 		// delivery names it; the ones it replaces are listed.
@@ -327,6 +386,80 @@ func (h *Handler) enqueue(r Redeploy, dedup bool) (int, Answer) {
 	go h.work(r)
 	a.Result = ResultQueued
 	return http.StatusAccepted, a
+}
+
+// badSignature counts a bad signature from source: limited when the source is past
+// its bucket (or a new source finds MaxSources taken), with the seconds to wait.
+func (h *Handler) badSignature(source string) (wait int, limited bool) {
+	wait = int(math.Ceil(1 / float64(h.cfg.BadSignatureRate)))
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	b := h.badSigs[source]
+	if b == nil {
+		if len(h.badSigs) >= h.cfg.MaxSources {
+			// Forget the sources whose bucket is full again: they are as new.
+			now := time.Now()
+			for s, b := range h.badSigs {
+				if b.lim.TokensAt(now) >= float64(h.cfg.BadSignatureBurst) {
+					delete(h.badSigs, s)
+				}
+			}
+		}
+		if len(h.badSigs) >= h.cfg.MaxSources {
+			return wait, true
+		}
+		b = &badSource{lim: rate.NewLimiter(h.cfg.BadSignatureRate, h.cfg.BadSignatureBurst)}
+		h.badSigs[source] = b
+	}
+	if b.lim.Allow() {
+		b.quiet = false
+		return 0, false
+	}
+	if !b.quiet {
+		// The first refusal of a run is logged; the next ones are not.
+		b.quiet = true
+		h.log.Warn("bad signatures rate-limited", "source", source, "burst", h.cfg.BadSignatureBurst)
+	}
+	return wait, true
+}
+
+// badSource is one source's bad signatures.
+type badSource struct {
+	lim   *rate.Limiter
+	quiet bool // refused since its last allowed one, and logged as such
+}
+
+// source is who a request is counted under: the peer's address, or for a peer in
+// TrustedProxies the last hop of its X-Forwarded-For (the address that proxy saw:
+// the hops before it are the client's to write). IPv6 addresses count by /64, the
+// block one host is usually given.
+func (h *Handler) source(r *http.Request) string {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	addr := ap.Addr().Unmap()
+	if h.trusted(addr) {
+		if xff := r.Header.Values("X-Forwarded-For"); len(xff) > 0 {
+			hops := strings.Split(xff[len(xff)-1], ",")
+			if a, err := netip.ParseAddr(strings.TrimSpace(hops[len(hops)-1])); err == nil {
+				addr = a.Unmap()
+			}
+		}
+	}
+	if addr.Is6() {
+		return netip.PrefixFrom(addr, 64).Masked().String()
+	}
+	return addr.String()
+}
+
+func (h *Handler) trusted(a netip.Addr) bool {
+	for _, p := range h.cfg.TrustedProxies {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
 }
 
 // queue is an app's redeploys: one running (its presence in Handler.queues) and at

@@ -233,24 +233,35 @@ func TestEvents(t *testing.T) {
 		t.Fatalf("ignored events deployed: %+v", calls)
 	}
 
-	// A push to the deploy branch, from each provider.
-	body := push("refs/heads/main", commit(7))
-	mac := Sign(secret, []byte(body))
+	// A push to the deploy branch, from each provider. Each body names its
+	// provider: the same body with the same signature would be a replay.
 	for _, tc := range []struct {
 		provider Provider
-		header   map[string]string
+		header   func(mac string) map[string]string
 	}{
-		{GitHub, map[string]string{"X-GitHub-Event": "push", "X-GitHub-Delivery": "gh-1", HeaderGitHubSignature: mac}},
-		{Gitea, map[string]string{"X-Gitea-Event": "push", "X-Gitea-Delivery": "gt-1", HeaderGiteaSignature: mac[7:], "X-GitHub-Event": "push", HeaderGitHubSignature: mac}},
-		{Forgejo, map[string]string{"X-Forgejo-Event": "push", "X-Forgejo-Delivery": "fj-1", HeaderForgejoSignature: mac[7:]}},
-		{GitLab, map[string]string{"X-Gitlab-Event": "Push Hook", "X-Gitlab-Event-UUID": "gl-1", HeaderGitLabToken: string(secret)}},
-		{Generic, map[string]string{HeaderDelivery: "ci-1", HeaderSignature: mac}},
+		{GitHub, func(mac string) map[string]string {
+			return map[string]string{"X-GitHub-Event": "push", "X-GitHub-Delivery": "gh-1", HeaderGitHubSignature: mac}
+		}},
+		{Gitea, func(mac string) map[string]string {
+			return map[string]string{"X-Gitea-Event": "push", "X-Gitea-Delivery": "gt-1", HeaderGiteaSignature: mac[7:], "X-GitHub-Event": "push", HeaderGitHubSignature: mac}
+		}},
+		{Forgejo, func(mac string) map[string]string {
+			return map[string]string{"X-Forgejo-Event": "push", "X-Forgejo-Delivery": "fj-1", HeaderForgejoSignature: mac[7:]}
+		}},
+		{GitLab, func(string) map[string]string {
+			return map[string]string{"X-Gitlab-Event": "Push Hook", "X-Gitlab-Event-UUID": "gl-1", HeaderGitLabToken: string(secret)}
+		}},
+		{Generic, func(mac string) map[string]string {
+			return map[string]string{HeaderDelivery: "ci-1", HeaderSignature: mac}
+		}},
 	} {
-		w := f.post("feature", body, tc.header) // deploy branch feature/x: ignored, but verified and parsed
+		body := strings.Replace(push("refs/heads/main", commit(7)), `"o/shop"`, `"o/shop-`+string(tc.provider)+`"`, 1)
+		header := tc.header(Sign(secret, []byte(body)))
+		w := f.post("feature", body, header) // deploy branch feature/x: ignored, but verified and parsed
 		if w.Code != 202 || answer(t, w).Result != ResultIgnored {
 			t.Fatalf("%s to another branch: %d %s", tc.provider, w.Code, w.Body.String())
 		}
-		w = f.post("shop", body, tc.header)
+		w = f.post("shop", body, header)
 		a := answer(t, w)
 		if w.Code != 202 || a.Result != ResultQueued {
 			t.Fatalf("%s push: %d %+v", tc.provider, w.Code, a)
@@ -262,7 +273,7 @@ func TestEvents(t *testing.T) {
 		waitIdle(t, f.h, "shop")
 	}
 	// GitHub's form-encoded content type: the JSON is the field "payload".
-	form := "payload=" + url.QueryEscape(body)
+	form := "payload=" + url.QueryEscape(push("refs/heads/main", commit(7)))
 	w = f.post("shop", form, map[string]string{"X-GitHub-Event": "push", "X-GitHub-Delivery": "form-1",
 		"Content-Type": "application/x-www-form-urlencoded", HeaderGitHubSignature: Sign(secret, []byte(form))})
 	if w.Code != 202 || answer(t, w).Result != ResultQueued {

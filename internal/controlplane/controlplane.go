@@ -102,7 +102,7 @@ func (cp *ControlPlane) loadPorts() error {
 		}
 	}
 	data, _ = json.Marshal(cp.ports)
-	return writeAtomic(cp.portsPath(), data, 0o644)
+	return writeAtomic(cp.portsPath(), data, 0o600)
 }
 
 // Host is the API server's URL.

@@ -175,7 +175,9 @@ func (p pki) issue(keyFile, certFile string, key *ecdsa.PrivateKey, tmpl, parent
 	if err := writeKey(p.path(keyFile), key); err != nil {
 		return err
 	}
-	return writeAtomic(p.path(certFile), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+	// Certificates are public, but only root reads them here (the kubeconfig
+	// carries its own inline): 0600 as the rest of the state dir.
+	return writeAtomic(p.path(certFile), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
 }
 
 func writeKey(path string, key *ecdsa.PrivateKey) error {

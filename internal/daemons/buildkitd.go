@@ -91,7 +91,7 @@ func (b Buildkitd) WriteConfig() ([]string, error) {
 		fmt.Fprintf(&content, "\n[registry.%q]\n  http = true\n", host)
 	}
 	text := withCgroupParent(content.String(), b.ContainerdAddress != "", b.CgroupParent)
-	if err := os.WriteFile(config, []byte(text), 0o644); err != nil {
+	if err := os.WriteFile(config, []byte(text), 0o600); err != nil {
 		return nil, err
 	}
 	// Without --otel-socket-path buildkitd creates /run/buildkit/otel-grpc.sock,

@@ -107,17 +107,18 @@ func (c Containerd) WriteConfig() ([]string, error) {
 		return nil, err
 	}
 	if c.Runc != "" {
-		if err := os.MkdirAll(filepath.Join(c.Dir, "bin"), 0o755); err != nil {
+		// runc is run by containerd's shims, as root: nobody else needs it.
+		if err := os.MkdirAll(filepath.Join(c.Dir, "bin"), 0o700); err != nil {
 			return nil, err
 		}
 		script := fmt.Sprintf(runcWrapper, c.TenantOOMScoreAdj, shellQuote(c.Runc))
-		if err := os.WriteFile(filepath.Join(c.Dir, "bin", "runc"), []byte(script), 0o755); err != nil {
+		if err := os.WriteFile(filepath.Join(c.Dir, "bin", "runc"), []byte(script), 0o700); err != nil {
 			return nil, err
 		}
 	}
 	config := filepath.Join(c.Dir, "config.toml")
 	content := fmt.Sprintf(containerdConfig, c.Root(), c.State(), c.Address(), filepath.Join(c.Dir, "opt"))
-	if err := os.WriteFile(config, []byte(content), 0o644); err != nil {
+	if err := os.WriteFile(config, []byte(content), 0o600); err != nil {
 		return nil, err
 	}
 	return []string{"--config", config}, nil

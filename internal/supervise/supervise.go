@@ -144,11 +144,21 @@ func (c *child) pid() int {
 
 // start starts the process once.
 func (c *child) start() error {
-	if err := os.MkdirAll(filepath.Dir(c.p.LogPath), 0o755); err != nil {
+	// The logs are root's alone: they hold what the daemons print, requests and
+	// tenants' names among it. A log or directory left wider by an older bex is
+	// tightened (the open keeps an existing file's mode).
+	if err := os.MkdirAll(filepath.Dir(c.p.LogPath), 0o700); err != nil {
 		return err
 	}
-	logFile, err := os.OpenFile(c.p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err := os.Chmod(filepath.Dir(c.p.LogPath), 0o700); err != nil {
+		return err
+	}
+	logFile, err := os.OpenFile(c.p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
+		return err
+	}
+	if err := logFile.Chmod(0o600); err != nil {
+		logFile.Close()
 		return err
 	}
 	cmd := exec.Command(c.p.Path, c.p.Args...)

@@ -157,8 +157,9 @@ func (cfg Config) WriteBuildsConfList(path string) error {
 	if filepath.Ext(path) != ".conflist" {
 		return fmt.Errorf("CNI configuration %s: the name must end in .conflist", path)
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	// Read by buildkitd, as root.
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	return os.WriteFile(path, cfg.BuildsConfList(), 0o644)
+	return os.WriteFile(path, cfg.BuildsConfList(), 0o600)
 }

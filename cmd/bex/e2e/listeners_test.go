@@ -93,6 +93,26 @@ func TestListenersRefuseStrangers(t *testing.T) {
 	t.Run("oom_score_adj", func(t *testing.T) {
 		checkOOMScores(t, p, out)
 	})
+	// After a start and a push (logs, a repository, a build, an app instance):
+	// nothing bex wrote is readable by other users, but the CA certificate.
+	t.Run("state dir modes", func(t *testing.T) {
+		for _, own := range daemonsOwn {
+			if fi, err := os.Stat(filepath.Join(p.dir, own)); err == nil {
+				t.Logf("%s (the daemon's own): %s", own, fi.Mode().Perm())
+			}
+		}
+		if wide := tooWide(t, p.dir); len(wide) > 0 {
+			t.Errorf("wider than 0600/0700 in the state dir:\n%s", strings.Join(wide, "\n"))
+		}
+		if fi, err := os.Stat(filepath.Join(p.dir, "logs")); err != nil || !fi.IsDir() {
+			t.Errorf("no logs directory to check: %v", err)
+		}
+		// ca.pem is a file of its own that others can open, not a link into the
+		// edge's directory, which they cannot pass.
+		if fi, err := os.Lstat(filepath.Join(p.dir, "ca.pem")); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o644 {
+			t.Errorf("ca.pem: %v %v, want a regular file 0644", fi, err)
+		}
+	})
 
 	pids := platformPIDs(p)
 	found := listeners(t, pids)

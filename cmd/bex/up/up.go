@@ -55,7 +55,15 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
+	// Everything bex writes in the state dir is root's alone (0700 and 0600) but
+	// ca.pem, which users give to curl and browsers: the state dir itself is
+	// 0711, so that a path known (ca.pem) opens and nothing can be listed. A
+	// state dir made by an older bex is tightened here. Nothing of the apps
+	// passes through it: containerd's bundles are in /run/bex.
+	if err := os.MkdirAll(cfg.StateDir, 0o711); err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(cfg.StateDir, 0o711); err != nil {
 		return nil, err
 	}
 	p := &Platform{cfg: cfg, bins: bins, sup: supervise.New(cfg.Log), kubeconfig: filepath.Join(cfg.StateDir, "kubeconfig")}
@@ -101,10 +109,11 @@ func (p *Platform) logDir() string { return filepath.Join(p.cfg.StateDir, "logs"
 // the kernel releases it when the process ends, however it ends.
 func (p *Platform) takeLock() error {
 	path := filepath.Join(p.cfg.StateDir, "up.lock")
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return err
 	}
+	_ = f.Chmod(0o600)
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		holder, _ := os.ReadFile(path)
 		f.Close()
@@ -447,17 +456,22 @@ func (p *Platform) localCA() bool {
 // CAPath is where the local CA's certificate is, for curl --cacert and browsers.
 func (p *Platform) CAPath() string { return filepath.Join(p.cfg.StateDir, "ca.pem") }
 
-// linkCA puts the edge's CA certificate at STATE_DIR/ca.pem, where the docs say.
+// linkCA puts the edge's CA certificate at STATE_DIR/ca.pem, where the docs say: a
+// copy, 0644, since the edge's own directory is root's alone (a link into it would
+// not open for anyone else). It replaces the link older versions made.
 func (p *Platform) linkCA() error {
-	target := filepath.Join("edge", "ca", "ca.pem")
-	if _, err := os.Stat(filepath.Join(p.cfg.StateDir, target)); err != nil {
+	data, err := os.ReadFile(filepath.Join(p.cfg.StateDir, "edge", "ca", "ca.pem"))
+	if err != nil {
 		return fmt.Errorf("the edge made no CA certificate: %w", err)
 	}
-	if cur, err := os.Readlink(p.CAPath()); err == nil && cur == target {
-		return nil
+	tmp := p.CAPath() + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
 	}
-	_ = os.Remove(p.CAPath())
-	return os.Symlink(target, p.CAPath())
+	if err := os.Chmod(tmp, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, p.CAPath())
 }
 
 // sshHost is the host and port users reach the SSH server at: the listen address,

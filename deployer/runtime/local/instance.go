@@ -391,6 +391,12 @@ func (r *Runtime) runTask(ctx context.Context, inst *instance) (containerd.Task,
 			return nil, nil, fmt.Errorf("delete old task: %w", err)
 		}
 	}
+	// The shim opens the log with a mode of its own (0644): made first, 0600, it
+	// keeps that mode, since what an app prints is its own.
+	if f, err := os.OpenFile(inst.logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); err == nil {
+		_ = f.Chmod(0o600)
+		f.Close()
+	}
 	task, err := inst.ctr.NewTask(ctx, cio.LogFile(inst.logPath))
 	if err != nil {
 		r.noteLog(inst, "bex: cannot start: "+err.Error())

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"bex.co/bex/internal/clientaddr"
 )
 
 // serveLane proxies a request that the fast lane parsed and routed (see Server),
@@ -41,7 +43,7 @@ func (p *Proxy) serveLane(lc *laneConn, https bool, bw *bufio.Writer, req *http.
 	// own, the client's Host kept, no Go User-Agent added.
 	h := req.Header
 	delete(h, "Connection")
-	setClientAddr(h, p.clientIP(lc.clientIP, h["X-Forwarded-For"]))
+	setClientAddr(h, clientaddr.Trusted(p.cfg.TrustedProxies).Client(lc.clientIP, h["X-Forwarded-For"]))
 	h["X-Forwarded-Host"] = []string{req.Host}
 	if https {
 		h["X-Forwarded-Proto"] = []string{"https"}

@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"bex.co/bex/internal/clientaddr"
 )
 
 // HeaderRequestID carries a request's id from the client (if it sent a usable one)
@@ -235,7 +237,7 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	// client could name an address in: the lane does the same (serveLane).
 	pr.SetXForwarded()
 	peer, _, _ := net.SplitHostPort(pr.In.RemoteAddr)
-	setClientAddr(pr.Out.Header, p.clientIP(peer, pr.In.Header["X-Forwarded-For"]))
+	setClientAddr(pr.Out.Header, clientaddr.Trusted(p.cfg.TrustedProxies).Client(peer, pr.In.Header["X-Forwarded-For"]))
 	pr.Out.Header.Set(HeaderRequestID, st.id)
 }
 

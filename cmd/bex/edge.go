@@ -22,6 +22,7 @@ import (
 
 	"bex.co/bex/edge"
 	"bex.co/bex/edge/secretstore"
+	"bex.co/bex/internal/clientaddr"
 )
 
 // edgeCmd serves every app from the routing table: over HTTPS with certificates
@@ -107,7 +108,7 @@ func (c *edgeCmd) run(ctx context.Context) error {
 	if c.maxHeaderBytes < 4096 {
 		bad = append(bad, fmt.Errorf("--max-header-bytes %d: give at least 4096 (browsers send several KiB of cookies)", c.maxHeaderBytes))
 	}
-	trusted, err := edge.ParseTrustedProxies(c.trustedProxies)
+	trusted, err := clientaddr.Parse(c.trustedProxies)
 	if err != nil {
 		bad = append(bad, fmt.Errorf("--trusted-proxies: %w", err))
 	}

@@ -8,8 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,6 +28,7 @@ import (
 	"bex.co/bex/gitserver/tokens"
 	"bex.co/bex/gitserver/upstream"
 	"bex.co/bex/gitserver/webhook"
+	"bex.co/bex/internal/clientaddr"
 )
 
 // gitserverCmd runs the SSH git endpoint against an existing Kubernetes API and
@@ -218,7 +219,7 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	var httpSrv *http.Server
 	if hooksListener != nil {
 		wcfg := webhook.DefaultConfig()
-		if wcfg.TrustedProxies, err = parsePrefixes(c.trustedProxies); err != nil {
+		if wcfg.TrustedProxies, err = clientaddr.Parse(strings.Join(c.trustedProxies, ",")); err != nil {
 			return fmt.Errorf("--hooks-trusted-proxies: %w", err)
 		}
 		hooks, err = webhook.New(wcfg, be, hookRedeployer{be}, c.log)
@@ -226,7 +227,7 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 			return err
 		}
 		mcfg := mcpserver.DefaultConfig()
-		mcfg.Backend, mcfg.Version, mcfg.Log = be, version, c.log
+		mcfg.Backend, mcfg.Version, mcfg.Log, mcfg.TrustedProxies = be, version, c.log, wcfg.TrustedProxies
 		agents, err := mcpserver.New(mcfg)
 		if err != nil {
 			return err
@@ -277,25 +278,4 @@ func (c *gitserverCmd) close() error {
 		c.cancel()
 	}
 	return nil
-}
-
-// parsePrefixes reads CIDRs and single addresses (a /32 or /128).
-func parsePrefixes(list []string) ([]netip.Prefix, error) {
-	out := []netip.Prefix{}
-	for _, s := range list {
-		s = strings.TrimSpace(s)
-		if s == "" {
-			continue
-		}
-		if p, err := netip.ParsePrefix(s); err == nil {
-			out = append(out, p.Masked())
-			continue
-		}
-		a, err := netip.ParseAddr(s)
-		if err != nil {
-			return nil, fmt.Errorf("%q is neither an address nor a CIDR", s)
-		}
-		out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
-	}
-	return out, nil
 }

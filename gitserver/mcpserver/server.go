@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"bex.co/bex/gitserver/backend"
+	"bex.co/bex/internal/clientaddr"
 	"bex.co/bex/internal/sourcelimit"
 )
 
@@ -30,9 +31,13 @@ type Config struct {
 	// Log receives refused tokens and the SDK's messages.
 	Log *slog.Logger
 	// FailedTokens limits the bearer tokens that do not verify, per source
-	// address (the request's RemoteAddr): past it, every request from that
+	// (the request's client, clientaddr): past it, every request from that
 	// source is answered 429 with Retry-After, without a read of the API.
 	FailedTokens sourcelimit.Config
+	// TrustedProxies are the peers (bex's edge) whose X-Forwarded-For names the
+	// client a request is counted under; the webhooks' setting, as both share
+	// the gitserver's HTTP listener.
+	TrustedProxies clientaddr.Trusted
 }
 
 // DefaultConfig returns the defaults.
@@ -95,9 +100,8 @@ type attemptKey struct{}
 // Handler serves MCP over streamable HTTP, for requests with a valid bearer
 // token. Failed tokens are limited per source address: a source past the limit
 // gets 429 with Retry-After for every request, before any verification (so
-// without a read of the API). The source is r.RemoteAddr: on a cluster /mcp is
-// reached through the edge, so every client there counts as the edge's address
-// until the edge's X-Forwarded-For is trusted here.
+// without a read of the API). The source is the request's client: the peer, or
+// behind a trusted proxy (the edge, Config.TrustedProxies) the client it names.
 func (s *Server) Handler() http.Handler {
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, &mcp.StreamableHTTPOptions{
 		Logger: s.log,
@@ -129,7 +133,7 @@ func (s *Server) Handler() http.Handler {
 	}
 	authed := auth.RequireBearerToken(verify, nil)(h)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		attempt, wait := s.failed.Begin(sourcelimit.Source(r.RemoteAddr))
+		attempt, wait := s.failed.Begin(sourcelimit.Source(s.cfg.TrustedProxies.OfRequest(r)))
 		if attempt == nil {
 			secs := sourcelimit.RetryAfter(wait)
 			w.Header().Set("Retry-After", strconv.Itoa(secs))

@@ -14,9 +14,9 @@ func TestConfigValidate(t *testing.T) {
 	}
 	bad := DefaultConfig()
 	bad.Prefix, bad.Burst, bad.LookupTimeout = "hooks", 0, 0
-	bad.BadSignatureBurst, bad.TrustedProxies = 0, []netip.Prefix{{}}
+	bad.BadSignatures.Burst, bad.TrustedProxies = 0, []netip.Prefix{{}}
 	err := bad.Validate()
-	for _, want := range []string{"Config.Prefix", "Config.Burst", "Config.LookupTimeout", "Config.BadSignatureBurst", "Config.TrustedProxies[0]"} {
+	for _, want := range []string{"Config.Prefix", "Config.Burst", "Config.LookupTimeout", "Config.BadSignatures.Burst", "Config.TrustedProxies[0]"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v, want it to name %s", err, want)
 		}

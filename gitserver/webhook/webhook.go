@@ -24,6 +24,8 @@ import (
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/gitserver/backend"
+	"bex.co/bex/internal/clientaddr"
+	"bex.co/bex/internal/sourcelimit"
 )
 
 // Apps looks up webhooks (the backend's Hook). Implementations read a cache: it
@@ -78,22 +80,18 @@ type Config struct {
 	// LookupTimeout bounds the hook lookup of one request, so that an answer
 	// comes within a second even when the API is slow.
 	LookupTimeout time.Duration
-	// BadSignatureRate and BadSignatureBurst are each source's token bucket for
-	// deliveries with a missing or wrong signature: past it such a delivery gets
-	// 429 with Retry-After instead of 401, and is no longer logged one by one. A
-	// well-signed delivery is never refused by it, so that a source shared with an
-	// attacker (a NAT, an untrusted proxy) still delivers.
-	BadSignatureRate  rate.Limit
-	BadSignatureBurst int
-	// MaxSources bounds the sources whose bad signatures are counted at once;
-	// past it, a new source's bad signature is answered 429 too.
-	MaxSources int
+	// BadSignatures is each source's bucket for deliveries with a missing or
+	// wrong signature: past it such a delivery gets 429 with Retry-After instead
+	// of 401, and is no longer logged one by one. A well-signed delivery is never
+	// refused by it, so that a source shared with an attacker (a NAT, an
+	// untrusted proxy) still delivers.
+	BadSignatures sourcelimit.Config
 	// TrustedProxies are the peers whose X-Forwarded-For is believed: a request
 	// from one of them is counted under the last hop of that header (the address
 	// the proxy saw), any other under its own address. bex's edge reaches the
 	// gitserver from 127.0.0.1 under `bex up`, hence the default; on a cluster,
 	// the addresses the edge's pods connect from.
-	TrustedProxies []netip.Prefix
+	TrustedProxies clientaddr.Trusted
 }
 
 // DefaultConfig returns the defaults.
@@ -108,10 +106,8 @@ func DefaultConfig() Config {
 		DeployTimeout: 25 * time.Minute,
 		LookupTimeout: 800 * time.Millisecond,
 
-		BadSignatureRate:  rate.Every(6 * time.Second), // 10 a minute
-		BadSignatureBurst: 10,
-		MaxSources:        4096,
-		TrustedProxies:    []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("::1/128")},
+		BadSignatures:  sourcelimit.Config{PerMinute: 10, Burst: 10, MaxSources: 4096},
+		TrustedProxies: clientaddr.Trusted{netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("::1/128")},
 	}
 }
 
@@ -128,12 +124,13 @@ func (c Config) Validate() error {
 		{"MaxBodyBytes", c.MaxBodyBytes > 0}, {"Rate", c.Rate > 0}, {"Burst", c.Burst >= 1},
 		{"MaxWaiting", c.MaxWaiting >= 1}, {"Remember", c.Remember >= 1},
 		{"DeployTimeout", c.DeployTimeout > 0}, {"LookupTimeout", c.LookupTimeout > 0},
-		{"BadSignatureRate", c.BadSignatureRate > 0}, {"BadSignatureBurst", c.BadSignatureBurst >= 1},
-		{"MaxSources", c.MaxSources >= 1},
 	} {
 		if !n.ok {
 			errs = append(errs, fmt.Errorf("Config.%s: must be positive", n.name))
 		}
+	}
+	if err := c.BadSignatures.Validate("Config.BadSignatures"); err != nil {
+		errs = append(errs, err)
 	}
 	for i, p := range c.TrustedProxies {
 		if !p.IsValid() {
@@ -161,8 +158,10 @@ type Handler struct {
 	// bodies remembers the bodies with their signatures (a hash of both) of the
 	// deliveries taken, as seen does their ids.
 	bodies *seenSet
-	// badSigs are the token buckets of bad signatures, by source.
-	badSigs map[string]*badSource
+	// badSigs counts bad signatures by source; quiet are the sources refused
+	// since their last allowed one, logged as such once.
+	badSigs *sourcelimit.Limiter
+	quiet   map[string]bool
 	closed  bool
 
 	ctx    context.Context // ends the redeploys on Close
@@ -183,7 +182,11 @@ func New(cfg Config, apps Apps, d Deployer, log *slog.Logger) (*Handler, error) 
 	}
 	h := &Handler{cfg: cfg, apps: apps, deployer: d, log: log.WithGroup("webhook"),
 		queues: map[string]*queue{}, limiters: map[string]*rate.Limiter{}, seen: newSeenSet(cfg.Remember),
-		bodies: newSeenSet(cfg.Remember), badSigs: map[string]*badSource{}}
+		bodies: newSeenSet(cfg.Remember), quiet: map[string]bool{}}
+	var err error
+	if h.badSigs, err = sourcelimit.New(cfg.BadSignatures); err != nil {
+		return nil, err
+	}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	return h, nil
 }
@@ -388,78 +391,32 @@ func (h *Handler) enqueue(r Redeploy, dedup bool, replay string) (int, Answer) {
 	return http.StatusAccepted, a
 }
 
-// badSignature counts a bad signature from source: limited when the source is past
-// its bucket (or a new source finds MaxSources taken), with the seconds to wait.
+// badSignature counts a bad signature from source: limited when the source is
+// past its bucket, with the seconds to wait.
 func (h *Handler) badSignature(source string) (wait int, limited bool) {
-	wait = int(math.Ceil(1 / float64(h.cfg.BadSignatureRate)))
+	a, after := h.badSigs.Begin(source)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	b := h.badSigs[source]
-	if b == nil {
-		if len(h.badSigs) >= h.cfg.MaxSources {
-			// Forget the sources whose bucket is full again: they are as new.
-			now := time.Now()
-			for s, b := range h.badSigs {
-				if b.lim.TokensAt(now) >= float64(h.cfg.BadSignatureBurst) {
-					delete(h.badSigs, s)
-				}
-			}
-		}
-		if len(h.badSigs) >= h.cfg.MaxSources {
-			return wait, true
-		}
-		b = &badSource{lim: rate.NewLimiter(h.cfg.BadSignatureRate, h.cfg.BadSignatureBurst)}
-		h.badSigs[source] = b
-	}
-	if b.lim.Allow() {
-		b.quiet = false
+	if a != nil {
+		a.Failed()
+		delete(h.quiet, source)
 		return 0, false
 	}
-	if !b.quiet {
+	if !h.quiet[source] {
 		// The first refusal of a run is logged; the next ones are not.
-		b.quiet = true
-		h.log.Warn("bad signatures rate-limited", "source", source, "burst", h.cfg.BadSignatureBurst)
+		if len(h.quiet) >= h.cfg.BadSignatures.MaxSources {
+			clear(h.quiet)
+		}
+		h.quiet[source] = true
+		h.log.Warn("bad signatures rate-limited", "source", source, "burst", h.cfg.BadSignatures.Burst)
 	}
-	return wait, true
+	return int(math.Ceil(after.Seconds())), true
 }
 
-// badSource is one source's bad signatures.
-type badSource struct {
-	lim   *rate.Limiter
-	quiet bool // refused since its last allowed one, and logged as such
-}
-
-// source is who a request is counted under: the peer's address, or for a peer in
-// TrustedProxies the last hop of its X-Forwarded-For (the address that proxy saw:
-// the hops before it are the client's to write). IPv6 addresses count by /64, the
-// block one host is usually given.
+// source is who a request is counted under: its client (clientaddr: the peer,
+// or behind a trusted proxy the address it names), an IPv6 address by its /64.
 func (h *Handler) source(r *http.Request) string {
-	ap, err := netip.ParseAddrPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	addr := ap.Addr().Unmap()
-	if h.trusted(addr) {
-		if xff := r.Header.Values("X-Forwarded-For"); len(xff) > 0 {
-			hops := strings.Split(xff[len(xff)-1], ",")
-			if a, err := netip.ParseAddr(strings.TrimSpace(hops[len(hops)-1])); err == nil {
-				addr = a.Unmap()
-			}
-		}
-	}
-	if addr.Is6() {
-		return netip.PrefixFrom(addr, 64).Masked().String()
-	}
-	return addr.String()
-}
-
-func (h *Handler) trusted(a netip.Addr) bool {
-	for _, p := range h.cfg.TrustedProxies {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
+	return sourcelimit.Source(h.cfg.TrustedProxies.OfRequest(r))
 }
 
 // queue is an app's redeploys: one running (its presence in Handler.queues) and at

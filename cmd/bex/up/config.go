@@ -8,8 +8,8 @@ import (
 	"net"
 	"strings"
 
-	"bex.co/bex/edge"
 	"bex.co/bex/gitserver"
+	"bex.co/bex/internal/clientaddr"
 )
 
 // Config is what `bex up`'s flags say; DefaultConfig gives the flags' defaults.
@@ -108,7 +108,7 @@ func (c Config) Validate() error {
 	if c.BaseDomain == "" || strings.ContainsAny(c.BaseDomain, "/: ") {
 		errs = append(errs, fmt.Errorf("--base-domain %q: want a domain such as localhost or apps.example.com", c.BaseDomain))
 	}
-	if _, err := edge.ParseTrustedProxies(c.TrustedProxies); err != nil {
+	if _, err := clientaddr.Parse(c.TrustedProxies); err != nil {
 		errs = append(errs, fmt.Errorf("--trusted-proxies: %w", err))
 	}
 	switch c.ImageResolveMode {

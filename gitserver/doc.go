@@ -9,6 +9,11 @@
 // the push with a reason and leaves both the ref and what is serving untouched.
 // git-upload-pack (clone, fetch) is served by the git binary.
 //
+// Open sessions are checked again every Config.SessionRecheck (sessions.go): a
+// session whose key is gone is closed, and one whose user may no longer use an app
+// it works on (the push's or fetch's app, the apps a command read through the
+// backend) is ended with one line saying why.
+//
 // The Builder, Deployer and Directory are interfaces declared here and wired by
 // cmd/bex; the package imports no other component.
 package gitserver

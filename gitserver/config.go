@@ -63,8 +63,10 @@ type Config struct {
 	// mostly), checked on the size the pack declares before anything is inflated.
 	// It also bounds the gitserver's memory: no object larger is ever held.
 	MaxObjectBytes int64
-	// SessionRecheck is how often open sessions are looked up again by their key;
-	// a session whose key was removed is closed at the next check.
+	// SessionRecheck is how often open sessions are checked again: a session whose
+	// key was removed is closed at the next check, and one whose user (as read
+	// again) may no longer use an app it works on is ended, saying why. At most
+	// 1 s keeps the promise that withdrawn access ends a session within 2 s.
 	SessionRecheck time.Duration
 
 	// FetchTimeout bounds the fetch of an app's upstream (Deploy).

@@ -15,6 +15,11 @@
 // with the app's own deploy key or kept credentials (UpstreamAuth), never the
 // host key.
 //
+// Open sessions are checked again every Config.SessionRecheck (sessions.go): a
+// session whose key is gone is closed, and one whose user may no longer use an app
+// it works on (the push's or fetch's app, the apps a command read through the
+// backend) is ended with one line saying why.
+//
 // The Builder, Deployer, Directory and UpstreamAuth are interfaces declared here
 // and wired by cmd/bex; the package imports no other component.
 package gitserver

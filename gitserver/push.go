@@ -43,8 +43,7 @@ const (
 )
 
 // receivePack runs a push and returns the SSH exit status: 0 when every ref moved.
-func (s *Server) receivePack(sess ssh.Session, user *backend.User, name string, log *slog.Logger) int {
-	ctx := sess.Context()
+func (s *Server) receivePack(ctx context.Context, sess ssh.Session, user *backend.User, name string, log *slog.Logger) int {
 	app, err := s.dir.App(ctx, name)
 	switch {
 	case errors.Is(err, ErrAppNotFound):
@@ -63,6 +62,9 @@ func (s *Server) receivePack(sess ssh.Session, user *backend.User, name string, 
 		fatal(sess, fmt.Sprintf("user %s has no access to app %s: ask an admin to add you to its members", user.Name, name))
 		return 1
 	}
+	// From here the push works on name: taking the user's access away ends it
+	// (while it waits for the lock, too).
+	backend.Used(ctx, name)
 
 	p := &push{s: s, sess: sess, log: log, user: user, app: app, name: name, rejct: map[plumbing.ReferenceName]string{}}
 	// One push per app at a time, from before the advertisement: a push that waited

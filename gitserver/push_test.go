@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/gitserver"
 	"bex.co/bex/internal/testenv"
@@ -510,5 +512,83 @@ func killSSHChildren(t *testing.T, keyPath string) {
 				_ = p.Kill()
 			}
 		}
+	}
+}
+
+// TestRemovedAccessEndsAPushWaitingForTheLock: a member's push that waits for the
+// app's lock ends, within 2 s and with one line saying why, when the member's
+// access is taken away meanwhile (at the default recheck interval); the push that
+// holds the lock, an admin's, goes on and lands.
+func TestRemovedAccessEndsAPushWaitingForTheLock(t *testing.T) {
+	e := newEnv(t)
+	admin := e.addUser("admin", appv1.RoleAdmin, false)
+	bob := e.addUser("bob", appv1.RoleMember, false)
+	e.createApp("hello", bob)
+	dir := admin.workdir("hello")
+	admin.mustGit(dir, "push", "bex", "main")
+
+	// The admin's push holds the build (and the lock) until told to go on.
+	started := make(chan struct{}, 1)
+	proceed := make(chan struct{})
+	e.builder.setHook(func(ctx context.Context, _ gitserver.BuildRequest, _ io.Writer) error {
+		started <- struct{}{}
+		<-proceed
+		return nil
+	})
+	admin.commit(dir, "app.txt", "first\n")
+	firstPush := admin.gitCmd(dir, "push", "bex", "main")
+	firstOut := &testenv.SyncBuffer{}
+	firstPush.Stdout, firstPush.Stderr = firstOut, firstOut
+	if err := firstPush.Start(); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+
+	other := bob.workdir("hello")
+	bob.mustGit(other, "fetch", "-q", "bex")
+	bob.mustGit(other, "checkout", "-q", "-b", "feature", "bex/main")
+	bob.commit(other, "other.txt", "other\n")
+	bobPush := bob.gitCmd(other, "push", "bex", "feature")
+	bobOut := &testenv.SyncBuffer{}
+	bobPush.Stdout, bobPush.Stderr = bobOut, bobOut
+	if err := bobPush.Start(); err != nil {
+		t.Fatal(err)
+	}
+	bobDone := make(chan error, 1)
+	go func() { bobDone <- bobPush.Wait() }()
+	e.eventually(func() error {
+		if !strings.Contains(bobOut.String(), "Waiting for the deploy of") {
+			return fmt.Errorf("bob's push output so far: %q", bobOut.String())
+		}
+		return nil
+	})
+
+	// access:remove hello bob, as the backend writes it.
+	app := &appv1.App{}
+	if err := e.cp.Client.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: "hello"}, app); err != nil {
+		t.Fatal(err)
+	}
+	app.Spec.Members = nil
+	if err := e.cp.Client.Update(context.Background(), app); err != nil {
+		t.Fatal(err)
+	}
+	removed := time.Now()
+	select {
+	case err := <-bobDone:
+		want := "bex: your access to hello was removed: this session ends\n"
+		if err == nil || strings.Count(bobOut.String(), want) != 1 {
+			t.Fatalf("bob's push ended with %v:\n%s", err, bobOut.String())
+		}
+		t.Logf("bob's waiting push ended %v after his access was removed", time.Since(removed).Round(time.Millisecond))
+	case <-time.After(2 * time.Second):
+		t.Fatalf("bob's push still waits 2s after his access was removed:\n%s", bobOut.String())
+	}
+	if got := e.remoteRef("hello", "refs/heads/feature"); got != "" {
+		t.Fatalf("bob's branch landed: %s", got)
+	}
+	// The control: the admin's push, which held the lock, lands.
+	close(proceed)
+	if err := firstPush.Wait(); err != nil {
+		t.Fatalf("the admin's push: %v\n%s", err, firstOut.String())
 	}
 }

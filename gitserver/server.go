@@ -218,13 +218,9 @@ func (s *Server) handleSession(sess ssh.Session) {
 		return
 	}
 	fp := gossh.FingerprintSHA256(key)
-	conn, _ := sess.Context().Value(ssh.ContextKeyConn).(gossh.Conn)
-	defer s.sessions.add(&openSession{key: key, user: user.Name, stderr: sess.Stderr(), close: func() error {
-		if conn != nil {
-			return conn.Close()
-		}
-		return sess.Close()
-	}})()
+	// ctx ends when the session is ended: its key, role or access withdrawn.
+	ctx, untrack := s.track(sess, user, key)
+	defer untrack()
 	args, err := SplitCommand(sess.RawCommand())
 	if err != nil {
 		fmt.Fprintf(sess.Stderr(), "bex: %v: quote arguments for a POSIX shell\n", err)
@@ -233,7 +229,7 @@ func (s *Server) handleSession(sess ssh.Session) {
 	}
 	isGit := len(args) > 0 && (args[0] == "git-receive-pack" || args[0] == "git-upload-pack")
 	if !isGit && s.commands != nil {
-		code := s.commands.Run(sess.Context(), CommandSession{
+		code := s.commands.Run(ctx, CommandSession{
 			User: user, KeyFingerprint: fp, Args: args,
 			Stdin: sess, Stdout: sess, Stderr: sess.Stderr(),
 		})
@@ -261,10 +257,10 @@ func (s *Server) handleSession(sess ssh.Session) {
 	}
 	log := s.log.With("app", app, "user", user.Name, "key", user.KeyName, "fingerprint", fp)
 	if args[0] == "git-upload-pack" {
-		s.uploadPack(sess, user, app, log)
+		s.uploadPack(ctx, sess, user, app, log)
 		return
 	}
-	code := s.receivePack(sess, user, app, log)
+	code := s.receivePack(ctx, sess, user, app, log)
 	_ = sess.Exit(code)
 }
 

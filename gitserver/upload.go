@@ -1,6 +1,7 @@
 package gitserver
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"os"
@@ -16,8 +17,8 @@ import (
 // uploadPack serves git clone and git fetch with the git binary's upload-pack: it
 // speaks every protocol version and negotiation the client may use, and nothing
 // bex does happens on a fetch.
-func (s *Server) uploadPack(sess ssh.Session, user *backend.User, appName string, log *slog.Logger) {
-	app, err := s.dir.App(sess.Context(), appName)
+func (s *Server) uploadPack(ctx context.Context, sess ssh.Session, user *backend.User, appName string, log *slog.Logger) {
+	app, err := s.dir.App(ctx, appName)
 	if errors.Is(err, ErrAppNotFound) {
 		fatal(sess, "app "+appName+" does not exist")
 		return
@@ -31,6 +32,7 @@ func (s *Server) uploadPack(sess ssh.Session, user *backend.User, appName string
 		fatal(sess, "user "+user.Name+" has no access to app "+appName+": ask an admin to add you to its members")
 		return
 	}
+	backend.Used(ctx, appName)
 	repoDir := filepath.Join(s.cfg.ReposDir, appName+".git")
 	if _, err := os.Stat(filepath.Join(repoDir, "HEAD")); err != nil {
 		fatal(sess, "app "+appName+" has no code yet: push first")
@@ -38,7 +40,7 @@ func (s *Server) uploadPack(sess ssh.Session, user *backend.User, appName string
 	}
 	// refs/bex/ holds what Deploy fetched from an upstream before it serves: not
 	// for clones.
-	cmd := exec.CommandContext(sess.Context(), "git", "-c", "uploadpack.hideRefs=refs/bex/", "upload-pack", "--strict", "--timeout=600", repoDir)
+	cmd := exec.CommandContext(ctx, "git", "-c", "uploadpack.hideRefs=refs/bex/", "upload-pack", "--strict", "--timeout=600", repoDir)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = sess, sess, sess.Stderr()
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + repoDir, "GIT_CONFIG_NOSYSTEM=1"}
 	for _, kv := range sess.Environ() {

@@ -28,7 +28,8 @@ func noSuchApp(name string) error {
 	return Errorf(NotFound, "no app %q: apps:list shows the apps you can use", name)
 }
 
-// app reads an app u may use, from the cache.
+// app reads an app u may use, from the cache, and records it in ctx's Uses
+// (the request's access to it is then checked again while it runs).
 func (b *Backend) app(ctx context.Context, u *User, name string) (*appv1.App, error) {
 	if err := checkAppName(name); err != nil {
 		return nil, err
@@ -43,6 +44,7 @@ func (b *Backend) app(ctx context.Context, u *User, name string) (*appv1.App, er
 	if !u.MayUse(a.Spec.Members) {
 		return nil, Errorf(Forbidden, "user %s has no access to app %s: an admin or a member of %s can run access:add %s %s", u.Name, name, name, name, u.Name)
 	}
+	Used(ctx, a.Name)
 	return a, nil
 }
 

@@ -18,6 +18,11 @@
 // Internal. Each front-end maps the kinds once: sshcmd to a line and an exit
 // status, mcpserver to a tool error's code, webhook to an HTTP status.
 //
+// A long request carries a Uses in its context (WithUses): every operation that
+// reads an app for a user records it there, so that the server can check the
+// user again while the request runs (StillMayUse, Recheck: the same MayUse rule)
+// and end it when access is withdrawn.
+//
 // Reads of Apps and Users come from a cache (Config.Reader); writes go to the
 // API server (Config.Client) and then wait, briefly, until the cache has seen
 // them, so that the next request reads its own writes. Config changes and

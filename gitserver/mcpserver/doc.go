@@ -19,6 +19,11 @@
 // client that checks structured content against it (the official TypeScript SDK
 // does) would otherwise throw instead of handing the error on.
 //
+// A call still running is checked again every Config.Recheck (Server.watch,
+// through backend.Recheck): when its user is removed, demoted or taken off an app
+// the call works on, the call's context ends and its result is the forbidden
+// error saying why.
+//
 // Deploys run through the backend's Deployer, the gitserver's push pipeline and
 // per-app lock, as a push or a webhook does. toolError is the one mapping of the
 // backend's error kinds to tool errors.

@@ -38,11 +38,15 @@ type Config struct {
 	// client a request is counted under; the webhooks' setting, as both share
 	// the gitserver's HTTP listener.
 	TrustedProxies clientaddr.Trusted
+	// Recheck is how often a tool call still running checks its user again
+	// (the User, its role and its access to the apps the call works on), so
+	// that a call of a user whose access was taken away ends within about it.
+	Recheck time.Duration
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{MaxLogBytes: 64 << 10, Version: "dev", Log: slog.New(slog.DiscardHandler), FailedTokens: sourcelimit.DefaultConfig()}
+	return Config{MaxLogBytes: 64 << 10, Version: "dev", Log: slog.New(slog.DiscardHandler), FailedTokens: sourcelimit.DefaultConfig(), Recheck: time.Second}
 }
 
 // Validate reports every problem of c at once.
@@ -62,6 +66,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.FailedTokens.Validate("mcpserver: Config.FailedTokens"); err != nil {
 		errs = append(errs, err)
+	}
+	if c.Recheck <= 0 {
+		errs = append(errs, fmt.Errorf("mcpserver: Config.Recheck %s must be positive", c.Recheck))
 	}
 	return errors.Join(errs...)
 }
@@ -183,7 +190,11 @@ func addTool[In, Out any](s *Server, name, desc string, h handler[In, Out]) {
 				return s.toolError(name, u, backend.Errorf(backend.Invalid, "arguments of %s: %v", name, err)), nil
 			}
 		}
+		ctx, stop := s.watch(ctx, u)
 		res, text, err := h(ctx, u, args)
+		if why := stop(); why != nil {
+			return s.toolError(name, u, why), nil
+		}
 		if err != nil {
 			return s.toolError(name, u, err), nil
 		}
@@ -208,4 +219,51 @@ func (s *Server) toolError(tool string, u *backend.User, err error) *mcp.CallToo
 		s.log.Error("tool failed", "tool", tool, "user", user, "err", err)
 	}
 	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: kind.String() + ": " + err.Error()}}}
+}
+
+// watch checks u again every Config.Recheck while a tool call runs, against the
+// User as the cache has it now and the apps the call has read (backend.Recheck,
+// the same rule every call starts with). The context it returns ends when u may
+// no longer go on: removed, demoted, or taken off an app the call works on (a
+// deploy waiting for the app's lock, a slow log read). stop ends the watch and
+// returns the Forbidden error that says why the call was ended, or nil.
+func (s *Server) watch(ctx context.Context, u *backend.User) (context.Context, func() error) {
+	uses := &backend.Uses{}
+	ctx, end := context.WithCancelCause(backend.WithUses(ctx, uses))
+	done := make(chan struct{})
+	var why error // written before end, read after done: no race
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(s.cfg.Recheck)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			err := s.cfg.Backend.Recheck(ctx, u, uses.Apps())
+			switch {
+			case err == nil:
+			case backend.KindOf(err) == backend.Forbidden:
+				s.log.Info("ending tool call: access withdrawn", "user", u.Name, "token", u.KeyName, "reason", err.Error())
+				why = err
+				end(err)
+				return
+			case ctx.Err() == nil:
+				// The cache cannot answer: keep the call rather than end it on a
+				// transient failure.
+				s.log.Warn("tool call recheck failed", "user", u.Name, "err", err)
+			}
+		}
+	}()
+	return ctx, func() error {
+		close(done)
+		<-finished
+		end(nil)
+		return why
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -51,7 +52,7 @@ func newServer(t testing.TB) *server {
 	bcfg := backend.DefaultConfig()
 	bcfg.Client, bcfg.Reader, bcfg.Namespace = cp.Client, c, ns
 	bcfg.Releases = &releases.Recorder{Client: cp.Client, Namespace: ns, PollInterval: 20 * time.Millisecond}
-	bcfg.Logs, bcfg.Builds, bcfg.Log, bcfg.RolloutTimeout = &fakeLogs{}, fakeBuilds{}, log, 20*time.Second
+	bcfg.Logs, bcfg.Builds, bcfg.Log, bcfg.RolloutTimeout = followLogs{}, fakeBuilds{}, log, 20*time.Second
 	bcfg.RemoveRepository = func(ctx context.Context, app string) error { return srv.RemoveRepository(ctx, app, time.Second) }
 	b, err := backend.New(bcfg)
 	if err != nil {
@@ -84,6 +85,19 @@ func newServer(t testing.TB) *server {
 		}
 	})
 	return s
+}
+
+// followLogs prints one line per app and, with Follow, waits for new ones that
+// never come, as the runtime's logs do, until the session's context ends.
+type followLogs struct{}
+
+func (followLogs) Logs(ctx context.Context, app string, o backend.LogOptions, w io.Writer) error {
+	fmt.Fprintf(w, "web.1[r1]: hello from %s\n", app)
+	if o.Follow {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return nil
 }
 
 type noBuilds struct{}

@@ -1,0 +1,107 @@
+package backend
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
+)
+
+// Uses is what a long request (an SSH session, an MCP call) has worked on: the
+// apps whose access check it passed. Whoever serves the request puts one in its
+// context (WithUses); every operation that reads an app for a user records the
+// app there; and the server checks the user again against those apps while the
+// request runs (StillMayUse), so that taking access away ends what is already
+// open (a `logs -f`, a push waiting for the app's lock, a deploy) and not only
+// what starts next. It is safe for concurrent use.
+type Uses struct {
+	mu   sync.Mutex
+	apps []string
+}
+
+type usesKey struct{}
+
+// WithUses returns ctx carrying us: the operations run with it record the apps
+// they read there.
+func WithUses(ctx context.Context, us *Uses) context.Context {
+	return context.WithValue(ctx, usesKey{}, us)
+}
+
+// Add records that the request works on app.
+func (us *Uses) Add(app string) {
+	us.mu.Lock()
+	defer us.mu.Unlock()
+	if !slices.Contains(us.apps, app) {
+		us.apps = append(us.apps, app)
+	}
+}
+
+// Apps are the apps recorded, in the order first used.
+func (us *Uses) Apps() []string {
+	us.mu.Lock()
+	defer us.mu.Unlock()
+	return slices.Clone(us.apps)
+}
+
+// Used records app in ctx's Uses, if it carries one: the operations here call
+// it once their access check passed, and so does whatever checks access itself
+// (the gitserver's git sessions).
+func Used(ctx context.Context, app string) {
+	if us, ok := ctx.Value(usesKey{}).(*Uses); ok {
+		us.Add(app)
+	}
+}
+
+// StillMayUse is the access rule applied again to a request already running:
+// nil when now (the request's user as read again, from the same cache as any
+// request) may still use app, whose members are members; otherwise a Forbidden
+// error whose message is the one line that tells the user why their request
+// ends. was is the user as the request started. The rule itself is MayUse, the
+// one every operation checks.
+func StillMayUse(was, now *User, app string, members []string) error {
+	if now.MayUse(members) {
+		return nil
+	}
+	if was.Admin && !now.Admin {
+		return Errorf(Forbidden, "%s is no longer an admin, and not a member of %s: this session ends", now.Name, app)
+	}
+	return Errorf(Forbidden, "your access to %s was removed: this session ends", app)
+}
+
+// Recheck reads u's User and each of apps again from the cache and returns
+// the Forbidden error of StillMayUse for the first app u may no longer use,
+// or one saying that u's User is gone; nil when all still hold. An app that
+// is gone is skipped: nothing is left to read or change in it. Any other
+// error is the cache's, and says nothing about access.
+func (b *Backend) Recheck(ctx context.Context, u *User, apps []string) error {
+	au := &appv1.User{}
+	if err := b.cfg.Reader.Get(ctx, client.ObjectKey{Name: u.Name}, au); err != nil {
+		if apierrors.IsNotFound(err) {
+			return Errorf(Forbidden, "user %s was removed: this session ends", u.Name)
+		}
+		return fmt.Errorf("reading user %s: %w", u.Name, err)
+	}
+	if u.UID != "" && au.UID != u.UID {
+		// Removed and made again under the same name: another user.
+		return Errorf(Forbidden, "user %s was removed: this session ends", u.Name)
+	}
+	now := UserOf(au, u.KeyName, u.KeyFingerprint)
+	for _, name := range apps {
+		a := &appv1.App{}
+		if err := b.cfg.Reader.Get(ctx, b.key(name), a); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return fmt.Errorf("reading app %s: %w", name, err)
+		}
+		if err := StillMayUse(u, now, name, a.Spec.Members); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -43,7 +43,7 @@ var needs = map[string][]grant{
 		{[]string{"get", "list", "watch", "create", "update", "patch", "delete"}, "app.bex.co/users", "*", ""},
 		{[]string{"get", "list", "watch", "create", "update", "patch", "delete"}, "app.bex.co/apps", "default", ""},
 		{[]string{"get", "list", "watch", "create", "patch", "delete"}, "app.bex.co/releases", "default", ""},
-		// webhook/secrets and agentapi/tokens, --secrets-namespace=bex-gitserver.
+		// gitserver/hooksecrets and gitserver/tokens, --secrets-namespace=bex-gitserver.
 		{[]string{"get", "list", "create", "update", "delete"}, "/secrets", "bex-gitserver", ""},
 	},
 	"bex-edge": {

@@ -47,7 +47,7 @@ func BenchmarkPushToLive(b *testing.B) {
 	}
 	// The platform idle with two apps.
 	time.Sleep(2 * time.Second) // no wait: the idle spell whose memory is measured
-	idleMB := p.residentMB(b)
+	idle := p.residentShares(b)
 
 	var cold, hot, raw timings
 	for i := 0; i < b.N; i++ {
@@ -66,7 +66,25 @@ func BenchmarkPushToLive(b *testing.B) {
 	sum := raw.mean("ssh") + raw.mean("build") + raw.mean("start")
 	b.ReportMetric(sum, "raw-sum-s")
 	b.ReportMetric(hot.mean("total")/sum, "warm/raw-sum")
-	b.ReportMetric(idleMB, "platform-idle-2-apps-MB")
+	reportShares(b, idle)
+}
+
+// BenchmarkIdleMemory measures the resident memory of one `bex up` idle with two
+// apps, by process (residentShares), without the pushes BenchmarkPushToLive times:
+// the quick measure for tuning the platform's memory. The budget is 400 MiB in all.
+func BenchmarkIdleMemory(b *testing.B) {
+	p := newPlatform(b)
+	b.Cleanup(p.kill)
+	p.start(b)
+	for _, app := range [][2]string{{"hello-shell", "idle-one"}, {"hello-procfile", "idle-two"}} {
+		if out, err := p.newRepo(b, app[0], app[1]).push(); err != nil {
+			b.Fatalf("first push of %s: %v\n%s", app[1], err, out)
+		}
+	}
+	for i := 0; i < b.N; i++ {
+		time.Sleep(2 * time.Second) // no wait: the idle spell whose memory is measured
+	}
+	reportShares(b, p.residentShares(b))
 }
 
 // shellDockerfile is the hello-shell Dockerfile with its page saying body: a
@@ -257,6 +275,19 @@ func (p *platform) startUntil200(b testing.TB, image string) time.Duration {
 // residentMB sums the resident memory of bex up and every process it started,
 // directly or through containerd (the shims and the apps' processes), in MiB.
 func (p *platform) residentMB(b testing.TB) float64 {
+	var sum float64
+	for _, mib := range p.residentShares(b) {
+		sum += mib
+	}
+	return sum
+}
+
+// residentShares is residentMB split by process: bex up, each bex component
+// (deployer, edge, gitserver: a bex child is named by its subcommand), etcd,
+// kube-apiserver, containerd, buildkitd, the containerd shims and the app
+// instances (everything under a shim), in MiB. A process none of these names is
+// counted under its command name, so that the shares always add up to the total.
+func (p *platform) residentShares(b testing.TB) map[string]float64 {
 	parent := parentPIDs()
 	roots := map[int]bool{p.cmd.Process.Pid: true}
 	for _, line := range processesMentioning(p.dir) { // the shims, which daemonise away
@@ -271,7 +302,33 @@ func (p *platform) residentMB(b testing.TB) float64 {
 		}
 		return false
 	}
-	var kib float64
+	comm := func(pid int) string {
+		c, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		return strings.TrimSpace(string(c))
+	}
+	isShim := func(pid int) bool { return strings.HasPrefix(comm(pid), "containerd-shim") }
+	share := func(pid int) string {
+		if isShim(pid) {
+			return "shims"
+		}
+		for a := parent[pid]; a > 1; a = parent[a] {
+			if isShim(a) {
+				return "apps"
+			}
+		}
+		if pid == p.cmd.Process.Pid {
+			return "bex-up"
+		}
+		c := comm(pid)
+		if c == "bex" || strings.HasPrefix(c, "bex.") {
+			cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			if args := strings.Split(string(cmdline), "\x00"); len(args) > 1 {
+				return args[1]
+			}
+		}
+		return c
+	}
+	shares := map[string]float64{}
 	for pid := range parent {
 		if !in(pid) {
 			continue
@@ -283,14 +340,24 @@ func (p *platform) residentMB(b testing.TB) float64 {
 		for _, l := range strings.Split(string(status), "\n") {
 			if strings.HasPrefix(l, "VmRSS:") {
 				v, _ := strconv.ParseFloat(strings.Fields(l)[1], 64)
-				kib += v
+				shares[share(pid)] += v / 1024
 			}
 		}
 	}
-	if kib == 0 {
+	if len(shares) == 0 {
 		b.Fatal("found no process of bex up")
 	}
-	return kib / 1024
+	return shares
+}
+
+// reportShares reports each process's share of the idle memory, and the total.
+func reportShares(b *testing.B, shares map[string]float64) {
+	var sum float64
+	for name, mib := range shares {
+		sum += mib
+		b.ReportMetric(mib, "idle-"+name+"-MB")
+	}
+	b.ReportMetric(sum, "platform-idle-2-apps-MB")
 }
 
 // parentPIDs maps every process of the machine to its parent, from /proc.

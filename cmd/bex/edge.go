@@ -129,7 +129,9 @@ func (c *edgeCmd) run(ctx context.Context) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	informers, err := cache.New(restCfg, cache.Options{Scheme: s, DefaultNamespaces: map[string]cache.Config{c.namespace: {}}})
+	informers, err := cache.New(restCfg, cache.Options{Scheme: s, DefaultNamespaces: map[string]cache.Config{c.namespace: {}},
+		// managedFields are read by no one here; dropped, the cache holds less.
+		DefaultTransform: cache.TransformStripManagedFields()})
 	if err != nil {
 		return err
 	}

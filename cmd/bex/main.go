@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sync"
 	"syscall"
 
@@ -51,7 +52,25 @@ func newRoot(out, errOut io.Writer) (*cobra.Command, slog.Handler) {
 	logs := &logHandler{w: errOut, format: "text"}
 	root.PersistentFlags().StringVar(&logs.format, "log-format", "text",
 		"log lines as text (key=value) or json (one object per line, for log collectors); also BEX_LOG_FORMAT")
+	var goMemoryLimit byteSize
+	goGC := -1
+	root.PersistentFlags().Var(&goMemoryLimit, "go-memory-limit",
+		"soft limit of this process's Go memory, e.g. 64Mi (runtime/debug.SetMemoryLimit): past it the garbage collector works harder instead of the heap growing; bex up gives each of its components one (default: none)")
+	root.PersistentFlags().IntVar(&goGC, "go-gc-percent", -1,
+		"the Go garbage collector's target, in percent of the live heap (runtime/debug.SetGCPercent); lower spends CPU to hold less memory; -1 leaves Go's default (100); bex up gives each of its components one")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		// Flags, not GOMEMLIMIT/GOGC: bex up tells a child every setting on its
+		// command line (up.Platform.component), and a variable would also reach
+		// whatever the child starts.
+		if goMemoryLimit > 0 {
+			debug.SetMemoryLimit(int64(goMemoryLimit))
+		}
+		if goGC < -1 {
+			return fmt.Errorf("--go-gc-percent %d: want a percentage, or -1 for Go's default", goGC)
+		}
+		if goGC >= 0 {
+			debug.SetGCPercent(goGC)
+		}
 		f := cmd.Flags().Lookup("log-format")
 		if v, ok := os.LookupEnv("BEX_LOG_FORMAT"); ok && !f.Changed {
 			logs.format = v

@@ -249,7 +249,9 @@ const SyncTimeout = 30 * time.Second
 // ctx ends) and synced. The cache is returned too, for other readers of the same
 // objects. It fails with a message saying what to check when the API cannot be read.
 func Start(ctx context.Context, cfg Config, restCfg *rest.Config, scheme *runtime.Scheme, w client.Writer) (*Kube, cache.Cache, error) {
-	c, err := cache.New(restCfg, cache.Options{Scheme: scheme})
+	c, err := cache.New(restCfg, cache.Options{Scheme: scheme,
+		// managedFields are read by no one here; dropped, the cache holds less.
+		DefaultTransform: cache.TransformStripManagedFields()})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -143,6 +143,11 @@ func (cp *ControlPlane) Etcd() supervise.Process {
 			"--initial-advertise-peer-urls", peerURL,
 			"--initial-cluster", "bex=" + peerURL,
 			"--log-level", "warn",
+			// Fewer raft entries held in memory between snapshots (defaults 10000 and
+			// 5000): one member has no follower to catch up, and the App API writes
+			// little, so the log kept in memory is waste (issue 18, idle memory).
+			"--snapshot-count", "2000",
+			"--snapshot-catchup-entries", "500",
 		},
 		LogPath: filepath.Join(cp.cfg.Dir, "etcd.log"),
 		Ready: func(ctx context.Context) error {
@@ -262,6 +267,14 @@ func (cp *ControlPlane) APIServer() supervise.Process {
 			// The "kubernetes" Service's endpoints would point at a loopback address,
 			// which the API server refuses; nothing on one machine uses them.
 			"--endpoint-reconciler-type", "none",
+			// Memory (issue 18): the watch cache keeps a copy of every object of every
+			// built-in kind, and of each CRD's, with a history of changes; bex's few
+			// clients list and watch a handful of objects, which etcd serves as well.
+			"--watch-cache=false",
+			// API priority and fairness runs its own controllers and caches to share
+			// the server among many tenants' clients; here the only clients are bex's
+			// components, and the plain in-flight limits bound them.
+			"--enable-priority-and-fairness=false",
 		},
 		LogPath:      filepath.Join(cp.cfg.Dir, "kube-apiserver.log"),
 		ReadyTimeout: 2 * time.Minute,

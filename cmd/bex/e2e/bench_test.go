@@ -329,6 +329,7 @@ func (p *platform) residentShares(b testing.TB) map[string]float64 {
 		return c
 	}
 	shares := map[string]float64{}
+	anon, file := map[string]float64{}, map[string]float64{}
 	for pid := range parent {
 		if !in(pid) {
 			continue
@@ -342,10 +343,19 @@ func (p *platform) residentShares(b testing.TB) map[string]float64 {
 				v, _ := strconv.ParseFloat(strings.Fields(l)[1], 64)
 				shares[share(pid)] += v / 1024
 			}
+			// Logged, not reported: what of the share is the process's own (heap,
+			// stacks) and what is mapped files (mostly its binary's pages).
+			if f := strings.Fields(l); len(f) > 1 && (f[0] == "RssAnon:" || f[0] == "RssFile:") {
+				v, _ := strconv.ParseFloat(f[1], 64)
+				map[string]map[string]float64{"RssAnon:": anon, "RssFile:": file}[f[0]][share(pid)] += v / 1024
+			}
 		}
 	}
 	if len(shares) == 0 {
 		b.Fatal("found no process of bex up")
+	}
+	for name := range shares {
+		b.Logf("%-16s %6.1f MiB resident: %6.1f anonymous, %6.1f files", name, shares[name], anon[name], file[name])
 	}
 	return shares
 }

@@ -1,0 +1,62 @@
+package up
+
+import "strconv"
+
+// The Go memory settings of the platform's processes, for a small idle footprint
+// (issue 18: bex up with two apps at most 400 MiB resident in all). Every process
+// bex up starts is a Go program; left alone, each lets its heap grow to twice the
+// live heap (GOGC=100) and keeps what it freed for a while. A soft limit
+// (runtime/debug.SetMemoryLimit) and a lower GC target make each give memory back
+// sooner; they are soft: a process that needs more gets it, its collector just
+// runs more often, so a limit set low costs CPU under load, never a crash.
+//
+// bex's own components are told on their command line (--go-memory-limit,
+// --go-gc-percent: a child's settings are its flags); etcd, kube-apiserver,
+// containerd and buildkitd are configured the way Go programs are, by GOMEMLIMIT
+// and GOGC in their environment. containerd's environment reaches the shims it
+// starts (Go programs too), not the apps: an app's environment is its OCI spec's.
+type goMemory struct {
+	limit     int64 // bytes; 0 for none
+	gcPercent int   // -1 for Go's default
+}
+
+const mib = 1 << 20
+
+// goMemoryOf is each process's setting, by the name bex up starts it under.
+// The limits sit a little above what each holds live when idle with a few apps
+// (measured by BenchmarkIdleMemory), so that idle they bind and under load they
+// only make the collector busier.
+var goMemoryOf = map[string]goMemory{
+	"kube-apiserver": {limit: 160 * mib, gcPercent: 50},
+	"etcd":           {limit: 32 * mib, gcPercent: 50},
+	"containerd":     {limit: 24 * mib, gcPercent: 50},
+	"buildkitd":      {limit: 32 * mib, gcPercent: 50},
+	"deployer":       {limit: 32 * mib, gcPercent: 50},
+	"edge":           {limit: 32 * mib, gcPercent: 50},
+	"gitserver":      {limit: 32 * mib, gcPercent: 50},
+}
+
+// flags are the settings as a bex component's flags.
+func (m goMemory) flags() []string {
+	var args []string
+	if m.limit > 0 {
+		args = append(args, "--go-memory-limit", strconv.FormatInt(m.limit, 10))
+	}
+	if m.gcPercent >= 0 {
+		args = append(args, "--go-gc-percent", strconv.Itoa(m.gcPercent))
+	}
+	return args
+}
+
+// env is the settings as the Go runtime's environment variables, for the programs
+// that are not bex's.
+func (m goMemory) env() []string {
+	var env []string
+	if m.limit > 0 {
+		env = append(env, "GOMEMLIMIT="+strconv.FormatInt(m.limit, 10))
+	}
+	if m.gcPercent >= 0 {
+		env = append(env, "GOGC="+strconv.Itoa(m.gcPercent))
+	}
+	return env
+}

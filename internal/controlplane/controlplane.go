@@ -275,6 +275,14 @@ func (cp *ControlPlane) APIServer() supervise.Process {
 			// the server among many tenants' clients; here the only clients are bex's
 			// components, and the plain in-flight limits bound them.
 			"--enable-priority-and-fairness=false",
+			// Built-in APIs nothing here uses are not served: each costs the server its
+			// storage, its OpenAPI schema and its discovery. networking, node and
+			// storage stay: the server's own admission plugins and service-IP repair
+			// watch them (without them it never gets ready); the rest of what stays
+			// is used by bex or the server itself (RBAC, coordination, apps and
+			// discovery for the deployer's Kubernetes runtime).
+			"--runtime-config", "batch/v1=false,autoscaling/v1=false,autoscaling/v2=false," +
+				"policy/v1=false,certificates.k8s.io/v1=false,events.k8s.io/v1=false,flowcontrol.apiserver.k8s.io/v1=false",
 		},
 		LogPath:      filepath.Join(cp.cfg.Dir, "kube-apiserver.log"),
 		ReadyTimeout: 2 * time.Minute,

@@ -276,8 +276,10 @@ func (p *platform) startUntil200(b testing.TB, image string) time.Duration {
 // directly or through containerd (the shims and the apps' processes), in MiB.
 func (p *platform) residentMB(b testing.TB) float64 {
 	var sum float64
-	for _, mib := range p.residentShares(b) {
-		sum += mib
+	for name, mib := range p.residentShares(b) {
+		if name != pssKey {
+			sum += mib
+		}
 	}
 	return sum
 }
@@ -354,16 +356,40 @@ func (p *platform) residentShares(b testing.TB) map[string]float64 {
 	if len(shares) == 0 {
 		b.Fatal("found no process of bex up")
 	}
+	// The sum of the processes' proportional shares (a page n processes map counts
+	// 1/n in each): the memory the platform takes from the machine, where the RSS
+	// sum counts the bex binary's pages once per bex process.
+	var pss float64
+	for pid := range parent {
+		if in(pid) {
+			rollup, _ := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+			for _, l := range strings.Split(string(rollup), "\n") {
+				if f := strings.Fields(l); len(f) > 1 && f[0] == "Pss:" {
+					v, _ := strconv.ParseFloat(f[1], 64)
+					pss += v / 1024
+				}
+			}
+		}
+	}
+	shares[pssKey] = pss
 	for name := range shares {
 		b.Logf("%-16s %6.1f MiB resident: %6.1f anonymous, %6.1f files", name, shares[name], anon[name], file[name])
 	}
 	return shares
 }
 
+// pssKey is the entry of residentShares that holds the platform's PSS, not a
+// process's RSS.
+const pssKey = "(pss)"
+
 // reportShares reports each process's share of the idle memory, and the total.
 func reportShares(b *testing.B, shares map[string]float64) {
 	var sum float64
 	for name, mib := range shares {
+		if name == pssKey {
+			b.ReportMetric(mib, "platform-idle-2-apps-PSS-MB")
+			continue
+		}
 		sum += mib
 		b.ReportMetric(mib, "idle-"+name+"-MB")
 	}

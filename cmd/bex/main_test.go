@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -131,6 +133,26 @@ func TestSayFollowsTheLogFormat(t *testing.T) {
 		say(&errOut, slog.New(logs), "bex x: listening on %d", 1)
 		if got := errOut.String(); !strings.Contains(got, want) || format == "json" && !json.Valid([]byte(got)) {
 			t.Errorf("--log-format %s: said %q, want %s", format, got, want)
+		}
+	}
+}
+
+// TestGoMemoryFlags: --go-memory-limit and --go-gc-percent set this process's Go
+// runtime (how bex up tunes each component's memory), and a nonsense value is refused.
+func TestGoMemoryFlags(t *testing.T) {
+	t.Cleanup(func() { debug.SetMemoryLimit(math.MaxInt64); debug.SetGCPercent(100) })
+	if out, err := runBex(t, "--go-memory-limit", "48Mi", "--go-gc-percent", "40", "version"); err != nil {
+		t.Fatalf("bex version with Go memory flags: %v\n%s", err, out)
+	}
+	if got := debug.SetMemoryLimit(-1); got != 48<<20 {
+		t.Errorf("memory limit %d, want %d", got, 48<<20)
+	}
+	if got := debug.SetGCPercent(100); got != 40 {
+		t.Errorf("GC percent %d, want 40", got)
+	}
+	for _, args := range [][]string{{"--go-memory-limit", "lots"}, {"--go-gc-percent", "-5"}} {
+		if out, err := runBex(t, append(args, "version")...); err == nil {
+			t.Errorf("bex %v version: accepted\n%s", args, out)
 		}
 	}
 }

@@ -1,6 +1,11 @@
 package up
 
-import "strconv"
+import (
+	"slices"
+	"strconv"
+
+	"bex.co/bex/internal/supervise"
+)
 
 // The Go memory settings of the platform's processes, for a small idle footprint
 // (issue 18: bex up with two apps at most 400 MiB resident in all). Every process
@@ -59,4 +64,19 @@ func (m goMemory) env() []string {
 		env = append(env, "GOGC="+strconv.Itoa(m.gcPercent))
 	}
 	return env
+}
+
+// withGoMemory gives proc its goMemoryOf setting: as flags to a bex component, as
+// environment to another program.
+func (p *Platform) withGoMemory(proc supervise.Process) supervise.Process {
+	m, ok := goMemoryOf[proc.Name]
+	if !ok {
+		return proc
+	}
+	if proc.Path == p.cfg.Bex {
+		proc.Args = append(slices.Clip(proc.Args), m.flags()...)
+	} else {
+		proc.Env = append(slices.Clip(proc.Env), m.env()...)
+	}
+	return proc
 }

@@ -131,13 +131,7 @@ func (p *Platform) start(ctx context.Context, proc supervise.Process, what strin
 		proc.LogPath = filepath.Join(p.logDir(), proc.Name+".log")
 	}
 	proc.OOMScoreAdj = oomScoreAdj[proc.Name]
-	if m, ok := goMemoryOf[proc.Name]; ok {
-		if proc.Path == p.cfg.Bex {
-			proc.Args = append(proc.Args, m.flags()...)
-		} else {
-			proc.Env = append(proc.Env, m.env()...)
-		}
-	}
+	proc = p.withGoMemory(proc)
 	began := time.Now()
 	fmt.Fprintf(p.cfg.Out, "==> %-15s starting: %s\n", proc.Name, what)
 	pid, err := p.sup.Start(ctx, proc)

@@ -2,10 +2,14 @@ package up
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"bex.co/bex/internal/supervise"
 )
 
 func validConfig() Config {
@@ -125,5 +129,36 @@ func TestChildrenAreToldByFlagsOnly(t *testing.T) {
 		if proc.KeepEnv(kv) != keep {
 			t.Errorf("KeepEnv(%q) = %v, want %v", kv, !keep, keep)
 		}
+	}
+}
+
+// TestGoMemoryReachesEveryProcess: bex's components get their Go memory settings as
+// flags (their command line is all they are told), the other programs as the Go
+// runtime's variables; a process without a setting is left as it is.
+func TestGoMemoryReachesEveryProcess(t *testing.T) {
+	cfg := validConfig()
+	p := &Platform{cfg: cfg, kubeconfig: "/state/kubeconfig"}
+	for _, name := range []string{"deployer", "edge", "gitserver"} {
+		proc := p.withGoMemory(p.component(name, nil, nil))
+		args := strings.Join(proc.Args, " ")
+		m := goMemoryOf[name]
+		if !strings.Contains(args, fmt.Sprintf("--go-memory-limit %d --go-gc-percent %d", m.limit, m.gcPercent)) {
+			t.Errorf("%s's args %q lack its Go memory flags", name, args)
+		}
+		if slices.ContainsFunc(proc.Env, func(kv string) bool { return strings.HasPrefix(kv, "GOMEMLIMIT=") || strings.HasPrefix(kv, "GOGC=") }) {
+			t.Errorf("%s is told by its environment too: %q", name, proc.Env)
+		}
+	}
+	for _, name := range []string{"etcd", "kube-apiserver", "containerd", "buildkitd"} {
+		proc := p.withGoMemory(supervise.Process{Name: name, Path: "/bin/" + name, Env: []string{"PATH=/bin"}})
+		m := goMemoryOf[name]
+		want := []string{"PATH=/bin", fmt.Sprintf("GOMEMLIMIT=%d", m.limit), fmt.Sprintf("GOGC=%d", m.gcPercent)}
+		if !slices.Equal(proc.Env, want) {
+			t.Errorf("%s's environment is %q, want %q", name, proc.Env, want)
+		}
+	}
+	other := supervise.Process{Name: "busybox", Path: "/bin/busybox", Args: []string{"x"}}
+	if got := p.withGoMemory(other); !slices.Equal(got.Args, other.Args) || got.Env != nil {
+		t.Errorf("a process without a setting was changed: %+v", got)
 	}
 }

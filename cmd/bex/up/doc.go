@@ -14,4 +14,8 @@
 // The components run as separate processes rather than goroutines so that a crash of
 // one (or a leak, or a stuck build) is contained, restarted and logged alone, exactly
 // as the same components run as separate Deployments on a cluster.
+//
+// Each process gets a Go memory limit and GC target (memory.go): bex's components
+// as their --go-memory-limit and --go-gc-percent, the other programs as GOMEMLIMIT
+// and GOGC, so that the platform idles small (BenchmarkIdleMemory in cmd/bex/e2e).
 package up

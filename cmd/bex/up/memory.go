@@ -28,17 +28,21 @@ type goMemory struct {
 const mib = 1 << 20
 
 // goMemoryOf is each process's setting, by the name bex up starts it under.
-// The limits sit a little above what each holds live when idle with a few apps
-// (measured by BenchmarkIdleMemory), so that idle they bind and under load they
-// only make the collector busier.
+// The GC target is what makes an idle process small (measured by
+// BenchmarkIdleMemory: with GOGC at 100 each held about twice its live heap). The
+// limits sit well above what each holds idle (11-17 MiB anonymous for bex's
+// components, etcd, containerd and buildkitd; about 115 MiB for kube-apiserver),
+// so that they do not bind when idle: they bound a burst (a push's pack, a build's
+// export, a large list) by making the collector work harder, at most half the
+// CPU (Go's GC CPU limiter), rather than letting the heap double.
 var goMemoryOf = map[string]goMemory{
-	"kube-apiserver": {limit: 160 * mib, gcPercent: 50},
-	"etcd":           {limit: 32 * mib, gcPercent: 50},
-	"containerd":     {limit: 24 * mib, gcPercent: 50},
-	"buildkitd":      {limit: 32 * mib, gcPercent: 50},
-	"deployer":       {limit: 32 * mib, gcPercent: 50},
-	"edge":           {limit: 32 * mib, gcPercent: 50},
-	"gitserver":      {limit: 32 * mib, gcPercent: 50},
+	"kube-apiserver": {limit: 192 * mib, gcPercent: 25},
+	"etcd":           {limit: 64 * mib, gcPercent: 50},
+	"containerd":     {limit: 48 * mib, gcPercent: 50},
+	"buildkitd":      {limit: 96 * mib, gcPercent: 50},
+	"deployer":       {limit: 64 * mib, gcPercent: 50},
+	"edge":           {limit: 64 * mib, gcPercent: 50},
+	"gitserver":      {limit: 96 * mib, gcPercent: 50},
 }
 
 // flags are the settings as a bex component's flags.

@@ -44,6 +44,12 @@ type Config struct {
 	// KeepReleases is how many releases of an app are kept; the current one is never
 	// pruned.
 	KeepReleases int
+	// ImageRepo is the repository the builder names images under (the builder's
+	// Config.ImageRepo): an app's images are <ImageRepo>/<app>. When the runtime
+	// stores images itself (runtime.Images), the images of pruned releases under
+	// that name are removed with them; empty removes none. Images of other names
+	// are never touched.
+	ImageRepo string
 	// RequeueWhileRolling is how soon a rollout in progress is looked at again.
 	RequeueWhileRolling time.Duration
 	// Concurrency is how many Apps are reconciled at once.
@@ -309,7 +315,11 @@ func restarts(app *appv1.App) map[string]string {
 }
 
 // reconcileReleases prunes the oldest Releases beyond Config.KeepReleases. The
-// release in spec and the one serving are never pruned.
+// release in spec and the one serving are never pruned. With a runtime that
+// stores images (runtime.Images) and a Config.ImageRepo, a pruned release's image
+// goes first, unless a kept release or a container still uses it; the Release is
+// deleted only once that succeeded, so a failed removal is retried at the next
+// reconcile instead of leaking the image.
 func (r *AppReconciler) reconcileReleases(ctx context.Context, s *scope) (ctrl.Result, error) {
 	var list appv1.ReleaseList
 	if err := r.Client.List(ctx, &list, client.InNamespace(s.app.Namespace), client.MatchingLabels{releases.LabelApp: s.app.Name}); err != nil {
@@ -317,13 +327,31 @@ func (r *AppReconciler) reconcileReleases(ctx context.Context, s *scope) (ctrl.R
 	}
 	items := list.Items
 	sort.Slice(items, func(i, j int) bool { return items[i].Spec.Number > items[j].Spec.Number })
-	var errs []error
+	var prune []appv1.Release
+	var keep []string
 	for i, rel := range items {
 		n := rel.Spec.Number
 		if i < r.Config.KeepReleases || n == s.app.Spec.Release || n == s.app.Status.Revision || n == s.status.Serving {
+			keep = append(keep, rel.Spec.Image)
 			continue
 		}
-		if err := r.Client.Delete(ctx, &rel); err != nil && !apierrors.IsNotFound(err) {
+		prune = append(prune, rel)
+	}
+	if len(prune) == 0 {
+		return ctrl.Result{}, nil
+	}
+	if imgs, ok := r.Runtime.(runtime.Images); ok && r.Config.ImageRepo != "" {
+		var remove []string
+		for _, rel := range prune {
+			remove = append(remove, rel.Spec.Image)
+		}
+		if _, err := imgs.RemoveImages(ctx, r.Config.ImageRepo+"/"+s.app.Name, remove, keep); err != nil {
+			return ctrl.Result{}, fmt.Errorf("removing the images of pruned releases: %w", err)
+		}
+	}
+	var errs []error
+	for i := range prune {
+		if err := r.Client.Delete(ctx, &prune[i]); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, err)
 		}
 	}

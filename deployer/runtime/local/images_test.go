@@ -7,6 +7,7 @@ import (
 	"time"
 
 	cimages "github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/errdefs"
 
 	"bex.co/bex/internal/testenv"
@@ -47,8 +48,28 @@ func TestRemoveImagesSparesRunningAndForeignNames(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cl.ImageService().Delete(context.Background(), "docker.io/library/foreign:1") })
 
+	snaps := func() map[string]bool {
+		t.Helper()
+		out := map[string]bool{}
+		if err := cl.SnapshotService("overlayfs").Walk(ctx, func(_ context.Context, i snapshots.Info) error { out[i.Name] = true; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	before := snaps()
 	d := f.desired(1, repo+"@"+v1Digest, 1)
 	f.syncUntil(d, time.Minute, "release 1 rolled out", rolledOut)
+	// The instance's snapshots: the copy of the image chowned into its id range
+	// (committed) and its writable layer on top.
+	var instance []string
+	for n := range snaps() {
+		if !before[n] {
+			instance = append(instance, n)
+		}
+	}
+	if len(instance) != 2 {
+		t.Fatalf("new snapshots %v, want the remapped copy and the writable layer", instance)
+	}
 
 	removed, err := f.rt.RemoveImages(ctx, repo, []string{d.Image, repo + "@" + unused, "docker.io/library/foreign@" + foreign}, nil)
 	if err != nil {
@@ -82,6 +103,14 @@ func TestRemoveImagesSparesRunningAndForeignNames(t *testing.T) {
 	}
 	if present(ours.Name) || !present(built[0].Name) {
 		t.Fatalf("%s present %v, %s present %v", ours.Name, present(ours.Name), built[0].Name, present(built[0].Name))
+	}
+	// The collector ran with the delete: the remapped copy, which only the
+	// instance's layer held, is gone too.
+	after := snaps()
+	for _, n := range instance {
+		if after[n] {
+			t.Errorf("snapshot %s left after the instance and its image went", n)
+		}
 	}
 }
 

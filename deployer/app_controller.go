@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -79,6 +80,9 @@ func (c Config) Validate() error {
 	}
 	if c.KeepReleases < 1 {
 		errs = append(errs, fmt.Errorf("Config.KeepReleases %d: must be at least 1", c.KeepReleases))
+	}
+	if r := c.ImageRepo; r != "" && (strings.ContainsAny(r, " @") || strings.HasSuffix(r, "/") || strings.Contains(r[strings.LastIndex(r, "/")+1:], ":")) {
+		errs = append(errs, fmt.Errorf("Config.ImageRepo %q: not a repository name like bex.local or registry.example:5000/apps", r))
 	}
 	if c.Concurrency < 1 {
 		errs = append(errs, fmt.Errorf("Config.Concurrency %d: must be at least 1", c.Concurrency))
@@ -327,8 +331,22 @@ func (r *AppReconciler) reconcileReleases(ctx context.Context, s *scope) (ctrl.R
 	}
 	items := list.Items
 	sort.Slice(items, func(i, j int) bool { return items[i].Spec.Number > items[j].Spec.Number })
+	// The cache may not have the Release a push just recorded yet. Nothing is
+	// pruned from that older list (it lacks the newest image, which may be an
+	// older release's again); the requeue prunes once the cache caught up, as no
+	// Release event reconciles the App. (A Release deleted by hand is not
+	// waited for.)
+	if s.app.Spec.Release > 0 && !slices.ContainsFunc(items, func(r appv1.Release) bool { return r.Spec.Number == s.app.Spec.Release }) {
+		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: s.app.Namespace, Name: fmt.Sprintf("%s-v%d", s.app.Name, s.app.Spec.Release)}, &appv1.Release{})
+		if err == nil {
+			return ctrl.Result{RequeueAfter: r.Config.RequeueWhileRolling}, nil
+		}
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+	}
 	var prune []appv1.Release
-	var keep []string
+	keep := []string{s.app.Spec.Image}
 	for i, rel := range items {
 		n := rel.Spec.Number
 		if i < r.Config.KeepReleases || n == s.app.Spec.Release || n == s.app.Status.Revision || n == s.status.Serving {

@@ -345,6 +345,7 @@ func (r *AppReconciler) reconcileReleases(ctx context.Context, s *scope) (ctrl.R
 			return ctrl.Result{}, err
 		}
 	}
+	var res ctrl.Result
 	var prune []appv1.Release
 	keep := []string{s.app.Spec.Image}
 	for i, rel := range items {
@@ -363,8 +364,15 @@ func (r *AppReconciler) reconcileReleases(ctx context.Context, s *scope) (ctrl.R
 		for _, rel := range prune {
 			remove = append(remove, rel.Spec.Image)
 		}
-		if _, err := imgs.RemoveImages(ctx, r.Config.ImageRepo+"/"+s.app.Name, remove, keep); err != nil {
+		inUse, err := imgs.RemoveImages(ctx, r.Config.ImageRepo+"/"+s.app.Name, remove, keep)
+		if err != nil {
 			return ctrl.Result{}, fmt.Errorf("removing the images of pruned releases: %w", err)
+		}
+		// A release whose instance still drains keeps its Release until the
+		// instance is gone, so that a later reconcile removes its image.
+		if len(inUse) > 0 {
+			res.RequeueAfter = r.Config.RequeueWhileRolling
+			prune = slices.DeleteFunc(prune, func(rel appv1.Release) bool { return slices.Contains(inUse, rel.Spec.Image) })
 		}
 	}
 	var errs []error
@@ -373,7 +381,7 @@ func (r *AppReconciler) reconcileReleases(ctx context.Context, s *scope) (ctrl.R
 			errs = append(errs, err)
 		}
 	}
-	return ctrl.Result{}, kerrors.NewAggregate(errs)
+	return res, kerrors.NewAggregate(errs)
 }
 
 // reconcileDelete stops the App's processes and lets it go.

@@ -11,5 +11,6 @@
 // Pruning a release also removes its image when the runtime stores images
 // (runtime.Images) and Config.ImageRepo names the builder's repository: only
 // <ImageRepo>/<app> names, only digests no kept release and no container uses,
-// and the Release is deleted once its image went.
+// and the Release is deleted once its image went (a release whose instance
+// still drains waits for a later reconcile).
 package deployer

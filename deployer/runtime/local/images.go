@@ -25,8 +25,17 @@ var _ runtime.Images = (*Runtime)(nil)
 // other image, container or lease holds are gone. BuildKit's cache holds the
 // layers it made under its own leases; those are its cache's to bound.
 func (r *Runtime) RemoveImages(ctx context.Context, repo string, remove, keep []string) ([]string, error) {
+	removed, inUse, err := r.removeImages(ctx, repo, remove, keep)
+	if len(removed) > 0 {
+		r.log.Info("removed the images of pruned releases", "repo", repo, "images", removed)
+	}
+	return inUse, err
+}
+
+// removeImages is RemoveImages, also returning the names it removed.
+func (r *Runtime) removeImages(ctx context.Context, repo string, remove, keep []string) (removed, inUse []string, err error) {
 	if repo == "" || len(remove) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	ctx = namespaces.WithNamespace(ctx, r.cfg.Namespace)
 	kept := map[string]bool{}
@@ -40,7 +49,7 @@ func (r *Runtime) RemoveImages(ctx context.Context, repo string, remove, keep []
 	// stopped one not yet removed keep theirs, whatever the Releases say.
 	ctrs, err := r.cd.ContainerService().List(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("listing containers: %w", err)
+		return nil, nil, fmt.Errorf("listing containers: %w", err)
 	}
 	usedNames := map[string]bool{}
 	for _, c := range ctrs {
@@ -48,16 +57,22 @@ func (r *Runtime) RemoveImages(ctx context.Context, repo string, remove, keep []
 	}
 	all, err := r.cd.ImageService().List(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("listing images: %w", err)
+		return nil, nil, fmt.Errorf("listing images: %w", err)
 	}
+	used := map[string]bool{}
 	for _, img := range all {
 		if usedNames[img.Name] {
-			kept[img.Target.Digest.String()] = true
+			used[img.Target.Digest.String()] = true
 		}
 	}
 	doomed := map[string]bool{}
 	for _, ref := range remove {
-		if d, ok := repoDigest(repo, ref); ok && !kept[d] {
+		d, ok := repoDigest(repo, ref)
+		switch {
+		case !ok || kept[d]:
+		case used[d]:
+			inUse = append(inUse, ref)
+		default:
 			doomed[d] = true
 		}
 	}
@@ -67,7 +82,6 @@ func (r *Runtime) RemoveImages(ctx context.Context, repo string, remove, keep []
 			victims = append(victims, img)
 		}
 	}
-	var removed []string
 	var errs []error
 	for _, img := range victims {
 		// DeleteTarget: a name a new build moved to another digest since the
@@ -83,10 +97,7 @@ func (r *Runtime) RemoveImages(ctx context.Context, repo string, remove, keep []
 			errs = append(errs, fmt.Errorf("removing image %s: %w", img.Name, err))
 		}
 	}
-	if len(removed) > 0 {
-		r.log.Info("removed the images of pruned releases", "repo", repo, "images", removed)
-	}
-	return removed, errors.Join(errs...)
+	return removed, inUse, errors.Join(errs...)
 }
 
 // repoDigest is the digest of ref when ref is <repo>@<digest>.

@@ -71,12 +71,12 @@ func TestRemoveImagesSparesRunningAndForeignNames(t *testing.T) {
 		t.Fatalf("new snapshots %v, want the remapped copy and the writable layer", instance)
 	}
 
-	removed, err := f.rt.RemoveImages(ctx, repo, []string{d.Image, repo + "@" + unused, "docker.io/library/foreign@" + foreign}, nil)
+	removed, inUse, err := f.rt.removeImages(ctx, repo, []string{d.Image, repo + "@" + unused, "docker.io/library/foreign@" + foreign}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(removed) != 1 || removed[0] != repo+":unused" {
-		t.Fatalf("removed %v, want only %s:unused", removed, repo)
+	if len(removed) != 1 || removed[0] != repo+":unused" || len(inUse) != 1 || inUse[0] != d.Image {
+		t.Fatalf("removed %v, in use %v; want only %s:unused removed, %s in use", removed, inUse, repo, d.Image)
 	}
 	present := func(name string) bool {
 		t.Helper()
@@ -94,7 +94,7 @@ func TestRemoveImagesSparesRunningAndForeignNames(t *testing.T) {
 	if err := f.rt.Delete(ctx, f.key()); err != nil {
 		t.Fatal(err)
 	}
-	removed, err = f.rt.RemoveImages(ctx, repo, []string{d.Image}, nil)
+	removed, _, err = f.rt.removeImages(ctx, repo, []string{d.Image}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

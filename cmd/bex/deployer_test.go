@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/snapshots"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -163,6 +165,19 @@ func TestDeployerRunsAReleaseOnContainerd(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, log)
 	}
+	cd, err := bk.Containerd.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cd.Close()
+	// What the namespace holds, for the log: BuildKit's cache keeps its layers
+	// under its own leases, so the bytes that go are what only the image held.
+	usage := func() (bytes int64, snaps int) {
+		_ = cd.ContentStore().Walk(ctx, func(i content.Info) error { bytes += i.Size; return nil })
+		_ = cd.SnapshotService("overlayfs").Walk(ctx, func(context.Context, snapshots.Info) error { snaps++; return nil })
+		return bytes, snaps
+	}
+	bytesBefore, snapsBefore := usage()
 	n, err = rec.Record(ctx, "web", releases.Change{Image: "bex.local/web@" + digest2, Cause: appv1.ReleaseCausePush})
 	if err != nil {
 		t.Fatal(err)
@@ -172,11 +187,6 @@ func TestDeployerRunsAReleaseOnContainerd(t *testing.T) {
 	if _, err := rec.Wait(wctx2, "web", n, nil); err != nil {
 		t.Fatalf("Wait for release 2: %v\n%s", err, stderr.String())
 	}
-	cd, err := bk.Containerd.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cd.Close()
 	has := func(name string) bool {
 		_, err := cd.GetImage(ctx, name)
 		return err == nil
@@ -191,6 +201,8 @@ func TestDeployerRunsAReleaseOnContainerd(t *testing.T) {
 		}
 		return nil
 	})
+	bytesAfter, snapsAfter := usage()
+	t.Logf("containerd namespace %s: content %d bytes, %d snapshots with both images; %d bytes, %d snapshots after release 1's image went", testenv.Namespace, bytesBefore, snapsBefore, bytesAfter, snapsAfter)
 	if !has("bex.local/web:2") || !has(testenv.BusyboxRef) {
 		t.Fatalf("bex.local/web:2 present %v, %s present %v", has("bex.local/web:2"), testenv.BusyboxRef, has(testenv.BusyboxRef))
 	}

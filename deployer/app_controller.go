@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -44,6 +45,12 @@ type Config struct {
 	// KeepReleases is how many releases of an app are kept; the current one is never
 	// pruned.
 	KeepReleases int
+	// ImageRepo is the repository the builder names images under (the builder's
+	// Config.ImageRepo): an app's images are <ImageRepo>/<app>. When the runtime
+	// stores images itself (runtime.Images), the images of pruned releases under
+	// that name are removed with them; empty removes none. Images of other names
+	// are never touched.
+	ImageRepo string
 	// RequeueWhileRolling is how soon a rollout in progress is looked at again.
 	RequeueWhileRolling time.Duration
 	// Concurrency is how many Apps are reconciled at once.
@@ -73,6 +80,9 @@ func (c Config) Validate() error {
 	}
 	if c.KeepReleases < 1 {
 		errs = append(errs, fmt.Errorf("Config.KeepReleases %d: must be at least 1", c.KeepReleases))
+	}
+	if r := c.ImageRepo; r != "" && (strings.ContainsAny(r, " @") || strings.HasSuffix(r, "/") || strings.Contains(r[strings.LastIndex(r, "/")+1:], ":")) {
+		errs = append(errs, fmt.Errorf("Config.ImageRepo %q: not a repository name like bex.local or registry.example:5000/apps", r))
 	}
 	if c.Concurrency < 1 {
 		errs = append(errs, fmt.Errorf("Config.Concurrency %d: must be at least 1", c.Concurrency))
@@ -309,7 +319,11 @@ func restarts(app *appv1.App) map[string]string {
 }
 
 // reconcileReleases prunes the oldest Releases beyond Config.KeepReleases. The
-// release in spec and the one serving are never pruned.
+// release in spec and the one serving are never pruned. With a runtime that
+// stores images (runtime.Images) and a Config.ImageRepo, a pruned release's image
+// goes first, unless a kept release or a container still uses it; the Release is
+// deleted only once that succeeded, so a failed removal is retried at the next
+// reconcile instead of leaking the image.
 func (r *AppReconciler) reconcileReleases(ctx context.Context, s *scope) (ctrl.Result, error) {
 	var list appv1.ReleaseList
 	if err := r.Client.List(ctx, &list, client.InNamespace(s.app.Namespace), client.MatchingLabels{releases.LabelApp: s.app.Name}); err != nil {
@@ -317,17 +331,57 @@ func (r *AppReconciler) reconcileReleases(ctx context.Context, s *scope) (ctrl.R
 	}
 	items := list.Items
 	sort.Slice(items, func(i, j int) bool { return items[i].Spec.Number > items[j].Spec.Number })
-	var errs []error
+	// The cache may not have the Release a push just recorded yet. Nothing is
+	// pruned from that older list (it lacks the newest image, which may be an
+	// older release's again); the requeue prunes once the cache caught up, as no
+	// Release event reconciles the App. (A Release deleted by hand is not
+	// waited for.)
+	if s.app.Spec.Release > 0 && !slices.ContainsFunc(items, func(r appv1.Release) bool { return r.Spec.Number == s.app.Spec.Release }) {
+		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: s.app.Namespace, Name: fmt.Sprintf("%s-v%d", s.app.Name, s.app.Spec.Release)}, &appv1.Release{})
+		if err == nil {
+			return ctrl.Result{RequeueAfter: r.Config.RequeueWhileRolling}, nil
+		}
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+	}
+	var res ctrl.Result
+	var prune []appv1.Release
+	keep := []string{s.app.Spec.Image}
 	for i, rel := range items {
 		n := rel.Spec.Number
 		if i < r.Config.KeepReleases || n == s.app.Spec.Release || n == s.app.Status.Revision || n == s.status.Serving {
+			keep = append(keep, rel.Spec.Image)
 			continue
 		}
-		if err := r.Client.Delete(ctx, &rel); err != nil && !apierrors.IsNotFound(err) {
+		prune = append(prune, rel)
+	}
+	if len(prune) == 0 {
+		return ctrl.Result{}, nil
+	}
+	if imgs, ok := r.Runtime.(runtime.Images); ok && r.Config.ImageRepo != "" {
+		var remove []string
+		for _, rel := range prune {
+			remove = append(remove, rel.Spec.Image)
+		}
+		inUse, err := imgs.RemoveImages(ctx, r.Config.ImageRepo+"/"+s.app.Name, remove, keep)
+		if err != nil {
+			return ctrl.Result{}, fmt.Errorf("removing the images of pruned releases: %w", err)
+		}
+		// A release whose instance still drains keeps its Release until the
+		// instance is gone, so that a later reconcile removes its image.
+		if len(inUse) > 0 {
+			res.RequeueAfter = r.Config.RequeueWhileRolling
+			prune = slices.DeleteFunc(prune, func(rel appv1.Release) bool { return slices.Contains(inUse, rel.Spec.Image) })
+		}
+	}
+	var errs []error
+	for i := range prune {
+		if err := r.Client.Delete(ctx, &prune[i]); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, err)
 		}
 	}
-	return ctrl.Result{}, kerrors.NewAggregate(errs)
+	return res, kerrors.NewAggregate(errs)
 }
 
 // reconcileDelete stops the App's processes and lets it go.

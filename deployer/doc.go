@@ -7,4 +7,10 @@
 // small phase functions (the runtime sync, release pruning); derive conditions in
 // pure functions and the phase from them in one place. Status.phase is for people;
 // decisions are made from conditions.
+//
+// Pruning a release also removes its image when the runtime stores images
+// (runtime.Images) and Config.ImageRepo names the builder's repository: only
+// <ImageRepo>/<app> names, only digests no kept release and no container uses,
+// and the Release is deleted once its image went (a release whose instance
+// still drains waits for a later reconcile).
 package deployer

@@ -78,6 +78,13 @@ type env struct {
 // start runs the real reconciler in a manager against the real API server.
 func start(t *testing.T, cfg Config) *env {
 	t.Helper()
+	return startWith(t, cfg, func(f *fakeRuntime) runtime.Runtime { return f })
+}
+
+// startWith is start with the runtime wrap makes of the fake one (the fake with
+// real images, say).
+func startWith(t *testing.T, cfg Config, wrap func(*fakeRuntime) runtime.Runtime) *env {
+	t.Helper()
 	cp := testenv.SharedControlPlane(t)
 	ns := cp.Namespace(t, "deployer")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -94,7 +101,7 @@ func start(t *testing.T, cfg Config) *env {
 		t.Fatal(err)
 	}
 	rt := newFakeRuntime()
-	r := &AppReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Runtime: rt, Events: mgr.GetEventRecorder("bex-deployer"), Config: cfg}
+	r := &AppReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Runtime: wrap(rt), Events: mgr.GetEventRecorder("bex-deployer"), Config: cfg}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}

@@ -41,6 +41,7 @@ type deployerCmd struct {
 	baseDomain     string
 	httpsPort      int
 	keepReleases   int
+	imageRepo      string
 	leaderElect    bool
 	leaderElectNS  string
 	metricsAddr    string
@@ -69,6 +70,7 @@ func (c *deployerCmd) command() *cobra.Command {
 	f.StringVar(&c.baseDomain, "base-domain", "localhost", "apps answer at <app>.<base-domain>")
 	f.IntVar(&c.httpsPort, "https-port", 443, "the edge's HTTPS port, shown in app URLs when not 443")
 	f.IntVar(&c.keepReleases, "keep-releases", 20, "releases kept per app (the current one is never pruned)")
+	f.StringVar(&c.imageRepo, "image-repo", defaultImageRepo, "repository the gitserver's --image-repo names the built images under: the local runtime removes the images of pruned releases named <image-repo>/<app> from containerd, and no others")
 	f.BoolVar(&c.leaderElect, "leader-elect", false, "elect a leader, for several deployer replicas on a cluster")
 	f.StringVar(&c.leaderElectNS, "leader-election-namespace", "", "namespace of the leader election Lease (default: --namespace, else default)")
 	f.StringVar(&c.metricsAddr, "metrics-addr", "127.0.0.1:9091", "Prometheus metrics address (0 turns it off)")
@@ -114,7 +116,7 @@ func (c *deployerCmd) run(ctx context.Context) error {
 		return err
 	}
 	cfg := deployer.DefaultConfig()
-	cfg.BaseDomain, cfg.HTTPSPort, cfg.KeepReleases = c.baseDomain, c.httpsPort, c.keepReleases
+	cfg.BaseDomain, cfg.HTTPSPort, cfg.KeepReleases, cfg.ImageRepo = c.baseDomain, c.httpsPort, c.keepReleases, c.imageRepo
 	if c.runtimeName == "kubernetes" {
 		// Deployment events say when a rollout moves; no need to poll often.
 		cfg.WatchDeployments, cfg.RequeueWhileRolling = true, 30*time.Second

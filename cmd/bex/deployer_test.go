@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/snapshots"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -52,7 +54,7 @@ func TestDeployerRunsAReleaseOnContainerd(t *testing.T) {
 	cmd := wire(d)
 	cmd.SetArgs([]string{"--state-dir", t.TempDir(), "--kubeconfig", cp.Kubeconfig, "--namespace", ns,
 		"--containerd-addr", bk.Containerd.Address, "--containerd-namespace", testenv.Namespace,
-		"--metrics-addr", "0", "--health-addr", "0", "--https-port", "8443"})
+		"--metrics-addr", "0", "--health-addr", "0", "--https-port", "8443", "--keep-releases", "1"})
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(ctx) }()
 
@@ -150,6 +152,59 @@ func TestDeployerRunsAReleaseOnContainerd(t *testing.T) {
 	stopEdge()
 	if err := <-edgeDone; err != nil {
 		t.Fatalf("bex edge ended with %v", err)
+	}
+
+	// Release 2 (a BuildKit build like the gitserver's) rolls out; with
+	// --keep-releases 1, release 1 is pruned and its image bex.local/web:1 leaves
+	// containerd (the default --image-repo bex.local), while busybox, of another
+	// name in the same namespace, stays.
+	os.WriteFile(filepath.Join(src, "Dockerfile"), []byte("FROM busybox\nRUN mkdir /www && echo 'hello from release 2' > /www/index.html\n"), 0o644)
+	bctx, bcancel = context.WithTimeout(ctx, 2*time.Minute)
+	digest2, log, err := bk.BuildImage(bctx, src, src, "bex.local/web:2")
+	bcancel()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log)
+	}
+	cd, err := bk.Containerd.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cd.Close()
+	// What the namespace holds, for the log: BuildKit's cache keeps its layers
+	// under its own leases, so the bytes that go are what only the image held.
+	usage := func() (bytes int64, snaps int) {
+		_ = cd.ContentStore().Walk(ctx, func(i content.Info) error { bytes += i.Size; return nil })
+		_ = cd.SnapshotService("overlayfs").Walk(ctx, func(context.Context, snapshots.Info) error { snaps++; return nil })
+		return bytes, snaps
+	}
+	bytesBefore, snapsBefore := usage()
+	n, err = rec.Record(ctx, "web", releases.Change{Image: "bex.local/web@" + digest2, Cause: appv1.ReleaseCausePush})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx2, wcancel2 := context.WithTimeout(ctx, 90*time.Second)
+	defer wcancel2()
+	if _, err := rec.Wait(wctx2, "web", n, nil); err != nil {
+		t.Fatalf("Wait for release 2: %v\n%s", err, stderr.String())
+	}
+	has := func(name string) bool {
+		_, err := cd.GetImage(ctx, name)
+		return err == nil
+	}
+	testenv.Eventually(t, 30*time.Second, "release 1 and its image pruned", func() error {
+		rels, err := rec.List(ctx, "web")
+		if err != nil {
+			return err
+		}
+		if len(rels) != 1 || has("bex.local/web:1") {
+			return fmt.Errorf("%d releases, bex.local/web:1 present %v", len(rels), has("bex.local/web:1"))
+		}
+		return nil
+	})
+	bytesAfter, snapsAfter := usage()
+	t.Logf("containerd namespace %s: content %d bytes, %d snapshots with both images; %d bytes, %d snapshots after release 1's image went", testenv.Namespace, bytesBefore, snapsBefore, bytesAfter, snapsAfter)
+	if !has("bex.local/web:2") || !has(testenv.BusyboxRef) {
+		t.Fatalf("bex.local/web:2 present %v, %s present %v", has("bex.local/web:2"), testenv.BusyboxRef, has(testenv.BusyboxRef))
 	}
 
 	// Deleting the App stops its processes and removes its endpoints.

@@ -85,7 +85,7 @@ func (c *gitserverCmd) command() *cobra.Command {
 	f.StringVar(&c.namespace, "namespace", "default", "namespace of the Apps")
 	f.StringVar(&c.secretsNamespace, "secrets-namespace", "", "namespace of the webhook secrets and the agents' tokens, the only Secrets the gitserver touches (default: --namespace; on a cluster a namespace of its own, bex-gitserver, so that it needs no access to the apps' Secrets nor the edge's)")
 	f.StringVar(&c.buildkitAddr, "buildkit-addr", "", "buildkitd address (default: unix://STATE_DIR/buildkitd/buildkitd.sock)")
-	f.StringVar(&c.imageRepo, "image-repo", "bex.local", "repository that names the built images")
+	f.StringVar(&c.imageRepo, "image-repo", defaultImageRepo, "repository that names the built images")
 	f.BoolVar(&c.push, "push", false, "push the built images to --image-repo's registry (a cluster, where nodes pull them) instead of keeping them in buildkitd's containerd")
 	f.StringVar(&c.registryConfig, "registry-config", "", "Docker-style config.json with the credentials for pushing and for private base images (default: anonymous)")
 	f.StringVar(&c.imageResolveMode, "image-resolve-mode", "default", "how base images are found: default, pull, or local (no registry)")
@@ -279,3 +279,8 @@ func (c *gitserverCmd) close() error {
 	}
 	return nil
 }
+
+// defaultImageRepo is the default of both --image-repo flags: the gitserver's
+// builds name images under it, the deployer removes pruned releases' images under
+// it, so that `bex up` (which passes neither) has them agree.
+const defaultImageRepo = "bex.local"

@@ -10,4 +10,8 @@
 // kubernetes.io/service-name=<app>), with only ready backends. On a cluster
 // Kubernetes writes them from the Deployment's pods; the local runtime writes them
 // itself. The edge routes from those slices and nothing else.
+//
+// Images: a runtime that stores the images it runs (runtime/local) implements
+// Images, so that pruned releases take their images with them; runtime/kube does
+// not (its images are in a registry).
 package runtime

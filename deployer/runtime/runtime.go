@@ -112,3 +112,21 @@ var Capabilities = []string{
 	"CAP_SETUID",
 	"CAP_SYS_CHROOT",
 }
+
+// Images is a Runtime that stores the images it runs itself (the local runtime:
+// containerd's image store on this machine), so that the reconciler can remove
+// the images of the Releases it prunes. The kubernetes runtime is not one: its
+// images live in a registry, whose garbage collection is not bex's.
+type Images interface {
+	// RemoveImages removes the images remove names (digest-pinned references
+	// <repo>@sha256:..., as in Release.spec.image) unless keep names the same
+	// digest or a container the runtime has (running, draining or not yet
+	// removed) was made from it. Only image names under repo (<repo>:<tag>,
+	// <repo>@<digest>) are touched: a reference of another repository is
+	// ignored, and a name of another repository that shares a digest is left as
+	// it is. Content and snapshots that nothing else holds go with them. It
+	// returns the references of remove left because a container uses them: the
+	// caller keeps those releases and asks again later, so that the image does
+	// not outlive its last release. An image already gone is no error.
+	RemoveImages(ctx context.Context, repo string, remove, keep []string) (inUse []string, err error)
+}

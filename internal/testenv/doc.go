@@ -8,6 +8,8 @@
 //   - buildkitd with the containerd worker, so builds land in that containerd;
 //   - a busybox base image made from Debian's busybox-static and imported into
 //     containerd, so Dockerfiles can say `FROM busybox` without a registry;
+//   - tiny one-layer images of any name and payload (ImportTinyImage), for tests
+//     of what happens to images rather than what they run;
 //   - Pebble, a real ACME server;
 //   - nginx (Debian's package), the reference proxy of the edge's benchmark.
 //

@@ -78,4 +78,9 @@
 // Commands may use $(NAME) references to the instance's environment, expanded as
 // the kubelet does ($$ is a literal $; unknown references stay as written). A
 // config var whose Secret or key is missing makes Sync return an error naming it.
+//
+// Images (images.go): RemoveImages deletes the images of pruned releases from the
+// namespace's image store, only names under the repository given, never a digest a
+// container of the namespace was made from, each delete synchronous with
+// containerd's garbage collection (content and snapshots go with it).
 package local

@@ -1,0 +1,130 @@
+package local
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	cimages "github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/errdefs"
+
+	"bex.co/bex/internal/testenv"
+)
+
+// The image of a running instance stays when its release is pruned, and goes once
+// the instance is gone; a name of another repository on the same digest (the
+// image BuildKit made for this package's tests) stays throughout, and so does a
+// reference of another repository passed by mistake.
+func TestRemoveImagesSparesRunningAndForeignNames(t *testing.T) {
+	f := newFixture(t, "images")
+	ctx := context.Background()
+	cl, err := f.cd.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	const repo = "bex.local/shop"
+	// v1 named as the builder names its images, <repo>:<commit>, next to the
+	// name it has already (docker.io/library/bex-local-test:v1).
+	v1Digest := f.v1[strings.LastIndex(f.v1, "@")+1:]
+	built, err := cl.ImageService().List(ctx, "target.digest=="+v1Digest)
+	if err != nil || len(built) == 0 {
+		t.Fatalf("v1 in containerd: %v %v", built, err)
+	}
+	ours := cimages.Image{Name: repo + ":running", Target: built[0].Target}
+	if _, err := cl.ImageService().Create(ctx, ours); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.ImageService().Delete(context.Background(), ours.Name) })
+	unused, err := testenv.ImportTinyImage(ctx, f.cd, repo+":unused", []byte("unused"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign, err := testenv.ImportTinyImage(ctx, f.cd, "docker.io/library/foreign:1", []byte("foreign"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.ImageService().Delete(context.Background(), "docker.io/library/foreign:1") })
+
+	snaps := func() map[string]bool {
+		t.Helper()
+		out := map[string]bool{}
+		if err := cl.SnapshotService("overlayfs").Walk(ctx, func(_ context.Context, i snapshots.Info) error { out[i.Name] = true; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	before := snaps()
+	d := f.desired(1, repo+"@"+v1Digest, 1)
+	f.syncUntil(d, time.Minute, "release 1 rolled out", rolledOut)
+	// The instance's snapshots: the copy of the image chowned into its id range
+	// (committed) and its writable layer on top.
+	var instance []string
+	for n := range snaps() {
+		if !before[n] {
+			instance = append(instance, n)
+		}
+	}
+	if len(instance) != 2 {
+		t.Fatalf("new snapshots %v, want the remapped copy and the writable layer", instance)
+	}
+
+	removed, inUse, err := f.rt.removeImages(ctx, repo, []string{d.Image, repo + "@" + unused, "docker.io/library/foreign@" + foreign}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(removed) != 1 || removed[0] != repo+":unused" || len(inUse) != 1 || inUse[0] != d.Image {
+		t.Fatalf("removed %v, in use %v; want only %s:unused removed, %s in use", removed, inUse, repo, d.Image)
+	}
+	present := func(name string) bool {
+		t.Helper()
+		_, err := cl.GetImage(ctx, name)
+		if err != nil && !errdefs.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	if !present(ours.Name) || !present("docker.io/library/foreign:1") || present(repo+":unused") {
+		t.Fatalf("after the first removal: %s %v, foreign %v, unused %v", ours.Name, present(ours.Name), present("docker.io/library/foreign:1"), present(repo+":unused"))
+	}
+
+	// The instance stops; now the image goes, and only under repo.
+	if err := f.rt.Delete(ctx, f.key()); err != nil {
+		t.Fatal(err)
+	}
+	removed, _, err = f.rt.removeImages(ctx, repo, []string{d.Image}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(removed) != 1 || removed[0] != ours.Name {
+		t.Fatalf("removed %v, want %s", removed, ours.Name)
+	}
+	if present(ours.Name) || !present(built[0].Name) {
+		t.Fatalf("%s present %v, %s present %v", ours.Name, present(ours.Name), built[0].Name, present(built[0].Name))
+	}
+	// The collector ran with the delete: the remapped copy, which only the
+	// instance's layer held, is gone too.
+	after := snaps()
+	for _, n := range instance {
+		if after[n] {
+			t.Errorf("snapshot %s left after the instance and its image went", n)
+		}
+	}
+}
+
+func TestUnderRepo(t *testing.T) {
+	for name, want := range map[string]bool{
+		"bex.local/shop:abc":         true,
+		"bex.local/shop@sha256:0123": true,
+		"bex.local/shop":             false,
+		"bex.local/shop-2:abc":       false,
+		"bex.local/shop/x:abc":       false,
+		"docker.io/library/shop:abc": false,
+	} {
+		if got := underRepo("bex.local/shop", name); got != want {
+			t.Errorf("underRepo(%q) = %v, want %v", name, got, want)
+		}
+	}
+}

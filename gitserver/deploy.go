@@ -90,6 +90,12 @@ func (s *Server) Deploy(ctx context.Context, req DeployRequest, progress io.Writ
 	if err != nil {
 		return nil, err
 	}
+	// As for a push: a disk short of its margin refuses the fetch and the build
+	// before they start.
+	if err := s.checkDisk("deploy again"); err != nil {
+		s.log.Warn("deploy refused", "app", req.App, "cause", req.Cause, "reason", err)
+		return nil, err
+	}
 	out := newPlainOutput(progress)
 	log := s.log.With("app", req.App, "cause", req.Cause, "actor", req.Actor)
 	if req.Delivery != "" {

@@ -62,6 +62,14 @@ func (s *Server) receivePack(ctx context.Context, sess ssh.Session, user *backen
 		fatal(sess, fmt.Sprintf("user %s has no access to app %s: ask an admin to add you to its members", user.Name, name))
 		return 1
 	}
+	// A disk short of its margin refuses the push before anything is read: git
+	// shows the one line, and nothing was written.
+	if err := s.checkDisk("push again"); err != nil {
+		s.metrics.pushes.WithLabelValues("rejected").Inc()
+		log.Warn("push refused", "reason", err)
+		fatal(sess, err.Error())
+		return 1
+	}
 	// From here the push works on name: taking the user's access away ends it
 	// (while it waits for the lock, too).
 	backend.Used(ctx, name)

@@ -83,3 +83,13 @@ func humanBytes(n uint64) string {
 	}
 	return fmt.Sprintf("%d B", n)
 }
+
+// diskFilled is the line for work that ran out of space part way: what it wrote
+// is gone, nothing moved.
+func (s *Server) diskFilled(again string) string {
+	dir := s.cfg.StateDir
+	if dir == "" {
+		dir = s.cfg.ReposDir
+	}
+	return fmt.Sprintf("the disk of %s filled up, so nothing was stored: free space (ssh bex@HOST system:df) and %s", dir, again)
+}

@@ -162,7 +162,12 @@ func TestDiskFillingDuringAPushLeavesTheRepositoryValid(t *testing.T) {
 	if err == nil {
 		t.Fatalf("a push larger than the free space succeeded:\n%s", out)
 	}
-	t.Logf("push on a full disk:\n%s", out)
+	if want := "the disk of " + e.state + " filled up, so nothing was stored: free space (ssh bex@HOST system:df) and push again"; !strings.Contains(out, want) {
+		t.Fatalf("the push on a full disk does not say %q:\n%s", want, out)
+	}
+	if left, _ := filepath.Glob(filepath.Join(e.repoDir("fills"), "objects", "pack", "tmp_*")); len(left) > 0 {
+		t.Fatalf("the failed push left %v", left)
+	}
 	u.mustGit(e.repoDir("fills"), "fsck", "--strict", "--no-dangling")
 	if got := e.remoteRef("fills", "refs/heads/main"); got != first {
 		t.Fatalf("main = %s after the failed push, want %s", got, first)

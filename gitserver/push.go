@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gliderlabs/ssh"
@@ -162,6 +163,14 @@ func (p *push) run(ctx context.Context) string {
 			p.log.Info("push refused", "reason", refusal)
 			p.out.fail("%s", refusal)
 			p.rejectAll(refusal)
+			return "rejected"
+		}
+		if errors.Is(err, syscall.ENOSPC) {
+			// The disk filled while the pack came in: receive removed what it wrote,
+			// and no ref moves. Say so in the words of the margin's refusal.
+			p.log.Warn("pack refused: disk full", "err", err)
+			p.out.fail("%s", p.s.diskFilled("push again"))
+			p.rejectAll("unpacker error")
 			return "rejected"
 		}
 		if err != nil {

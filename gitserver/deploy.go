@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -143,6 +144,9 @@ func (s *Server) Deploy(ctx context.Context, req DeployRequest, progress io.Writ
 		commit, err = s.fetchUpstream(ctx, req.App, repo.Dir, req.Upstream, branch)
 		if err != nil {
 			log.Warn("fetch failed", "upstream", upstream.Redact(req.Upstream), "err", err)
+			if errors.Is(err, syscall.ENOSPC) {
+				return nil, backend.Errorf(backend.Invalid, "%s", s.diskFilled("deploy again"))
+			}
 			return nil, fmt.Errorf("%w: fetching %s from %s: %v", ErrDeployFailed, branch, upstream.Redact(req.Upstream), err)
 		}
 		log.Info("fetched", "commit", commit.String(), "took", time.Since(start))
@@ -371,6 +375,12 @@ func (s *Server) fetchUpstream(ctx context.Context, app, dir, upstream, branch s
 			pack = sideband.NewDemuxer(sideband.Sideband, resp)
 		}
 		_, err = repo.StorePack(ctx, pack, receive.Limits{MaxPackBytes: s.cfg.MaxPackBytes, MaxObjectBytes: s.cfg.MaxObjectBytes, Tips: []plumbing.Hash{want}})
+		if err != nil {
+			// A pack refused part way (the disk full) leaves the sender writing:
+			// Close waits for it (file:// waits for its git-upload-pack), so read
+			// the rest away first, at most the pack limit.
+			_, _ = io.CopyN(io.Discard, pack, s.cfg.MaxPackBytes)
+		}
 		resp.Close()
 		if err != nil {
 			return plumbing.ZeroHash, err

@@ -43,7 +43,9 @@ func (c Config) minFree(total uint64) uint64 {
 // checkDisk refuses work that writes to the state dir (a push's pack, a build's
 // fetch and image) when its file system has less than the margin free: the
 // refusal says how much is free and where to look, and nothing has been written;
-// again is what to do after ("push again").
+// again is what to do after ("push again"). Its kind is Invalid (it cannot be
+// done as things are), which the backend passes on as it is: Failed would add
+// that a build ran, Conflict that another operation holds the app.
 // A file system that cannot be asked does not stop anything: the write itself
 // then fails cleanly if the disk is full (receive writes packs aside and moves no
 // ref before they are whole).
@@ -61,7 +63,7 @@ func (s *Server) checkDisk(again string) error {
 	if free >= margin {
 		return nil
 	}
-	return backend.Errorf(backend.Failed,
+	return backend.Errorf(backend.Invalid,
 		"the disk of %s has %s free (under the %s bex keeps): free space (ssh bex@HOST system:df) and %s",
 		dir, humanBytes(free), humanBytes(margin), again)
 }

@@ -49,7 +49,7 @@ func TestShortDiskRefusesPushesAndDeploysAtOnce(t *testing.T) {
 		t.Fatalf("%d builds, want only the first push's", n)
 	}
 	_, err = e.srv.Deploy(context.Background(), gitserver.DeployRequest{App: "short", Cause: gitserver.CauseDeploy, Actor: "ana"}, nil)
-	if err == nil || backend.KindOf(err) != backend.Failed || !strings.Contains(err.Error(), "has 612 MiB free") || !strings.Contains(err.Error(), "deploy again") {
+	if err == nil || backend.KindOf(err) != backend.Invalid || !strings.Contains(err.Error(), "has 612 MiB free") || !strings.Contains(err.Error(), "deploy again") {
 		t.Fatalf("Deploy on a short disk: %v (kind %v)", err, backend.KindOf(err))
 	}
 	if n := len(e.builder.all()); n != 1 {
@@ -151,12 +151,7 @@ func TestDiskFillingDuringAPushLeavesTheRepositoryValid(t *testing.T) {
 	u.mustGit(dir, "push", "-q", "bex", "main")
 
 	// 24 MiB of random bytes (git cannot compress them) against 8 MiB free.
-	blob := make([]byte, 24<<20)
-	rng := rand.New(rand.NewPCG(3, 4))
-	for i := range blob {
-		blob[i] = byte(rng.Uint32())
-	}
-	second := u.commit(dir, "big.bin", string(blob))
+	second := u.commit(dir, "big.bin", string(randomBytes(24<<20)))
 	filler := fill(t, e.state, 8<<20)
 	out, err := u.git(dir, "push", "bex", "main")
 	if err == nil {
@@ -184,4 +179,47 @@ func TestDiskFillingDuringAPushLeavesTheRepositoryValid(t *testing.T) {
 		t.Fatalf("main = %s after freeing space, want %s", got, second)
 	}
 	u.mustGit(e.repoDir("fills"), "fsck", "--strict", "--no-dangling")
+}
+
+// TestDiskFillingDuringAnUpstreamFetch: a Deploy whose fetch does not fit fails
+// with the same line, builds nothing and moves no branch; with room it deploys.
+func TestDiskFillingDuringAnUpstreamFetch(t *testing.T) {
+	e := serverOnSmallFS(t, func(c *gitserver.Config) { c.MinFreeBytes = 0; c.AllowFileUpstreams = true })
+	u := e.addUser("ana", appv1.RoleAdmin, true)
+	e.createApp("mirror")
+	dir, url := u.upstream()
+	tip := u.commit(dir, "big.bin", string(randomBytes(24<<20)))
+	filler := fill(t, e.state, 8<<20)
+	req := gitserver.DeployRequest{App: "mirror", Upstream: url, Cause: gitserver.CauseWebhook, Actor: "webhook:test"}
+	_, err := e.srv.Deploy(context.Background(), req, nil)
+	if want := "the disk of " + e.state + " filled up, so nothing was stored"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Deploy on a full disk: %v, want %q", err, want)
+	}
+	if n := len(e.builder.all()); n != 0 {
+		t.Fatalf("%d builds after the failed fetch", n)
+	}
+	u.mustGit(e.repoDir("mirror"), "fsck", "--strict", "--no-dangling")
+	if got := e.remoteRef("mirror", "refs/heads/main"); got != "" {
+		t.Fatalf("main = %s after the failed fetch", got)
+	}
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.srv.Deploy(context.Background(), req, nil); err != nil {
+		t.Fatalf("Deploy after freeing space: %v", err)
+	}
+	if got := e.remoteRef("mirror", "refs/heads/main"); got != tip {
+		t.Fatalf("main = %s after the deploy, want %s", got, tip)
+	}
+}
+
+// randomBytes is n bytes git cannot compress.
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
 }

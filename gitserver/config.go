@@ -63,6 +63,16 @@ type Config struct {
 	// mostly), checked on the size the pack declares before anything is inflated.
 	// It also bounds the gitserver's memory: no object larger is ever held.
 	MaxObjectBytes int64
+	// MinFreeBytes and MinFreePercent are the free space kept on the file system
+	// of StateDir: the smaller of MinFreeBytes and MinFreePercent of its size.
+	// With less free, a push is refused before its pack is read and a Deploy
+	// before it fetches or builds, saying how much is free. Either one 0 turns the
+	// check off. The smaller, so that 5% of a large disk does not ask for tens of
+	// GiB, nor 1 GiB most of a small one.
+	MinFreeBytes   int64
+	MinFreePercent float64
+	// FreeSpace reads the free space; nil: Statfs.
+	FreeSpace FreeSpace
 	// SessionRecheck is how often open sessions are checked again: a session whose
 	// key was removed is closed at the next check, and one whose user (as read
 	// again) may no longer use an app it works on is ended, saying why. At most
@@ -115,12 +125,17 @@ func DefaultConfig() Config {
 		MaxPackBytes:        2 << 30,
 		MaxObjectBytes:      DefaultMaxObjectBytes,
 		SessionRecheck:      time.Second,
+		MinFreeBytes:        DefaultMinFreeBytes,
+		MinFreePercent:      DefaultMinFreePercent,
 		FetchTimeout:        5 * time.Minute,
 	}
 }
 
 // withPaths returns c with its empty paths derived from StateDir (see Config).
 func (c Config) withPaths() Config {
+	if c.FreeSpace == nil {
+		c.FreeSpace = Statfs
+	}
 	if c.StateDir == "" {
 		return c
 	}
@@ -188,6 +203,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxObjectBytes <= 0 {
 		errs = append(errs, fmt.Errorf("Config.MaxObjectBytes %d: must be positive", c.MaxObjectBytes))
+	}
+	if c.MinFreeBytes < 0 {
+		errs = append(errs, fmt.Errorf("Config.MinFreeBytes %d: must not be negative (0 turns the free-space check off)", c.MinFreeBytes))
+	}
+	if c.MinFreePercent < 0 || c.MinFreePercent > 100 {
+		errs = append(errs, fmt.Errorf("Config.MinFreePercent %g: must be between 0 and 100", c.MinFreePercent))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("gitserver: %w", err)

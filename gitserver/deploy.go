@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -90,6 +91,12 @@ func (s *Server) Deploy(ctx context.Context, req DeployRequest, progress io.Writ
 	if err != nil {
 		return nil, err
 	}
+	// As for a push: a disk short of its margin refuses the fetch and the build
+	// before they start.
+	if err := s.checkDisk("deploy again"); err != nil {
+		s.log.Warn("deploy refused", "app", req.App, "cause", req.Cause, "reason", err)
+		return nil, err
+	}
 	out := newPlainOutput(progress)
 	log := s.log.With("app", req.App, "cause", req.Cause, "actor", req.Actor)
 	if req.Delivery != "" {
@@ -137,6 +144,9 @@ func (s *Server) Deploy(ctx context.Context, req DeployRequest, progress io.Writ
 		commit, err = s.fetchUpstream(ctx, req.App, repo.Dir, req.Upstream, branch)
 		if err != nil {
 			log.Warn("fetch failed", "upstream", upstream.Redact(req.Upstream), "err", err)
+			if errors.Is(err, syscall.ENOSPC) {
+				return nil, backend.Errorf(backend.Invalid, "%s", s.diskFilled("deploy again"))
+			}
 			return nil, fmt.Errorf("%w: fetching %s from %s: %v", ErrDeployFailed, branch, upstream.Redact(req.Upstream), err)
 		}
 		log.Info("fetched", "commit", commit.String(), "took", time.Since(start))
@@ -365,6 +375,12 @@ func (s *Server) fetchUpstream(ctx context.Context, app, dir, upstream, branch s
 			pack = sideband.NewDemuxer(sideband.Sideband, resp)
 		}
 		_, err = repo.StorePack(ctx, pack, receive.Limits{MaxPackBytes: s.cfg.MaxPackBytes, MaxObjectBytes: s.cfg.MaxObjectBytes, Tips: []plumbing.Hash{want}})
+		if err != nil {
+			// A pack refused part way (the disk full) leaves the sender writing:
+			// Close waits for it (file:// waits for its git-upload-pack), so read
+			// the rest away first, at most the pack limit.
+			_, _ = io.CopyN(io.Discard, pack, s.cfg.MaxPackBytes)
+		}
 		resp.Close()
 		if err != nil {
 			return plumbing.ZeroHash, err

@@ -20,6 +20,11 @@
 // it works on (the push's or fetch's app, the apps a command read through the
 // backend) is ended with one line saying why.
 //
+// A push or a Deploy is refused at once, saying how much is free, when the state
+// dir's file system has less than Config.MinFreeBytes or MinFreePercent free,
+// whichever is smaller (disk.go); a pack that fills the disk part way is refused
+// as cleanly, the repository left as it was.
+//
 // The Builder, Deployer, Directory and UpstreamAuth are interfaces declared here
 // and wired by cmd/bex; the package imports no other component.
 package gitserver

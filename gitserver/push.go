@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gliderlabs/ssh"
@@ -60,6 +61,14 @@ func (s *Server) receivePack(ctx context.Context, sess ssh.Session, user *backen
 	case !user.MayUse(app.Members):
 		s.metrics.pushes.WithLabelValues("rejected").Inc()
 		fatal(sess, fmt.Sprintf("user %s has no access to app %s: ask an admin to add you to its members", user.Name, name))
+		return 1
+	}
+	// A disk short of its margin refuses the push before anything is read: git
+	// shows the one line, and nothing was written.
+	if err := s.checkDisk("push again"); err != nil {
+		s.metrics.pushes.WithLabelValues("rejected").Inc()
+		log.Warn("push refused", "reason", err)
+		fatal(sess, err.Error())
 		return 1
 	}
 	// From here the push works on name: taking the user's access away ends it
@@ -154,6 +163,14 @@ func (p *push) run(ctx context.Context) string {
 			p.log.Info("push refused", "reason", refusal)
 			p.out.fail("%s", refusal)
 			p.rejectAll(refusal)
+			return "rejected"
+		}
+		if errors.Is(err, syscall.ENOSPC) {
+			// The disk filled while the pack came in: receive removed what it wrote,
+			// and no ref moves. Say so in the words of the margin's refusal.
+			p.log.Warn("pack refused: disk full", "err", err)
+			p.out.fail("%s", p.s.diskFilled("push again"))
+			p.rejectAll("unpacker error")
 			return "rejected"
 		}
 		if err != nil {

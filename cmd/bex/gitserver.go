@@ -55,6 +55,7 @@ type gitserverCmd struct {
 	allowPrivate     bool
 	trustedProxies   []string
 	maxObjectSize    byteSize
+	minFreeDisk      byteSize
 	buildMemory      byteSize
 	buildCgroup      string
 
@@ -96,6 +97,8 @@ func (c *gitserverCmd) command() *cobra.Command {
 	f.StringVar(&c.hooksURL, "hooks-url", "", "how git hosts reach the webhooks, for `webhooks APP` (default http://HOOKS-ADDR)")
 	c.maxObjectSize = gitserver.DefaultMaxObjectBytes
 	f.Var(&c.maxObjectSize, "max-object-size", "largest object (a file, mostly) that a push or an upstream fetch may hold, checked before it is inflated (GitHub's limit is 100MiB); it also bounds the gitserver's memory")
+	c.minFreeDisk = gitserver.DefaultMinFreeBytes
+	f.Var(&c.minFreeDisk, "min-free-disk", fmt.Sprintf("free space kept on the file system of --state-dir: with less free (this or %d%% of the file system, whichever is smaller) pushes and deploys are refused at once, saying how much is free", gitserver.DefaultMinFreePercent))
 	f.Var(&c.buildMemory, "build-memory", "the memory limit of build steps, as set on --build-cgroup (e.g. 4Gi), named when a step is killed by it")
 	f.StringVar(&c.buildCgroup, "build-cgroup", "", "directory of the cgroup buildkitd runs build steps under (bex up sets it); its OOM counters tell a step killed by --build-memory; empty: a step killed for memory is reported by its exit code")
 	var trusted []string
@@ -162,6 +165,7 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	gcfg.StateDir, gcfg.Addr = c.stateDir, c.sshAddr
 	gcfg.AllowFileUpstreams, gcfg.AllowPrivateUpstreams = c.allowFile, c.allowPrivate
 	gcfg.MaxObjectBytes = int64(c.maxObjectSize)
+	gcfg.MinFreeBytes = int64(c.minFreeDisk)
 	var hooksListener net.Listener
 	if c.hooksAddr != "" {
 		// Listening before the commands are made, so that `webhooks APP` can print

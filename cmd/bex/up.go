@@ -23,6 +23,7 @@ type upCmd struct {
 	cfg           up.Config
 	adminKeyFile  string
 	maxObjectSize byteSize
+	minFreeDisk   byteSize
 	buildMemory   byteSize
 
 	// started, when set, receives the platform once it is up (tests).
@@ -58,6 +59,8 @@ func (c *upCmd) command() *cobra.Command {
 	f.StringVar(&c.cfg.ImageResolveMode, "image-resolve-mode", d.ImageResolveMode, "how builds find base images: default, pull, or local (images already in containerd; no registry)")
 	c.maxObjectSize = byteSize(d.MaxObjectBytes)
 	f.Var(&c.maxObjectSize, "max-object-size", "largest object (a file, mostly) that a push may hold, passed to the gitserver (GitHub's limit is 100MiB)")
+	c.minFreeDisk = byteSize(d.MinFreeDiskBytes)
+	f.Var(&c.minFreeDisk, "min-free-disk", "free space kept on the file system of --state-dir, passed to the gitserver: with less free (this or 5% of the file system, whichever is smaller) pushes and deploys are refused at once")
 	f.BoolVar(&c.cfg.AllowPrivateUpstreams, "allow-private-upstreams", false, "let apps fetch upstreams on loopback, private (RFC 1918, CGNAT, ULA) and link-local addresses, passed to the gitserver (a git host on the LAN); off: a member could reach this machine's and the LAN's services")
 	f.BoolVar(&c.cfg.BusyboxBase, "busybox-base", false, "put Debian's busybox-static into containerd as docker.io/library/busybox:latest if no such image is there, so FROM busybox builds without a registry (with --image-resolve-mode local)")
 	f.Var(&c.buildMemory, "build-memory", "memory limit shared by the build steps running at once, e.g. 4Gi or 512Mi; a step past it fails the build (default: the smaller of 4Gi and half the machine's memory)")
@@ -93,6 +96,7 @@ func (c *upCmd) run(ctx context.Context) error {
 		c.cfg.LogFormat = *c.logFormat
 	}
 	c.cfg.MaxObjectBytes = int64(c.maxObjectSize)
+	c.cfg.MinFreeDiskBytes = int64(c.minFreeDisk)
 	p, err := up.Start(ctx, c.cfg)
 	if err != nil {
 		return err

@@ -49,6 +49,9 @@ type Config struct {
 	// MaxObjectBytes is passed to the gitserver (--max-object-size); 0 keeps its
 	// default.
 	MaxObjectBytes int64
+	// MinFreeDiskBytes is passed to the gitserver (--min-free-disk); 0 keeps its
+	// default.
+	MinFreeDiskBytes int64
 	// BuildMemory is the memory limit shared by the build steps running at once, in
 	// bytes; 0 is the default, the smaller of 4 GiB and half the machine's memory.
 	BuildMemory int64
@@ -84,6 +87,7 @@ func DefaultConfig() Config {
 		BaseDomain:       "localhost",
 		ImageResolveMode: "default",
 		MaxObjectBytes:   gitserver.DefaultMaxObjectBytes,
+		MinFreeDiskBytes: gitserver.DefaultMinFreeBytes,
 		LogFormat:        "text",
 	}
 }
@@ -118,6 +122,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxObjectBytes < 0 {
 		errs = append(errs, fmt.Errorf("--max-object-size %d: must not be negative", c.MaxObjectBytes))
+	}
+	if c.MinFreeDiskBytes < 0 {
+		errs = append(errs, fmt.Errorf("--min-free-disk %d: must not be negative", c.MinFreeDiskBytes))
 	}
 	if c.BuildMemory < 0 || c.BuildMemory > 0 && c.BuildMemory < 16<<20 {
 		errs = append(errs, fmt.Errorf("--build-memory %d: give at least 16Mi, or nothing for the default", c.BuildMemory))

@@ -435,6 +435,9 @@ func (p *Platform) startComponents(ctx context.Context) error {
 	if p.cfg.MaxObjectBytes > 0 {
 		gitArgs = append(gitArgs, "--max-object-size", strconv.FormatInt(p.cfg.MaxObjectBytes, 10))
 	}
+	if p.cfg.MinFreeDiskBytes > 0 {
+		gitArgs = append(gitArgs, "--min-free-disk", strconv.FormatInt(p.cfg.MinFreeDiskBytes, 10))
+	}
 	if p.cfg.AllowPrivateUpstreams {
 		gitArgs = append(gitArgs, "--allow-private-upstreams")
 	}

@@ -1,0 +1,97 @@
+package gitserver
+
+import (
+	"fmt"
+	"syscall"
+
+	"bex.co/bex/gitserver/backend"
+)
+
+// FreeSpace says how many bytes of the file system holding path are free to
+// bex (what an unprivileged writer may still use) and how large it is.
+type FreeSpace func(path string) (free, total uint64, err error)
+
+// Statfs is the FreeSpace of the kernel: statfs(2)'s available and total blocks.
+func Statfs(path string) (free, total uint64, err error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(path, &st); err != nil {
+		return 0, 0, err
+	}
+	return st.Bavail * uint64(st.Bsize), st.Blocks * uint64(st.Bsize), nil
+}
+
+// DefaultMinFreeBytes and DefaultMinFreePercent are the free space kept on the
+// state dir's file system: the smaller of the two (see Config.MinFreeBytes).
+const (
+	DefaultMinFreeBytes   = 1 << 30
+	DefaultMinFreePercent = 5
+)
+
+// minFree is the margin on a file system of total bytes: the smaller of
+// MinFreeBytes and MinFreePercent of total, either one being 0 turning it off.
+func (c Config) minFree(total uint64) uint64 {
+	if c.MinFreeBytes <= 0 || c.MinFreePercent <= 0 {
+		return 0
+	}
+	m := uint64(c.MinFreeBytes)
+	if p := uint64(float64(total) * c.MinFreePercent / 100); p < m {
+		m = p
+	}
+	return m
+}
+
+// checkDisk refuses work that writes to the state dir (a push's pack, a build's
+// fetch and image) when its file system has less than the margin free: the
+// refusal says how much is free and where to look, and nothing has been written;
+// again is what to do after ("push again"). Its kind is Invalid (it cannot be
+// done as things are), which the backend passes on as it is: Failed would add
+// that a build ran, Conflict that another operation holds the app.
+// A file system that cannot be asked does not stop anything: the write itself
+// then fails cleanly if the disk is full (receive writes packs aside and moves no
+// ref before they are whole).
+func (s *Server) checkDisk(again string) error {
+	dir := s.cfg.StateDir
+	if dir == "" {
+		dir = s.cfg.ReposDir
+	}
+	free, total, err := s.cfg.FreeSpace(dir)
+	if err != nil {
+		s.log.Warn("cannot read the free disk space", "dir", dir, "err", err)
+		return nil
+	}
+	margin := s.cfg.minFree(total)
+	if free >= margin {
+		return nil
+	}
+	return backend.Errorf(backend.Invalid,
+		"the disk of %s has %s free (under the %s bex keeps): free space (ssh bex@HOST system:df) and %s",
+		dir, humanBytes(free), humanBytes(margin), again)
+}
+
+// humanBytes is n in the largest binary unit that leaves a whole number (612 MiB,
+// 1 GiB), rounded down past GiB, so that it reads as df -h does.
+func humanBytes(n uint64) string {
+	switch {
+	case n >= 10<<30:
+		return fmt.Sprintf("%d GiB", n>>30)
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%d GiB", n>>30)
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// diskFilled is the line for work that ran out of space part way: what it wrote
+// is gone, nothing moved.
+func (s *Server) diskFilled(again string) string {
+	dir := s.cfg.StateDir
+	if dir == "" {
+		dir = s.cfg.ReposDir
+	}
+	return fmt.Sprintf("the disk of %s filled up, so nothing was stored: free space (ssh bex@HOST system:df) and %s", dir, again)
+}

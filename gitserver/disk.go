@@ -64,7 +64,7 @@ func (s *Server) checkDisk(again string) error {
 		return nil
 	}
 	return backend.Errorf(backend.Invalid,
-		"the disk of %s has %s free (under the %s bex keeps): free space (ssh bex@HOST system:df) and %s",
+		"the disk of %s has %s free (under the %s bex keeps): free space on it and %s",
 		dir, humanBytes(free), humanBytes(margin), again)
 }
 
@@ -93,5 +93,5 @@ func (s *Server) diskFilled(again string) string {
 	if dir == "" {
 		dir = s.cfg.ReposDir
 	}
-	return fmt.Sprintf("the disk of %s filled up, so nothing was stored: free space (ssh bex@HOST system:df) and %s", dir, again)
+	return fmt.Sprintf("the disk of %s filled up, so nothing was stored: free space on it and %s", dir, again)
 }

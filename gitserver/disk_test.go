@@ -38,7 +38,7 @@ func TestShortDiskRefusesPushesAndDeploysAtOnce(t *testing.T) {
 	disk.free.Store(612 << 20)
 	second := u.commit(dir, "app.txt", "v2\n")
 	out, err := u.git(dir, "push", "bex", "main")
-	want := "the disk of " + e.state + " has 612 MiB free (under the 1 GiB bex keeps): free space (ssh bex@HOST system:df) and push again"
+	want := "the disk of " + e.state + " has 612 MiB free (under the 1 GiB bex keeps): free space on it and push again"
 	if err == nil || !strings.Contains(out, want) {
 		t.Fatalf("push on a short disk: err %v, want the line %q:\n%s", err, want, out)
 	}
@@ -123,7 +123,7 @@ func TestPushRefusedUnderTheMarginOfARealFileSystem(t *testing.T) {
 	second := u.commit(dir, "app.txt", "v2\n")
 	out, err := u.git(dir, "push", "bex", "main")
 	if err == nil || !strings.Contains(out, "the disk of "+e.state+" has ") ||
-		!strings.Contains(out, "MiB free (under the 32 MiB bex keeps): free space (ssh bex@HOST system:df) and push again") {
+		!strings.Contains(out, "MiB free (under the 32 MiB bex keeps): free space on it and push again") {
 		t.Fatalf("push under the margin: err %v, want the free-space line:\n%s", err, out)
 	}
 	if got := e.remoteRef("tight", "refs/heads/main"); got != first {
@@ -157,7 +157,7 @@ func TestDiskFillingDuringAPushLeavesTheRepositoryValid(t *testing.T) {
 	if err == nil {
 		t.Fatalf("a push larger than the free space succeeded:\n%s", out)
 	}
-	if want := "the disk of " + e.state + " filled up, so nothing was stored: free space (ssh bex@HOST system:df) and push again"; !strings.Contains(out, want) {
+	if want := "the disk of " + e.state + " filled up, so nothing was stored: free space on it and push again"; !strings.Contains(out, want) {
 		t.Fatalf("the push on a full disk does not say %q:\n%s", want, out)
 	}
 	if left, _ := filepath.Glob(filepath.Join(e.repoDir("fills"), "objects", "pack", "tmp_*")); len(left) > 0 {

@@ -11,10 +11,11 @@ import (
 	"bex.co/bex/internal/testenv"
 )
 
-// A buildkitd with bex up's GC policy and a small bound: builds that each leave an
-// unshared 6 MiB layer (a cache mount) make the cache grow past the
-// bound, and buildkitd's GC brings what no image shares back under it, least
-// recently used first; the latest commit's rebuild is still fully cached.
+// A buildkitd with bex up's GC policy and a small bound: builds that each leave 6
+// MiB no image holds (a cache mount) make the cache grow past the bound (to 30 MiB;
+// buildkitd's default policy would keep it all), and buildkitd's GC brings it back
+// under the bound, least recently used first: the latest build's cache stays, and
+// the latest commit's rebuild is fully cached.
 func TestBuildCacheStaysUnderItsBoundAndARecentRebuildIsCached(t *testing.T) {
 	const bound = 16 << 20
 	testenv.SharedBusybox(t)
@@ -37,7 +38,7 @@ func TestBuildCacheStaysUnderItsBoundAndARecentRebuildIsCached(t *testing.T) {
 		t.Fatalf("workers: %v, %v", workers, err)
 	}
 	p := workers[0].GCPolicy
-	if len(p) != 3 || p[0].KeepDuration != 24*time.Hour || p[1].MaxUsedSpace != bound || p[1].All || p[2].MaxUsedSpace != bound || !p[2].All {
+	if len(p) != 2 || p[0].KeepDuration != 24*time.Hour || p[1].MaxUsedSpace != bound || p[1].All {
 		t.Fatalf("the worker's GC policy: %+v", p)
 	}
 
@@ -62,8 +63,11 @@ func TestBuildCacheStaysUnderItsBoundAndARecentRebuildIsCached(t *testing.T) {
 		}
 		mustBuild(t, b, r.request("gc"))
 	}
-	// buildkitd runs its GC a second after a build, then at most once a minute:
-	// wait for the unshared cache (what the bound counts) to be back under it.
+	// buildkitd runs its GC a second after a build, then at most once a minute, and
+	// a pass skips records a build still held when it ran: wait for the unshared
+	// cache (what the bound counts) to be back under it, asking for another pass
+	// with a rebuild of the latest commit (a solve) now and then, as the next push
+	// would.
 	unshared := func() (int64, error) {
 		du, err := cl.DiskUsage(ctx)
 		if err != nil {
@@ -77,17 +81,33 @@ func TestBuildCacheStaysUnderItsBoundAndARecentRebuildIsCached(t *testing.T) {
 		}
 		return n, nil
 	}
-	testenv.Eventually(t, 3*time.Minute, "the build cache under its bound", func() error {
+	asked := time.Now()
+	testenv.Eventually(t, 200*time.Second, "the build cache under its bound", func() error {
 		n, err := unshared()
 		if err != nil {
 			return err
 		}
 		if n > bound {
+			if time.Since(asked) > 20*time.Second {
+				mustBuild(t, b, r.request("gc"))
+				asked = time.Now()
+			}
 			return fmt.Errorf("unshared build cache %d MiB, bound %d MiB", n>>20, bound>>20)
 		}
 		return nil
 	})
 	n, _ := unshared()
+	du, err := cl.DiskUsage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	latest := false
+	for _, u := range du {
+		latest = latest || strings.Contains(u.Description, fmt.Sprintf(`with id "/fill%d"`, builds-1))
+	}
+	if !latest {
+		t.Errorf("the latest build's cache mount went; left: %d MiB", n>>20)
+	}
 	t.Logf("unshared build cache after %d builds of %d MiB each: %d MiB (bound %d MiB)", builds, 6, n>>20, bound>>20)
 
 	// The latest commit again: every step cached (FROM only looks the base up).

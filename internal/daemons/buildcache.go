@@ -29,19 +29,19 @@ func defaultBuildCacheBytes(fsBytes int64) int64 {
 
 // gcPolicy is the GC policy of the enabled worker (section is
 // "worker.containerd" or "worker.oci") for a cache of at most maxBytes whose
-// records unused for longer than keep go whatever the size: buildkitd's own default
-// policy (cmd/buildkitd/config.DefaultGCPolicy) with bex's bound and age in place of
-// its share of the disk and 60 days. buildkitd applies the rules in order after
-// builds, each until nothing it matches is left or the cache is under its bound:
+// records unused for longer than keep go whatever the size. buildkitd applies the
+// rules in order after builds:
 //   - every record unused for longer than keep (keep 0: none is too old);
 //   - the records no image in containerd shares, least recently used first, down
-//     to maxBytes;
-//   - then everything, shared and buildkitd's internal records included, down to
-//     maxBytes.
+//     to maxBytes.
 //
-// The last rules take the least recently used first and stop at maxBytes, so a
-// recent build's records stay cached while the cache holds several builds. maxBytes
-// 0 writes nothing: buildkitd's default policy.
+// Both leave alone what buildkitd calls shared: the layers of images in containerd,
+// whose bytes go with the images. buildkitd's default policy ends with an `all`
+// rule that also removes those down to the bound; bex has none, because with the
+// containerd worker that rule removed the records of the images' own layers even
+// with the cache under its bound (builder/cache_test.go saw it), and a rebuild of
+// the latest commit then ran every step again. maxBytes 0 writes nothing:
+// buildkitd's default policy.
 func gcPolicy(section string, maxBytes int64, keep time.Duration) string {
 	if maxBytes <= 0 {
 		return ""
@@ -52,6 +52,5 @@ func gcPolicy(section string, maxBytes int64, keep time.Duration) string {
 	}
 	// Sizes are strings: buildkitd reads them as text (bytes, or a percentage).
 	fmt.Fprintf(&b, "\n[[%s.gcpolicy]]\n  maxUsedSpace = \"%d\"\n", section, maxBytes)
-	fmt.Fprintf(&b, "\n[[%s.gcpolicy]]\n  all = true\n  maxUsedSpace = \"%d\"\n", section, maxBytes)
 	return b.String()
 }

@@ -38,19 +38,16 @@ func TestBuildkitdConfigBoundsTheCacheOfTheEnabledWorker(t *testing.T) {
 			t.Errorf("containerd %v: gc is not on", containerd)
 		}
 		p := gc.GCPolicy
-		if len(p) != 3 {
-			t.Fatalf("containerd %v: %d rules, want 3: %+v", containerd, len(p), p)
+		if len(p) != 2 {
+			t.Fatalf("containerd %v: %d rules, want 2: %+v", containerd, len(p), p)
 		}
 		// First: age alone, no size (it removes every unshared record older).
 		if p[0].KeepDuration.Duration != 36*time.Hour || p[0].MaxUsedSpace != (bkconfig.DiskSpace{}) || p[0].All || len(p[0].Filters) != 0 {
 			t.Errorf("containerd %v: rule 1 %+v", containerd, p[0])
 		}
-		// Then the size, unshared records first, then everything.
-		for i, all := range []bool{false, true} {
-			r := p[1+i]
-			if r.MaxUsedSpace.Bytes != size || r.All != all || r.KeepDuration.Duration != 0 || r.ReservedSpace != (bkconfig.DiskSpace{}) || r.MinFreeSpace != (bkconfig.DiskSpace{}) {
-				t.Errorf("containerd %v: rule %d %+v", containerd, 2+i, r)
-			}
+		// Then the size, over the unshared records only (no all rule).
+		if r := p[1]; r.MaxUsedSpace.Bytes != size || r.All || r.KeepDuration.Duration != 0 || r.ReservedSpace != (bkconfig.DiskSpace{}) || r.MinFreeSpace != (bkconfig.DiskSpace{}) {
+			t.Errorf("containerd %v: rule 2 %+v", containerd, r)
 		}
 		// The cgroup parent still lands in the worker's section.
 		if containerd && cfg.Workers.Containerd.DefaultCgroupParent != b.CgroupParent || !containerd && cfg.Workers.OCI.DefaultCgroupParent != b.CgroupParent {
@@ -70,7 +67,7 @@ func TestBuildkitdConfigCacheWithoutKeepOrSize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := cfg.Workers.Containerd.GCPolicy; len(p) != 2 || p[0].MaxUsedSpace.Bytes != 1<<30 || p[0].KeepDuration.Duration != 0 || !p[1].All {
+	if p := cfg.Workers.Containerd.GCPolicy; len(p) != 1 || p[0].MaxUsedSpace.Bytes != 1<<30 || p[0].KeepDuration.Duration != 0 || p[0].All {
 		t.Errorf("no keep: %+v", p)
 	}
 	b = Buildkitd{Dir: t.TempDir(), ContainerdAddress: "/run/containerd.sock", Namespace: "bex", CacheKeep: time.Hour}

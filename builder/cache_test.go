@@ -14,8 +14,8 @@ import (
 // A buildkitd with bex up's GC policy and a small bound: builds that each leave 6
 // MiB no image holds (a cache mount) make the cache grow past the bound (to 30 MiB;
 // buildkitd's default policy would keep it all), and buildkitd's GC brings it back
-// under the bound, least recently used first: the latest build's cache stays, and
-// the latest commit's rebuild is fully cached.
+// under the bound, least recently used first, without touching the layers the
+// images hold: the latest commit's rebuild is fully cached.
 func TestBuildCacheStaysUnderItsBoundAndARecentRebuildIsCached(t *testing.T) {
 	const bound = 16 << 20
 	testenv.SharedBusybox(t)
@@ -97,17 +97,6 @@ func TestBuildCacheStaysUnderItsBoundAndARecentRebuildIsCached(t *testing.T) {
 		return nil
 	})
 	n, _ := unshared()
-	du, err := cl.DiskUsage(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	latest := false
-	for _, u := range du {
-		latest = latest || strings.Contains(u.Description, fmt.Sprintf(`with id "/fill%d"`, builds-1))
-	}
-	if !latest {
-		t.Errorf("the latest build's cache mount went; left: %d MiB", n>>20)
-	}
 	t.Logf("unshared build cache after %d builds of %d MiB each: %d MiB (bound %d MiB)", builds, 6, n>>20, bound>>20)
 
 	// The latest commit again: every step cached (FROM only looks the base up).

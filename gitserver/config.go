@@ -32,6 +32,10 @@ type Config struct {
 	// it, the push is refused with a reason. Longer than BuildTimeout, so that a push
 	// behind a build that runs to its limit still gets its turn.
 	LockWait time.Duration
+	// RepackTimeout bounds one background `git gc --auto` of an app's repository
+	// after a push (repack.go); a gc past it is killed (git leaves the repository
+	// valid). 0: no repacks.
+	RepackTimeout time.Duration
 	// BuildTimeout ends a build that runs longer (Heroku's limit is 15 minutes).
 	BuildTimeout time.Duration
 	// RolloutTimeout bounds the wait for a release to serve.
@@ -112,6 +116,7 @@ func DefaultConfig() Config {
 		Agent:               "bex/dev",
 		MaxConcurrentBuilds: 4,
 		LockWait:            20 * time.Minute,
+		RepackTimeout:       10 * time.Minute,
 		BuildTimeout:        15 * time.Minute,
 		RolloutTimeout:      5 * time.Minute,
 		KeepAlive:           15 * time.Second,
@@ -168,6 +173,9 @@ func (c Config) Validate() error {
 		if p.v == "" {
 			errs = append(errs, fmt.Errorf("Config.%s: required, or Config.StateDir to derive it from", p.name))
 		}
+	}
+	if c.RepackTimeout < 0 {
+		errs = append(errs, fmt.Errorf("Config.RepackTimeout %s: must not be negative (0: no repacks)", c.RepackTimeout))
 	}
 	if c.MaxConcurrentBuilds < 1 {
 		errs = append(errs, fmt.Errorf("Config.MaxConcurrentBuilds %d: must be at least 1", c.MaxConcurrentBuilds))

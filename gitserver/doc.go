@@ -11,6 +11,9 @@
 // the push with a reason and leaves both the ref and what is serving untouched.
 // git-upload-pack (clone, fetch) is served by the git binary.
 //
+// After a push, the app's repository is repacked in the background by the git
+// binary's `gc --auto` under the app's push lock, one repack at a time (repack.go).
+//
 // Deploy fetches an app's upstream through package upstream's checked dialer,
 // with the app's own deploy key or kept credentials (UpstreamAuth), never the
 // host key.

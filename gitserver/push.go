@@ -96,6 +96,10 @@ func (s *Server) receivePack(ctx context.Context, sess ssh.Session, user *backen
 	defer func() {
 		if p.unlock != nil {
 			p.unlock()
+			// After the lock is free: the repack takes it.
+			if p.moved() {
+				s.repackLater(name)
+			}
 		}
 	}()
 	repoDir := filepath.Join(s.cfg.ReposDir, name+".git")
@@ -367,7 +371,10 @@ func (p *push) deployInBackground(cmd receive.Command) {
 	p.unlock = nil
 	go func() {
 		defer p.s.background.Done()
-		defer unlock()
+		defer func() {
+			unlock()
+			p.s.repackLater(p.name) // the ref moved before the deploy began
+		}()
 		ctx := context.WithoutCancel(p.sess.Context())
 		reason := bg.deploy(ctx, cmd)
 		if reason != "" {
@@ -398,6 +405,19 @@ func (p *push) updateRefs() {
 			_ = p.repo.SetHead(p.app.DeployBranch)
 		}
 	}
+}
+
+// moved reports whether the push wrote to the repository: a ref moved.
+func (p *push) moved() bool {
+	if p.repo == nil || p.req == nil {
+		return false
+	}
+	for _, cmd := range p.req.Commands {
+		if _, rejected := p.rejct[cmd.Name]; !rejected {
+			return true
+		}
+	}
+	return false
 }
 
 // rejectAll rejects every command not rejected yet with reason.

@@ -39,6 +39,8 @@ type Server struct {
 
 	// background are the async deploys still running; Shutdown waits for them.
 	background sync.WaitGroup
+	// repack runs git gc in the repositories pushes wrote to (repack.go).
+	repack *repacker
 
 	sessions sessions
 	// unauth counts the connections not yet authenticated.
@@ -90,6 +92,7 @@ func New(cfg Config, dir Directory, b Builder, d Deployer, log *slog.Logger, reg
 		metrics: newMetrics(reg),
 		builds:  make(chan struct{}, cfg.MaxConcurrentBuilds),
 		unauth:  unauthLimiter{perSource: cfg.MaxUnauthPerSource, total: cfg.MaxUnauthConns},
+		repack:  newRepacker(),
 	}
 	for _, o := range opts {
 		o(s)
@@ -139,7 +142,7 @@ func (s *Server) Serve(l net.Listener) error {
 }
 
 // Shutdown stops accepting, waits for the sessions and background deploys to end
-// (or ctx to), then closes what is left.
+// (or ctx to), kills a running repack, then closes what is left.
 func (s *Server) Shutdown(ctx context.Context) error {
 	defer s.stop()
 	err := s.ssh.Shutdown(ctx)
@@ -149,6 +152,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 	}
+	s.repack.stop()
 	if err != nil && !errors.Is(err, ssh.ErrServerClosed) {
 		_ = s.ssh.Close()
 		return err

@@ -25,6 +25,7 @@ type upCmd struct {
 	maxObjectSize byteSize
 	minFreeDisk   byteSize
 	buildMemory   byteSize
+	buildCache    byteSize
 
 	// started, when set, receives the platform once it is up (tests).
 	started chan<- *up.Platform
@@ -64,11 +65,14 @@ func (c *upCmd) command() *cobra.Command {
 	f.BoolVar(&c.cfg.AllowPrivateUpstreams, "allow-private-upstreams", false, "let apps fetch upstreams on loopback, private (RFC 1918, CGNAT, ULA) and link-local addresses, passed to the gitserver (a git host on the LAN); off: a member could reach this machine's and the LAN's services")
 	f.BoolVar(&c.cfg.BusyboxBase, "busybox-base", false, "put Debian's busybox-static into containerd as docker.io/library/busybox:latest if no such image is there, so FROM busybox builds without a registry (with --image-resolve-mode local)")
 	f.Var(&c.buildMemory, "build-memory", "memory limit shared by the build steps running at once, e.g. 4Gi or 512Mi; a step past it fails the build (default: the smaller of 4Gi and half the machine's memory)")
+	f.Var(&c.buildCache, "build-cache-size", "most bytes BuildKit's build cache keeps; past it the least recently used goes after a build, e.g. 20GiB (default: the smaller of 10GiB and 10% of the state dir's file system)")
+	f.DurationVar(&c.cfg.BuildCacheKeep, "build-cache-keep", d.BuildCacheKeep, "build cache unused this long is removed whatever the size, e.g. 72h; 0: no age limit")
 	return cmd
 }
 
 func (c *upCmd) run(ctx context.Context) error {
 	c.cfg.BuildMemory = int64(c.buildMemory)
+	c.cfg.BuildCacheBytes = int64(c.buildCache)
 	if c.adminKeyFile != "" {
 		key, err := os.ReadFile(c.adminKeyFile)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	bkclient "github.com/moby/buildkit/client"
 
@@ -66,6 +67,13 @@ type Buildkitd struct {
 	// host's network. Start from tenantnet.DefaultConfig(): its PluginDir is
 	// written to buildkitd's configuration as it is.
 	TenantNet *tenantnet.Config
+	// CacheMaxBytes bounds the build cache: buildkitd's GC, after builds, removes
+	// the least recently used records past it (gcPolicy). 0: buildkitd's default
+	// policy (a share of its disk, 60 days).
+	CacheMaxBytes int64
+	// CacheKeep, with CacheMaxBytes, is how long a record nobody uses is kept
+	// whatever the cache's size; 0: kept while the cache is under CacheMaxBytes.
+	CacheKeep time.Duration
 }
 
 // Address is its gRPC address, "unix://<path>".
@@ -87,6 +95,11 @@ func (b Buildkitd) WriteConfig() ([]string, error) {
 		}
 		fmt.Fprintf(&content, buildkitdConfig, filepath.Join(b.Dir, "root"), b.Address(), b.ContainerdAddress, b.Namespace, network)
 	}
+	section := "worker.oci"
+	if b.ContainerdAddress != "" {
+		section = "worker.containerd"
+	}
+	content.WriteString(gcPolicy(section, b.CacheMaxBytes, b.CacheKeep))
 	for _, host := range b.HTTPRegistries {
 		fmt.Fprintf(&content, "\n[registry.%q]\n  http = true\n", host)
 	}

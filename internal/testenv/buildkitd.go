@@ -51,6 +51,12 @@ func WithBuildMemory(limit int64) BuildkitdOption {
 	return func(b *buildkitdOptions) { b.buildMemory = limit }
 }
 
+// WithBuildCache bounds the build cache as bex up does (daemons.Buildkitd's
+// CacheMaxBytes and CacheKeep, buildkitd's GC policy).
+func WithBuildCache(maxBytes int64, keep time.Duration) BuildkitdOption {
+	return func(b *buildkitdOptions) { b.CacheMaxBytes, b.CacheKeep = maxBytes, keep }
+}
+
 // StartBuildkitd starts buildkitd from bin/ with its state under dir, building into c.
 func StartBuildkitd(dir string, c *Containerd, opts ...BuildkitdOption) (*Buildkitd, error) {
 	bin, err := Binary("buildkitd")

@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"time"
 
 	"bex.co/bex/gitserver"
 	"bex.co/bex/internal/clientaddr"
+	"bex.co/bex/internal/daemons"
 )
 
 // Config is what `bex up`'s flags say; DefaultConfig gives the flags' defaults.
@@ -55,6 +57,13 @@ type Config struct {
 	// BuildMemory is the memory limit shared by the build steps running at once, in
 	// bytes; 0 is the default, the smaller of 4 GiB and half the machine's memory.
 	BuildMemory int64
+	// BuildCacheBytes bounds BuildKit's build cache, in bytes (its GC policy); 0 is
+	// the default, the smaller of 10 GiB and a tenth of the state dir's file system,
+	// measured at start.
+	BuildCacheBytes int64
+	// BuildCacheKeep is how long build cache nobody used is kept whatever its size;
+	// 0 keeps it while the cache is under BuildCacheBytes.
+	BuildCacheKeep time.Duration
 	// LogFormat is the children's --log-format, text or json: bex up's own. Empty
 	// passes none (their default, text).
 	LogFormat string
@@ -89,6 +98,7 @@ func DefaultConfig() Config {
 		MaxObjectBytes:   gitserver.DefaultMaxObjectBytes,
 		MinFreeDiskBytes: gitserver.DefaultMinFreeBytes,
 		LogFormat:        "text",
+		BuildCacheKeep:   daemons.DefaultBuildCacheKeep,
 	}
 }
 
@@ -128,6 +138,12 @@ func (c Config) Validate() error {
 	}
 	if c.BuildMemory < 0 || c.BuildMemory > 0 && c.BuildMemory < 16<<20 {
 		errs = append(errs, fmt.Errorf("--build-memory %d: give at least 16Mi, or nothing for the default", c.BuildMemory))
+	}
+	if c.BuildCacheBytes < 0 || c.BuildCacheBytes > 0 && c.BuildCacheBytes < 64<<20 {
+		errs = append(errs, fmt.Errorf("--build-cache-size %d: give at least 64Mi, or nothing for the default", c.BuildCacheBytes))
+	}
+	if c.BuildCacheKeep < 0 {
+		errs = append(errs, fmt.Errorf("--build-cache-keep %s: must not be negative (0: no age limit)", c.BuildCacheKeep))
 	}
 	switch c.LogFormat {
 	case "", "text", "json":

@@ -172,6 +172,9 @@ func (p *Platform) startDaemons(ctx context.Context) error {
 	if err := p.limitBuildSteps(&b); err != nil {
 		return err
 	}
+	if err := p.boundBuildCache(&b); err != nil {
+		return err
+	}
 	// Build steps and apps each in a network namespace of their own, behind bex's
 	// filter rules: installed before the first of them can run.
 	if err := b.InstallNetwork(ctx); err != nil {
@@ -226,6 +229,26 @@ func (p *Platform) limitBuildSteps(b *daemons.Buildkitd) error {
 	}
 	b.CgroupParent = p.buildCgroup.Name
 	fmt.Fprintf(p.cfg.Out, "    %-15s build steps share %d MiB of memory (--build-memory), cgroup %s\n", "", limit>>20, p.buildCgroup.Dir())
+	return nil
+}
+
+// boundBuildCache gives buildkitd's GC the build cache's bound and keep duration
+// (--build-cache-size, --build-cache-keep); the default bound is measured on the
+// state dir's file system now, so that it follows the disk bex up runs on.
+func (p *Platform) boundBuildCache(b *daemons.Buildkitd) error {
+	size := p.cfg.BuildCacheBytes
+	if size == 0 {
+		var err error
+		if size, err = daemons.DefaultBuildCacheBytes(p.cfg.StateDir); err != nil {
+			return fmt.Errorf("--build-cache-size: %w", err)
+		}
+	}
+	b.CacheMaxBytes, b.CacheKeep = size, p.cfg.BuildCacheKeep
+	keep := "no age limit"
+	if b.CacheKeep > 0 {
+		keep = "unused for " + b.CacheKeep.String()
+	}
+	fmt.Fprintf(p.cfg.Out, "    %-15s build cache at most %d MiB, or %s (--build-cache-size, --build-cache-keep)\n", "", size>>20, keep)
 	return nil
 }
 

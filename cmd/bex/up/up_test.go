@@ -8,7 +8,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"bex.co/bex/internal/daemons"
 	"bex.co/bex/internal/supervise"
 )
 
@@ -33,6 +35,8 @@ func TestConfigValidate(t *testing.T) {
 		"empty domain":      {func(c *Config) { c.BaseDomain = "" }, "--base-domain"},
 		"log format":        {func(c *Config) { c.LogFormat = "yaml" }, "--log-format"},
 		"resolve mode":      {func(c *Config) { c.ImageResolveMode = "always" }, "--image-resolve-mode"},
+		"tiny build cache":  {func(c *Config) { c.BuildCacheBytes = 1 << 20 }, "--build-cache-size"},
+		"negative keep":     {func(c *Config) { c.BuildCacheKeep = -time.Hour }, "--build-cache-keep"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := validConfig()
@@ -160,5 +164,32 @@ func TestGoMemoryReachesEveryProcess(t *testing.T) {
 	other := supervise.Process{Name: "busybox", Path: "/bin/busybox", Args: []string{"x"}}
 	if got := p.withGoMemory(other); !slices.Equal(got.Args, other.Args) || got.Env != nil {
 		t.Errorf("a process without a setting was changed: %+v", got)
+	}
+}
+
+// TestBuildCacheBound: without --build-cache-size buildkitd gets the default
+// measured on the state dir's own file system; with it, the flag's size; the keep
+// duration goes with either.
+func TestBuildCacheBound(t *testing.T) {
+	p := &Platform{cfg: validConfig()}
+	p.cfg.StateDir, p.cfg.BuildCacheKeep = t.TempDir(), 72*time.Hour
+	want, err := daemons.DefaultBuildCacheBytes(p.cfg.StateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b daemons.Buildkitd
+	if err := p.boundBuildCache(&b); err != nil {
+		t.Fatal(err)
+	}
+	if b.CacheMaxBytes != want || want <= 0 || b.CacheKeep != 72*time.Hour {
+		t.Errorf("default: %d bytes, keep %s; want %d, 72h", b.CacheMaxBytes, b.CacheKeep, want)
+	}
+	p.cfg.BuildCacheBytes = 3 << 30
+	if err := p.boundBuildCache(&b); err != nil || b.CacheMaxBytes != 3<<30 {
+		t.Errorf("--build-cache-size 3GiB: %d, %v", b.CacheMaxBytes, err)
+	}
+	p.cfg.BuildCacheBytes, p.cfg.StateDir = 0, filepath.Join(p.cfg.StateDir, "missing")
+	if err := p.boundBuildCache(&b); err == nil || !strings.Contains(err.Error(), "--build-cache-size") {
+		t.Errorf("a state dir that cannot be measured: %v", err)
 	}
 }

@@ -1,0 +1,33 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// The build cache's flags, as bex up reads them: a size in the byteSize syntax and a
+// duration; without them, no size (bex up measures the default at start) and 168h.
+func TestUpBuildCacheFlags(t *testing.T) {
+	c := &upCmd{}
+	cmd := c.command()
+	if err := cmd.ParseFlags(nil); err != nil {
+		t.Fatal(err)
+	}
+	if c.buildCache != 0 || c.cfg.BuildCacheKeep != 168*time.Hour {
+		t.Errorf("defaults: size %d, keep %s", c.buildCache, c.cfg.BuildCacheKeep)
+	}
+	c = &upCmd{}
+	cmd = c.command()
+	if err := cmd.ParseFlags([]string{"--build-cache-size", "20GiB", "--build-cache-keep", "72h"}); err != nil {
+		t.Fatal(err)
+	}
+	if c.buildCache != 20<<30 || c.cfg.BuildCacheKeep != 72*time.Hour {
+		t.Errorf("set: size %d, keep %s", c.buildCache, c.cfg.BuildCacheKeep)
+	}
+	c = &upCmd{}
+	cmd = c.command()
+	if err := cmd.ParseFlags([]string{"--build-cache-size", "-1"}); err == nil || !strings.Contains(err.Error(), "build-cache-size") {
+		t.Errorf("a negative size: %v", err)
+	}
+}

@@ -1,0 +1,12 @@
+package gitserver
+
+// OnRepack calls f after each background repack attempt, with skipped when git
+// did not run (the app's lock was busy, or the server stopping).
+func (s *Server) OnRepack(f func(app string, skipped bool, err error)) {
+	s.repack.mu.Lock()
+	defer s.repack.mu.Unlock()
+	s.repack.ran = func(app string, err error, skipped bool) { f(app, skipped, err) }
+}
+
+// RepackLater queues a repack of app's repository, as the end of a push does.
+func (s *Server) RepackLater(app string) { s.repackLater(app) }

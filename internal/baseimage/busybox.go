@@ -44,7 +44,7 @@ func ImportBusybox(ctx context.Context, cl *containerd.Client, bin, dir string) 
 	if err != nil {
 		return "", err
 	}
-	archive, err := tarDir(layoutDir)
+	archive, err := TarDir(layoutDir)
 	if err != nil {
 		return "", err
 	}
@@ -123,8 +123,9 @@ func busyboxLayer(bin string) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// tarDir archives the files below dir, paths relative to dir.
-func tarDir(dir string) ([]byte, error) {
+// TarDir archives the files below dir, paths relative to dir (an OCI layout,
+// for containerd's import).
+func TarDir(dir string) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {

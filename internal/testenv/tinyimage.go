@@ -5,12 +5,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
 
 	containerd "github.com/containerd/containerd/v2/client"
 
+	"bex.co/bex/internal/baseimage"
 	"bex.co/bex/internal/imagebuild"
 )
 
@@ -44,7 +43,7 @@ func ImportTinyImage(ctx context.Context, c *Containerd, name string, payload []
 	if err != nil {
 		return "", err
 	}
-	archive, err := tarTree(dir)
+	archive, err := baseimage.TarDir(dir)
 	if err != nil {
 		return "", err
 	}
@@ -64,47 +63,4 @@ func ImportTinyImage(ctx context.Context, c *Containerd, name string, payload []
 		return "", fmt.Errorf("unpack %s: %w", name, err)
 	}
 	return digest, nil
-}
-
-// tarTree archives the files below dir (an OCI layout), paths relative to dir.
-func tarTree(dir string) ([]byte, error) {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || path == dir {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		hdr, err := tar.FileInfoHeader(info, "")
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, path)
-		hdr.Name = filepath.ToSlash(rel)
-		if d.IsDir() {
-			hdr.Name += "/"
-		}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
-		if d.Type().IsRegular() {
-			data, err := os.ReadFile(path)
-			if err != nil {
-				return err
-			}
-			_, err = tw.Write(data)
-			return err
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
 }

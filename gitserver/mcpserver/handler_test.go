@@ -12,30 +12,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/gitserver/backend"
 	"bex.co/bex/gitserver/mcpserver"
 	"bex.co/bex/gitserver/tokens"
+	"bex.co/bex/internal/testenv"
 )
-
-// countingClient counts the reads that reach the API.
-type countingClient struct {
-	client.WithWatch
-	reads int
-}
-
-func (c *countingClient) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	c.reads++
-	return c.WithWatch.Get(ctx, key, obj, opts...)
-}
-
-func (c *countingClient) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
-	c.reads++
-	return c.WithWatch.List(ctx, list, opts...)
-}
 
 // noReleases: the handler's tests deploy nothing.
 type noReleases struct{ backend.Releases }
@@ -69,7 +53,7 @@ func TestBearerTokensAtTheDoor(t *testing.T) {
 	_ = appv1.AddToScheme(s)
 	fc := fake.NewClientBuilder().WithScheme(s).WithObjects(
 		&appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "bob", UID: "uid-bob"}}).Build()
-	cc := &countingClient{WithWatch: fc}
+	cc := &testenv.CountingClient{WithWatch: fc}
 	store := &tokens.Store{Client: cc, Users: cc, Namespace: "bex-system"}
 	bcfg := backend.DefaultConfig()
 	bcfg.Client, bcfg.Namespace, bcfg.Releases, bcfg.Tokens = cc, "apps", noReleases{}, store
@@ -102,15 +86,15 @@ func TestBearerTokensAtTheDoor(t *testing.T) {
 		t.Fatalf("no token: %d", res.StatusCode)
 	}
 
-	cc.reads = 0
+	cc.Reset()
 	malformed := []string{"bex_short", "bex_" + strings.Repeat("!", 43), "ghp_" + strings.Repeat("A", 43), good + "A", "bex_" + strings.Repeat("A", 42) + "B"}
 	for i := range cfg.FailedTokens.Burst {
 		if res, body := post(t, url, malformed[i%len(malformed)]); res.StatusCode != http.StatusUnauthorized {
 			t.Fatalf("malformed token %d: %d %s", i, res.StatusCode, body)
 		}
 	}
-	if cc.reads != 0 {
-		t.Fatalf("malformed tokens made %d reads of the API", cc.reads)
+	if cc.Reads() != 0 {
+		t.Fatalf("malformed tokens made %d reads of the API", cc.Reads())
 	}
 	// The burst is spent: 429, with when to come back, for a good token too.
 	for _, tok := range []string{malformed[0], good} {
@@ -120,7 +104,7 @@ func TestBearerTokensAtTheDoor(t *testing.T) {
 			t.Fatalf("past the burst: %d Retry-After %q %s", res.StatusCode, res.Header.Get("Retry-After"), body)
 		}
 	}
-	if cc.reads != 0 {
-		t.Fatalf("refusals past the limit made %d reads of the API", cc.reads)
+	if cc.Reads() != 0 {
+		t.Fatalf("refusals past the limit made %d reads of the API", cc.Reads())
 	}
 }

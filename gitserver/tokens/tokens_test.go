@@ -16,6 +16,7 @@ import (
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/gitserver/tokens"
+	"bex.co/bex/internal/testenv"
 )
 
 // bobOwner is bob, signed in with his key.
@@ -239,28 +240,12 @@ func TestTokenMadeBeforeBinding(t *testing.T) {
 	}
 }
 
-// countingClient counts every read and write that reaches the API.
-type countingClient struct {
-	client.WithWatch
-	calls int
-}
-
-func (c *countingClient) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-	c.calls++
-	return c.WithWatch.Get(ctx, key, obj, opts...)
-}
-
-func (c *countingClient) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
-	c.calls++
-	return c.WithWatch.List(ctx, list, opts...)
-}
-
 // TestMalformedTokenNoRead: a bearer value that is not the shape of a token is
 // refused before any read of the API server; a well-formed unknown one costs
 // exactly one Get (the control that the counter counts).
 func TestMalformedTokenNoRead(t *testing.T) {
 	_, c := newStore(t, &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "bob", UID: "uid-bob"}})
-	cc := &countingClient{WithWatch: c}
+	cc := &testenv.CountingClient{WithWatch: c}
 	st := &tokens.Store{Client: cc, Users: cc, Namespace: "bex-system"}
 	ctx := context.Background()
 	good := "bex_" + strings.Repeat("A", 43)
@@ -276,14 +261,14 @@ func TestMalformedTokenNoRead(t *testing.T) {
 			t.Fatalf("Verify(%q): %v", bad, err)
 		}
 	}
-	if cc.calls != 0 {
-		t.Fatalf("malformed tokens made %d API calls", cc.calls)
+	if cc.Reads() != 0 {
+		t.Fatalf("malformed tokens made %d API calls", cc.Reads())
 	}
 	if !tokens.WellFormed(good) {
 		t.Fatalf("WellFormed(%q) is false", good)
 	}
-	if _, _, err := st.Verify(ctx, good); !errors.Is(err, tokens.ErrInvalid) || cc.calls != 1 {
-		t.Fatalf("a well-formed unknown token: %v, %d calls", err, cc.calls)
+	if _, _, err := st.Verify(ctx, good); !errors.Is(err, tokens.ErrInvalid) || cc.Reads() != 1 {
+		t.Fatalf("a well-formed unknown token: %v, %d calls", err, cc.Reads())
 	}
 	tok, err := st.Create(ctx, bobOwner, "ci", 0)
 	if err != nil || !tokens.WellFormed(tok) {

@@ -193,7 +193,9 @@ func (b *Builder) run(ctx context.Context, req Request, out io.Writer) (*Result,
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
 	defer cancel()
 	start := time.Now()
-	res, err := b.build(ctx, req, out)
+	buildCtx, disk := b.watchDisk(ctx)
+	res, err := b.build(buildCtx, req, out)
+	err = disk.done(err)
 	if err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			err = fmt.Errorf("%w after %s: make the build faster, or cache more of it", ErrTimeout, b.cfg.Timeout)

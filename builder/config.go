@@ -60,6 +60,12 @@ type Config struct {
 	MaxLogBytes int64
 	// Plan holds the base images of generated Dockerfiles.
 	Plan plan.Config
+	// MinFreeBytes and MinFreePercent are the free space a running build leaves
+	// on the file system of StateDir (the smaller of the two; either 0 turns the
+	// watch off): a build under it is stopped with ErrDiskFull. Set as the
+	// gitserver's margin (--min-free-disk), which refuses builds from the start.
+	MinFreeBytes   int64
+	MinFreePercent float64
 }
 
 // DefaultConfig returns the defaults. It names no StateDir: cmd/bex sets it.
@@ -74,6 +80,8 @@ func DefaultConfig() Config {
 		KeepLogs:         20,
 		MaxLogBytes:      1 << 20,
 		Plan:             plan.DefaultConfig(),
+		MinFreeBytes:     DefaultMinFreeBytes,
+		MinFreePercent:   DefaultMinFreePercent,
 	}
 }
 
@@ -131,6 +139,12 @@ func (c Config) Validate() error {
 		if d.v == "" {
 			errs = append(errs, fmt.Errorf("Config.%s: required, or Config.StateDir to derive it from", d.name))
 		}
+	}
+	if c.MinFreeBytes < 0 {
+		errs = append(errs, fmt.Errorf("Config.MinFreeBytes %d: must not be negative (0 turns the disk watch off)", c.MinFreeBytes))
+	}
+	if c.MinFreePercent < 0 || c.MinFreePercent > 100 {
+		errs = append(errs, fmt.Errorf("Config.MinFreePercent %g: must be between 0 and 100", c.MinFreePercent))
 	}
 	if c.StepCgroup != "" && (c.StepMemory <= 0 || !filepath.IsAbs(c.StepCgroup)) {
 		errs = append(errs, fmt.Errorf("Config.StepCgroup %q: needs an absolute path and Config.StepMemory, the memory limit it has", c.StepCgroup))

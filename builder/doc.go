@@ -12,4 +12,10 @@
 // Each build's log is kept with its outcome as data (BuildLog: running, succeeded,
 // failed with a one-line error, canceled), written by the builder when the build
 // ends; nothing needs to read the log's text to know how a build ended.
+//
+// While a build runs, the free space of the state dir's file system is watched
+// (disk.go, Config.MinFreeBytes and MinFreePercent, the gitserver's margin): a
+// build that takes it under the margin is stopped, or, when a step wrote faster
+// than the watch and met ENOSPC, its error is ErrDiskFull all the same; either way
+// the build returns once buildkitd has given the space back.
 package builder

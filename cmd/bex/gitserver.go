@@ -146,6 +146,7 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	bcfg.ImageResolveMode = c.imageResolveMode
 	bcfg.StepMemory = int64(c.buildMemory)
 	bcfg.StepCgroup = c.buildCgroup
+	bcfg.MinFreeBytes = int64(c.minFreeDisk) // a running build keeps the margin pushes are refused under
 	b, err := builder.New(bcfg, c.log)
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -33,6 +34,14 @@ type Config struct {
 	Dir string
 	// Etcd and APIServer are the paths of the etcd and kube-apiserver binaries.
 	Etcd, APIServer string
+	// QuotaBackendBytes is etcd's space quota (--quota-backend-bytes); 0 is
+	// QuotaFor(Dir), measured at Prepare.
+	QuotaBackendBytes int64
+	// Log receives what the control plane does on its own (recovering etcd from a
+	// NOSPACE alarm); nil is slog.Default().
+	Log *slog.Logger
+	// AlarmInterval is how often WatchSpace asks etcd for its alarms; 0 is 30s.
+	AlarmInterval time.Duration
 }
 
 // ControlPlane is a prepared control plane: its PKI and ports exist; Processes
@@ -41,6 +50,14 @@ type ControlPlane struct {
 	cfg   Config
 	pki   pki
 	ports ports
+	quota int64 // etcd's --quota-backend-bytes
+}
+
+func (cp *ControlPlane) log() *slog.Logger {
+	if cp.cfg.Log != nil {
+		return cp.cfg.Log
+	}
+	return slog.Default()
 }
 
 // ports are the loopback ports, chosen free on the first start and kept, because
@@ -69,6 +86,9 @@ func Prepare(cfg Config) (*ControlPlane, error) {
 	}
 	if err := cp.loadPorts(); err != nil {
 		return nil, err
+	}
+	if cp.quota = cfg.QuotaBackendBytes; cp.quota <= 0 {
+		cp.quota = QuotaFor(cfg.Dir)
 	}
 	for name, port := range map[string]int{"etcd": cp.ports.EtcdClient, "kube-apiserver": cp.ports.APIServer} {
 		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
@@ -148,6 +168,10 @@ func (cp *ControlPlane) Etcd() supervise.Process {
 			// little, so the log kept in memory is waste (issue 18, idle memory).
 			"--snapshot-count", "2000",
 			"--snapshot-catchup-entries", "500",
+			// An explicit space quota (QuotaFor): etcd's database reaching it is a
+			// NOSPACE alarm, a read-only API that recoverSpace undoes, where the disk
+			// filling under etcd would end it.
+			"--quota-backend-bytes", strconv.FormatInt(cp.quota, 10),
 		},
 		LogPath: filepath.Join(cp.cfg.Dir, "etcd.log"),
 		Ready: func(ctx context.Context) error {
@@ -155,10 +179,19 @@ func (cp *ControlPlane) Etcd() supervise.Process {
 			if err != nil {
 				return err
 			}
-			if err := get(ctx, hc, cp.EtcdURL()+"/health"); err != nil {
+			// /health is false while an alarm is raised, and a NOSPACE alarm is kept
+			// in the data dir across restarts: etcd serves (reads, deletes) with it,
+			// and it is handled below rather than left to block every start.
+			if err := get(ctx, hc, cp.EtcdURL()+"/health?exclude=NOSPACE"); err != nil {
 				return err
 			}
-			return cp.updatePeerURL(ctx, hc)
+			if err := cp.updatePeerURL(ctx, hc); err != nil {
+				return err
+			}
+			if err := cp.recoverSpace(ctx, hc); err != nil {
+				cp.log().Warn("etcd has a NOSPACE alarm that could not be handled; the API is read-only until WatchSpace handles it", "err", err)
+			}
+			return nil
 		},
 		// etcd fsyncs its WAL on shutdown; give it time rather than corrupt it.
 		Grace: 20 * time.Second,
@@ -246,6 +279,10 @@ func (cp *ControlPlane) APIServer() supervise.Process {
 			"--etcd-cafile", cp.pki.path(etcdCACert),
 			"--etcd-certfile", cp.pki.path(etcdClientCert),
 			"--etcd-keyfile", cp.pki.path(etcdClientKey),
+			// The API server compacts etcd's history (its default, said here
+			// because etcd's space quota counts on it): etcd runs no compactor of
+			// its own.
+			"--etcd-compaction-interval", "5m",
 			"--bind-address", "127.0.0.1",
 			"--advertise-address", "127.0.0.1",
 			"--secure-port", strconv.Itoa(cp.ports.APIServer),

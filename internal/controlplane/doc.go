@@ -8,4 +8,10 @@
 // working. There is no kube-controller-manager: bex's own controllers do all the
 // work its objects need, so nothing that relies on garbage collection or the
 // namespace controller may be assumed.
+//
+// etcd runs with an explicit space quota (QuotaFor) and the API server compacts
+// its history; a NOSPACE alarm (the quota reached: every write refused) does not
+// keep etcd from counting as ready, and is handled at each start and while bex
+// runs (WatchSpace): compaction, defragmentation, then the alarm disarmed when
+// there is room (space.go).
 package controlplane

@@ -297,7 +297,7 @@ func (p *Platform) busyboxBase(ctx context.Context) error {
 func (p *Platform) startAPI(ctx context.Context) error {
 	cp, err := controlplane.Prepare(controlplane.Config{
 		Dir:  filepath.Join(p.cfg.StateDir, "controlplane"),
-		Etcd: p.bins["etcd"], APIServer: p.bins["kube-apiserver"],
+		Etcd: p.bins["etcd"], APIServer: p.bins["kube-apiserver"], Log: p.cfg.Log,
 	})
 	if err != nil {
 		return err
@@ -305,6 +305,7 @@ func (p *Platform) startAPI(ctx context.Context) error {
 	if err := p.start(ctx, cp.Etcd(), "the API's storage"); err != nil {
 		return err
 	}
+	go cp.WatchSpace(ctx) // etcd's NOSPACE alarm, recovered while bex runs
 	if err := p.start(ctx, cp.APIServer(), "the App API, "+cp.Host()); err != nil {
 		return err
 	}

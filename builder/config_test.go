@@ -18,9 +18,10 @@ func TestConfigValidate(t *testing.T) {
 	}
 	cfg.Address, cfg.ImageResolveMode, cfg.MaxConcurrent, cfg.KeepLogs = "/run/buildkit.sock", "always", 0, 0
 	cfg.StepCgroup, cfg.Plan.Images.Go = "relative/cgroup", ""
+	cfg.MinFreeBytes, cfg.MinFreePercent = -1, 101
 	err := cfg.Validate()
 	for _, want := range []string{"Config.Address", "Config.ImageResolveMode", "Config.MaxConcurrent", "Config.KeepLogs",
-		"Config.StepCgroup", "Config.Plan: plan: Config.Images.Go"} {
+		"Config.StepCgroup", "Config.Plan: plan: Config.Images.Go", "Config.MinFreeBytes", "Config.MinFreePercent"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v, want it to name %s", err, want)
 		}

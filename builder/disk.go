@@ -11,7 +11,8 @@ import (
 )
 
 // ErrDiskFull is the error of a build that filled the disk it writes to (its
-// steps' files, its layers): it was stopped, and what it wrote is released.
+// steps' files, its layers): stopped under the margin, or failed on ENOSPC, and
+// what it wrote given back (awaited, at most 30 s) before Build returns.
 var ErrDiskFull = errors.New("the build filled the disk")
 
 // Default free space kept on the disk by builds: the smaller of the two, as the
@@ -106,7 +107,7 @@ func (g *diskGuard) done(err error) error {
 		return err
 	}
 	g.awaitRoom()
-	return fmt.Errorf("%w of %s (%s free of %s, under the %s bex keeps for the platform and the apps), so it was stopped: make it write less, or free space on that disk",
+	return fmt.Errorf("%w of %s (%s free of %s, under the %s bex keeps for the platform and the apps): make it write less, or free space on that disk",
 		ErrDiskFull, g.dir, humanBytes(int64(lowest)), humanBytes(int64(g.total)), humanBytes(int64(g.margin)))
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -185,4 +186,26 @@ func TestEtcdRecoversFromItsSpaceQuota(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, "a write once the live data is deleted", func() error {
 		return put(hc, cp, "/after", []byte("w"))
 	})
+}
+
+// TestQuotaFor: etcd's quota is 5% of the file system of its data dir, between
+// 64 MiB and etcd's own default of 2 GiB (tmpfs mounts of each size, nothing
+// written to them).
+func TestQuotaFor(t *testing.T) {
+	for _, c := range []struct {
+		size string
+		want int64
+	}{{"256m", 64 << 20}, {"4g", 4 << 30 / 20}, {"100g", 2 << 30}} {
+		dir := t.TempDir()
+		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+c.size, "tmpfs", dir).CombinedOutput(); err != nil {
+			t.Fatalf("mounting a tmpfs (the test needs root): %v\n%s", err, out)
+		}
+		got := controlplane.QuotaFor(dir)
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount: %v\n%s", err, out)
+		}
+		if got != c.want {
+			t.Errorf("QuotaFor(a %s file system) = %d, want %d", c.size, got, c.want)
+		}
+	}
 }

@@ -53,6 +53,11 @@ func TestFullDiskIsAnErrorNotDamage(t *testing.T) {
 	u, f = used()
 	t.Logf("with one app: %d MiB used, %d MiB free", u>>20, f>>20)
 	procs := longLived(p)
+	// etcd runs with its space quota: 5% of 256 MiB is under the 64 MiB floor.
+	if etcd := lines(strings.Join(procs, "\n"), "--data-dir "+filepath.Join(p.dir, "controlplane", "etcd")); len(etcd) != 1 ||
+		!strings.Contains(etcd[0], "--quota-backend-bytes 67108864") {
+		t.Errorf("etcd's command line lacks its quota: %q", etcd)
+	}
 
 	// unharmed is what must hold after each refusal.
 	unharmed := func(t *testing.T, step string) {

@@ -189,7 +189,7 @@ func (cp *ControlPlane) Etcd() supervise.Process {
 				return err
 			}
 			if err := cp.recoverSpace(ctx, hc); err != nil {
-				cp.log().Warn("etcd has a NOSPACE alarm that could not be handled; the API is read-only until WatchSpace handles it", "err", err)
+				cp.log().Warn("cannot check etcd for a NOSPACE alarm or handle one; WatchSpace tries again", "err", err)
 			}
 			return nil
 		},

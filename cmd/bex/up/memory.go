@@ -30,23 +30,26 @@ const mib = 1 << 20
 
 // goMemoryOf is each process's setting, by the name bex up starts it under.
 // The GC target is what makes an idle process small (measured by
-// BenchmarkIdleMemory: with GOGC at 100 each held about twice its live heap). The
-// limits sit well above what each holds idle (11-17 MiB anonymous for bex's
-// components, etcd, containerd and buildkitd; about 90 MiB for kube-apiserver,
-// whose live heap, about 75 MiB, is mostly the API's OpenAPI schemas and REST
-// handlers built at start and never freed: at GOGC 10 it holds 11 MiB less than
-// at 25),
-// so that they do not bind when idle: they bound a burst (a push's pack, a build's
-// export, a large list) by making the collector work harder, at most half the
-// CPU (Go's GC CPU limiter), rather than letting the heap double.
+// BenchmarkIdleMemory against bex up --go-memory-defaults: with GOGC at 100 each
+// held about twice its live heap; 162 MiB anonymous in all with these settings,
+// 229 with Go's defaults). kube-apiserver's live heap, about 75 MiB, is mostly the
+// API's OpenAPI schemas and REST handlers, built at start and never freed: at GOGC
+// 10 it holds 79 MiB anonymous, 92 at 25, 124 at 100; an idle server allocates
+// little, so the collector runs seldom either way (its idle CPU, 0.6% of a core,
+// did not change). The others go from 50 to 25 for 1-3 MiB each. The limits sit
+// well above what each holds idle (9-14 MiB anonymous for bex's components, etcd,
+// containerd and buildkitd; about 80 MiB for kube-apiserver), so that they do not
+// bind when idle: they bound a burst (a push's pack, a build's export, a large
+// list) by making the collector work harder, at most half the CPU (Go's GC CPU
+// limiter), rather than letting the heap double.
 var goMemoryOf = map[string]goMemory{
 	"kube-apiserver": {limit: 192 * mib, gcPercent: 10},
-	"etcd":           {limit: 64 * mib, gcPercent: 50},
-	"containerd":     {limit: 48 * mib, gcPercent: 50},
-	"buildkitd":      {limit: 96 * mib, gcPercent: 50},
-	"deployer":       {limit: 64 * mib, gcPercent: 50},
-	"edge":           {limit: 64 * mib, gcPercent: 50},
-	"gitserver":      {limit: 96 * mib, gcPercent: 50},
+	"etcd":           {limit: 64 * mib, gcPercent: 25},
+	"containerd":     {limit: 48 * mib, gcPercent: 25},
+	"buildkitd":      {limit: 96 * mib, gcPercent: 25},
+	"deployer":       {limit: 64 * mib, gcPercent: 25},
+	"edge":           {limit: 64 * mib, gcPercent: 25},
+	"gitserver":      {limit: 96 * mib, gcPercent: 25},
 }
 
 // flags are the settings as a bex component's flags.

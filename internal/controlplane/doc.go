@@ -7,5 +7,9 @@
 // written beside them stays valid across restarts and `kubectl get apps` keeps
 // working. There is no kube-controller-manager: bex's own controllers do all the
 // work its objects need, so nothing that relies on garbage collection or the
-// namespace controller may be assumed.
+// namespace controller may be assumed. Nor is every built-in API served: only
+// those bex or the server itself uses (core, RBAC, authentication, authorization,
+// coordination, apiextensions, apiregistration, discovery, networking,
+// admissionregistration), for a small idle footprint; `kubectl get deployments`
+// here says the server has no such resource.
 package controlplane

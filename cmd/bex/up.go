@@ -67,6 +67,7 @@ func (c *upCmd) command() *cobra.Command {
 	f.Var(&c.buildMemory, "build-memory", "memory limit shared by the build steps running at once, e.g. 4Gi or 512Mi; a step past it fails the build (default: the smaller of 4Gi and half the machine's memory)")
 	f.Var(&c.buildCache, "build-cache-size", "most bytes BuildKit's build cache keeps; past it the least recently used goes after a build, e.g. 20GiB (default: the smaller of 10GiB and 10% of the state dir's file system)")
 	f.DurationVar(&c.cfg.BuildCacheKeep, "build-cache-keep", d.BuildCacheKeep, "build cache unused this long is removed whatever the size, e.g. 72h; 0: no age limit")
+	f.BoolVar(&c.cfg.GoMemoryDefaults, "go-memory-defaults", false, "run every process with the Go runtime's memory defaults (no soft limit, GOGC 100) instead of bex's idle-memory settings: more memory, for comparison")
 	return cmd
 }
 

@@ -14,4 +14,10 @@
 // keep etcd from counting as ready, and is handled at each start and while bex
 // runs (WatchSpace): compaction, defragmentation, then the alarm disarmed when
 // there is room (space.go).
+//
+// Nor is every built-in API served: only
+// those bex or the server itself uses (core, RBAC, authentication, authorization,
+// coordination, apiextensions, apiregistration, discovery, networking,
+// admissionregistration), for a small idle footprint; `kubectl get deployments`
+// here says the server has no such resource.
 package controlplane

@@ -72,10 +72,27 @@ func BenchmarkPushToLive(b *testing.B) {
 // BenchmarkIdleMemory measures the resident memory of one `bex up` idle with two
 // apps, by process (residentShares), without the pushes BenchmarkPushToLive times:
 // the quick measure for tuning the platform's memory. The budget is 400 MiB in all.
+// The baseline, in the same run, is the same platform with every process at Go's
+// memory defaults (bex up --go-memory-defaults: no soft limit, GOGC 100), so that
+// tuned/go-defaults says what the Go settings save; what the API server's flags
+// save is in both.
 func BenchmarkIdleMemory(b *testing.B) {
+	tuned := idleShares(b)
+	reportShares(b, tuned)
+	defaults := idleShares(b, "--go-memory-defaults")
+	t, d := total(tuned), total(defaults)
+	b.ReportMetric(d.RSS, "go-defaults-idle-2-apps-MB")
+	b.ReportMetric(d.PSS, "go-defaults-idle-2-apps-PSS-MB")
+	b.ReportMetric(t.RSS/d.RSS, "tuned/go-defaults-RSS")
+	b.ReportMetric(t.PSS/d.PSS, "tuned/go-defaults-PSS")
+}
+
+// idleShares starts bex up with extra flags, pushes two apps, lets it idle and
+// returns its memory by process; the platform is stopped before it returns.
+func idleShares(b *testing.B, extra ...string) map[string]memShare {
 	p := newPlatform(b)
-	b.Cleanup(p.kill)
-	p.start(b)
+	defer p.kill()
+	p.start(b, extra...)
 	for _, app := range [][2]string{{"hello-shell", "idle-one"}, {"hello-procfile", "idle-two"}} {
 		if out, err := p.newRepo(b, app[0], app[1]).push(); err != nil {
 			b.Fatalf("first push of %s: %v\n%s", app[1], err, out)
@@ -84,7 +101,12 @@ func BenchmarkIdleMemory(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		time.Sleep(2 * time.Second) // no wait: the idle spell whose memory is measured
 	}
-	reportShares(b, p.residentShares(b))
+	label := "tuned"
+	if len(extra) > 0 {
+		label = strings.Join(extra, " ")
+	}
+	b.Logf("bex up (%s), idle with two apps:", label)
+	return p.residentShares(b)
 }
 
 // shellDockerfile is the hello-shell Dockerfile with its page saying body: a
@@ -272,24 +294,29 @@ func (p *platform) startUntil200(b testing.TB, image string) time.Duration {
 	}
 }
 
-// residentMB sums the resident memory of bex up and every process it started,
-// directly or through containerd (the shims and the apps' processes), in MiB.
-func (p *platform) residentMB(b testing.TB) float64 {
-	var sum float64
-	for name, mib := range p.residentShares(b) {
-		if name != pssKey {
-			sum += mib
-		}
+// memShare is the memory of one share of the platform (a process, or a group: the
+// shims, the apps), in MiB: RSS counts every page a process maps, so a binary's
+// pages count once in each process that runs it; PSS counts a page mapped by n
+// processes 1/n in each, what the platform takes from the machine; Anon is the
+// processes' own memory (heap, stacks), the part no other process shares.
+type memShare struct{ RSS, PSS, Anon, File float64 }
+
+// total sums shares.
+func total(shares map[string]memShare) memShare {
+	var t memShare
+	for _, s := range shares {
+		t.RSS, t.PSS, t.Anon, t.File = t.RSS+s.RSS, t.PSS+s.PSS, t.Anon+s.Anon, t.File+s.File
 	}
-	return sum
+	return t
 }
 
-// residentShares is residentMB split by process: bex up, each bex component
-// (deployer, edge, gitserver: a bex child is named by its subcommand), etcd,
-// kube-apiserver, containerd, buildkitd, the containerd shims and the app
-// instances (everything under a shim), in MiB. A process none of these names is
-// counted under its command name, so that the shares always add up to the total.
-func (p *platform) residentShares(b testing.TB) map[string]float64 {
+// residentShares is the memory of bex up and every process it started, directly
+// or through containerd, by process: bex up, each bex component (deployer, edge,
+// gitserver: a bex child is named by its subcommand), etcd, kube-apiserver,
+// containerd, buildkitd, the containerd shims and the app instances (everything
+// under a shim). A process none of these names is counted under its command name,
+// so that the shares always add up to the total.
+func (p *platform) residentShares(b testing.TB) map[string]memShare {
 	parent := parentPIDs()
 	roots := map[int]bool{p.cmd.Process.Pid: true}
 	for _, line := range processesMentioning(p.dir) { // the shims, which daemonise away
@@ -330,70 +357,57 @@ func (p *platform) residentShares(b testing.TB) map[string]float64 {
 		}
 		return c
 	}
-	shares := map[string]float64{}
-	anon, file := map[string]float64{}, map[string]float64{}
+	shares := map[string]memShare{}
 	for pid := range parent {
 		if !in(pid) {
 			continue
 		}
-		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		// smaps_rollup has all four in one read: Rss, Pss, Anonymous and, for the
+		// mapped files, Pss_File; RSS of files is Rss minus Anonymous.
+		rollup, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
 		if err != nil {
-			continue
+			continue // exited meanwhile, or a zombie
 		}
-		for _, l := range strings.Split(string(status), "\n") {
-			if strings.HasPrefix(l, "VmRSS:") {
-				v, _ := strconv.ParseFloat(strings.Fields(l)[1], 64)
-				shares[share(pid)] += v / 1024
-			}
-			// Logged, not reported: what of the share is the process's own (heap,
-			// stacks) and what is mapped files (mostly its binary's pages).
-			if f := strings.Fields(l); len(f) > 1 && (f[0] == "RssAnon:" || f[0] == "RssFile:") {
+		kb := map[string]float64{}
+		for _, l := range strings.Split(string(rollup), "\n") {
+			if f := strings.Fields(l); len(f) > 1 {
 				v, _ := strconv.ParseFloat(f[1], 64)
-				map[string]map[string]float64{"RssAnon:": anon, "RssFile:": file}[f[0]][share(pid)] += v / 1024
+				kb[f[0]] = v
 			}
 		}
+		name := share(pid)
+		s := shares[name]
+		s.RSS += kb["Rss:"] / 1024
+		s.PSS += kb["Pss:"] / 1024
+		s.Anon += kb["Anonymous:"] / 1024
+		s.File += (kb["Rss:"] - kb["Anonymous:"]) / 1024
+		shares[name] = s
 	}
 	if len(shares) == 0 {
 		b.Fatal("found no process of bex up")
 	}
-	// The sum of the processes' proportional shares (a page n processes map counts
-	// 1/n in each): the memory the platform takes from the machine, where the RSS
-	// sum counts the bex binary's pages once per bex process.
-	var pss float64
-	for pid := range parent {
-		if in(pid) {
-			rollup, _ := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
-			for _, l := range strings.Split(string(rollup), "\n") {
-				if f := strings.Fields(l); len(f) > 1 && f[0] == "Pss:" {
-					v, _ := strconv.ParseFloat(f[1], 64)
-					pss += v / 1024
-				}
-			}
-		}
+	for name, s := range shares {
+		b.Logf("%-16s %6.1f MiB RSS (%6.1f anonymous, %6.1f files), %6.1f MiB PSS", name, s.RSS, s.Anon, s.File, s.PSS)
 	}
-	shares[pssKey] = pss
-	for name := range shares {
-		b.Logf("%-16s %6.1f MiB resident: %6.1f anonymous, %6.1f files", name, shares[name], anon[name], file[name])
-	}
+	t := total(shares)
+	b.Logf("%-16s %6.1f MiB RSS (%6.1f anonymous, %6.1f files), %6.1f MiB PSS", "(total)", t.RSS, t.Anon, t.File, t.PSS)
 	return shares
 }
 
-// pssKey is the entry of residentShares that holds the platform's PSS, not a
-// process's RSS.
-const pssKey = "(pss)"
+// idleGoalMB is issue 18's budget: bex up with two apps, all its processes, RSS.
+const idleGoalMB = 400
 
-// reportShares reports each process's share of the idle memory, and the total.
-func reportShares(b *testing.B, shares map[string]float64) {
-	var sum float64
-	for name, mib := range shares {
-		if name == pssKey {
-			b.ReportMetric(mib, "platform-idle-2-apps-PSS-MB")
-			continue
-		}
-		sum += mib
-		b.ReportMetric(mib, "idle-"+name+"-MB")
+// reportShares reports each process's share of the idle memory (RSS and PSS), the
+// totals, and the RSS total against the goal.
+func reportShares(b *testing.B, shares map[string]memShare) {
+	for name, s := range shares {
+		b.ReportMetric(s.RSS, "idle-"+name+"-MB")
+		b.ReportMetric(s.PSS, "idle-"+name+"-PSS-MB")
 	}
-	b.ReportMetric(sum, "platform-idle-2-apps-MB")
+	t := total(shares)
+	b.ReportMetric(t.RSS, "platform-idle-2-apps-MB")
+	b.ReportMetric(t.PSS, "platform-idle-2-apps-PSS-MB")
+	b.ReportMetric(t.RSS/idleGoalMB, "platform-idle-MB/goal")
 }
 
 // parentPIDs maps every process of the machine to its parent, from /proc.

@@ -64,6 +64,10 @@ type Config struct {
 	// BuildCacheKeep is how long build cache nobody used is kept whatever its size;
 	// 0 keeps it while the cache is under BuildCacheBytes.
 	BuildCacheKeep time.Duration
+	// GoMemoryDefaults leaves every process at the Go runtime's memory defaults
+	// (no soft limit, GOGC 100) instead of memory.go's settings, and bex up keeps
+	// what its start allocated: the baseline BenchmarkIdleMemory compares with.
+	GoMemoryDefaults bool
 	// LogFormat is the children's --log-format, text or json: bex up's own. Empty
 	// passes none (their default, text).
 	LogFormat string

@@ -1,6 +1,7 @@
 package up
 
 import (
+	"runtime/debug"
 	"slices"
 	"strconv"
 
@@ -29,20 +30,26 @@ const mib = 1 << 20
 
 // goMemoryOf is each process's setting, by the name bex up starts it under.
 // The GC target is what makes an idle process small (measured by
-// BenchmarkIdleMemory: with GOGC at 100 each held about twice its live heap). The
-// limits sit well above what each holds idle (11-17 MiB anonymous for bex's
-// components, etcd, containerd and buildkitd; about 115 MiB for kube-apiserver),
-// so that they do not bind when idle: they bound a burst (a push's pack, a build's
-// export, a large list) by making the collector work harder, at most half the
-// CPU (Go's GC CPU limiter), rather than letting the heap double.
+// BenchmarkIdleMemory against bex up --go-memory-defaults: with GOGC at 100 each
+// held about twice its live heap; 162 MiB anonymous in all with these settings,
+// 229 with Go's defaults). kube-apiserver's live heap, about 75 MiB, is mostly the
+// API's OpenAPI schemas and REST handlers, built at start and never freed: at GOGC
+// 10 it holds 79 MiB anonymous, 92 at 25, 124 at 100; an idle server allocates
+// little, so the collector runs seldom either way (its idle CPU, 0.6% of a core,
+// did not change). The others go from 50 to 25 for 1-3 MiB each. The limits sit
+// well above what each holds idle (9-14 MiB anonymous for bex's components, etcd,
+// containerd and buildkitd; about 80 MiB for kube-apiserver), so that they do not
+// bind when idle: they bound a burst (a push's pack, a build's export, a large
+// list) by making the collector work harder, at most half the CPU (Go's GC CPU
+// limiter), rather than letting the heap double.
 var goMemoryOf = map[string]goMemory{
-	"kube-apiserver": {limit: 192 * mib, gcPercent: 25},
-	"etcd":           {limit: 64 * mib, gcPercent: 50},
-	"containerd":     {limit: 48 * mib, gcPercent: 50},
-	"buildkitd":      {limit: 96 * mib, gcPercent: 50},
-	"deployer":       {limit: 64 * mib, gcPercent: 50},
-	"edge":           {limit: 64 * mib, gcPercent: 50},
-	"gitserver":      {limit: 96 * mib, gcPercent: 50},
+	"kube-apiserver": {limit: 192 * mib, gcPercent: 10},
+	"etcd":           {limit: 64 * mib, gcPercent: 25},
+	"containerd":     {limit: 48 * mib, gcPercent: 25},
+	"buildkitd":      {limit: 96 * mib, gcPercent: 25},
+	"deployer":       {limit: 64 * mib, gcPercent: 25},
+	"edge":           {limit: 64 * mib, gcPercent: 25},
+	"gitserver":      {limit: 96 * mib, gcPercent: 25},
 }
 
 // flags are the settings as a bex component's flags.
@@ -71,10 +78,10 @@ func (m goMemory) env() []string {
 }
 
 // withGoMemory gives proc its goMemoryOf setting: as flags to a bex component, as
-// environment to another program.
+// environment to another program; nothing with Config.GoMemoryDefaults.
 func (p *Platform) withGoMemory(proc supervise.Process) supervise.Process {
 	m, ok := goMemoryOf[proc.Name]
-	if !ok {
+	if !ok || p.cfg.GoMemoryDefaults {
 		return proc
 	}
 	if proc.Path == p.cfg.Bex {
@@ -83,4 +90,15 @@ func (p *Platform) withGoMemory(proc supervise.Process) supervise.Process {
 		proc.Env = append(slices.Clip(proc.Env), m.env()...)
 	}
 	return proc
+}
+
+// releaseStartupMemory gives the operating system back what bex up's own start
+// allocated and no longer uses (the CRDs it installed, the API discovery it waited
+// on): after the start bex up only supervises, and without a nudge Go's scavenger
+// returns that memory slowly, keeping it resident for minutes (measured: 19 MiB
+// anonymous idle without it, 11 with it).
+func (p *Platform) releaseStartupMemory() {
+	if !p.cfg.GoMemoryDefaults {
+		debug.FreeOSMemory()
+	}
 }

@@ -87,6 +87,7 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 		return nil, err
 	}
 	p.printInstructions()
+	p.releaseStartupMemory()
 	return p, nil
 }
 

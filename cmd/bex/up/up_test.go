@@ -167,6 +167,26 @@ func TestGoMemoryReachesEveryProcess(t *testing.T) {
 	}
 }
 
+// TestGoMemoryDefaultsLeaveEveryProcessAlone: with --go-memory-defaults (the
+// benchmark's baseline) no process gets a Go memory flag or variable.
+func TestGoMemoryDefaultsLeaveEveryProcessAlone(t *testing.T) {
+	cfg := validConfig()
+	cfg.GoMemoryDefaults = true
+	p := &Platform{cfg: cfg, kubeconfig: "/state/kubeconfig"}
+	for _, name := range []string{"deployer", "edge", "gitserver"} {
+		proc := p.component(name, nil, nil)
+		if got := p.withGoMemory(proc); !slices.Equal(got.Args, proc.Args) {
+			t.Errorf("%s's args became %q, want %q", name, got.Args, proc.Args)
+		}
+	}
+	for _, name := range []string{"etcd", "kube-apiserver", "containerd", "buildkitd"} {
+		proc := supervise.Process{Name: name, Path: "/bin/" + name, Env: []string{"PATH=/bin"}}
+		if got := p.withGoMemory(proc); !slices.Equal(got.Env, proc.Env) {
+			t.Errorf("%s's environment became %q", name, got.Env)
+		}
+	}
+}
+
 // TestBuildCacheBound: without --build-cache-size buildkitd gets the default
 // measured on the state dir's own file system; with it, the flag's size; the keep
 // duration goes with either.

@@ -15,8 +15,7 @@
 // runs (WatchSpace): compaction, defragmentation, then the alarm disarmed when
 // there is room (space.go).
 //
-// Nor is every built-in API served: only
-// those bex or the server itself uses (core, RBAC, authentication, authorization,
+// Not every built-in API is served: only those bex or the server itself uses (core, RBAC, authentication, authorization,
 // coordination, apiextensions, apiregistration, discovery, networking,
 // admissionregistration), for a small idle footprint; `kubectl get deployments`
 // here says the server has no such resource.

@@ -2,6 +2,8 @@ package kube_test
 
 import (
 	"context"
+	"errors"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -9,6 +11,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"bex.co/bex/deployer/runtime/kube"
 	"bex.co/bex/internal/testenv"
@@ -64,7 +67,7 @@ func exists(t *testing.T, ref string) bool {
 		t.Fatal(err)
 	}
 	_, err = remote.Head(r)
-	if err != nil && !strings.Contains(err.Error(), "404") && !strings.Contains(err.Error(), "MANIFEST_UNKNOWN") {
+	if err != nil && !is404(err) {
 		t.Fatal(err)
 	}
 	return err == nil
@@ -183,4 +186,10 @@ func TestRegistryDeletionIsConfigured(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "enable storage.delete.enabled") {
 		t.Fatalf("a registry without deletes: %v", err)
 	}
+}
+
+// is404 reports the registry's 404: the manifest is not there.
+func is404(err error) bool {
+	var terr *transport.Error
+	return errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound
 }

@@ -356,13 +356,36 @@ func (d *diskEnv) settle(app string) {
 		}
 		return nil
 	})
-	probe := namespaces.WithNamespace(ctx, "bex-gc-probe")
+	d.collect()
+}
+
+// collect makes containerd collect its garbage now.
+func (d *diskEnv) collect() {
+	d.t.Helper()
+	cl, err := d.cd.Client()
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer cl.Close()
+	probe := namespaces.WithNamespace(context.Background(), "bex-gc-probe")
 	if _, err := testenv.ImportTinyImage(probe, d.cd, "probe:1", []byte("probe")); err != nil {
 		d.t.Fatal(err)
 	}
 	if err := cl.ImageService().Delete(probe, "probe:1", cimages.SynchronousDelete()); err != nil {
 		d.t.Fatal(err)
 	}
+}
+
+// waitImages waits until containerd holds n images of the app: the release
+// pruned after a rollout took its image.
+func (d *diskEnv) waitImages(app string, n int) {
+	d.t.Helper()
+	d.eventually(fmt.Sprintf("%d images of %s", n, app), func() error {
+		if got := names(d.t, d.cd, testenv.Namespace, "bex.local/"+app+":"); len(got) != n {
+			return fmt.Errorf("images %v", got)
+		}
+		return nil
+	})
 }
 
 // names lists the images named under prefix in containerd's namespace ns.
@@ -415,12 +438,7 @@ func TestThirtyDeploysLevelOff(t *testing.T) {
 		d.deploy("gc", i)
 		// The Release beyond keep is pruned once the rollout is done: its image
 		// goes with it.
-		d.eventually(fmt.Sprintf("deploy %d: %d images", i, min(i, keep)), func() error {
-			if got := names(t, d.cd, testenv.Namespace, "bex.local/gc:"); len(got) != min(i, keep) {
-				return fmt.Errorf("images %v", got)
-			}
-			return nil
-		})
+		d.waitImages("gc", min(i, keep))
 		d.settle("gc")
 		bytesAt[i] = rootBytes(t, d.cd.Root)
 		line = append(line, fmt.Sprintf("%d:%.1f", i, float64(bytesAt[i])/(1<<20)))

@@ -47,9 +47,9 @@ type Config struct {
 	KeepReleases int
 	// ImageRepo is the repository the builder names images under (the builder's
 	// Config.ImageRepo): an app's images are <ImageRepo>/<app>. When the runtime
-	// stores images itself (runtime.Images), the images of pruned releases under
-	// that name are removed with them; empty removes none. Images of other names
-	// are never touched.
+	// can remove images (runtime.Images), the images of pruned releases under
+	// that name are removed with them, and all of them when the App is deleted;
+	// empty removes none. Images of other names are never touched.
 	ImageRepo string
 	// RequeueWhileRolling is how soon a rollout in progress is looked at again.
 	RequeueWhileRolling time.Duration

@@ -37,21 +37,29 @@ type Registry struct {
 // storage.delete.enabled.
 func Start(t testing.TB, deleteEnabled bool) *Registry {
 	t.Helper()
-	dir := t.TempDir()
-	r := &Registry{Root: filepath.Join(dir, "data"), Config: filepath.Join(dir, "config.yml")}
-	conf := fmt.Sprintf(`version: 0.1
-log:
-  level: error
-  accesslog: {disabled: true}
+	return StartConfig(t, fmt.Sprintf(`version: 0.1
 storage:
-  filesystem: {rootdirectory: %q}
+  filesystem: {rootdirectory: /var/lib/registry}
   delete: {enabled: %t}
 http:
-  addr: 127.0.0.1:0
-`, r.Root, deleteEnabled)
+  addr: :5000
+`, deleteEnabled))
+}
+
+// StartConfig serves a registry with the configuration conf (a config.yml, as
+// the registry:3 image reads it) until the test ends, its filesystem root
+// moved to a directory of the test (REGISTRY_STORAGE_FILESYSTEM_ROOTDIRECTORY,
+// which the server and garbage-collect both apply over the file) and served on
+// a loopback port whatever http.addr says. It sets the environment: not for
+// parallel tests.
+func StartConfig(t testing.TB, conf string) *Registry {
+	t.Helper()
+	dir := t.TempDir()
+	r := &Registry{Root: filepath.Join(dir, "data"), Config: filepath.Join(dir, "config.yml")}
 	if err := os.WriteFile(r.Config, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	t.Setenv("REGISTRY_STORAGE_FILESYSTEM_ROOTDIRECTORY", r.Root)
 	f, err := os.Open(r.Config)
 	if err != nil {
 		t.Fatal(err)

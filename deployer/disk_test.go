@@ -414,10 +414,13 @@ func names(t testing.TB, cd *testenv.Containerd, ns, prefix string) []string {
 // rollout on the local runtime: containerd never holds more than 5 of the
 // app's images, 6 while a rollout runs (the new one starting, the old one
 // serving), and the bytes of containerd's content and snapshots after deploy
-// 30 are those after deploy 10 (within a small tolerance): they level off
-// instead of growing by an image per deploy. The busybox base, an image of
-// another name and an image of the same name in another namespace are
-// untouched.
+// 30 are those after deploy 10 (within less than one image): they level off
+// instead of growing by an image per deploy. Each is measured settled: the
+// drained instance gone and containerd's collection run (settle), since the
+// runtime's chowned copy of a drained instance's image otherwise waits for the
+// next collection (the next prune's synchronous delete), which would move a
+// sample by a copy or two. The busybox base, an image of another name and an
+// image of the same name in another namespace are untouched.
 func TestThirtyDeploysLevelOff(t *testing.T) {
 	const keep, deploys, payload = 5, 30, 512 << 10
 	d := startDisk(t, "gc", keep, payload)

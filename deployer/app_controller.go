@@ -47,9 +47,9 @@ type Config struct {
 	KeepReleases int
 	// ImageRepo is the repository the builder names images under (the builder's
 	// Config.ImageRepo): an app's images are <ImageRepo>/<app>. When the runtime
-	// stores images itself (runtime.Images), the images of pruned releases under
-	// that name are removed with them; empty removes none. Images of other names
-	// are never touched.
+	// can remove images (runtime.Images), the images of pruned releases under
+	// that name are removed with them, and all of them when the App is deleted;
+	// empty removes none. Images of other names are never touched.
 	ImageRepo string
 	// RequeueWhileRolling is how soon a rollout in progress is looked at again.
 	RequeueWhileRolling time.Duration
@@ -384,7 +384,8 @@ func (r *AppReconciler) reconcileReleases(ctx context.Context, s *scope) (ctrl.R
 	return res, kerrors.NewAggregate(errs)
 }
 
-// reconcileDelete stops the App's processes and lets it go.
+// reconcileDelete stops the App's processes, removes its images (a runtime
+// that stores them, runtime.Images) and Releases, and lets it go.
 func (r *AppReconciler) reconcileDelete(ctx context.Context, app *appv1.App) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(app, Finalizer) {
 		return ctrl.Result{}, nil
@@ -398,6 +399,26 @@ func (r *AppReconciler) reconcileDelete(ctx context.Context, app *appv1.App) (ct
 	var list appv1.ReleaseList
 	if err := r.Client.List(ctx, &list, client.InNamespace(app.Namespace), client.MatchingLabels{releases.LabelApp: app.Name}); err != nil {
 		return ctrl.Result{}, err
+	}
+	// The app's images go with it (every name under <ImageRepo>/<app>, built
+	// or released), before its Releases: they name the digests a registry
+	// cannot list. The finalizer stays until that succeeded, so that a failed
+	// removal is retried instead of leaking the images.
+	if imgs, ok := r.Runtime.(runtime.Images); ok && r.Config.ImageRepo != "" {
+		var refs []string
+		for _, rel := range list.Items {
+			refs = append(refs, rel.Spec.Image)
+		}
+		if app.Spec.Image != "" {
+			refs = append(refs, app.Spec.Image)
+		}
+		inUse, err := imgs.RemoveRepository(ctx, r.Config.ImageRepo+"/"+app.Name, refs)
+		if err != nil {
+			return ctrl.Result{}, fmt.Errorf("removing the images of %s: %w", app.Name, err)
+		}
+		if inUse {
+			return ctrl.Result{RequeueAfter: r.Config.RequeueWhileRolling}, nil
+		}
 	}
 	for i := range list.Items {
 		if err := r.Client.Delete(ctx, &list.Items[i]); client.IgnoreNotFound(err) != nil {

@@ -8,9 +8,10 @@
 // pure functions and the phase from them in one place. Status.phase is for people;
 // decisions are made from conditions.
 //
-// Pruning a release also removes its image when the runtime stores images
-// (runtime.Images) and Config.ImageRepo names the builder's repository: only
+// Pruning a release also removes its image when the runtime can remove images
+// (runtime.Images: containerd's store, or the registry on a cluster) and Config.ImageRepo names the builder's repository: only
 // <ImageRepo>/<app> names, only digests no kept release and no container uses,
 // and the Release is deleted once its image went (a release whose instance
-// still drains waits for a later reconcile).
+// still drains waits for a later reconcile). Deleting an App removes every
+// image under <ImageRepo>/<app> (RemoveRepository) before its finalizer goes.
 package deployer

@@ -30,6 +30,10 @@ func (w withImages) RemoveImages(ctx context.Context, repo string, remove, keep 
 	return w.images.RemoveImages(ctx, repo, remove, keep)
 }
 
+func (w withImages) RemoveRepository(ctx context.Context, repo string, refs []string) (bool, error) {
+	return w.images.RemoveRepository(ctx, repo, refs)
+}
+
 // store reads what containerd's namespace holds: image names, content bytes,
 // overlayfs snapshots.
 type store struct {

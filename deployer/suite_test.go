@@ -68,7 +68,7 @@ func (f *fakeRuntime) set(app string, a func(runtime.Desired) runtime.Status) {
 }
 
 type env struct {
-	t   *testing.T
+	t   testing.TB
 	c   client.Client
 	ns  string
 	rt  *fakeRuntime
@@ -83,7 +83,7 @@ func start(t *testing.T, cfg Config) *env {
 
 // startWith is start with the runtime wrap makes of the fake one (the fake with
 // real images, say).
-func startWith(t *testing.T, cfg Config, wrap func(*fakeRuntime) runtime.Runtime) *env {
+func startWith(t testing.TB, cfg Config, wrap func(*fakeRuntime) runtime.Runtime) *env {
 	t.Helper()
 	cp := testenv.SharedControlPlane(t)
 	ns := cp.Namespace(t, "deployer")

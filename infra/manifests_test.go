@@ -63,7 +63,7 @@ var overlays = []overlay{
 		"HetznerCluster", "HCloudMachineTemplate", "HetznerBareMetalHost", "HetznerBareMetalMachineTemplate", "MachineDeployment"}},
 	{dir: "bex", kinds: []string{
 		"Namespace", "CustomResourceDefinition", "ConfigMap", "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding",
-		"Deployment", "StatefulSet", "DaemonSet", "Service", "PersistentVolumeClaim", "NetworkPolicy"}},
+		"Deployment", "StatefulSet", "DaemonSet", "Service", "PersistentVolumeClaim", "NetworkPolicy", "CronJob"}},
 }
 
 func merge(a, b map[string]string) map[string]string {

@@ -33,19 +33,22 @@ type deployerCmd struct {
 	log    *slog.Logger
 
 	apiFlags
-	namespace      string
-	runtimeName    string
-	hostUsers      bool
-	containerdAddr string
-	containerdNS   string
-	baseDomain     string
-	httpsPort      int
-	keepReleases   int
-	imageRepo      string
-	leaderElect    bool
-	leaderElectNS  string
-	metricsAddr    string
-	healthAddr     string
+	namespace        string
+	runtimeName      string
+	hostUsers        bool
+	containerdAddr   string
+	containerdNS     string
+	baseDomain       string
+	httpsPort        int
+	keepReleases     int
+	imageRepo        string
+	registryDelete   bool
+	registryInsecure bool
+	registryConfig   string
+	leaderElect      bool
+	leaderElectNS    string
+	metricsAddr      string
+	healthAddr       string
 
 	closeRuntime func() error
 }
@@ -70,7 +73,10 @@ func (c *deployerCmd) command() *cobra.Command {
 	f.StringVar(&c.baseDomain, "base-domain", "localhost", "apps answer at <app>.<base-domain>")
 	f.IntVar(&c.httpsPort, "https-port", 443, "the edge's HTTPS port, shown in app URLs when not 443")
 	f.IntVar(&c.keepReleases, "keep-releases", 20, "releases kept per app (the current one is never pruned)")
-	f.StringVar(&c.imageRepo, "image-repo", defaultImageRepo, "repository the gitserver's --image-repo names the built images under: the local runtime removes the images of pruned releases named <image-repo>/<app> from containerd, and no others")
+	f.StringVar(&c.imageRepo, "image-repo", defaultImageRepo, "repository the gitserver's --image-repo names the built images under: the images of pruned releases and deleted apps named <image-repo>/<app> are removed (from containerd; from the registry with --registry-delete), and no others")
+	f.BoolVar(&c.registryDelete, "registry-delete", false, "kubernetes runtime: delete the manifests of pruned releases and deleted apps from --image-repo's registry (it must allow deletes; its garbage collection frees the blobs)")
+	f.BoolVar(&c.registryInsecure, "registry-insecure", false, "kubernetes runtime: speak plain HTTP to --image-repo's registry (bex's own, inside the cluster)")
+	f.StringVar(&c.registryConfig, "registry-config", "", "kubernetes runtime: Docker-style config.json with the registry's credentials for --registry-delete (default: anonymous)")
 	f.BoolVar(&c.leaderElect, "leader-elect", false, "elect a leader, for several deployer replicas on a cluster")
 	f.StringVar(&c.leaderElectNS, "leader-election-namespace", "", "namespace of the leader election Lease (default: --namespace, else default)")
 	f.StringVar(&c.metricsAddr, "metrics-addr", "127.0.0.1:9091", "Prometheus metrics address (0 turns it off)")
@@ -182,6 +188,7 @@ func (c *deployerCmd) newRuntime(mgr ctrl.Manager) (runtime.Runtime, error) {
 	case "kubernetes":
 		cfg := kube.DefaultConfig()
 		cfg.HostUsers = c.hostUsers
+		cfg.RegistryDelete, cfg.RegistryInsecure, cfg.RegistryConfig = c.registryDelete, c.registryInsecure, c.registryConfig
 		return kube.New(cfg, mgr.GetClient())
 	case "local":
 		addr := c.containerdAddr

@@ -11,7 +11,8 @@
 // Kubernetes writes them from the Deployment's pods; the local runtime writes them
 // itself. The edge routes from those slices and nothing else.
 //
-// Images: a runtime that stores the images it runs (runtime/local) implements
-// Images, so that pruned releases take their images with them; runtime/kube does
-// not (its images are in a registry).
+// Images: a runtime that can remove the images it runs implements Images, so
+// that pruned releases and deleted apps take their images with them:
+// runtime/local from containerd's image store, runtime/kube from the registry
+// the images were pushed to (when configured to delete there).
 package runtime

@@ -113,10 +113,12 @@ var Capabilities = []string{
 	"CAP_SYS_CHROOT",
 }
 
-// Images is a Runtime that stores the images it runs itself (the local runtime:
-// containerd's image store on this machine), so that the reconciler can remove
-// the images of the Releases it prunes. The kubernetes runtime is not one: its
-// images live in a registry, whose garbage collection is not bex's.
+// Images is a Runtime that can remove the images it runs, so that the
+// reconciler removes the images of the Releases it prunes and of the Apps that
+// are deleted. The local runtime removes them from containerd's image store on
+// this machine; the kubernetes runtime deletes their manifests from the
+// registry the images were pushed to (whose garbage collection then frees the
+// blobs), when configured to.
 type Images interface {
 	// RemoveImages removes the images remove names (digest-pinned references
 	// <repo>@sha256:..., as in Release.spec.image) unless keep names the same
@@ -129,4 +131,13 @@ type Images interface {
 	// caller keeps those releases and asks again later, so that the image does
 	// not outlive its last release. An image already gone is no error.
 	RemoveImages(ctx context.Context, repo string, remove, keep []string) (inUse []string, err error)
+	// RemoveRepository removes every image under repo (<repo>:<tag>,
+	// <repo>@<digest>), those of releases and those of builds that never became
+	// one, when the app they belong to is deleted. refs are digest-pinned
+	// references the caller knows of (its Releases' images), for a store that
+	// cannot list them all (a registry lists tags only). Names of other
+	// repositories are untouched, even on the same digest. inUse is true when a
+	// container still uses one of them (it was left; ask again later). A
+	// repository already empty or gone is no error.
+	RemoveRepository(ctx context.Context, repo string, refs []string) (inUse bool, err error)
 }

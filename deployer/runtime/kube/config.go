@@ -63,6 +63,19 @@ type Config struct {
 	// containerd 2 or CRI-O 1.25 with idmapped mounts, Linux 6.3 or later); on a
 	// cluster whose nodes do not, set it, or app pods fail to start.
 	HostUsers bool
+	// RegistryDelete deletes from the registry the manifests of pruned
+	// releases and of deleted apps (runtime.Images), in the registry the
+	// deployer's image repository names (its Config.ImageRepo, the builder's
+	// push target). The registry must allow deletes (distribution:
+	// storage.delete.enabled) and run its garbage collection to free the
+	// blobs. Default false: nothing is deleted.
+	RegistryDelete bool
+	// RegistryInsecure speaks plain HTTP to the registry (bex's own, inside the
+	// cluster). Loopback and private addresses are plain HTTP anyway.
+	RegistryInsecure bool
+	// RegistryConfig is a Docker-style config.json whose "auths" hold the
+	// registry's credentials (the builder's own file). Default anonymous.
+	RegistryConfig string
 }
 
 // DefaultConfig returns the defaults.

@@ -38,4 +38,9 @@
 // process type's resources (memory request = limit; cpu request = limit when
 // set), seccomp RuntimeDefault, capabilities dropped to runtime.Capabilities, no
 // privilege escalation, and hostUsers: false unless Config.HostUsers.
+//
+// Images (images.go): with Config.RegistryDelete, RemoveImages and
+// RemoveRepository delete manifests from the registry the image references name
+// (OCI distribution API, go-containerregistry), in the app's repository only;
+// the registry's garbage collection frees the blobs.
 package kube

@@ -83,4 +83,6 @@
 // namespace's image store, only names under the repository given, never a digest a
 // container of the namespace was made from, each delete synchronous with
 // containerd's garbage collection (content and snapshots go with it).
+// RemoveRepository deletes every image named under the repository (an app was
+// deleted), with the same rules.
 package local

@@ -100,6 +100,38 @@ func (r *Runtime) removeImages(ctx context.Context, repo string, remove, keep []
 	return removed, inUse, errors.Join(errs...)
 }
 
+// RemoveRepository removes every image named under repo from containerd's
+// namespace, once the app is deleted: the images of its releases and of builds
+// that never became one. An image a container of the namespace was made from
+// stays (inUse): the caller asks again once the container is gone. refs is not
+// needed here: containerd lists every name.
+func (r *Runtime) RemoveRepository(ctx context.Context, repo string, _ []string) (bool, error) {
+	removed, inUse, err := r.removeRepository(ctx, repo)
+	if len(removed) > 0 {
+		r.log.Info("removed the images of a deleted app", "repo", repo, "images", removed)
+	}
+	return inUse, err
+}
+
+func (r *Runtime) removeRepository(ctx context.Context, repo string) (removed []string, inUse bool, err error) {
+	if repo == "" {
+		return nil, false, nil
+	}
+	ctx = namespaces.WithNamespace(ctx, r.cfg.Namespace)
+	all, err := r.cd.ImageService().List(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("listing images: %w", err)
+	}
+	var remove []string
+	for _, img := range all {
+		if underRepo(repo, img.Name) {
+			remove = append(remove, repo+"@"+img.Target.Digest.String())
+		}
+	}
+	removed, used, err := r.removeImages(ctx, repo, remove, nil)
+	return removed, len(used) > 0, err
+}
+
 // repoDigest is the digest of ref when ref is <repo>@<digest>.
 func repoDigest(repo, ref string) (string, bool) {
 	d, ok := strings.CutPrefix(ref, repo+"@")

@@ -114,6 +114,63 @@ func TestRemoveImagesSparesRunningAndForeignNames(t *testing.T) {
 	}
 }
 
+// RemoveRepository (an app deleted) removes every name under the repository,
+// released or only built, but leaves an image a container still runs and says
+// so; once the instance is gone it removes that one too. A longer repository
+// (bex.local/shop-2) and another name on the same digest stay.
+func TestRemoveRepositoryWaitsForContainers(t *testing.T) {
+	f := newFixture(t, "images-repo")
+	ctx := context.Background()
+	cl, err := f.cd.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	const repo = "bex.local/shop"
+	v1Digest := f.v1[strings.LastIndex(f.v1, "@")+1:]
+	built, err := cl.ImageService().List(ctx, "target.digest=="+v1Digest)
+	if err != nil || len(built) == 0 {
+		t.Fatalf("v1 in containerd: %v %v", built, err)
+	}
+	running := cimages.Image{Name: repo + ":running", Target: built[0].Target}
+	if _, err := cl.ImageService().Create(ctx, running); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.ImageService().Delete(context.Background(), running.Name) })
+	if _, err := testenv.ImportTinyImage(ctx, f.cd, repo+":built", []byte("built, never released")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testenv.ImportTinyImage(ctx, f.cd, repo+"-2:c1", []byte("another app")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.ImageService().Delete(context.Background(), repo+"-2:c1") })
+	f.syncUntil(f.desired(1, repo+"@"+v1Digest, 1), time.Minute, "release 1 rolled out", rolledOut)
+
+	removed, inUse, err := f.rt.removeRepository(ctx, repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !inUse || len(removed) != 1 || removed[0] != repo+":built" {
+		t.Fatalf("removed %v, in use %v; want %s:built removed and the running image reported in use", removed, inUse, repo)
+	}
+	if err := f.rt.Delete(ctx, f.key()); err != nil {
+		t.Fatal(err)
+	}
+	removed, inUse, err = f.rt.removeRepository(ctx, repo)
+	if err != nil || inUse || len(removed) != 1 || removed[0] != running.Name {
+		t.Fatalf("after the instance went: removed %v, in use %v, %v; want %s", removed, inUse, err, running.Name)
+	}
+	for _, n := range []string{repo + "-2:c1", built[0].Name} {
+		if _, err := cl.GetImage(ctx, n); err != nil {
+			t.Errorf("%s: %v", n, err)
+		}
+	}
+	// Nothing left: no error, nothing in use.
+	if inUse, err := f.rt.RemoveRepository(ctx, repo, nil); err != nil || inUse {
+		t.Fatalf("an empty repository: in use %v, %v", inUse, err)
+	}
+}
+
 func TestUnderRepo(t *testing.T) {
 	for name, want := range map[string]bool{
 		"bex.local/shop:abc":         true,

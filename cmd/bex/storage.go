@@ -208,7 +208,7 @@ func (m *machineStorage) Prune(ctx context.Context, apps []backend.StorageApp, d
 		}
 		for _, a := range apps {
 			for _, ri := range gone[a.Name] {
-				rep.Items = append(rep.Items, backend.PruneItem{App: a.Name, Kind: "images", What: strings.Join(ri.Names, " "), Bytes: ri.Bytes})
+				rep.Items = append(rep.Items, backend.PruneItem{App: a.Name, Kind: "images", What: m.imageRepo + "/" + a.Name + "@" + ri.Digest + " (" + strings.Join(ri.Names, ", ") + ")", Bytes: ri.Bytes})
 			}
 		}
 	}

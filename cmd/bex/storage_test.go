@@ -57,7 +57,12 @@ func TestSystemDFSumsMatchTheDiskAndPruneFreesWhatNoReleaseKeeps(t *testing.T) {
 	cp := testenv.SharedControlPlane(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	state := t.TempDir()
+	// A short path: containerd's sockets must fit in a unix address (104 bytes).
+	state, err := os.MkdirTemp("", "bexdf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(state) })
 	// Apps' user namespaces must reach containerd's root through the state dir,
 	// as bex up makes it (0711).
 	if err := os.Chmod(state, 0o711); err != nil {
@@ -81,7 +86,7 @@ func TestSystemDFSumsMatchTheDiskAndPruneFreesWhatNoReleaseKeeps(t *testing.T) {
 	admin, member := testenv.NewSSHKey(t), testenv.NewSSHKey(t)
 	for _, u := range []*appv1.User{
 		{ObjectMeta: metav1.ObjectMeta{Name: "admin-" + ns}, Spec: appv1.UserSpec{Role: appv1.RoleAdmin, Keys: []appv1.SSHKey{{Name: "a", PublicKey: admin.AuthorizedKey}}}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "member-" + ns}, Spec: appv1.UserSpec{Keys: []appv1.SSHKey{{Name: "m", PublicKey: member.AuthorizedKey}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "member-" + ns}, Spec: appv1.UserSpec{Role: appv1.RoleMember, Keys: []appv1.SSHKey{{Name: "m", PublicKey: member.AuthorizedKey}}}},
 	} {
 		if err := cp.Client.Create(ctx, u); err != nil {
 			t.Fatal(err)
@@ -117,10 +122,15 @@ func TestSystemDFSumsMatchTheDiskAndPruneFreesWhatNoReleaseKeeps(t *testing.T) {
 		out, err := c.Output()
 		return string(out), errOut.String(), err
 	}
+	works := map[string]string{}
 	push := func(app, word string) {
 		t.Helper()
-		work := t.TempDir()
-		gitIn(t, work, "init", "-q", "-b", "main")
+		work := works[app]
+		if work == "" {
+			work = t.TempDir()
+			works[app] = work
+			gitIn(t, work, "init", "-q", "-b", "main")
+		}
 		// 256 KiB of its own per build, so that each image has a layer nobody
 		// else holds.
 		os.WriteFile(filepath.Join(work, "Dockerfile"), []byte("FROM busybox\nRUN head -c 262144 /dev/urandom > /blob && echo "+word+" > /word\nCMD [\"cat\", \"/word\"]\n"), 0o644)
@@ -163,6 +173,8 @@ func TestSystemDFSumsMatchTheDiskAndPruneFreesWhatNoReleaseKeeps(t *testing.T) {
 		t.Errorf("not measured: %q", du.NotMeasured)
 	}
 	onDisk := duBytes(t, state)
+	table, _, _ := ssh(admin, "system:df")
+	t.Logf("du -sbx: %d bytes; system:df: %d (state dir %d)\n%s", onDisk, du.Bytes, du.StateDirBytes, table)
 	if !near(du.Bytes, onDisk) || !near(du.StateDirBytes, onDisk) {
 		t.Errorf("system:df says %d bytes (state dir %d), du -sbx says %d", du.Bytes, du.StateDirBytes, onDisk)
 	}
@@ -289,6 +301,8 @@ func TestSystemDFSumsMatchTheDiskAndPruneFreesWhatNoReleaseKeeps(t *testing.T) {
 		t.Errorf("no audit line for system:prune")
 	}
 	after := df()
+	table, _, _ = ssh(admin, "system:df")
+	t.Logf("after system:prune (%d bytes freed, %d items):\n%s", rep.Bytes, len(rep.Items), table)
 	if r := row(after, "one"); r.ReclaimableKinds.Images != 0 || r.Kinds.Images >= row(du, "one").Kinds.Images {
 		t.Errorf("one after system:prune: %+v (before: %+v)", r.Kinds, row(du, "one").Kinds)
 	}

@@ -12,4 +12,8 @@
 // Each build's log is kept with its outcome as data (BuildLog: running, succeeded,
 // failed with a one-line error, canceled), written by the builder when the build
 // ends; nothing needs to read the log's text to know how a build ended.
+//
+// For system:df and system:prune (usage.go) it measures an app's stored logs
+// (LogBytes) and BuildKit's cache records (CacheUsage, through buildkitd's
+// DiskUsage), and prunes the records not in use (PruneCache).
 package builder

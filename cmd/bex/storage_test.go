@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -259,6 +261,39 @@ func TestSystemDFSumsMatchTheDiskAndPruneFreesWhatNoReleaseKeeps(t *testing.T) {
 		return out
 	}
 	digestOf := func(ref string) string { return ref[strings.LastIndex(ref, "@")+1:] }
+
+	// A container made from the image (an instance the deployer still runs, or
+	// one stopped and not yet removed) keeps it, whatever the Releases say.
+	cl, err := cd.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var v1Name string
+	for name := range images() {
+		if strings.HasPrefix(name, "bex.local/one:") {
+			img, err := cl.ImageService().Get(ctx, name)
+			if err == nil && img.Target.Digest.String() == digestOf(v1.Spec.Image) {
+				v1Name = name
+			}
+		}
+	}
+	if v1Name == "" {
+		t.Fatalf("no name of %s in containerd: %v", v1.Spec.Image, images())
+	}
+	ctr, err := cl.NewContainer(ctx, "df-instance", containerd.WithImageName(v1Name), containerd.WithSpec(&oci.Spec{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := row(df(), "one"); r.ReclaimableKinds.Images != 0 {
+		t.Errorf("one: %d image bytes reclaimable while a container uses the first release's image", r.ReclaimableKinds.Images)
+	}
+	if out, _, _ := ssh(admin, "system:prune", "--dry-run"); strings.Contains(out, v1.Spec.Image) {
+		t.Errorf("system:prune --dry-run lists %s, which a container uses:\n%s", v1.Spec.Image, out)
+	}
+	if err := ctr.Delete(ctx); err != nil {
+		t.Fatal(err)
+	}
 	out, errOut, err := ssh(admin, "system:prune", "--dry-run")
 	if err != nil {
 		t.Fatalf("system:prune --dry-run: %v\n%s", err, errOut)
@@ -307,8 +342,10 @@ func TestSystemDFSumsMatchTheDiskAndPruneFreesWhatNoReleaseKeeps(t *testing.T) {
 		t.Errorf("one after system:prune: %+v (before: %+v)", r.Kinds, row(du, "one").Kinds)
 	}
 	// The sums still hold after the prune.
-	if onDisk := duBytes(t, state); !near(after.Bytes, onDisk) {
-		t.Errorf("after system:prune: system:df says %d bytes, du -sbx says %d", after.Bytes, onDisk)
+	// ... and the disk itself has the first release's layer back (its blob and
+	// its snapshot, 256 KiB each, at least).
+	if afterDisk := duBytes(t, state); !near(after.Bytes, afterDisk) || afterDisk > onDisk-2*262144 {
+		t.Errorf("after system:prune: system:df says %d bytes, du -sbx says %d (before: %d)", after.Bytes, afterDisk, onDisk)
 	}
 
 	// A member: refused the machine's commands, shown the app's own bytes.

@@ -28,11 +28,38 @@ func (s *Server) RepositoryBytes(app string) (int64, error) {
 	return du.Bytes(s.RepositoryDir(app))
 }
 
+// IfIdle runs f under app's push lock, taken without waiting for a push (see
+// tryLock): while a push or a deploy holds it, f does not run and the error is
+// ErrRepositoryBusy. For work that must not run beside a push (system:prune's
+// removal of images no release keeps yet: a push's new image gets its release
+// under the lock).
+func (s *Server) IfIdle(app, owner string, f func() error) error {
+	unlock, err := s.tryLock(app, owner)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return f()
+}
+
+// tryLock takes app's lock if it is free within repackLockWait: long enough for
+// a background repack that holds it to end, and never for a push (its build
+// and rollout take longer): the push goes first, the prune is skipped.
+func (s *Server) tryLock(app, owner string) (func(), error) {
+	ctx, cancel := context.WithTimeout(context.Background(), repackLockWait)
+	defer cancel()
+	unlock, err := s.locks.acquire(ctx, app, owner, nil)
+	if err != nil {
+		return nil, ErrRepositoryBusy
+	}
+	return unlock, nil
+}
+
 // CompactRepository runs `git gc --prune=now` in app's repository (system:prune):
 // unreachable objects go at once, not after gc's two weeks. It takes the app's
-// push lock without waiting, so it never runs while a push, a deploy or a
-// background repack holds it (ErrRepositoryBusy), and waits its turn behind a
-// running background repack of another app (one gc at a time). It returns the
+// push lock without waiting for a push (tryLock), so it never runs while a push
+// or a deploy holds it (ErrRepositoryBusy), and waits its turn behind a
+// running background repack (one gc at a time). It returns the
 // bytes freed.
 func (s *Server) CompactRepository(ctx context.Context, app string) (freed int64, err error) {
 	if !appv1.ValidAppName(app) {
@@ -46,12 +73,9 @@ func (s *Server) CompactRepository(ctx context.Context, app string) (freed int64
 			return 0, ctx.Err()
 		}
 	}
-	// A context already ended: acquire takes the lock only when it is free.
-	now, cancel := context.WithCancel(ctx)
-	cancel()
-	unlock, err := s.locks.acquire(now, app, "system:prune's git gc", nil)
+	unlock, err := s.tryLock(app, "system:prune's git gc")
 	if err != nil {
-		return 0, ErrRepositoryBusy
+		return 0, err
 	}
 	defer unlock()
 	before, err := s.RepositoryBytes(app)

@@ -193,24 +193,38 @@ func (m *machineStorage) Prune(ctx context.Context, apps []backend.StorageApp, d
 		errs = append(errs, fmt.Errorf("containerd at %s: %w", m.containerdAddr, err))
 	} else {
 		imgs := &local.Images{Client: cl, Namespace: m.containerdNS, Log: m.log}
-		var gone map[string][]local.ReclaimableImage
-		if dryRun {
-			var u *local.ImageUsage
-			if u, err = imgs.Usage(ctx, m.imageRepo, keepOf(apps)); err == nil {
-				gone = u.Reclaimable
-			}
-		} else {
-			gone, err = imgs.Prune(ctx, m.imageRepo, keepOf(apps))
-		}
-		cl.Close()
+		keep := keepOf(apps)
+		u, err := imgs.Usage(ctx, m.imageRepo, keep)
 		if err != nil {
 			errs = append(errs, err)
 		}
+		srv := m.server()
 		for _, a := range apps {
-			for _, ri := range gone[a.Name] {
+			if u == nil || len(u.Reclaimable[a.Name]) == 0 {
+				continue
+			}
+			gone := u.Reclaimable[a.Name]
+			if !dryRun {
+				// Under the app's push lock: an image a push has built but not
+				// yet released is not taken for one no release keeps.
+				err = srv.IfIdle(a.Name, "system:prune", func() error {
+					var err error
+					gone, err = imgs.Remove(ctx, m.imageRepo, a.Name, gone, keep[a.Name])
+					return err
+				})
+				switch {
+				case errors.Is(err, gitserver.ErrRepositoryBusy):
+					rep.Skipped = append(rep.Skipped, fmt.Sprintf("the images of %s: a push or deploy holds the app; run system:prune again once it ends", a.Name))
+					continue
+				case err != nil:
+					errs = append(errs, err)
+				}
+			}
+			for _, ri := range gone {
 				rep.Items = append(rep.Items, backend.PruneItem{App: a.Name, Kind: "images", What: m.imageRepo + "/" + a.Name + "@" + ri.Digest + " (" + strings.Join(ri.Names, ", ") + ")", Bytes: ri.Bytes})
 			}
 		}
+		cl.Close()
 	}
 	recs, err := m.builder.PruneCache(ctx, dryRun)
 	if err != nil {

@@ -2,7 +2,6 @@ package local
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -215,45 +214,40 @@ func (m *Images) Usage(ctx context.Context, repo string, keep map[string][]strin
 	return out, nil
 }
 
-// Prune removes the images Usage finds reclaimable, through RemoveImages'
-// checks (a container that began to use one meanwhile keeps it), and returns
-// those removed, per app.
-func (m *Images) Prune(ctx context.Context, repo string, keep map[string][]string) (map[string][]ReclaimableImage, error) {
-	u, err := m.Usage(ctx, repo, keep)
-	if err != nil {
-		return nil, err
-	}
+// Remove removes app's images that Usage found reclaimable (list), through
+// RemoveImages' checks: a container that began to use one meanwhile keeps it,
+// and so does a reference in keep. It returns those removed. The caller keeps
+// new images from appearing meanwhile (the gitserver holds the app's push lock:
+// a push's image is built, released and rolled out under it).
+func (m *Images) Remove(ctx context.Context, repo, app string, list []ReclaimableImage, keep []string) ([]ReclaimableImage, error) {
 	log := m.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	r := &Runtime{cd: m.Client, cfg: Config{Namespace: m.Namespace}, log: log}
-	out := map[string][]ReclaimableImage{}
-	var errs []error
-	for app, list := range u.Reclaimable {
-		appRepo := repo + "/" + app
-		var remove []string
-		for _, ri := range list {
-			remove = append(remove, appRepo+"@"+ri.Digest)
-		}
-		removed, _, err := r.removeImages(ctx, appRepo, remove, keep[app])
-		if err != nil {
-			errs = append(errs, err)
-		}
-		gone := map[string]bool{}
-		for _, n := range removed {
-			gone[n] = true
-		}
-		for _, ri := range list {
-			for _, n := range ri.Names {
-				if gone[n] {
-					out[app] = append(out[app], ri)
-					break
-				}
+	appRepo := repo + "/" + app
+	var remove []string
+	for _, ri := range list {
+		remove = append(remove, appRepo+"@"+ri.Digest)
+	}
+	removed, _, err := r.removeImages(ctx, appRepo, remove, keep)
+	if len(removed) > 0 {
+		log.Info("removed the images no release keeps", "repo", appRepo, "images", removed)
+	}
+	gone := map[string]bool{}
+	for _, n := range removed {
+		gone[n] = true
+	}
+	var out []ReclaimableImage
+	for _, ri := range list {
+		for _, n := range ri.Names {
+			if gone[n] {
+				out = append(out, ri)
+				break
 			}
 		}
 	}
-	return out, errors.Join(errs...)
+	return out, err
 }
 
 func (m *Images) snapshotter() string {

@@ -321,6 +321,11 @@ func TestCompactRepositoryNeverRunsUnderAPush(t *testing.T) {
 	if _, err := os.Stat(garbage); err != nil {
 		t.Fatalf("the unreachable object went while the push held the lock: %v", err)
 	}
+	// The images' removal is held off alike.
+	ran := false
+	if err := e.srv.IfIdle("hello", "system:prune", func() error { ran = true; return nil }); !errors.Is(err, gitserver.ErrRepositoryBusy) || ran {
+		t.Fatalf("IfIdle while a push builds: %v (ran: %v), want ErrRepositoryBusy", err, ran)
+	}
 	close(proceed)
 	if err := push.Wait(); err != nil {
 		t.Fatalf("push: %v\n%s", err, pushOut.String())
@@ -331,7 +336,10 @@ func TestCompactRepositoryNeverRunsUnderAPush(t *testing.T) {
 	if _, err := os.Stat(garbage); err != nil {
 		t.Fatalf("gc --auto after the push removed the unreachable object (it keeps it two weeks): %v", err)
 	}
-	// The control: with the lock free, it runs.
+	// The control: with the lock free, both run.
+	if err := e.srv.IfIdle("hello", "system:prune", func() error { ran = true; return nil }); err != nil || !ran {
+		t.Fatalf("IfIdle with the lock free: %v (ran: %v)", err, ran)
+	}
 	if _, err := e.srv.CompactRepository(context.Background(), "hello"); err != nil {
 		t.Fatalf("CompactRepository: %v", err)
 	}

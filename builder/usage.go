@@ -110,15 +110,21 @@ func (b *Builder) record(r *bkclient.UsageInfo) CacheRecord {
 // the build context, base images) name no app and are the platform's.
 func (b *Builder) appOfRecord(desc string) string {
 	prefix := b.cfg.ImageRepo + "/"
-	for rest := desc; ; {
-		i := strings.Index(rest, prefix)
+	for rest, at := desc, 0; ; {
+		i := strings.Index(rest[at:], prefix)
 		if i < 0 {
 			return ""
 		}
-		rest = rest[i+len(prefix):]
-		end := strings.IndexAny(rest, ":@/\" ")
-		if end > 0 && appv1.ValidAppName(rest[:end]) {
-			return rest[:end]
+		i += at
+		at = i + len(prefix)
+		// The repository begins a word: not a path inside another name.
+		if i > 0 && !strings.ContainsRune(" \"'=", rune(rest[i-1])) {
+			continue
+		}
+		name := rest[at:]
+		end := strings.IndexAny(name, ":@/\"' ")
+		if end > 0 && appv1.ValidAppName(name[:end]) {
+			return name[:end]
 		}
 	}
 }

@@ -221,7 +221,14 @@ func (m *machineStorage) Prune(ctx context.Context, apps []backend.StorageApp, d
 				}
 			}
 			for _, ri := range gone {
-				rep.Items = append(rep.Items, backend.PruneItem{App: a.Name, Kind: "images", What: m.imageRepo + "/" + a.Name + "@" + ri.Digest + " (" + strings.Join(ri.Names, ", ") + ")", Bytes: ri.Bytes})
+				// Dry, an image counts what goes with the cache records of its
+				// layers, not prunable before it goes; pruned, what its removal
+				// freed, those records then counting for themselves.
+				n := ri.Bytes
+				if !dryRun {
+					n = ri.Freed
+				}
+				rep.Items = append(rep.Items, backend.PruneItem{App: a.Name, Kind: "images", What: m.imageRepo + "/" + a.Name + "@" + ri.Digest + " (" + strings.Join(ri.Names, ", ") + ")", Bytes: n})
 			}
 		}
 		cl.Close()

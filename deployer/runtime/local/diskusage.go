@@ -60,7 +60,11 @@ type ImageUsage struct {
 type ReclaimableImage struct {
 	Names  []string
 	Digest string
-	Bytes  int64
+	// Bytes is what removing it frees, with BuildKit's records of its layers
+	// (which system:prune prunes after the images); Freed what removing the
+	// image alone frees: the blobs and snapshots no lease holds (BuildKit
+	// keeps its records' under leases).
+	Bytes, Freed int64
 }
 
 // Usage measures the namespace's images; keep holds, for each app to
@@ -164,8 +168,12 @@ func (m *Images) Usage(ctx context.Context, repo string, keep map[string][]strin
 	for app := range keep {
 		out.Apps[app] = ImageBytes{}
 	}
-	alone := map[holder]int64{}
-	for _, r := range res {
+	leased, err := m.leased(ctx)
+	if err != nil {
+		return nil, err
+	}
+	alone, aloneFree := map[holder]int64{}, map[holder]int64{}
+	for key, r := range res {
 		owners := map[string]bool{}
 		allDoomed := true
 		for h := range r.holders {
@@ -190,6 +198,9 @@ func (m *Images) Usage(ctx context.Context, repo string, keep map[string][]strin
 			if len(r.holders) == 1 {
 				for h := range r.holders {
 					alone[h] += r.size
+					if !leased[key] {
+						aloneFree[h] += r.size
+					}
 				}
 			}
 		}
@@ -201,7 +212,7 @@ func (m *Images) Usage(ctx context.Context, repo string, keep map[string][]strin
 		if !doomed[h] {
 			continue
 		}
-		ri := ReclaimableImage{Digest: h.digest, Bytes: alone[h]}
+		ri := ReclaimableImage{Digest: h.digest, Bytes: alone[h], Freed: aloneFree[h]}
 		for _, img := range imgs {
 			ri.Names = append(ri.Names, img.Name)
 		}
@@ -248,6 +259,35 @@ func (m *Images) Remove(ctx context.Context, repo, app string, list []Reclaimabl
 		}
 	}
 	return out, err
+}
+
+// leased are the blobs and snapshots ("blob:<digest>", "snapshot:<key>") that
+// a lease of the namespace holds: BuildKit's cache records hold theirs so.
+func (m *Images) leased(ctx context.Context) (map[string]bool, error) {
+	ls := m.Client.LeasesService()
+	list, err := ls.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing leases: %w", err)
+	}
+	out := map[string]bool{}
+	for _, l := range list {
+		rs, err := ls.ListResources(ctx, l)
+		if err != nil {
+			if errdefs.IsNotFound(err) {
+				continue
+			}
+			return nil, fmt.Errorf("listing the resources of lease %s: %w", l.ID, err)
+		}
+		for _, r := range rs {
+			switch {
+			case r.Type == "content":
+				out["blob:"+r.ID] = true
+			case r.Type == "snapshots/"+m.snapshotter():
+				out["snapshot:"+r.ID] = true
+			}
+		}
+	}
+	return out, nil
 }
 
 func (m *Images) snapshotter() string {

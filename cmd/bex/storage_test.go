@@ -177,6 +177,11 @@ func TestSystemDFSumsMatchTheDiskAndPruneFreesWhatNoReleaseKeeps(t *testing.T) {
 	onDisk := duBytes(t, state)
 	table, _, _ := ssh(admin, "system:df")
 	t.Logf("du -sbx: %d bytes; system:df: %d (state dir %d)\n%s", onDisk, du.Bytes, du.StateDirBytes, table)
+	for _, want := range []string{"APP  ", "IMAGES", "BUILD CACHE", "RECLAIMABLE", "\none ", "\ntwo ", "\n(platform) ", "\nTOTAL ", "State dir " + state + ": "} {
+		if !strings.Contains(table, want) {
+			t.Errorf("system:df lacks %q:\n%s", want, table)
+		}
+	}
 	if !near(du.Bytes, onDisk) || !near(du.StateDirBytes, onDisk) {
 		t.Errorf("system:df says %d bytes (state dir %d), du -sbx says %d", du.Bytes, du.StateDirBytes, onDisk)
 	}

@@ -134,7 +134,10 @@ func (m *machineStorage) Usage(ctx context.Context, apps []backend.StorageApp, p
 	}
 	for _, rec := range recs {
 		if rec.Shared {
-			continue // its layers are an image's, counted there
+			// Its layers are an image's, counted there; its own snapshot is
+			// in the platform's other.
+			out.BuildCacheShared += rec.Size
+			continue
 		}
 		row := plat
 		if r := rows[rec.App]; r != nil {

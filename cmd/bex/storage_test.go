@@ -56,6 +56,7 @@ func near(got, want int64) bool {
 // app's and the base image. A member is refused both commands, and sees the
 // app's bytes in apps:info.
 func TestSystemDFSumsMatchTheDiskAndPruneFreesWhatNoReleaseKeeps(t *testing.T) {
+	const layer = 2 << 20
 	cp := testenv.SharedControlPlane(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -133,9 +134,10 @@ func TestSystemDFSumsMatchTheDiskAndPruneFreesWhatNoReleaseKeeps(t *testing.T) {
 			works[app] = work
 			gitIn(t, work, "init", "-q", "-b", "main")
 		}
-		// 256 KiB of its own per build, so that each image has a layer nobody
-		// else holds.
-		os.WriteFile(filepath.Join(work, "Dockerfile"), []byte("FROM busybox\nRUN head -c 262144 /dev/urandom > /blob && echo "+word+" > /word\nCMD [\"cat\", \"/word\"]\n"), 0o644)
+		// A layer of its own per build (random: it does not compress), large
+		// beside the daemons' own files and databases, which change a little
+		// with every request.
+		os.WriteFile(filepath.Join(work, "Dockerfile"), []byte(fmt.Sprintf("FROM busybox\nRUN head -c %d /dev/urandom > /blob && echo %s > /word\nCMD [\"cat\", \"/word\"]\n", layer, word)), 0o644)
 		commitMsg(t, work, word)
 		c := exec.Command("git", "push", "ssh://git@"+addr+"/"+app, "main")
 		c.Dir = work
@@ -203,8 +205,8 @@ func TestSystemDFSumsMatchTheDiskAndPruneFreesWhatNoReleaseKeeps(t *testing.T) {
 		if got, want := r.Kinds.BuildLogs, duBytes(t, filepath.Join(state, "build-logs", app)); !near(got, want) || want == 0 {
 			t.Errorf("%s: build logs %d bytes, du says %d", app, got, want)
 		}
-		// Its own layer (256 KiB of random bytes, compressed and unpacked).
-		if r.Kinds.Images < 2*262144 {
+		// Its own layer (random bytes, as a blob and unpacked).
+		if r.Kinds.Images < 2*layer {
 			t.Errorf("%s: images %d bytes, want at least its layer's blob and snapshot", app, r.Kinds.Images)
 		}
 	}
@@ -238,7 +240,7 @@ func TestSystemDFSumsMatchTheDiskAndPruneFreesWhatNoReleaseKeeps(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 10*time.Second, "the first release's image reclaimable", func() error {
-		if r := row(df(), "one"); r.ReclaimableKinds.Images < 262144 {
+		if r := row(df(), "one"); r.ReclaimableKinds.Images < layer {
 			return fmt.Errorf("one: %d image bytes reclaimable, want the first release's layer", r.ReclaimableKinds.Images)
 		}
 		return nil
@@ -348,9 +350,9 @@ func TestSystemDFSumsMatchTheDiskAndPruneFreesWhatNoReleaseKeeps(t *testing.T) {
 	}
 	// The sums still hold after the prune.
 	// ... and the disk itself has the first release's layer back (its blob and
-	// its snapshot, 256 KiB each, at least).
+	// its snapshot, a layer's size each, at least).
 	afterDisk := duBytes(t, state)
-	if !near(after.Bytes, afterDisk) || afterDisk > onDisk-2*262144 {
+	if !near(after.Bytes, afterDisk) || afterDisk > onDisk-2*layer {
 		t.Errorf("after system:prune: system:df says %d bytes, du -sbx says %d (before: %d)", after.Bytes, afterDisk, onDisk)
 	}
 	var repoGrowth int64
@@ -360,9 +362,9 @@ func TestSystemDFSumsMatchTheDiskAndPruneFreesWhatNoReleaseKeeps(t *testing.T) {
 	t.Logf("system:prune said it freed %d bytes; du -sbx went from %d to %d (%d), the repositories grew %d in git gc", rep.Bytes, onDisk, afterDisk, onDisk-afterDisk, repoGrowth)
 	// What it says it freed is what the disk got back (each byte once: an
 	// image's layer blob, held by BuildKit's lease, counts with the cache
-	// record that frees it), give or take the daemons' own log lines
-	// meanwhile: 10%.
-	if freed := onDisk - afterDisk + repoGrowth; math.Abs(float64(rep.Bytes-freed)) > 0.1*float64(freed) {
+	// record that frees it), give or take what the daemons' logs and
+	// databases changed meanwhile (tens of KiB: the layers are 2 MiB for it).
+	if freed := onDisk - afterDisk + repoGrowth; !near(rep.Bytes, freed) {
 		t.Errorf("system:prune said it freed %d bytes, the disk got %d back", rep.Bytes, freed)
 	}
 

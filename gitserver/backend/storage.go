@@ -82,6 +82,11 @@ type DiskUsage struct {
 	StateDirBytes int64      `json:"stateDirBytes"`
 	Apps          []AppUsage `json:"apps"`
 	Platform      AppUsage   `json:"platform"`
+	// BuildCacheShared is the size BuildKit gives its records whose layers an
+	// image holds (their blobs are the images', counted there; their own
+	// snapshots are in the platform's other): shown for what it is, in no
+	// row, so that nothing is counted twice.
+	BuildCacheShared int64 `json:"buildCacheShared"`
 	// FileSystem is the state dir's file system: its size and what is free.
 	FileSystem FileSystem `json:"fileSystem"`
 	// NotMeasured names each part that could not be measured and why; its

@@ -40,6 +40,9 @@ func (s *session) systemCommands() []*cobra.Command {
 		}
 		fmt.Fprintf(s.out, "\nState dir %s: %s on disk; its file system has %s free of %s.\n", du.StateDir,
 			humanBytes(du.StateDirBytes), humanBytes(du.FileSystem.Free), humanBytes(du.FileSystem.Size))
+		if du.BuildCacheShared > 0 {
+			fmt.Fprintf(s.out, "BuildKit also holds %s of cache records whose layers are images' (counted as images, their snapshots as other).\n", humanBytes(du.BuildCacheShared))
+		}
 		for _, n := range du.NotMeasured {
 			fmt.Fprintf(s.out, "Not measured: %s\n", n)
 		}

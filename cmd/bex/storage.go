@@ -29,8 +29,9 @@ import (
 // once) for its total, and the platform's "other" is that total less the parts
 // the owners measured inside it; a blob or snapshot two apps' images share, or
 // that a base image holds, is the platform's images, not either app's;
-// BuildKit's Shared records (whose layers an image holds, and whose snapshots
-// live in the same containerd) are left to the images; containerd's and
+// BuildKit's Shared records (whose layer blob an image holds) count their own
+// snapshot only, as the build cache of the app the blob is counted for (the
+// blob found through the record's lease); containerd's and
 // buildkitd's bytes count in the state dir's total only when containerd keeps
 // its root inside it (bex up), else they are added beside it.
 type machineStorage struct {
@@ -77,6 +78,20 @@ func (m *machineStorage) images(ctx context.Context, apps []backend.StorageApp) 
 		return nil, inside, fmt.Errorf("containerd at %s: %w", m.containerdAddr, err)
 	}
 	return u, inside, nil
+}
+
+// imgsBlobs are the image blobs the lease id holds (none when imgs is nil).
+func imgsBlobs(imgs *local.ImageUsage, id string) []local.Blob {
+	if imgs == nil {
+		return nil
+	}
+	var out []local.Blob
+	for _, d := range imgs.LeaseBlobs[id] {
+		if b, ok := imgs.Blobs[d]; ok {
+			out = append(out, b)
+		}
+	}
+	return out
 }
 
 // within reports whether path is dir or below it.
@@ -133,19 +148,37 @@ func (m *machineStorage) Usage(ctx context.Context, apps []backend.StorageApp, p
 		out.NotMeasured = append(out.NotMeasured, "build cache: "+err.Error())
 	}
 	for _, rec := range recs {
-		if rec.Shared {
-			// Its layers are an image's, counted there; its own snapshot is
-			// in the platform's other.
-			out.BuildCacheShared += rec.Size
-			continue
-		}
-		row := plat
+		size, reclaimable, row := rec.Size, rec.Reclaimable, plat
 		if r := rows[rec.App]; r != nil {
 			row = r
 		}
-		row.Kinds.BuildCache += rec.Size
-		if rec.Reclaimable {
-			row.ReclaimableKinds.BuildCache += rec.Size
+		if rec.Shared {
+			// Its layer blob is an image's, counted there: what is left of
+			// its size is its own snapshot, the build cache of whichever app
+			// the blob is counted for, reclaimable with the images that hold
+			// the blob. The blob is found through the record's lease (named
+			// by the record's id); without one, the record is shown apart.
+			blobs := imgsBlobs(imgs, rec.ID)
+			if len(blobs) == 0 {
+				out.BuildCacheShared += rec.Size
+				continue
+			}
+			reclaimable, row = true, plat
+			if r := rows[blobs[0].App]; r != nil {
+				row = r
+			}
+			for _, b := range blobs {
+				size -= b.Size
+				reclaimable = reclaimable && b.Reclaimable
+				if b.App != blobs[0].App {
+					row = plat
+				}
+			}
+			size = max(size, 0)
+		}
+		row.Kinds.BuildCache += size
+		if reclaimable {
+			row.ReclaimableKinds.BuildCache += size
 		}
 	}
 
@@ -191,13 +224,14 @@ func (m *machineStorage) Prune(ctx context.Context, apps []backend.StorageApp, d
 	var errs []error
 	// The images first: the build cache's records of their layers are Shared
 	// while an image holds them, and prunable once it is gone.
+	var u *local.ImageUsage
 	cl, err := daemons.ContainerdClient(m.containerdAddr, m.containerdNS)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("containerd at %s: %w", m.containerdAddr, err))
 	} else {
 		imgs := &local.Images{Client: cl, Namespace: m.containerdNS, Log: m.log}
 		keep := keepOf(apps)
-		u, err := imgs.Usage(ctx, m.imageRepo, keep)
+		u, err = imgs.Usage(ctx, m.imageRepo, keep)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -236,9 +270,41 @@ func (m *machineStorage) Prune(ctx context.Context, apps []backend.StorageApp, d
 		}
 		cl.Close()
 	}
-	recs, err := m.builder.PruneCache(ctx, dryRun)
-	if err != nil {
-		errs = append(errs, err)
+	var recs []builder.CacheRecord
+	if dryRun {
+		// What BuildKit would prune now, and the records of the reclaimable
+		// images' layers, which it prunes once those images are gone (their
+		// own snapshots: the blobs are counted with the images).
+		all, err := m.builder.CacheUsage(ctx)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, rec := range all {
+			switch blobs := imgsBlobs(u, rec.ID); {
+			case rec.Reclaimable:
+				recs = append(recs, rec)
+			case rec.Shared && !rec.InUse && len(blobs) > 0:
+				gone := true
+				for _, b := range blobs {
+					rec.Size -= b.Size
+					gone = gone && b.Reclaimable
+				}
+				if gone {
+					rec.Size = max(rec.Size, 0)
+					rec.Description += " (once the images of its layer go)"
+					if rec.App == "" {
+						rec.App = blobs[0].App
+					}
+					recs = append(recs, rec)
+				}
+			}
+		}
+	} else {
+		pruned, err := m.builder.PruneCache(ctx, false)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		recs = pruned
 	}
 	known := map[string]bool{}
 	for _, a := range apps {

@@ -37,8 +37,9 @@ type Bytes struct {
 	// snapshots of the images bex built for the app; on the platform's row,
 	// those two or more apps' images share, and the other images (base images).
 	Images int64 `json:"images"`
-	// BuildCache: BuildKit's cache records (its Shared ones, whose layers an
-	// image holds, are counted as images): an app's when the record names it.
+	// BuildCache: BuildKit's cache records: an app's when the record names it,
+	// or when its layer's blob is one of the app's images' (the blob then
+	// counted as images, the record's own snapshot here).
 	BuildCache int64 `json:"buildCache"`
 	// BuildLogs are the builder's stored logs of the app's builds.
 	BuildLogs int64 `json:"buildLogs"`
@@ -83,9 +84,10 @@ type DiskUsage struct {
 	Apps          []AppUsage `json:"apps"`
 	Platform      AppUsage   `json:"platform"`
 	// BuildCacheShared is the size BuildKit gives its records whose layers an
-	// image holds (their blobs are the images', counted there; their own
-	// snapshots are in the platform's other): shown for what it is, in no
-	// row, so that nothing is counted twice.
+	// image holds but whose blobs could not be found (no lease names them):
+	// their blobs are counted as images, their own snapshots in the
+	// platform's other; shown for what it is, in no row, so that nothing is
+	// counted twice.
 	BuildCacheShared int64 `json:"buildCacheShared"`
 	// FileSystem is the state dir's file system: its size and what is free.
 	FileSystem FileSystem `json:"fileSystem"`

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	containerd "github.com/containerd/containerd/v2/client"
 	cimages "github.com/containerd/containerd/v2/core/images"
@@ -54,6 +55,20 @@ type ImageUsage struct {
 	// Reclaimable are, per app, the images (by digest) no Release keeps and no
 	// container uses, with the bytes removing each alone frees.
 	Reclaimable map[string][]ReclaimableImage
+	// Blobs are every image blob by digest: its size, the app it is counted
+	// for ("": the platform's) and whether removing the reclaimable images
+	// frees it.
+	Blobs map[string]Blob
+	// LeaseBlobs are the blobs each lease holds, by the lease's id (BuildKit
+	// names a cache record's lease by the record's id).
+	LeaseBlobs map[string][]string
+}
+
+// Blob is one blob of the images.
+type Blob struct {
+	Size        int64
+	App         string
+	Reclaimable bool
 }
 
 // ReclaimableImage is one image system:prune removes: its names share Digest.
@@ -168,10 +183,11 @@ func (m *Images) Usage(ctx context.Context, repo string, keep map[string][]strin
 	for app := range keep {
 		out.Apps[app] = ImageBytes{}
 	}
-	leased, err := m.leased(ctx)
+	leased, leaseBlobs, err := m.leased(ctx)
 	if err != nil {
 		return nil, err
 	}
+	out.Blobs, out.LeaseBlobs = map[string]Blob{}, leaseBlobs
 	alone, aloneFree := map[holder]int64{}, map[holder]int64{}
 	for key, r := range res {
 		owners := map[string]bool{}
@@ -206,6 +222,9 @@ func (m *Images) Usage(ctx context.Context, repo string, keep map[string][]strin
 		}
 		if app != "" {
 			out.Apps[app] = ib
+		}
+		if d, ok := strings.CutPrefix(key, "blob:"); ok {
+			out.Blobs[d] = Blob{Size: r.size, App: app, Reclaimable: allDoomed}
 		}
 	}
 	for h, imgs := range holders {
@@ -262,32 +281,34 @@ func (m *Images) Remove(ctx context.Context, repo, app string, list []Reclaimabl
 }
 
 // leased are the blobs and snapshots ("blob:<digest>", "snapshot:<key>") that
-// a lease of the namespace holds: BuildKit's cache records hold theirs so.
-func (m *Images) leased(ctx context.Context) (map[string]bool, error) {
+// a lease of the namespace holds, and each lease's blobs: BuildKit's cache
+// records hold theirs so, under leases named by the records' ids.
+func (m *Images) leased(ctx context.Context) (map[string]bool, map[string][]string, error) {
 	ls := m.Client.LeasesService()
 	list, err := ls.List(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("listing leases: %w", err)
+		return nil, nil, fmt.Errorf("listing leases: %w", err)
 	}
-	out := map[string]bool{}
+	out, blobs := map[string]bool{}, map[string][]string{}
 	for _, l := range list {
 		rs, err := ls.ListResources(ctx, l)
 		if err != nil {
 			if errdefs.IsNotFound(err) {
 				continue
 			}
-			return nil, fmt.Errorf("listing the resources of lease %s: %w", l.ID, err)
+			return nil, nil, fmt.Errorf("listing the resources of lease %s: %w", l.ID, err)
 		}
 		for _, r := range rs {
 			switch {
 			case r.Type == "content":
 				out["blob:"+r.ID] = true
+				blobs[l.ID] = append(blobs[l.ID], r.ID)
 			case r.Type == "snapshots/"+m.snapshotter():
 				out["snapshot:"+r.ID] = true
 			}
 		}
 	}
-	return out, nil
+	return out, blobs, nil
 }
 
 func (m *Images) snapshotter() string {

@@ -12,7 +12,6 @@ import (
 	cimages "github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
-	"github.com/containerd/platforms"
 	"github.com/opencontainers/image-spec/identity"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -166,7 +165,7 @@ func (m *Images) Usage(ctx context.Context, repo string, keep map[string][]strin
 		if err != nil {
 			return nil, fmt.Errorf("reading image %s: %w", img.Name, err)
 		}
-		diffIDs, err := containerd.NewImageWithPlatform(m.Client, img, platforms.Default()).RootFS(ctx)
+		diffIDs, err := containerd.NewImage(m.Client, img).RootFS(ctx)
 		if err != nil {
 			continue // not an image of this platform: no snapshots
 		}

@@ -74,10 +74,11 @@ type Blob struct {
 type ReclaimableImage struct {
 	Names  []string
 	Digest string
-	// Bytes is what removing it frees, with BuildKit's records of its layers
-	// (which system:prune prunes after the images); Freed what removing the
-	// image alone frees: the blobs and snapshots no lease holds (BuildKit
-	// keeps its records' under leases).
+	// Bytes are the blobs and unpacked snapshots no other image holds: what
+	// removing it frees once BuildKit's records of its layers are pruned too
+	// (system:prune prunes them after the images); Freed what removing the
+	// image alone frees: those no lease holds (BuildKit keeps its records'
+	// blobs under leases).
 	Bytes, Freed int64
 }
 

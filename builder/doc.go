@@ -18,4 +18,8 @@
 // build that takes it under the margin is stopped, or, when a step wrote faster
 // than the watch and met ENOSPC, its error is ErrDiskFull all the same; either way
 // the build returns once buildkitd has given the space back.
+//
+// For system:df and system:prune (usage.go) it measures an app's stored logs
+// (LogBytes) and BuildKit's cache records (CacheUsage, through buildkitd's
+// DiskUsage), and prunes the records not in use (PruneCache).
 package builder

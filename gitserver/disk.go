@@ -64,8 +64,8 @@ func (s *Server) checkDisk(again string) error {
 		return nil
 	}
 	return backend.Errorf(backend.Invalid,
-		"the disk of %s has %s free (under the %s bex keeps): free space on it and %s",
-		dir, humanBytes(free), humanBytes(margin), again)
+		"the disk of %s has %s free (under the %s bex keeps): free space on it and %s (%s)",
+		dir, humanBytes(free), humanBytes(margin), again, whereToLook)
 }
 
 // humanBytes is n in the largest binary unit that leaves a whole number (612 MiB,
@@ -86,6 +86,9 @@ func humanBytes(n uint64) string {
 	return fmt.Sprintf("%d B", n)
 }
 
+// whereToLook ends both lines: the commands that show and free the disk.
+const whereToLook = "an admin's system:df shows what uses it, system:prune removes what is reclaimable"
+
 // diskFilled is the line for work that ran out of space part way: what it wrote
 // is gone, nothing moved.
 func (s *Server) diskFilled(again string) string {
@@ -93,5 +96,5 @@ func (s *Server) diskFilled(again string) string {
 	if dir == "" {
 		dir = s.cfg.ReposDir
 	}
-	return fmt.Sprintf("the disk of %s filled up, so nothing was stored: free space on it and %s", dir, again)
+	return fmt.Sprintf("the disk of %s filled up, so nothing was stored: free space on it and %s (%s)", dir, again, whereToLook)
 }

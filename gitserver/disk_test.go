@@ -38,7 +38,7 @@ func TestShortDiskRefusesPushesAndDeploysAtOnce(t *testing.T) {
 	disk.free.Store(612 << 20)
 	second := u.commit(dir, "app.txt", "v2\n")
 	out, err := u.git(dir, "push", "bex", "main")
-	want := "the disk of " + e.state + " has 612 MiB free (under the 1 GiB bex keeps): free space on it and push again"
+	want := "the disk of " + e.state + " has 612 MiB free (under the 1 GiB bex keeps): free space on it and push again (" + gitserver.WhereToLook + ")"
 	if err == nil || !strings.Contains(out, want) {
 		t.Fatalf("push on a short disk: err %v, want the line %q:\n%s", err, want, out)
 	}
@@ -157,7 +157,7 @@ func TestDiskFillingDuringAPushLeavesTheRepositoryValid(t *testing.T) {
 	if err == nil {
 		t.Fatalf("a push larger than the free space succeeded:\n%s", out)
 	}
-	if want := "the disk of " + e.state + " filled up, so nothing was stored: free space on it and push again"; !strings.Contains(out, want) {
+	if want := "the disk of " + e.state + " filled up, so nothing was stored: free space on it and push again (" + gitserver.WhereToLook + ")"; !strings.Contains(out, want) {
 		t.Fatalf("the push on a full disk does not say %q:\n%s", want, out)
 	}
 	if left, _ := filepath.Glob(filepath.Join(e.repoDir("fills"), "objects", "pack", "tmp_*")); len(left) > 0 {

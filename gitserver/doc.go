@@ -13,6 +13,9 @@
 //
 // After a push, the app's repository is repacked in the background by the git
 // binary's `gc --auto` under the app's push lock, one repack at a time (repack.go).
+// system:prune's `git gc --prune=now` (CompactRepository, storage.go) and its
+// removal of images (IfIdle) take that lock without waiting for a push (at most
+// 2 s, for a repack), so they never run while a push holds it.
 //
 // Deploy fetches an app's upstream through package upstream's checked dialer,
 // with the app's own deploy key or kept credentials (UpstreamAuth), never the

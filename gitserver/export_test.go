@@ -10,3 +10,6 @@ func (s *Server) OnRepack(f func(app string, skipped bool, err error)) {
 
 // RepackLater queues a repack of app's repository, as the end of a push does.
 func (s *Server) RepackLater(app string) { s.repackLater(app) }
+
+// WhereToLook is the end of the disk refusals, for the tests that read them.
+const WhereToLook = whereToLook

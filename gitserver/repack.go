@@ -89,23 +89,30 @@ func (s *Server) repackNow(app string) (skipped bool, err error) {
 		return true, nil
 	}
 	defer unlock()
-	repoDir := filepath.Join(s.cfg.ReposDir, app+".git")
+	ctx, cancel := context.WithTimeout(r.ctx, s.cfg.RepackTimeout)
+	defer cancel()
+	// The repository's own config (gc.auto, gc.autoPackLimit) decides whether
+	// there is anything to do.
+	return s.gitGC(ctx, app, "--auto")
+}
+
+// gitGC runs git gc with args in app's repository; the caller holds app's lock.
+// skipped: there is no repository (destroyed meanwhile).
+func (s *Server) gitGC(ctx context.Context, app string, args ...string) (skipped bool, err error) {
+	repoDir := s.RepositoryDir(app)
 	if _, err := os.Stat(filepath.Join(repoDir, "HEAD")); err != nil {
 		return true, nil // destroyed meanwhile
 	}
-	ctx, cancel := context.WithTimeout(r.ctx, s.cfg.RepackTimeout)
-	defer cancel()
 	// gc.autoDetach=false: by default gc --auto forks into the background and
-	// returns, and would then run outside the lock. The repository's own config
-	// (gc.auto, gc.autoPackLimit) decides whether there is anything to do.
-	cmd := exec.CommandContext(ctx, "git", "-c", "gc.autoDetach=false", "-C", repoDir, "gc", "--auto", "--quiet")
+	// returns, and would then run outside the lock.
+	cmd := exec.CommandContext(ctx, "git", append([]string{"-c", "gc.autoDetach=false", "-C", repoDir, "gc", "--quiet"}, args...)...)
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + repoDir, "GIT_CONFIG_NOSYSTEM=1"}
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return false, &repackError{err: err, out: string(out)}
 	}
-	s.log.Debug("repacked", "app", app, "seconds", time.Since(start).Seconds())
+	s.log.Debug("repacked", "app", app, "args", args, "seconds", time.Since(start).Seconds())
 	return false, nil
 }
 

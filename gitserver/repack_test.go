@@ -2,6 +2,7 @@ package gitserver_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -266,4 +267,84 @@ func TestRepackSkipsWhileAPushHoldsTheLock(t *testing.T) {
 		t.Fatalf("repack after the push: %+v", r)
 	}
 	fsck(t, e.repoDir("hello"))
+}
+
+// system:prune's git gc (CompactRepository) takes the app's lock without
+// waiting: while a push holds it, it returns ErrRepositoryBusy at once and
+// touches nothing; once the push is done it runs, and the unreachable object
+// goes at once (--prune=now), the repository fsck clean.
+func TestCompactRepositoryNeverRunsUnderAPush(t *testing.T) {
+	e := newEnv(t)
+	done := repacks(e)
+	admin := e.addUser("admin", appv1.RoleAdmin, false)
+	dir := admin.workdir("hello")
+	admin.mustGit(dir, "push", "-q", "bex", "main")
+	if r := nextRepack(t, done); r.err != nil {
+		t.Fatalf("the push's repack: %+v", r)
+	}
+	repo := e.repoDir("hello")
+	hashCmd := exec.Command("git", "--git-dir", repo, "hash-object", "-w", "--stdin")
+	hashCmd.Stdin = strings.NewReader("nobody points at this\n")
+	hash, err := hashCmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := strings.TrimSpace(string(hash))
+	garbage := filepath.Join(repo, "objects", id[:2], id[2:])
+	if _, err := os.Stat(garbage); err != nil {
+		t.Fatal(err)
+	}
+
+	building := make(chan struct{})
+	proceed := make(chan struct{})
+	e.builder.setHook(func(ctx context.Context, _ gitserver.BuildRequest, _ io.Writer) error {
+		close(building)
+		<-proceed
+		return nil
+	})
+	admin.commit(dir, "app.txt", "second\n")
+	push := admin.gitCmd(dir, "push", "-q", "bex", "main")
+	pushOut := &testenv.SyncBuffer{}
+	push.Stdout, push.Stderr = pushOut, pushOut
+	if err := push.Start(); err != nil {
+		t.Fatal(err)
+	}
+	<-building
+	began := time.Now()
+	if _, err := e.srv.CompactRepository(context.Background(), "hello"); !errors.Is(err, gitserver.ErrRepositoryBusy) {
+		t.Fatalf("CompactRepository while a push builds: %v, want ErrRepositoryBusy", err)
+	}
+	// It gives a background repack a moment (2 s), never a push its whole build.
+	if d := time.Since(began); d > 5*time.Second {
+		t.Errorf("CompactRepository waited %s for the push's lock", d)
+	}
+	if _, err := os.Stat(garbage); err != nil {
+		t.Fatalf("the unreachable object went while the push held the lock: %v", err)
+	}
+	// The images' removal is held off alike.
+	ran := false
+	if err := e.srv.IfIdle("hello", "system:prune", func() error { ran = true; return nil }); !errors.Is(err, gitserver.ErrRepositoryBusy) || ran {
+		t.Fatalf("IfIdle while a push builds: %v (ran: %v), want ErrRepositoryBusy", err, ran)
+	}
+	close(proceed)
+	if err := push.Wait(); err != nil {
+		t.Fatalf("push: %v\n%s", err, pushOut.String())
+	}
+	if r := nextRepack(t, done); r.err != nil {
+		t.Fatalf("the second push's repack: %+v", r)
+	}
+	if _, err := os.Stat(garbage); err != nil {
+		t.Fatalf("gc --auto after the push removed the unreachable object (it keeps it two weeks): %v", err)
+	}
+	// The control: with the lock free, both run.
+	if err := e.srv.IfIdle("hello", "system:prune", func() error { ran = true; return nil }); err != nil || !ran {
+		t.Fatalf("IfIdle with the lock free: %v (ran: %v)", err, ran)
+	}
+	if _, err := e.srv.CompactRepository(context.Background(), "hello"); err != nil {
+		t.Fatalf("CompactRepository: %v", err)
+	}
+	if _, err := os.Stat(garbage); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the unreachable object is still there after git gc --prune=now: %v", err)
+	}
+	fsck(t, repo)
 }

@@ -47,6 +47,8 @@ type gitserverCmd struct {
 	registryConfig   string
 	imageResolveMode string
 	runtime          string
+	containerdAddr   string
+	containerdNS     string
 	sshURL           string
 	adminKeys        []string
 	hooksAddr        string
@@ -91,6 +93,8 @@ func (c *gitserverCmd) command() *cobra.Command {
 	f.StringVar(&c.registryConfig, "registry-config", "", "Docker-style config.json with the credentials for pushing and for private base images (default: anonymous)")
 	f.StringVar(&c.imageResolveMode, "image-resolve-mode", "default", "how base images are found: default, pull, or local (no registry)")
 	f.StringVar(&c.runtime, "runtime", "local", "the deployer's runtime, for the logs command: local (read from STATE_DIR/runtime) or kubernetes")
+	f.StringVar(&c.containerdAddr, "containerd-addr", "", "containerd socket of the local runtime, where the images are, for system:df and system:prune (default: STATE_DIR/containerd/containerd.sock)")
+	f.StringVar(&c.containerdNS, "containerd-namespace", "bex", "containerd namespace of the local runtime (the one buildkitd builds into)")
 	f.StringSliceVar(&c.adminKeys, "admin-keys", nil, "OpenSSH public key files whose keys the user admin holds, made sure of at every start (BEX_ADMIN_KEYS=a.pub,b.pub)")
 	f.StringVar(&c.sshURL, "ssh-url", "", "how users reach this server, for the hints commands print (default ssh://git@HOST:PORT)")
 	f.StringVar(&c.hooksAddr, "hooks-addr", "", "HTTP address of the webhooks (POST /hooks/<app>) and the agents' MCP endpoint (/mcp); empty: off")
@@ -188,6 +192,18 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	bk.Releases = recorder
 	bk.Deployer = serverDeployer{server: func() *gitserver.Server { return srv }}
 	bk.Logs, bk.Builds, bk.Tokens = logs, buildLogs{b}, tokenStore
+	if c.runtime == "local" {
+		// One machine: the state dir, buildkitd and containerd are this
+		// process's to measure. On a cluster the disks are the nodes' and the
+		// registry's, and system:df says so.
+		addr := c.containerdAddr
+		if addr == "" {
+			addr = filepath.Join(c.stateDir, "containerd", "containerd.sock")
+		}
+		bk.Storage = &machineStorage{stateDir: c.stateDir, server: func() *gitserver.Server { return srv }, builder: b,
+			runtimeDir: filepath.Join(c.stateDir, "runtime"), namespace: c.namespace, imageRepo: c.imageRepo,
+			containerdAddr: strings.TrimPrefix(addr, "unix://"), containerdNS: c.containerdNS, log: c.log}
+	}
 	bk.RemoveRepository = func(ctx context.Context, app string) error { return srv.RemoveRepository(ctx, app, 10*time.Second) }
 	bk.UpstreamPolicy = upstream.Policy{AllowPrivate: c.allowPrivate, AllowFile: c.allowFile}
 	bk.HooksURL, bk.RolloutTimeout, bk.Log = c.hooksURL, gcfg.RolloutTimeout, c.log

@@ -164,6 +164,7 @@ func (b *Backend) App(ctx context.Context, u *User, name string) (*AppInfo, erro
 			in.LastBuild = &bi
 		}
 	}
+	in.Disk = b.appUsage(ctx, a.Name, a.Spec.Image)
 	return in, nil
 }
 

@@ -123,6 +123,9 @@ type Config struct {
 	Logs RuntimeLogs
 	// Builds reads build logs; nil: builds says they are not available.
 	Builds BuildLogs
+	// Storage measures and prunes the state dir's disk (system:df,
+	// system:prune, apps:info's bytes); nil: those say this server cannot.
+	Storage Storage
 	// Tokens keeps the agents' API tokens; nil: there is no agents' API.
 	Tokens *tokens.Store
 	// RemoveRepository deletes an app's git repository (apps:destroy); nil:

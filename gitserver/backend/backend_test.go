@@ -79,6 +79,12 @@ type fixture struct {
 
 func newFixture(t *testing.T, objs ...client.Object) *fixture {
 	t.Helper()
+	return newFixtureWith(t, nil, objs...)
+}
+
+// newFixtureWith is newFixture with tweak applied to the backend's Config.
+func newFixtureWith(t *testing.T, tweak func(*backend.Config), objs ...client.Object) *fixture {
+	t.Helper()
 	s := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(s)
 	_ = appv1.AddToScheme(s)
@@ -88,6 +94,9 @@ func newFixture(t *testing.T, objs ...client.Object) *fixture {
 	cfg.Client, cfg.Namespace, cfg.Releases = c, ns, f.rel
 	cfg.CacheWait = 2 * time.Second
 	cfg.Log = slog.New(slog.NewTextHandler(&f.log, nil))
+	if tweak != nil {
+		tweak(&cfg)
+	}
 	b, err := backend.New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -28,7 +28,9 @@
 // them, so that the next request reads its own writes. Config changes and
 // rollbacks are releases recorded through Config.Releases; deploys and webhook
 // redeploys run through Config.Deployer (the gitserver's push pipeline); logs
-// come from Config.Logs and Config.Builds: small interfaces cmd/bex wires, so
+// come from Config.Logs and Config.Builds, and the disk's usage and pruning
+// (system:df, system:prune: admins; an app's own bytes in apps:info) from
+// Config.Storage, with the images each app's Releases keep: small interfaces cmd/bex wires, so
 // the package imports no other component. Every change is one "audit" line in
 // the log naming the user, the key, the command and the app.
 package backend

@@ -53,6 +53,9 @@ type AppInfo struct {
 	// message when it is not true (e.g. OOMKilled), else "".
 	Trouble        string `json:"trouble,omitempty"`
 	TroubleMessage string `json:"troubleMessage,omitempty"`
+	// Disk is the app's own bytes on disk (system:df's row of the app), when
+	// this server measures them.
+	Disk *AppUsage `json:"disk,omitempty"`
 }
 
 // Condition is one status condition of an app.

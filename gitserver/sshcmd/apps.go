@@ -77,6 +77,12 @@ func (s *session) appCommands() []*cobra.Command {
 			}
 			rows = append(rows, [2]string{"Last build", build})
 		}
+		if d := in.Disk; d != nil {
+			k := d.Kinds
+			rows = append(rows, [2]string{"Disk", fmt.Sprintf("%s (images %s, build cache %s, build logs %s, logs %s, repository %s, volumes %s; reclaimable %s)",
+				humanBytes(d.Bytes), humanBytes(k.Images), humanBytes(k.BuildCache), humanBytes(k.BuildLogs), humanBytes(k.Logs),
+				humanBytes(k.Repository), humanBytes(k.Volumes), humanBytes(d.Reclaimable))})
+		}
 		for _, r := range rows {
 			fmt.Fprintf(w, "%s:\t%s\n", r[0], r[1])
 		}

@@ -155,9 +155,10 @@ func (s *session) tree() *cobra.Command {
 		&cobra.Group{ID: groupRun, Title: "Processes and releases:"},
 		&cobra.Group{ID: groupLogs, Title: "Logs:"},
 		&cobra.Group{ID: groupAccess, Title: "Access, keys and users:"},
+		&cobra.Group{ID: groupSystem, Title: "The machine (admins):"},
 	)
 	root.SetHelpCommandGroupID(groupAccess)
-	for _, c := range [][]*cobra.Command{s.appCommands(), s.configCommands(), s.webhookCommands(), s.psCommands(), s.logCommands(), s.accessCommands(), s.keyCommands(), s.tokenCommands()} {
+	for _, c := range [][]*cobra.Command{s.appCommands(), s.configCommands(), s.webhookCommands(), s.psCommands(), s.logCommands(), s.accessCommands(), s.keyCommands(), s.tokenCommands(), s.systemCommands()} {
 		root.AddCommand(c...)
 	}
 	return root

@@ -453,7 +453,9 @@ func (p *Platform) startComponents(ctx context.Context) error {
 	}
 
 	gitArgs := []string{"--ssh-addr", p.cfg.SSHAddr, "--ssh-url", p.SSHURL(), "--runtime", "local",
-		"--buildkit-addr", "unix://" + filepath.Join(p.cfg.StateDir, "buildkitd", "buildkitd.sock")}
+		"--buildkit-addr", "unix://" + filepath.Join(p.cfg.StateDir, "buildkitd", "buildkitd.sock"),
+		// system:df and system:prune read the images where the deployer runs them.
+		"--containerd-addr", p.containerdAddr, "--containerd-namespace", ContainerdNamespace}
 	if p.cfg.ImageResolveMode != "" {
 		gitArgs = append(gitArgs, "--image-resolve-mode", p.cfg.ImageResolveMode)
 	}

@@ -2,13 +2,17 @@
 // containerd containers (runc) on this host and publishes the web instances as the
 // app's EndpointSlices. It implements bex.co/bex/deployer/runtime.Runtime.
 //
+// Images (diskusage.go) measures and removes, for the gitserver's system:df and
+// system:prune, the images bex built in the namespace, by RemoveImages' rules.
+//
 // What it owns:
 //
 //   - the containers labelled app.bex.co/runtime=local in its containerd namespace,
 //     one per instance, named <namespace>-<app>-<process>-r<release>-<n>-<random>;
 //   - the state file <state dir>/state.json: reserved ports (port → container) and
 //     the release that serves each app;
-//   - the instances' logs under <state dir>/logs/<namespace>/<app>/;
+//   - the instances' logs under <state dir>/logs/<namespace>/<app>/ (LogBytes
+//     measures them for system:df);
 //   - the Service <app> (headless, no selector) and the EndpointSlices labelled
 //     endpointslice.kubernetes.io/managed-by=local.runtime.bex.co, owned by the App.
 //

@@ -1,0 +1,133 @@
+package plan_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"bex.co/bex/builder/plan"
+	"bex.co/bex/internal/testenv"
+)
+
+// The tests below build the Go, Node and Python plans on the Debian stand-ins for
+// their official bases (internal/baseimage, imported by testenv.SharedStandIns),
+// as an operator without a registry would configure them (plan.Config.Images), with
+// the package managers reaching their real registries from the builds' network
+// where this machine reaches one, and run what they built.
+
+// standInConfig points every plan at the stand-ins (and busybox for static sites).
+func standInConfig(t *testing.T) plan.Config {
+	t.Helper()
+	testenv.SharedStandIns(t)
+	testenv.SharedBusybox(t)
+	n := testenv.StandInsConfig().Names
+	return plan.Config{Images: plan.Images{
+		Go: n.Go, Node: n.Node, Python: n.Python, Runtime: n.Runtime, Shell: n.Debian, Static: testenv.BusyboxRef,
+	}}
+}
+
+// buildWith detects src with cfg and builds its Dockerfile into containerd as name;
+// it returns the plan and the build's output.
+func buildWith(t *testing.T, bk *testenv.Buildkitd, cfg plan.Config, src, name string) (*plan.Plan, string) {
+	t.Helper()
+	p, err := plan.Detect(os.DirFS(src), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dfDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dfDir, "Dockerfile"), []byte(p.Dockerfile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	_, log, err := bk.BuildImage(ctx, src, dfDir, name)
+	if err != nil {
+		t.Fatalf("%v\n%s\nDockerfile:\n%s", err, log, p.Dockerfile)
+	}
+	return p, log
+}
+
+// serve runs the image's own command with PORT set, as bex does, and fetches / with
+// probe (a command of the image that GETs $URL and prints the body), printing the
+// user the app runs as too.
+func serve(t *testing.T, bk *testenv.Buildkitd, name, probe string) string {
+	t.Helper()
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := imageConfig(t, bk, name)
+	script := fmt.Sprintf(`export PORT=%d URL=http://127.0.0.1:%d/
+"$@" >/tmp/app.log 2>&1 &
+app=$!
+for i in $(seq 100); do
+	if body=$(%s 2>/dev/null); then break; fi
+	sleep 0.2
+done
+echo "uid=$(id -u)"
+echo "body=$body"
+kill $app
+cat /tmp/app.log`, port, port, probe)
+	return run(t, bk, name, append([]string{"sh", "-c", script, "sh"}, cfg.Cmd...)...)
+}
+
+// nodeFetch GETs $URL with Node's own fetch: the node base has no curl nor wget.
+const nodeFetch = `node -e 'fetch(process.env.URL).then(async r => { if (!r.ok) process.exit(1); process.stdout.write(await r.text()) }, () => process.exit(1))'`
+
+var npmAdded = regexp.MustCompile(`added [0-9]+ packages?`)
+
+func TestNodePlansBuildAndServe(t *testing.T) {
+	bk := testenv.SharedBuildkitd(t)
+	cfg := standInConfig(t)
+	for _, tc := range []struct {
+		name, want string
+		// notInImage is a file the image must not hold.
+		notInImage string
+	}{
+		// express from npm's registry, installed by npm ci from the lockfile, and
+		// server.js (no start script) on $PORT.
+		{name: "node-express", want: "hello from node v18."},
+		// A build script: npm ci with devDependencies (typescript), npm run build,
+		// and the start script on dist/server.js.
+		{name: "node-build-tsc", want: "compiled by tsc, served by node v18."},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			image := "docker.io/library/plan-" + tc.name + ":test"
+			src := filepath.Join("testdata", tc.name, "src")
+			began := time.Now()
+			p, log := buildWith(t, bk, cfg, src, image)
+			t.Logf("cold build: %s", time.Since(began).Round(time.Millisecond))
+			if p.Stack != plan.StackNode {
+				t.Fatalf("stack %q, want node", p.Stack)
+			}
+			// npm reached registry.npmjs.org from inside the build step.
+			if !npmAdded.MatchString(log) {
+				t.Errorf("npm ci did not say it added packages:\n%s", log)
+			}
+			if u := imageConfig(t, bk, image).User; u != "node" {
+				t.Errorf("image user %q, want node", u)
+			}
+			out := serve(t, bk, image, nodeFetch)
+			t.Logf("served:\n%s", out)
+			if !strings.Contains(out, "uid=1000\n") {
+				t.Errorf("the app does not run as the node user (1000):\n%s", out)
+			}
+			if !strings.Contains(out, "body="+tc.want) {
+				t.Errorf("the app did not answer %q:\n%s", tc.want, out)
+			}
+
+			// The same tree again: every step from the cache, npm not run.
+			began = time.Now()
+			_, log = buildWith(t, bk, cfg, src, image)
+			t.Logf("warm build: %s", time.Since(began).Round(time.Millisecond))
+			if npmAdded.MatchString(log) {
+				t.Errorf("the second build ran npm ci again:\n%s", log)
+			}
+		})
+	}
+}

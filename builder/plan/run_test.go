@@ -3,6 +3,8 @@ package plan_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -128,6 +130,95 @@ func TestNodePlansBuildAndServe(t *testing.T) {
 			if npmAdded.MatchString(log) {
 				t.Errorf("the second build ran npm ci again:\n%s", log)
 			}
+			allCached(t, log)
 		})
+	}
+}
+
+// getUntil GETs url until it answers 200 or the minute is up, and returns the body.
+func getUntil(t *testing.T, url string) (string, error) {
+	t.Helper()
+	hc := &http.Client{Timeout: 5 * time.Second}
+	var last error
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		resp, err := hc.Get(url)
+		if err != nil {
+			last = err
+			continue
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil && resp.StatusCode == http.StatusOK {
+			return string(body), nil
+		}
+		last = fmt.Errorf("%s: %s %q", url, resp.Status, body)
+	}
+	return "", last
+}
+
+func TestGoPlansBuildAndServe(t *testing.T) {
+	bk := testenv.SharedBuildkitd(t)
+	cfg := standInConfig(t)
+	for _, tc := range []struct{ name, want string }{
+		// github.com/google/uuid through the Go module proxy (go mod download in the
+		// build, on the builds' network), the binary alone on the runtime stand-in.
+		{name: "go-module", want: "hello from go as uid 65534, request "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			image := "docker.io/library/plan-" + tc.name + ":test"
+			src := filepath.Join("testdata", tc.name, "src")
+			began := time.Now()
+			p, _ := buildWith(t, bk, cfg, src, image)
+			t.Logf("cold build: %s", time.Since(began).Round(time.Millisecond))
+			if p.Stack != plan.StackGo {
+				t.Fatalf("stack %q, want go", p.Stack)
+			}
+			if u := imageConfig(t, bk, image).User; u != "65534:65534" {
+				t.Errorf("image user %q, want 65534:65534", u)
+			}
+			port, err := testenv.FreePort()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			// The runtime has no shell: the image's own command runs, and the test
+			// fetches from outside (the container is on the host's network).
+			stop, err := bk.Containerd.Start(ctx, image, fmt.Sprintf("PORT=%d", port))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := getUntil(t, fmt.Sprintf("http://127.0.0.1:%d/", port))
+			out := stop()
+			if err != nil {
+				t.Fatalf("the app did not answer: %v\noutput:\n%s", err, out)
+			}
+			if !strings.HasPrefix(body, tc.want) || len(strings.TrimPrefix(strings.TrimSpace(body), tc.want)) != 36 {
+				t.Errorf("the app answered %q, want %q and a UUID", body, tc.want)
+			}
+
+			began = time.Now()
+			_, log := buildWith(t, bk, cfg, src, image)
+			t.Logf("warm build: %s", time.Since(began).Round(time.Millisecond))
+			allCached(t, log)
+		})
+	}
+}
+
+// allCached checks that every RUN step of a build's output came from the cache.
+func allCached(t *testing.T, log string) {
+	t.Helper()
+	runs := 0
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line, "] RUN ") {
+			continue
+		}
+		runs++
+		if !strings.HasPrefix(line, "CACHED ") {
+			t.Errorf("the second build ran %q again", line)
+		}
+	}
+	if runs == 0 {
+		t.Errorf("the build's output names no RUN step:\n%s", log)
 	}
 }

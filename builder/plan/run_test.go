@@ -222,3 +222,43 @@ func allCached(t *testing.T, log string) {
 		t.Errorf("the build's output names no RUN step:\n%s", log)
 	}
 }
+
+// pythonFetch GETs $URL with Python's own urllib: the python base has no curl.
+const pythonFetch = `python -c 'import os, sys, urllib.request; sys.stdout.write(urllib.request.urlopen(os.environ["URL"], timeout=2).read().decode())'`
+
+func TestPythonPlansBuildAndServe(t *testing.T) {
+	bk := testenv.SharedBuildkitd(t)
+	cfg := standInConfig(t)
+	for _, tc := range []struct{ name, want string }{
+		// PyPI is not reachable from this machine: the one dependency is a wheel
+		// committed in wheels/, which requirements.txt names with --no-index
+		// --find-links ./wheels.
+		{name: "python-wheels", want: "hello from greeting 1.0 on python 3.11 as uid 65534"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			image := "docker.io/library/plan-" + tc.name + ":test"
+			src := filepath.Join("testdata", tc.name, "src")
+			began := time.Now()
+			p, log := buildWith(t, bk, cfg, src, image)
+			t.Logf("cold build: %s", time.Since(began).Round(time.Millisecond))
+			if p.Stack != plan.StackPython {
+				t.Fatalf("stack %q, want python", p.Stack)
+			}
+			if !strings.Contains(log, "Successfully installed greeting-1.0") {
+				t.Errorf("pip did not install the committed wheel:\n%s", log)
+			}
+			if u := imageConfig(t, bk, image).User; u != "65534:65534" {
+				t.Errorf("image user %q, want 65534:65534", u)
+			}
+			out := serve(t, bk, image, pythonFetch)
+			t.Logf("served:\n%s", out)
+			if !strings.Contains(out, "body="+tc.want) {
+				t.Errorf("the app did not answer %q:\n%s", tc.want, out)
+			}
+			began = time.Now()
+			_, log = buildWith(t, bk, cfg, src, image)
+			t.Logf("warm build: %s", time.Since(began).Round(time.Millisecond))
+			allCached(t, log)
+		})
+	}
+}

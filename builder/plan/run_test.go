@@ -163,6 +163,8 @@ func TestGoPlansBuildAndServe(t *testing.T) {
 		// github.com/google/uuid through the Go module proxy (go mod download in the
 		// build, on the builds' network), the binary alone on the runtime stand-in.
 		{name: "go-module", want: "hello from go as uid 65534, request "},
+		// The same dependency vendored: -mod=vendor, nothing downloaded.
+		{name: "go-vendored", want: "hello from vendored go as uid 65534, request "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			image := "docker.io/library/plan-" + tc.name + ":test"

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -77,6 +78,13 @@ type Config struct {
 	Sources []string
 	// GoRoot is the Go toolchain copied into the golang stand-in.
 	GoRoot string
+	// LocalCAs are CA certificates (PEM, named *.crt) that the stand-ins with CA
+	// certificates (node, golang, python, and so the runtime) trust besides
+	// Debian's: by default those this machine trusts locally, in
+	// /usr/local/share/ca-certificates (Debian's place for them). A machine whose
+	// way out goes through a TLS-inspecting proxy has its CA there, and a build
+	// step (npm ci, go mod download) needs it as much as the host does.
+	LocalCAs []string
 	// Mmdebstrap is the mmdebstrap program (apt-get install mmdebstrap).
 	Mmdebstrap string
 	// Names are the images' names in containerd.
@@ -96,7 +104,8 @@ func DefaultConfig() Config {
 			"deb http://deb.debian.org/debian bookworm-updates main",
 			"deb http://deb.debian.org/debian-security bookworm-security main",
 		},
-		GoRoot:     runtime.GOROOT(),
+		GoRoot:     "/usr/local/go",
+		LocalCAs:   localCAs(),
 		Mmdebstrap: "mmdebstrap",
 		Names:      DefaultNames(),
 	}
@@ -123,6 +132,27 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// localCAs are the certificates this machine trusts locally, as
+// update-ca-certificates finds them.
+func localCAs() []string {
+	found, _ := filepath.Glob("/usr/local/share/ca-certificates/*.crt")
+	more, _ := filepath.Glob("/usr/local/share/ca-certificates/*/*.crt")
+	return append(found, more...)
+}
+
+// trustHook puts the local CAs into the root file system and makes them part of
+// its bundle (/etc/ssl/certs/ca-certificates.crt); nothing without any.
+func (c Config) trustHook() []string {
+	if len(c.LocalCAs) == 0 {
+		return nil
+	}
+	cmd := `mkdir -p "$1/usr/local/share/ca-certificates/bex" && cp`
+	for _, f := range c.LocalCAs {
+		cmd += " " + shellQuote(f)
+	}
+	return []string{cmd + ` "$1/usr/local/share/ca-certificates/bex/" && chroot "$1" update-ca-certificates`}
+}
+
 // standIn is how one image is made: a Debian root file system with packages,
 // changed by hooks (shell commands, the root file system in "$1"), or (from)
 // files picked out of another stand-in.
@@ -144,27 +174,29 @@ const basePath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/
 // image it picks from).
 func (c Config) standIns(goVersion string) []standIn {
 	goroot := shellQuote(filepath.Clean(c.GoRoot))
+	trust := c.trustHook()
 	return []standIn{
 		// As debian:bookworm-slim: minbase, no docs.
 		{kind: "debian", env: []string{basePath}, cmd: []string{"bash"}},
 		// As node:*-bookworm-slim: node and npm on PATH, the node user (uid and gid
 		// 1000, home /home/node, shell bash) that the plans run the app as.
-		{kind: "node", packages: []string{"nodejs", "npm"},
-			hooks: []string{
+		// Debian's nodejs trusts the system's CA bundle, hence ca-certificates.
+		{kind: "node", packages: []string{"nodejs", "npm", "ca-certificates"},
+			hooks: append([]string{
 				`chroot "$1" groupadd --gid 1000 node`,
 				`chroot "$1" useradd --uid 1000 --gid node --shell /bin/bash --create-home node`,
-			},
+			}, trust...),
 			env: []string{basePath}, cmd: []string{"node"}},
 		// As golang:*-bookworm: the toolchain in /usr/local/go, GOPATH /go
 		// writable by anyone, git and CA certificates for module downloads.
 		// GOPROXY and GOFLAGS are not set: Go's defaults (proxy.golang.org) apply,
 		// or what a build sets. No C compiler: the plans build with CGO_ENABLED=0.
 		{kind: "golang", packages: []string{"ca-certificates", "git", "tzdata", "netbase"},
-			hooks: []string{
+			hooks: append([]string{
 				// Go's own tests (test/) are left out: 21 MB nothing builds with.
 				`mkdir -p "$1/usr/local/go" && tar -C ` + goroot + ` --exclude=./test -cf - . | tar -C "$1/usr/local/go" -xf -`,
 				`mkdir -p "$1/go/src" "$1/go/bin" && chmod -R 1777 "$1/go"`,
-			},
+			}, trust...),
 			env: []string{
 				"GOLANG_VERSION=" + strings.TrimPrefix(goVersion, "go"), "GOTOOLCHAIN=local", "GOPATH=/go",
 				"PATH=/go/bin:/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -174,10 +206,10 @@ func (c Config) standIns(goVersion string) []standIn {
 		// into the system's site-packages as the official image lets it (Debian's
 		// EXTERNALLY-MANAGED marker, which refuses that, is removed).
 		{kind: "python", packages: []string{"python3", "python3-pip", "python3-venv", "python-is-python3", "ca-certificates", "netbase", "tzdata"},
-			hooks: []string{
+			hooks: append([]string{
 				`rm -f "$1"/usr/lib/python3*/EXTERNALLY-MANAGED`,
 				`[ -e "$1/usr/bin/pip" ] || ln -s pip3 "$1/usr/bin/pip"`,
-			},
+			}, trust...),
 			env: []string{basePath, "LANG=C.UTF-8"}, cmd: []string{"python3"}},
 		// As distroless static: the CA certificates and time zones of the golang
 		// stand-in, /etc/passwd with root, nobody and nonroot, /tmp; no shell.
@@ -262,6 +294,25 @@ func (c Config) key(s standIn, goVersion, fromKey string) string {
 	if s.kind == "golang" {
 		doc["go"] = goVersion
 	}
+	// The CAs by content: a renewed one builds the images that hold it again.
+	if t := c.trustHook(); len(t) == 0 || !slices.Contains(s.hooks, t[0]) {
+		return digestOf(doc)
+	}
+	var cas []string
+	for _, f := range c.LocalCAs {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			cas = append(cas, f+": "+err.Error())
+			continue
+		}
+		sum := sha256.Sum256(data)
+		cas = append(cas, hex.EncodeToString(sum[:]))
+	}
+	doc["cas"] = cas
+	return digestOf(doc)
+}
+
+func digestOf(doc map[string]any) string {
 	data, _ := json.Marshal(doc)
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:])

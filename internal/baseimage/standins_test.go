@@ -58,8 +58,10 @@ func TestStandIns(t *testing.T) {
 	if out := run(n.Debian, "sh", "-c", "echo debian $(cat /etc/debian_version)"); !strings.HasPrefix(out, "debian 12.") {
 		t.Errorf("debian: %q, want Debian 12", out)
 	}
-	out := run(n.Node, "sh", "-c", "id node; node --version; npm --version; ls -ld /home/node")
-	for _, want := range []string{"uid=1000(node) gid=1000(node)", "\nv18.", "node node", "/home/node"} {
+	// npm's registry over HTTPS, as npm ci reaches it: through this machine's way
+	// out, whose TLS-inspecting proxy's CA (in LocalCAs) the stand-in trusts.
+	out := run(n.Node, "sh", "-c", `id node; node --version; npm --version; ls -ld /home/node; node -e 'fetch("https://registry.npmjs.org/express").then(r => console.log("registry", r.status), e => console.log("registry", e.cause || e))'`)
+	for _, want := range []string{"uid=1000(node) gid=1000(node)", "\nv18.", "node node", "/home/node", "registry 200"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("node: %q lacks %q", out, want)
 		}

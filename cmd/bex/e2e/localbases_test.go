@@ -44,6 +44,7 @@ func TestLocalBasesBuildANodeAppWithoutDockerfile(t *testing.T) {
 			t.Errorf("bex up --local-bases does not say %q:\n%s", want, p.out)
 		}
 	}
+	t.Logf("bex up:\n%s", strings.Join(lines(p.out.String(), "bookworm"), "\n")+"\n"+strings.Join(lines(p.out.String(), "local bases"), "\n"))
 	if strings.Contains(p.out.String(), " built\n") {
 		t.Errorf("bex up built a stand-in the cache had:\n%s", p.out)
 	}

@@ -319,11 +319,14 @@ func digestOf(doc map[string]any) string {
 }
 
 // mmdebstrapOptions keep the root file systems small: the minbase variant (the
-// Essential and required packages, apt), no recommended packages, no manuals,
+// Essential and required packages, apt), /usr merged by mmdebstrap's own hook
+// (else init-system-helpers brings the usrmerge package, and with it perl: 46 MB
+// of the 120 the debian stand-in weighed), no recommended packages, no manuals,
 // docs (but the copyrights) nor translations, and no device nodes in /dev (the
 // runtime makes /dev).
 var mmdebstrapOptions = []string{
 	"--variant=minbase",
+	"--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr",
 	"--skip=output/dev",
 	`--aptopt=APT::Install-Recommends "false"`,
 	"--dpkgopt=path-exclude=/usr/share/man/*",

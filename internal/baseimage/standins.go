@@ -284,7 +284,8 @@ func Build(ctx context.Context, c Config) ([]Image, error) {
 }
 
 // key is a digest of everything that makes the image: a change to any of them
-// builds it again.
+// builds it again. What the code does beyond these (the runtime's pick, the image
+// config's other fields) is covered by "format": bump it when that changes.
 func (c Config) key(s standIn, goVersion, fromKey string) string {
 	doc := map[string]any{
 		"format": 1, "kind": s.kind, "suite": c.Suite, "sources": c.Sources,

@@ -86,17 +86,22 @@ var npmAdded = regexp.MustCompile(`added [0-9]+ packages?`)
 func TestNodePlansBuildAndServe(t *testing.T) {
 	bk := testenv.SharedBuildkitd(t)
 	cfg := standInConfig(t)
+	yarnFetched := regexp.MustCompile(`\[2/4\] Fetching packages`)
 	for _, tc := range []struct {
 		name, want string
-		// notInImage is a file the image must not hold.
-		notInImage string
+		// installed is what the package manager says when it installed the
+		// dependencies from its registry.
+		installed *regexp.Regexp
 	}{
 		// express from npm's registry, installed by npm ci from the lockfile, and
 		// server.js (no start script) on $PORT.
-		{name: "node-express", want: "hello from node v18."},
+		{name: "node-express", want: "hello from node v18.", installed: npmAdded},
 		// A build script: npm ci with devDependencies (typescript), npm run build,
 		// and the start script on dist/server.js.
-		{name: "node-build-tsc", want: "compiled by tsc, served by node v18."},
+		{name: "node-build-tsc", want: "compiled by tsc, served by node v18.", installed: npmAdded},
+		// The same express app with yarn.lock: yarn 1 (the stand-in's Debian
+		// yarnpkg, as the official image's yarn 1) from registry.yarnpkg.com.
+		{name: "node-yarn-express", want: "hello from node v18.", installed: yarnFetched},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			image := "docker.io/library/plan-" + tc.name + ":test"
@@ -107,9 +112,9 @@ func TestNodePlansBuildAndServe(t *testing.T) {
 			if p.Stack != plan.StackNode {
 				t.Fatalf("stack %q, want node", p.Stack)
 			}
-			// npm reached registry.npmjs.org from inside the build step.
-			if !npmAdded.MatchString(log) {
-				t.Errorf("npm ci did not say it added packages:\n%s", log)
+			// The package manager reached its registry from inside the build step.
+			if !tc.installed.MatchString(log) {
+				t.Errorf("the install did not say %q:\n%s", tc.installed, log)
 			}
 			if u := imageConfig(t, bk, image).User; u != "node" {
 				t.Errorf("image user %q, want node", u)
@@ -127,8 +132,8 @@ func TestNodePlansBuildAndServe(t *testing.T) {
 			began = time.Now()
 			_, log = buildWith(t, bk, cfg, src, image)
 			t.Logf("warm build: %s", time.Since(began).Round(time.Millisecond))
-			if npmAdded.MatchString(log) {
-				t.Errorf("the second build ran npm ci again:\n%s", log)
+			if tc.installed.MatchString(log) {
+				t.Errorf("the second build installed the dependencies again:\n%s", log)
 			}
 			allCached(t, log)
 		})

@@ -178,11 +178,15 @@ func (c Config) standIns(goVersion string) []standIn {
 	return []standIn{
 		// As debian:bookworm-slim: minbase, no docs.
 		{kind: "debian", env: []string{basePath}, cmd: []string{"bash"}},
-		// As node:*-bookworm-slim: node and npm on PATH, the node user (uid and gid
-		// 1000, home /home/node, shell bash) that the plans run the app as.
-		// Debian's nodejs trusts the system's CA bundle, hence ca-certificates.
-		{kind: "node", packages: []string{"nodejs", "npm", "ca-certificates"},
+		// As node:*-bookworm-slim: node and npm on PATH, yarn 1 as yarn (Debian
+		// calls it yarnpkg; the official image has yarn 1 too), the node user (uid
+		// and gid 1000, home /home/node, shell bash) that the plans run the app as.
+		// Debian's nodejs trusts the system's CA bundle, hence ca-certificates. No
+		// corepack: Debian's nodejs 18 leaves it out, so the pnpm and Yarn 2+ plans
+		// (corepack enable) do not build on this stand-in.
+		{kind: "node", packages: []string{"nodejs", "npm", "yarnpkg", "ca-certificates"},
 			hooks: append([]string{
+				`[ -e "$1/usr/bin/yarn" ] || ln -s yarnpkg "$1/usr/bin/yarn"`,
 				`chroot "$1" groupadd --gid 1000 node`,
 				`chroot "$1" useradd --uid 1000 --gid node --shell /bin/bash --create-home node`,
 			}, trust...),

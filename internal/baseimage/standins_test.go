@@ -60,8 +60,8 @@ func TestStandIns(t *testing.T) {
 	}
 	// npm's registry over HTTPS, as npm ci reaches it: through this machine's way
 	// out, whose TLS-inspecting proxy's CA (in LocalCAs) the stand-in trusts.
-	out := run(n.Node, "sh", "-c", `id node; node --version; npm --version; ls -ld /home/node; node -e 'fetch("https://registry.npmjs.org/express").then(r => console.log("registry", r.status), e => console.log("registry", e.cause || e))'`)
-	for _, want := range []string{"uid=1000(node) gid=1000(node)", "\nv18.", "node node", "/home/node", "registry 200"} {
+	out := run(n.Node, "sh", "-c", `id node; node --version; npm --version; echo yarn $(yarn --version); ls -ld /home/node; node -e 'fetch("https://registry.npmjs.org/express").then(r => console.log("registry", r.status), e => console.log("registry", e.cause || e))'`)
+	for _, want := range []string{"uid=1000(node) gid=1000(node)", "\nv18.", "node node", "/home/node", "registry 200", "yarn 1."} {
 		if !strings.Contains(out, want) {
 			t.Errorf("node: %q lacks %q", out, want)
 		}

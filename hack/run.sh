@@ -29,10 +29,13 @@ else
 	echo "==> no SSH key in ~/.ssh: make one with ssh-keygen -t ed25519, or set ADMIN_KEY=FILE"
 fi
 # Base images come from a registry; a machine that cannot reach one builds from
-# images already in containerd, and gets busybox from Debian's busybox-static.
+# images already in containerd: busybox from Debian's busybox-static, and, for apps
+# without a Dockerfile, Debian stand-ins for the official node, golang, python and
+# distroless images (built once per machine with mmdebstrap, in
+# /var/cache/bex/baseimage; the first start takes minutes).
 if [[ -z ${BEX_IMAGE_RESOLVE_MODE:-} ]] && ! curl -s -o /dev/null --max-time 5 https://registry-1.docker.io/v2/; then
-	echo "==> no container registry reachable: builds use local base images; FROM busybox gets Debian's busybox-static"
-	args+=(--image-resolve-mode local --busybox-base)
+	echo "==> no container registry reachable: builds use local base images (--local-bases: Debian stand-ins and busybox-static)"
+	args+=(--image-resolve-mode local --local-bases)
 fi
 echo "==> $(bin/bex version): starting bex up (state in $state)"
 # Make the daemons that `make tools` built in bin/ findable next to bin/bex.

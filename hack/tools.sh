@@ -2,7 +2,8 @@
 # Makes this machine ready to build, run and test bex, and says what it does.
 # Idempotent: a second run checks and returns in seconds.
 #
-#   1. Debian packages: git, openssh, runc, containerd, busybox-static, CNI plugins, ...
+#   1. Debian packages: git, openssh, runc, containerd, busybox-static, CNI plugins,
+#      mmdebstrap (the Debian stand-ins for the official base images), ...
 #   2. Daemons built from their Go modules into bin/<name>-<version>/, with
 #      stable links bin/<binary> -> <name>-<version>/<binary>:
 #        buildkitd, buildctl                (hack/tools/buildkit)
@@ -37,7 +38,7 @@ go1.2[6-9]* | go1.[3-9][0-9]* | go[2-9]*) ;;
 esac
 
 # --- Debian packages --------------------------------------------------------------
-packages=(git openssh-client openssh-server runc containerd busybox-static ca-certificates curl iproute2 iptables containernetworking-plugins nginx-light util-linux)
+packages=(git openssh-client openssh-server runc containerd busybox-static ca-certificates curl iproute2 iptables containernetworking-plugins nginx-light util-linux mmdebstrap)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")

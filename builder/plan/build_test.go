@@ -23,9 +23,10 @@ import (
 // a containerd worker) and run the images in that containerd. They need root and the
 // daemons from `make tools`; a missing one fails the test with the fix, never a skip.
 //
-// Only the static and the Procfile-only plans are built: their base is busybox, which
-// the harness imports locally. The Go, Node and Python bases are official images that
-// cannot be pulled here (no registry), so those plans are checked by golden files.
+// The static and the Procfile-only plans are built here on busybox, which the
+// harness imports locally. The Go, Node and Python plans are built in run_test.go on
+// the Debian stand-ins for their official bases (internal/baseimage), which cannot
+// be pulled here (no registry).
 func TestMain(m *testing.M) { os.Exit(testenv.Run(m)) }
 
 // localConfig is the production config with busybox, imported by the harness, as the

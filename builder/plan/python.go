@@ -189,8 +189,8 @@ func plural(n int, what string) string {
 }
 
 // parseRequirements returns the normalised names of the packages a requirements file
-// lists, and the other files and local paths it refers to (-r, -c, -e, ./dir), which
-// pip then needs to see.
+// lists, and the other files and local paths it refers to (-r, -c, -e, ./dir, a
+// --find-links directory, a file: index), which pip then needs to see.
 func parseRequirements(data []byte) (names, refs []string) {
 	text := strings.ReplaceAll(string(data), "\\\r\n", "")
 	text = strings.ReplaceAll(text, "\\\n", "") // continuation lines
@@ -206,6 +206,13 @@ func parseRequirements(data []byte) (names, refs []string) {
 			switch opt {
 			case "-r", "--requirement", "-c", "--constraint", "-e", "--editable":
 				refs = append(refs, strings.TrimSpace(arg))
+			case "-f", "--find-links", "-i", "--index-url", "--extra-index-url":
+				// A directory of wheels committed with the app (--find-links ./wheels,
+				// with --no-index where there is no PyPI) is a local path pip must see
+				// when it installs; a URL is not.
+				if arg = strings.TrimSpace(arg); strings.HasPrefix(arg, "file:") || opt != "-i" && opt != "--index-url" && opt != "--extra-index-url" && !strings.Contains(arg, "://") {
+					refs = append(refs, arg)
+				}
 			}
 		case strings.HasPrefix(line, "."), strings.HasPrefix(line, "/"), strings.HasPrefix(line, "file:"):
 			refs = append(refs, line)

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"bex.co/bex/builder"
+	"bex.co/bex/builder/plan"
 	"bex.co/bex/deployer/releases"
 	"bex.co/bex/gitserver"
 	"bex.co/bex/gitserver/access"
@@ -60,6 +61,7 @@ type gitserverCmd struct {
 	minFreeDisk      byteSize
 	buildMemory      byteSize
 	buildCgroup      string
+	planImages       plan.Images
 
 	// ready, when set, receives the listen address once the server accepts;
 	// hooksReady the HTTP address of the hooks.
@@ -105,6 +107,13 @@ func (c *gitserverCmd) command() *cobra.Command {
 	f.Var(&c.minFreeDisk, "min-free-disk", fmt.Sprintf("free space kept on the file system of --state-dir: with less free (this or %d%% of the file system, whichever is smaller) pushes and deploys are refused at once, saying how much is free", gitserver.DefaultMinFreePercent))
 	f.Var(&c.buildMemory, "build-memory", "the memory limit of build steps, as set on --build-cgroup (e.g. 4Gi), named when a step is killed by it")
 	f.StringVar(&c.buildCgroup, "build-cgroup", "", "directory of the cgroup buildkitd runs build steps under (bex up sets it); its OOM counters tell a step killed by --build-memory; empty: a step killed for memory is reported by its exit code")
+	pi := plan.DefaultConfig().Images
+	f.StringVar(&c.planImages.Go, "plan-image-go", pi.Go, "base image a Go app without a Dockerfile is compiled on")
+	f.StringVar(&c.planImages.Node, "plan-image-node", pi.Node, "base image a Node app without a Dockerfile builds and runs on (it must have a node user)")
+	f.StringVar(&c.planImages.Python, "plan-image-python", pi.Python, "base image a Python app without a Dockerfile installs into and runs on")
+	f.StringVar(&c.planImages.Static, "plan-image-static", pi.Static, "base image that serves a static site without a Dockerfile (busybox's httpd)")
+	f.StringVar(&c.planImages.Runtime, "plan-image-runtime", pi.Runtime, "base image a compiled Go binary runs on (no shell needed)")
+	f.StringVar(&c.planImages.Shell, "plan-image-shell", pi.Shell, "base image of an app with only a Procfile (needs /bin/sh)")
 	var trusted []string
 	for _, p := range webhook.DefaultConfig().TrustedProxies {
 		trusted = append(trusted, p.String())
@@ -151,6 +160,7 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	bcfg.StepMemory = int64(c.buildMemory)
 	bcfg.StepCgroup = c.buildCgroup
 	bcfg.MinFreeBytes = int64(c.minFreeDisk) // a running build keeps the margin pushes are refused under
+	bcfg.Plan.Images = c.planImages
 	b, err := builder.New(bcfg, c.log)
 	if err != nil {
 		return err

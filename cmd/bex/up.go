@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"bex.co/bex/cmd/bex/up"
+	"bex.co/bex/internal/baseimage"
 )
 
 // upCmd runs the whole platform on this machine.
@@ -64,6 +65,8 @@ func (c *upCmd) command() *cobra.Command {
 	f.Var(&c.minFreeDisk, "min-free-disk", "free space kept on the file system of --state-dir, passed to the gitserver: with less free (this or 5% of the file system, whichever is smaller) pushes and deploys are refused at once")
 	f.BoolVar(&c.cfg.AllowPrivateUpstreams, "allow-private-upstreams", false, "let apps fetch upstreams on loopback, private (RFC 1918, CGNAT, ULA) and link-local addresses, passed to the gitserver (a git host on the LAN); off: a member could reach this machine's and the LAN's services")
 	f.BoolVar(&c.cfg.BusyboxBase, "busybox-base", false, "put Debian's busybox-static into containerd as docker.io/library/busybox:latest if no such image is there, so FROM busybox builds without a registry (with --image-resolve-mode local)")
+	f.BoolVar(&c.cfg.LocalBases, "local-bases", false, "build (once per machine, with mmdebstrap from Debian's mirror) or reuse Debian stand-ins for the official node, golang, python, debian and distroless images, import them and the busybox base into containerd, and build apps without a Dockerfile on them, so they build without a registry (with --image-resolve-mode local); implies --busybox-base")
+	f.StringVar(&c.cfg.LocalBasesCache, "local-bases-cache", baseimage.DefaultCacheDir, "where --local-bases keeps the stand-ins between runs, shared by every state dir and clone on this machine")
 	f.Var(&c.buildMemory, "build-memory", "memory limit shared by the build steps running at once, e.g. 4Gi or 512Mi; a step past it fails the build (default: the smaller of 4Gi and half the machine's memory)")
 	f.Var(&c.buildCache, "build-cache-size", "most bytes BuildKit's build cache keeps; past it the least recently used goes after a build, e.g. 20GiB (default: the smaller of 10GiB and 10% of the state dir's file system)")
 	f.DurationVar(&c.cfg.BuildCacheKeep, "build-cache-keep", d.BuildCacheKeep, "build cache unused this long is removed whatever the size, e.g. 72h; 0: no age limit")

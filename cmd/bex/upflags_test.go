@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"bex.co/bex/builder/plan"
 )
 
 // The build cache's flags, as bex up reads them: a size in the byteSize syntax and a
@@ -29,5 +31,27 @@ func TestUpBuildCacheFlags(t *testing.T) {
 	cmd = c.command()
 	if err := cmd.ParseFlags([]string{"--build-cache-size", "-1"}); err == nil || !strings.Contains(err.Error(), "build-cache-size") {
 		t.Errorf("a negative size: %v", err)
+	}
+}
+
+// The plans' base images, as bex gitserver reads them: the official images by
+// default (production), and what --plan-image-* names (bex up --local-bases passes
+// the stand-ins).
+func TestGitserverPlanImageFlags(t *testing.T) {
+	c := &gitserverCmd{}
+	cmd := c.command()
+	if err := cmd.ParseFlags(nil); err != nil {
+		t.Fatal(err)
+	}
+	if c.planImages != plan.DefaultConfig().Images {
+		t.Errorf("defaults: %+v, want the official images %+v", c.planImages, plan.DefaultConfig().Images)
+	}
+	c = &gitserverCmd{}
+	cmd = c.command()
+	if err := cmd.ParseFlags([]string{"--plan-image-node", "bex-base.local/node:bookworm", "--plan-image-runtime", "bex-base.local/static:bookworm"}); err != nil {
+		t.Fatal(err)
+	}
+	if c.planImages.Node != "bex-base.local/node:bookworm" || c.planImages.Runtime != "bex-base.local/static:bookworm" || c.planImages.Go != plan.DefaultConfig().Images.Go {
+		t.Errorf("set: %+v", c.planImages)
 	}
 }

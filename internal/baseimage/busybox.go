@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -127,7 +128,16 @@ func busyboxLayer(bin string) ([]byte, error) {
 // for containerd's import).
 func TarDir(dir string) ([]byte, error) {
 	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
+	if err := tarDirTo(&buf, dir); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// tarDirTo writes TarDir's archive to w as it reads the files, for layouts too
+// large to hold in memory.
+func tarDirTo(w io.Writer, dir string) error {
+	tw := tar.NewWriter(w)
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || path == dir {
 			return err
@@ -149,20 +159,18 @@ func TarDir(dir string) ([]byte, error) {
 			return err
 		}
 		if d.Type().IsRegular() {
-			data, err := os.ReadFile(path)
+			f, err := os.Open(path)
 			if err != nil {
 				return err
 			}
-			_, err = tw.Write(data)
+			defer f.Close()
+			_, err = io.Copy(tw, f)
 			return err
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
+	return tw.Close()
 }

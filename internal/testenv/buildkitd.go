@@ -153,7 +153,9 @@ func (b *Buildkitd) BuildImage(ctx context.Context, contextDir, dockerfileDir, n
 		defer close(done)
 		for st := range ch {
 			for _, v := range st.Vertexes {
-				if v.Completed != nil {
+				if v.Completed != nil && v.Cached {
+					fmt.Fprintf(&out, "CACHED %s\n", v.Name) // as buildctl's plain progress says it
+				} else if v.Completed != nil {
 					fmt.Fprintf(&out, "%s\n", v.Name)
 				}
 				if v.Error != "" {

@@ -8,6 +8,9 @@
 //   - buildkitd with the containerd worker, so builds land in that containerd;
 //   - a busybox base image made from Debian's busybox-static and imported into
 //     containerd, so Dockerfiles can say `FROM busybox` without a registry;
+//   - the Debian stand-ins for the plans' official bases (SharedStandIns, from
+//     baseimage's machine-wide cache, built there by mmdebstrap the first time),
+//     so the Go, Node and Python plans build and run without a registry;
 //   - tiny one-layer images of any name and payload (ImportTinyImage), for tests
 //     of what happens to images rather than what they run;
 //   - Pebble, a real ACME server;

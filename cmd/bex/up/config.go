@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -44,6 +45,15 @@ type Config struct {
 	// that `FROM busybox` builds on a machine that cannot pull (with
 	// ImageResolveMode local).
 	BusyboxBase bool
+	// LocalBases builds (or finds in LocalBasesCache) Debian stand-ins for the
+	// official images the plans build on (internal/baseimage), imports them and
+	// the busybox base into containerd, and points the zero-config builds at them
+	// (the gitserver's --plan-image-* flags): builds without a Dockerfile on a
+	// machine that cannot pull (with ImageResolveMode local).
+	LocalBases bool
+	// LocalBasesCache is where the stand-ins are kept between runs; empty is
+	// baseimage.DefaultCacheDir, outside any state dir and clone.
+	LocalBasesCache string
 	// AllowPrivateUpstreams is passed to the gitserver
 	// (--allow-private-upstreams): apps may fetch upstreams on loopback, private
 	// and link-local addresses (a git host on the LAN). Off by default.
@@ -148,6 +158,9 @@ func (c Config) Validate() error {
 	}
 	if c.BuildCacheKeep < 0 {
 		errs = append(errs, fmt.Errorf("--build-cache-keep %s: must not be negative (0: no age limit)", c.BuildCacheKeep))
+	}
+	if c.LocalBasesCache != "" && !filepath.IsAbs(c.LocalBasesCache) {
+		errs = append(errs, fmt.Errorf("--local-bases-cache %q: want an absolute path", c.LocalBasesCache))
 	}
 	switch c.LogFormat {
 	case "", "text", "json":

@@ -20,7 +20,8 @@ var programs = []struct{ name, from string }{
 	{"kube-apiserver", "make tools"},
 	{"git", "apt-get install git"},
 	{"iptables", "apt-get install iptables"},      // the tenants' filter rules (internal/tenantnet)
-	{"busybox", "apt-get install busybox-static"}, // with BusyboxBase only
+	{"busybox", "apt-get install busybox-static"}, // with BusyboxBase or LocalBases only
+	{"mmdebstrap", "apt-get install mmdebstrap"},  // with LocalBases only
 }
 
 // Binaries are the paths of the programs bex up runs.
@@ -37,7 +38,8 @@ func Preflight(cfg Config) (Binaries, error) {
 	found := Binaries{}
 	var missing, fixes []string
 	for _, p := range programs {
-		if cfg.ContainerdAddr != "" && strings.HasPrefix(p.name, "containerd") || p.name == "busybox" && !cfg.BusyboxBase {
+		if cfg.ContainerdAddr != "" && strings.HasPrefix(p.name, "containerd") || p.name == "busybox" && !cfg.BusyboxBase && !cfg.LocalBases ||
+			p.name == "mmdebstrap" && !cfg.LocalBases {
 			continue
 		}
 		if path, err := lookPath(p.name, filepath.Dir(cfg.Bex)); err == nil {

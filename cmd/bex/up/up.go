@@ -162,8 +162,13 @@ func (p *Platform) startDaemons(ctx context.Context) error {
 			return err
 		}
 	}
-	if p.cfg.BusyboxBase {
+	if p.cfg.BusyboxBase || p.cfg.LocalBases {
 		if err := p.busyboxBase(ctx); err != nil {
+			return err
+		}
+	}
+	if p.cfg.LocalBases {
+		if err := p.localBases(ctx); err != nil {
 			return err
 		}
 	}
@@ -469,6 +474,7 @@ func (p *Platform) startComponents(ctx context.Context) error {
 		gitArgs = append(gitArgs, "--allow-private-upstreams")
 	}
 	gitArgs = append(gitArgs, p.buildStepArgs()...)
+	gitArgs = append(gitArgs, p.planImageArgs()...)
 	if p.cfg.HooksAddr != "" {
 		gitArgs = append(gitArgs, "--hooks-addr", p.cfg.HooksAddr, "--hooks-url", p.PlatformURL())
 	}

@@ -1,0 +1,78 @@
+package e2e
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"bex.co/bex/internal/baseimage"
+	"bex.co/bex/internal/testenv"
+)
+
+// npmAdded is npm's summary of an install, as `npm ci` prints it.
+var npmAdded = regexp.MustCompile(`(?m)^remote: .*added [0-9]+ packages`)
+
+// TestLocalBasesBuildANodeAppWithoutDockerfile is a new user on a machine that
+// reaches no container registry: `bex up --local-bases` makes the Debian stand-ins
+// for the official bases, and a push of an Express app with no Dockerfile
+// (hack/samples/hello-node: package.json, package-lock.json with express from npm,
+// server.js on $PORT) builds on the node stand-in, installs express from npm's real
+// registry inside the build (on the builds' own network, internal/tenantnet), and
+// answers over HTTPS. The build's output, npm's included, comes back as remote:
+// lines.
+func TestLocalBasesBuildANodeAppWithoutDockerfile(t *testing.T) {
+	// The stand-ins first, in the machine's cache (minutes the first time on a
+	// machine, seconds after), so that bex up's start is not timed on a cold
+	// mmdebstrap; bex up then finds them there.
+	cfg := testenv.StandInsConfig()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	began := time.Now()
+	if _, err := baseimage.Build(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stand-ins ready in %s (%s)", time.Since(began).Round(time.Millisecond), cfg.CacheDir)
+
+	p := newPlatform(t)
+	t.Cleanup(p.kill)
+	// npm ci needs more than the 256Mi the other tests' steps get.
+	p.start(t, "--local-bases", "--local-bases-cache", cfg.CacheDir, "--build-memory", "1Gi")
+	for _, want := range []string{"local bases", cfg.Names.Node, "builds without a Dockerfile use them"} {
+		if !strings.Contains(p.out.String(), want) {
+			t.Errorf("bex up --local-bases does not say %q:\n%s", want, p.out)
+		}
+	}
+	t.Logf("bex up:\n%s", strings.Join(lines(p.out.String(), "bookworm"), "\n")+"\n"+strings.Join(lines(p.out.String(), "local bases"), "\n"))
+	if strings.Contains(p.out.String(), " built\n") {
+		t.Errorf("bex up built a stand-in the cache had:\n%s", p.out)
+	}
+
+	app := p.newRepo(t, "hello-node", "hello-node")
+	out, err := app.push()
+	if err != nil {
+		t.Fatalf("push: %v\n%s", err, out)
+	}
+	t.Logf("push:\n%s", out)
+	for _, want := range []string{"remote: ", "FROM " + cfg.Names.Node, "RUN npm ci --omit=dev", "https://hello-node.localhost:" + p.port(p.httpsAddr)} {
+		if !strings.Contains(out, want) {
+			t.Errorf("push output lacks %q", want)
+		}
+	}
+	// npm reached registry.npmjs.org from inside the build step and installed
+	// express's tree: its own summary line, streamed to the pusher.
+	if !npmAdded.MatchString(out) {
+		t.Errorf("push output has no remote: line with npm's \"added N packages\"")
+	}
+	// Debian's Node (18) as the node user (uid 1000), with express from npm.
+	testenv.Eventually(t, 30*time.Second, "https://hello-node.localhost answers", p.answers("hello-node", "/", "hello from node v18."))
+	_, body, err := p.https("hello-node", "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(body, "express 4.") || !strings.Contains(body, "uid 1000") {
+		t.Errorf("the app says %q, want express 4 run as uid 1000 (the node user)", body)
+	}
+	p.stop(t)
+}

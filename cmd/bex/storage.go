@@ -225,11 +225,13 @@ func (m *machineStorage) Prune(ctx context.Context, apps []backend.StorageApp, d
 	// The images first: the build cache's records of their layers are Shared
 	// while an image holds them, and prunable once it is gone.
 	var u *local.ImageUsage
+	var imgs *local.Images
 	cl, err := daemons.ContainerdClient(m.containerdAddr, m.containerdNS)
 	if err != nil {
+		cl = nil
 		errs = append(errs, fmt.Errorf("containerd at %s: %w", m.containerdAddr, err))
 	} else {
-		imgs := &local.Images{Client: cl, Namespace: m.containerdNS, Log: m.log}
+		imgs = &local.Images{Client: cl, Namespace: m.containerdNS, Log: m.log}
 		keep := keepOf(apps)
 		u, err = imgs.Usage(ctx, m.imageRepo, keep)
 		if err != nil {
@@ -268,7 +270,6 @@ func (m *machineStorage) Prune(ctx context.Context, apps []backend.StorageApp, d
 				rep.Items = append(rep.Items, backend.PruneItem{App: a.Name, Kind: "images", What: m.imageRepo + "/" + a.Name + "@" + ri.Digest + " (" + strings.Join(ri.Names, ", ") + ")", Bytes: n})
 			}
 		}
-		cl.Close()
 	}
 	var recs []builder.CacheRecord
 	if dryRun {
@@ -305,6 +306,17 @@ func (m *machineStorage) Prune(ctx context.Context, apps []backend.StorageApp, d
 			errs = append(errs, err)
 		}
 		recs = pruned
+		// BuildKit's prune lets go of its records' blobs and snapshots;
+		// containerd frees them when it next collects: now, so that the disk
+		// has its bytes back when system:prune says so.
+		if imgs != nil && len(pruned) > 0 {
+			if err := imgs.CollectGarbage(ctx); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if cl != nil {
+		cl.Close()
 	}
 	known := map[string]bool{}
 	for _, a := range apps {

@@ -10,6 +10,7 @@ import (
 
 	containerd "github.com/containerd/containerd/v2/client"
 	cimages "github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/image-spec/identity"
@@ -331,4 +332,24 @@ func ContentRoot(ctx context.Context, c *containerd.Client) string {
 		}
 	}
 	return ""
+}
+
+// CollectGarbage runs containerd's garbage collection now and returns when it
+// has run. Removing an image collects at once (a synchronous delete), but
+// BuildKit's prune only deletes the leases that held its records' blobs and
+// snapshots: containerd collects them on its own schedule, seconds later, so
+// system:prune would return before the disk has its bytes back. Deleting a
+// lease synchronously is the one request that makes containerd collect before
+// it answers; the lease made for it holds nothing.
+func (im *Images) CollectGarbage(ctx context.Context) error {
+	ctx = namespaces.WithNamespace(ctx, im.Namespace)
+	ls := im.Client.LeasesService()
+	l, err := ls.Create(ctx, leases.WithRandomID())
+	if err != nil {
+		return fmt.Errorf("containerd's garbage collection: %w", err)
+	}
+	if err := ls.Delete(ctx, l, leases.SynchronousDelete); err != nil {
+		return fmt.Errorf("containerd's garbage collection: %w", err)
+	}
+	return nil
 }

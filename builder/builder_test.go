@@ -179,12 +179,12 @@ func TestScratchGoAppBuildsAndServesHTTP(t *testing.T) {
 }
 
 // assertServes runs image with args plus a free port, GETs / and checks the body.
+// A container that ends before it answers is started again on another port, so
+// that a port another test's process took between FreePort and the server's
+// listen (the whole suite runs at once) is not taken for the image's failure;
+// one that never answers fails with what it printed.
 func assertServes(t *testing.T, bk *testenv.Buildkitd, image, want string, args ...string) {
 	t.Helper()
-	port, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	type result struct {
@@ -192,13 +192,30 @@ func assertServes(t *testing.T, bk *testenv.Buildkitd, image, want string, args 
 		code uint32
 		err  error
 	}
-	done := make(chan result, 1)
-	go func() {
-		out, code, err := bk.Containerd.Run(ctx, image, append(args, fmt.Sprint(port))...)
-		done <- result{out, code, err}
-	}()
+	var (
+		port int
+		done chan result
+	)
+	start := func() {
+		p, err := testenv.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		port, done = p, make(chan result, 1)
+		go func(done chan result) {
+			out, code, err := bk.Containerd.Run(ctx, image, append(args, fmt.Sprint(p))...)
+			done <- result{out, code, err}
+		}(done)
+	}
+	start()
 	var body string
-	testenv.Eventually(t, 30*time.Second, fmt.Sprintf("%s answers on port %d", image, port), func() error {
+	testenv.Eventually(t, 30*time.Second, image+" answers", func() error {
+		select {
+		case res := <-done:
+			start()
+			return fmt.Errorf("the container ended before it answered (exit %d, %v): %s; started again on port %d", res.code, res.err, res.out, port)
+		default:
+		}
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/", port))
 		if err != nil {
 			return err

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -45,6 +46,12 @@ type machineStorage struct {
 	// BuildKit builds the images into.
 	containerdAddr, containerdNS string
 	log                          *slog.Logger
+
+	// measuring runs one Usage at a time: apps:info measures for any member
+	// of an app, and each measurement lists containerd's images and BuildKit's
+	// records, so a member who calls it from many sessions at once gets them
+	// in turn instead of that many measurements running together.
+	measuring sync.Mutex
 }
 
 var _ backend.Storage = (*machineStorage)(nil)
@@ -104,6 +111,8 @@ func within(dir, path string) bool {
 }
 
 func (m *machineStorage) Usage(ctx context.Context, apps []backend.StorageApp, platform bool) (*backend.DiskUsage, error) {
+	m.measuring.Lock()
+	defer m.measuring.Unlock()
 	out := &backend.DiskUsage{StateDir: m.stateDir, Measured: time.Now().UTC()}
 	rows := map[string]*backend.AppUsage{}
 	var inState int64 // what the owners measured inside the state dir

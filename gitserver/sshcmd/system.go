@@ -3,6 +3,7 @@ package sshcmd
 import (
 	"fmt"
 	"strings"
+	"unicode"
 
 	"github.com/spf13/cobra"
 
@@ -81,7 +82,7 @@ func (s *session) systemCommands() []*cobra.Command {
 				if it.Kind == "repository" && rep.DryRun {
 					b = "?"
 				}
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", app, it.Kind, it.What, b)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", app, it.Kind, visible(it.What), b)
 			}
 			if ferr := w.Flush(); ferr != nil {
 				return ferr
@@ -119,4 +120,31 @@ func humanBytes(n int64) string {
 	}
 	s := fmt.Sprintf("%.1f", v)
 	return strings.TrimSuffix(s, ".0") + " " + units[i]
+}
+
+// visible is s with every rune that is not graphic (escape sequences, tabs,
+// newlines) written as a Go escape (\x1b, \t, \u200b): a prune item's
+// description is BuildKit's name of a build step, which is a tenant's RUN line,
+// and printed raw it would reach an admin's terminal (an escape sequence that
+// retitles the window or writes the clipboard) or break the table's columns.
+func visible(s string) string {
+	if strings.IndexFunc(s, func(r rune) bool { return !unicode.IsGraphic(r) }) < 0 {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case unicode.IsGraphic(r):
+			b.WriteRune(r)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r < 0x80:
+			fmt.Fprintf(&b, `\x%02x`, r)
+		default:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		}
+	}
+	return b.String()
 }

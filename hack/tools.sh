@@ -8,6 +8,8 @@
 #      stable links bin/<binary> -> <name>-<version>/<binary>:
 #        buildkitd, buildctl                (hack/tools/buildkit)
 #        kube-apiserver, etcd, kubectl      (hack/tools/kube)
+#        kubelet, kube-proxy, kube-scheduler,
+#        kube-controller-manager            (hack/tools/kube: hack/cluster-local.sh's node)
 #        pebble, pebble-challtestsrv        (the bex module's tool directives)
 #        caddy                              (hack/tools/caddy; the edge benchmarks' reference)
 #   3. The official TypeScript MCP SDK (hack/mcp-client, npm ci) into
@@ -90,8 +92,10 @@ kube_minor=${KUBE_VERSION#v1.}
 kube_minor=${kube_minor%%.*}
 build "kube-apiserver, kubectl and etcd $KUBE_VERSION" "kube-$KUBE_VERSION" hack/tools/kube \
 	"-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$kube_minor" \
-	"kube-apiserver kubectl etcd" \
-	k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl go.etcd.io/etcd/server/v3
+	"kube-apiserver kubectl etcd kubelet kube-proxy kube-scheduler kube-controller-manager" \
+	k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl go.etcd.io/etcd/server/v3 \
+	k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy \
+	k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-controller-manager
 
 build "pebble $PEBBLE_VERSION" "pebble-$PEBBLE_VERSION" . "-s -w" "pebble pebble-challtestsrv" \
 	github.com/letsencrypt/pebble/v2/cmd/pebble github.com/letsencrypt/pebble/v2/cmd/pebble-challtestsrv
@@ -105,11 +109,12 @@ link "buildkit-$BUILDKIT_VERSION" buildctl
 link "kube-$KUBE_VERSION" kube-apiserver
 link "kube-$KUBE_VERSION" etcd
 link "kube-$KUBE_VERSION" kubectl
+for b in kubelet kube-proxy kube-scheduler kube-controller-manager; do link "kube-$KUBE_VERSION" "$b"; done
 link "pebble-$PEBBLE_VERSION" pebble
 link "pebble-$PEBBLE_VERSION" pebble-challtestsrv
 link "caddy-$CADDY_VERSION" caddy
 
-for b in buildkitd buildctl kube-apiserver etcd kubectl pebble pebble-challtestsrv caddy; do
+for b in buildkitd buildctl kube-apiserver etcd kubectl kubelet kube-proxy kube-scheduler kube-controller-manager pebble pebble-challtestsrv caddy; do
 	[ -x "bin/$b" ] || die "bin/$b is missing after the build: remove bin/ and run make tools again"
 done
 

@@ -210,7 +210,27 @@ func (s spec) write(dir string) (Written, error) {
 	if err != nil {
 		return w, err
 	}
-	img, err := imagebuild.LayerImage(layer, []string{"PATH=" + Path}, s.cmd)
+	// The inputs: the layer and everything the config is made of, so that a
+	// change of any file or setting writes the archive again. Hashing them is
+	// cheap; compressing the layer (which the image's digests need) is not.
+	env := []string{"PATH=" + Path}
+	settings, err := json.Marshal([]any{s.image, "linux", "amd64", env, s.entrypoint, s.cmd})
+	if err != nil {
+		return w, err
+	}
+	h := sha256.New()
+	h.Write(settings)
+	h.Write(layer)
+	inputs := hex.EncodeToString(h.Sum(nil))
+	stamp := w.Archive + ".inputs"
+	if old, err := os.ReadFile(stamp); err == nil && string(old) == inputs {
+		if fi, err := os.Stat(w.Archive); err == nil {
+			w.Size, w.Skipped = fi.Size(), true
+			return w, nil
+		}
+	}
+
+	img, err := imagebuild.LayerImage(layer, env, s.cmd)
 	if err != nil {
 		return w, err
 	}
@@ -223,27 +243,6 @@ func (s spec) write(dir string) (Written, error) {
 	cf.Config.Entrypoint = s.entrypoint
 	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		return w, err
-	}
-
-	// The inputs: the image's name, its layer and its config (whose rootfs
-	// holds the layer's uncompressed digest), so that a change of any file or
-	// setting writes the archive again. Hashing them is cheap; compressing the
-	// layers for the archive is not.
-	cfg, err := json.Marshal(cf)
-	if err != nil {
-		return w, err
-	}
-	h := sha256.New()
-	fmt.Fprintf(h, "%s\n", s.image)
-	h.Write(layer)
-	h.Write(cfg)
-	inputs := hex.EncodeToString(h.Sum(nil))
-	stamp := w.Archive + ".inputs"
-	if old, err := os.ReadFile(stamp); err == nil && string(old) == inputs {
-		if fi, err := os.Stat(w.Archive); err == nil {
-			w.Size, w.Skipped = fi.Size(), true
-			return w, nil
-		}
 	}
 	_ = os.Remove(stamp)
 	tmp := w.Archive + ".tmp"

@@ -19,6 +19,9 @@ import (
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"bex.co/bex/internal/testenv"
@@ -116,7 +119,19 @@ func TestNodeImages(t *testing.T) {
 
 	t.Run("pause", func(t *testing.T) {
 		r := launch(ctx, t, cl, c, images["PAUSE_IMAGE"], nil)
-		waitRunning(ctx, t, r)
+		testenv.Eventually(t, 10*time.Second, "pause says it waits", func() error {
+			if st := r.exited(); st != "" {
+				t.Fatalf("pause ended (%s): %s", st, r.out.String())
+			}
+			if !strings.Contains(r.out.String(), "pause: waiting") {
+				return fmt.Errorf("it printed %q", r.out.String())
+			}
+			return nil
+		})
+		st, err := r.task.Status(ctx)
+		if err != nil || st.Status != containerd.Running {
+			t.Fatalf("pause: status %v, %v; want running", st.Status, err)
+		}
 		if err := r.task.Kill(ctx, syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
@@ -171,6 +186,19 @@ func TestNodeImages(t *testing.T) {
 			}
 			return nil
 		})
+		// garbage-collect fails on a registry that holds no repository yet
+		// ("Path not found: /docker/registry/v2/repositories"): push one.
+		ref, err := name.ParseReference(fmt.Sprintf("127.0.0.1:%d/nodeimages/random:1", port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := random.Image(1024, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := remote.Write(ref, img, remote.WithContext(ctx)); err != nil {
+			t.Fatalf("push to the registry: %v", err)
+		}
 		if err := r.task.Kill(ctx, syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
@@ -203,7 +231,10 @@ func TestNodeImages(t *testing.T) {
 		r := launch(ctx, t, cl, c, images["BUILDKIT_IMAGE"],
 			[]string{"--addr=unix:///run/buildkit/buildkitd.sock", "--config=/etc/buildkit/buildkitd.toml"},
 			oci.WithPrivileged, oci.WithAllDevicesAllowed, oci.WithHostDevices,
-			oci.WithMounts([]specs.Mount{bind(cfg, "/etc/buildkit", "ro"), bind(state, "/var/lib/buildkit", "rw"), bind(run, "/run/buildkit", "rw")}))
+			oci.WithMounts([]specs.Mount{bind(cfg, "/etc/buildkit", "ro"), bind(state, "/var/lib/buildkit", "rw"), bind(run, "/run/buildkit", "rw"),
+				// What the CRI gives every container, writable for a privileged
+				// one: runc needs it for each step's cgroup.
+				{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", "rw"}}}))
 		t.Cleanup(func() { t.Logf("buildkitd printed:\n%s", r.out.String()) })
 		// The Deployment's probe, run in the container with the image's buildctl.
 		testenv.Eventually(t, 60*time.Second, "buildctl debug workers answers in the container", func() error {
@@ -225,7 +256,21 @@ func TestNodeImages(t *testing.T) {
 			t.Fatal(err)
 		}
 		src := t.TempDir()
-		if err := os.WriteFile(filepath.Join(src, "Dockerfile"), []byte("FROM scratch\nCOPY hello /hello\n"), 0o644); err != nil {
+		// A RUN step too: buildkitd runs it with the image's runc. Debian's
+		// static busybox is the stage's only program.
+		busybox, err := testenv.Binary("busybox")
+		if err != nil {
+			t.Fatal(err)
+		}
+		bb, err := os.ReadFile(busybox)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(src, "busybox"), bb, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		dockerfile := "FROM scratch\nCOPY hello /hello\nCOPY busybox /bin/busybox\nRUN [\"/bin/busybox\", \"sh\", \"-c\", \"echo ran in a step > /ran\"]\n"
+		if err := os.WriteFile(filepath.Join(src, "Dockerfile"), []byte(dockerfile), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.WriteFile(filepath.Join(src, "hello"), []byte("built in the node image\n"), 0o644); err != nil {
@@ -236,15 +281,26 @@ func TestNodeImages(t *testing.T) {
 		cmd := exec.CommandContext(ctx, buildctl, "--addr=unix://"+filepath.Join(run, "buildkitd.sock"), "build",
 			"--frontend=dockerfile.v0", "--local=context="+src, "--local=dockerfile="+src, "--output=type=tar,dest="+result)
 		if msg, err := cmd.CombinedOutput(); err != nil {
+			// What runc in the container found (without the cgroup mount:
+			// "no cgroup mount found in mountinfo").
+			mi, _ := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", r.task.Pid()))
+			t.Logf("buildkitd's mounts:\n%s", mi)
 			t.Fatalf("buildctl build: %v\n%s", err, msg)
 		}
-		t.Logf("measure: FROM scratch + COPY build %v", time.Since(start).Round(time.Millisecond))
+		t.Logf("measure: FROM scratch + COPY + RUN build %v", time.Since(start).Round(time.Millisecond))
 		got, err := fileInTar(result, "hello")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got != "built in the node image\n" {
 			t.Fatalf("the build's /hello holds %q", got)
+		}
+		got, err = fileInTar(result, "ran")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != "ran in a step\n" {
+			t.Fatalf("the build's /ran holds %q", got)
 		}
 	})
 }
@@ -363,20 +419,6 @@ func (r *running) exec(ctx context.Context, args ...string) (string, uint32, err
 		_ = p.Kill(ctx, syscall.SIGKILL)
 		return "", 0, errors.New("buildctl did not end in 20 s")
 	}
-}
-
-// waitRunning waits until the task's process runs.
-func waitRunning(ctx context.Context, t *testing.T, r *running) {
-	testenv.Eventually(t, 10*time.Second, "the container runs", func() error {
-		st, err := r.task.Status(ctx)
-		if err != nil {
-			return err
-		}
-		if st.Status != containerd.Running {
-			return fmt.Errorf("status %s", st.Status)
-		}
-		return nil
-	})
 }
 
 func bind(src, dst, mode string) specs.Mount {

@@ -49,9 +49,9 @@ var lddPath = regexp.MustCompile(`(?:=>\s*)?(/\S+)\s+\(0x`)
 
 // libraries lists the shared objects bin loads, the dynamic loader included.
 func libraries(bin string) ([]string, error) {
-	out, err := exec.Command("ldd", bin).Output()
+	out, err := exec.Command("ldd", bin).CombinedOutput()
 	if err != nil {
-		// A static executable: ldd says so and exits non-zero.
+		// A static executable: ldd says so (on stderr) and exits non-zero.
 		if bytes.Contains(out, []byte("not a dynamic executable")) {
 			return nil, nil
 		}

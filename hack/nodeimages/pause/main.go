@@ -1,10 +1,3 @@
-// Command pause is the one-node cluster's sandbox ("pause") container: the process
-// that holds a pod's namespaces while its containers come and go. It does nothing
-// but wait: it reaps the zombies that a shared PID namespace leaves to it (it is PID
-// 1 there) and exits 0 when the kubelet stops the pod (SIGINT or SIGTERM).
-//
-// It is bex's own rather than registry.k8s.io/pause because the cluster has no
-// registry to pull from; hack/nodeimages builds it static into bex.local/pause.
 package main
 
 import (
@@ -16,6 +9,10 @@ import (
 func main() {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGCHLD)
+	// From here on a SIGTERM ends it with 0. Before, Go's runtime handles it, and
+	// as PID 1 (where the kernel's default action does not apply) exits 2: the
+	// line says when the window has passed.
+	os.Stderr.WriteString("pause: waiting\n")
 	for s := range sigs {
 		if s != syscall.SIGCHLD {
 			os.Exit(0)

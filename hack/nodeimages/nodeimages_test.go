@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -149,6 +150,37 @@ func TestNodeImages(t *testing.T) {
 		if !strings.Contains(r.out.String(), v) {
 			t.Fatalf("coredns -version printed %q, want %s", r.out.String(), v)
 		}
+	})
+
+	t.Run("coredns serves", func(t *testing.T) {
+		port, err := testenv.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := t.TempDir()
+		corefile := fmt.Sprintf(".:%d {\n  bind 127.0.0.1\n  hosts {\n    10.96.0.10 bex-check.test\n  }\n}\n", port)
+		if err := os.WriteFile(filepath.Join(cfg, "Corefile"), []byte(corefile), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		// Kubernetes' CoreDNS Deployment's args.
+		r := launch(ctx, t, cl, c, images["COREDNS_IMAGE"], []string{"-conf", "/etc/coredns/Corefile"},
+			oci.WithMounts([]specs.Mount{bind(cfg, "/etc/coredns", "ro")}))
+		resolver := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, fmt.Sprintf("127.0.0.1:%d", port))
+		}}
+		testenv.Eventually(t, 30*time.Second, "coredns answers for bex-check.test", func() error {
+			if st := r.exited(); st != "" {
+				t.Fatalf("coredns ended (%s): %s", st, r.out.String())
+			}
+			addrs, err := resolver.LookupHost(ctx, "bex-check.test.")
+			if err != nil {
+				return err
+			}
+			if len(addrs) != 1 || addrs[0] != "10.96.0.10" {
+				return fmt.Errorf("bex-check.test: %v", addrs)
+			}
+			return nil
+		})
 	})
 
 	t.Run("registry", func(t *testing.T) {

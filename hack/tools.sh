@@ -12,6 +12,8 @@
 #        kube-controller-manager            (hack/tools/kube: hack/cluster-local.sh's node)
 #        pebble, pebble-challtestsrv        (the bex module's tool directives)
 #        caddy                              (hack/tools/caddy; the edge benchmarks' reference)
+#        coredns                            (hack/tools/coredns; the one-node cluster's DNS)
+#        registry                           (hack/tools/registry; distribution's, in-cluster)
 #   3. The official TypeScript MCP SDK (hack/mcp-client, npm ci) into
 #      bin/mcp-sdk-<version>/node_modules, linked as bin/mcp-sdk: the MCP server's
 #      tests talk to the server with its client too.
@@ -103,6 +105,16 @@ build "pebble $PEBBLE_VERSION" "pebble-$PEBBLE_VERSION" . "-s -w" "pebble pebble
 build "caddy $CADDY_VERSION" "caddy-$CADDY_VERSION" hack/tools/caddy "-s -w" "caddy" \
 	github.com/caddyserver/caddy/v2/cmd/caddy
 
+# CoreDNS and distribution's registry: static (CGO_ENABLED=0), since hack/nodeimages
+# puts them alone in images of their own.
+CGO_ENABLED=0 build "coredns $COREDNS_VERSION" "coredns-$COREDNS_VERSION" hack/tools/coredns \
+	"-s -w -X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION" "coredns" \
+	github.com/coredns/coredns
+
+CGO_ENABLED=0 build "registry $REGISTRY_VERSION" "registry-$REGISTRY_VERSION" hack/tools/registry \
+	"-s -w -X github.com/distribution/distribution/v3/version.version=$REGISTRY_VERSION" "registry" \
+	github.com/distribution/distribution/v3/cmd/registry
+
 link() { ln -sfn "$1/$2" "bin/$2"; }
 link "buildkit-$BUILDKIT_VERSION" buildkitd
 link "buildkit-$BUILDKIT_VERSION" buildctl
@@ -113,6 +125,9 @@ for b in kubelet kube-proxy kube-scheduler kube-controller-manager; do link "kub
 link "pebble-$PEBBLE_VERSION" pebble
 link "pebble-$PEBBLE_VERSION" pebble-challtestsrv
 link "caddy-$CADDY_VERSION" caddy
+link "coredns-$COREDNS_VERSION" coredns
+link "registry-$REGISTRY_VERSION" registry
+[ -x bin/coredns ] && [ -x bin/registry ] || die "bin/coredns or bin/registry is missing after the build: remove bin/coredns-* bin/registry-* and run make tools again"
 
 for b in buildkitd buildctl kube-apiserver etcd kubectl kubelet kube-proxy kube-scheduler kube-controller-manager pebble pebble-challtestsrv caddy; do
 	[ -x "bin/$b" ] || die "bin/$b is missing after the build: remove bin/ and run make tools again"

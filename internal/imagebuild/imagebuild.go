@@ -49,9 +49,9 @@ var lddPath = regexp.MustCompile(`(?:=>\s*)?(/\S+)\s+\(0x`)
 
 // libraries lists the shared objects bin loads, the dynamic loader included.
 func libraries(bin string) ([]string, error) {
-	out, err := exec.Command("ldd", bin).Output()
+	out, err := exec.Command("ldd", bin).CombinedOutput()
 	if err != nil {
-		// A static executable: ldd says so and exits non-zero.
+		// A static executable: ldd says so (on stderr) and exits non-zero.
 		if bytes.Contains(out, []byte("not a dynamic executable")) {
 			return nil, nil
 		}
@@ -64,33 +64,58 @@ func libraries(bin string) ([]string, error) {
 	return libs, nil
 }
 
-// baseLayer is the uncompressed tar of the base's one layer. A path that is a
-// symbolic link here (/lib64/ld-linux-x86-64.so.2, /usr/lib/git-core/git-upload-pack)
-// becomes a link to its target's real path, which holds the file.
+// baseLayer is the uncompressed tar of the base's one layer: HostLayer of files,
+// each at its own path.
 func baseLayer(files []string) ([]byte, error) {
-	entries := map[string]string{} // path in the image -> link target ("" for a file)
-	add := func(p string) error {
-		real, err := filepath.EvalSymlinks(p)
+	m := make(map[string]string, len(files))
+	for _, f := range files {
+		m[f] = f
+	}
+	layer, err := HostLayer(m)
+	if err != nil {
+		return nil, fmt.Errorf("base image: %w (install it: apt-get install git ca-certificates)", err)
+	}
+	return layer, nil
+}
+
+// HostLayer is the uncompressed tar of one layer made of this machine's files:
+// files maps a path in the image to the path of the file here (the same path, or
+// another: a binary of bin/ at /usr/bin, say). The layer also holds the shared
+// libraries of the executables among them at their own paths (as ldd lists them,
+// with the dynamic loader), /etc/passwd and /etc/group with root and nonroot
+// (65532), and /tmp. A file at its own path that is a symbolic link here
+// (/lib64/ld-linux-x86-64.so.2, /usr/lib/git-core/git-upload-pack) becomes a link
+// to its target's real path, which holds the file; one at another path is copied
+// there. The base image and hack/nodeimages's node images are made with it.
+func HostLayer(files map[string]string) ([]byte, error) {
+	type entry struct{ src, link string } // the file to copy, or the link's target
+	entries := map[string]entry{}         // path in the image -> what it holds
+	add := func(dst, src string) error {
+		real, err := filepath.EvalSymlinks(src)
 		if err != nil {
-			return fmt.Errorf("base image: %w (install it: apt-get install git ca-certificates)", err)
+			return err
 		}
-		entries[real] = ""
-		if real != p {
-			entries[p] = real
+		if dst != src {
+			entries[dst] = entry{src: real}
+			return nil
+		}
+		entries[real] = entry{src: real}
+		if real != src {
+			entries[src] = entry{link: real}
 		}
 		return nil
 	}
-	for _, f := range files {
-		if err := add(f); err != nil {
+	for dst, src := range files {
+		if err := add(dst, src); err != nil {
 			return nil, err
 		}
-		if fi, err := os.Stat(f); err == nil && fi.Mode()&0o111 != 0 {
-			libs, err := libraries(f)
+		if fi, err := os.Stat(src); err == nil && fi.Mode()&0o111 != 0 {
+			libs, err := libraries(src)
 			if err != nil {
 				return nil, err
 			}
 			for _, l := range libs {
-				if err := add(l); err != nil {
+				if err := add(l, l); err != nil {
 					return nil, err
 				}
 			}
@@ -141,7 +166,7 @@ func baseLayer(files []string) ([]byte, error) {
 	}
 	sort.Strings(paths)
 	for _, p := range paths {
-		if target := entries[p]; target != "" {
+		if target := entries[p].link; target != "" {
 			if err := mkdirs(filepath.Dir(p)); err != nil {
 				return nil, err
 			}
@@ -150,11 +175,11 @@ func baseLayer(files []string) ([]byte, error) {
 			}
 			continue
 		}
-		fi, err := os.Stat(p)
+		fi, err := os.Stat(entries[p].src)
 		if err != nil {
 			return nil, err
 		}
-		data, err := os.ReadFile(p)
+		data, err := os.ReadFile(entries[p].src)
 		if err != nil {
 			return nil, err
 		}

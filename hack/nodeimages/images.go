@@ -1,0 +1,299 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"bex.co/bex/internal/imagebuild"
+)
+
+// PauseImage is the pause image's name: the tag of Kubernetes' own pause of its
+// release, under bex.local, a registry that does not exist (nothing pulls it).
+const PauseImage = "bex.local/pause:3.10"
+
+// RegistryImage is the name infra/bex/registry.yaml runs distribution's registry
+// as.
+const RegistryImage = "docker.io/library/registry:3"
+
+// Path is the images' PATH.
+const Path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// caCerts: what CoreDNS (forward over TLS), the registry (a proxy to an upstream)
+// and buildkitd (pulling bases, pushing to a registry over TLS) check peers with.
+const caCerts = "/etc/ssl/certs/ca-certificates.crt"
+
+// registryConfig is the registry image's own configuration, as the official
+// image's: what it serves with when it is given no arguments. infra/bex mounts
+// its own over /etc/distribution.
+const registryConfig = `version: 0.1
+log:
+  fields:
+    service: registry
+storage:
+  filesystem:
+    rootdirectory: /var/lib/registry
+http:
+  addr: :5000
+  headers:
+    X-Content-Type-Options: [nosniff]
+health:
+  storagedriver:
+    enabled: true
+    interval: 10s
+    threshold: 3
+`
+
+// Options says where Build finds its inputs and writes the archives.
+type Options struct {
+	// Root is the bex repository (hack/versions.env, hack/nodeimages/pause).
+	Root string
+	// Bin holds coredns-VERSION/, registry-VERSION/ and buildkit-VERSION/ as
+	// hack/tools.sh builds them; empty, Root/bin.
+	Bin string
+	// Out receives the archives and images.env.
+	Out string
+	// Log, when set, receives a line per image.
+	Log io.Writer
+}
+
+// Written is one archive Build wrote or found up to date.
+type Written struct {
+	Key     string // PAUSE, COREDNS, REGISTRY, BUILDKIT: images.env's prefix
+	Image   string // the name ctr import gives it
+	Archive string // the docker archive's path
+	Size    int64  // the archive's size in bytes
+	Skipped bool   // its inputs were those of the archive already there
+}
+
+// spec is one image: its files (path in the image -> path here) and config.
+type spec struct {
+	key, file, image string
+	files            map[string]string
+	entrypoint, cmd  []string
+}
+
+// Build writes the four archives and Out/images.env.
+func Build(ctx context.Context, o Options) ([]Written, error) {
+	if o.Bin == "" {
+		o.Bin = filepath.Join(o.Root, "bin")
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	out, err := filepath.Abs(o.Out)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return nil, err
+	}
+	versions, err := readEnv(filepath.Join(o.Root, "hack", "versions.env"))
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range []string{"COREDNS_VERSION", "REGISTRY_VERSION", "BUILDKIT_VERSION"} {
+		if versions[k] == "" {
+			return nil, fmt.Errorf("hack/versions.env has no %s", k)
+		}
+	}
+	tool := func(dir, binary string) (string, error) {
+		p := filepath.Join(o.Bin, dir, binary)
+		if _, err := os.Stat(filepath.Join(o.Bin, dir, ".complete")); err != nil {
+			return "", fmt.Errorf("%s is not built: run `make tools` (hack/tools.sh builds it)", p)
+		}
+		return p, nil
+	}
+
+	work, err := os.MkdirTemp(out, ".work-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(work)
+
+	start := time.Now()
+	pause := filepath.Join(work, "pause")
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", pause, "./hack/nodeimages/pause")
+	build.Dir = o.Root
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+	if msg, err := build.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go build ./hack/nodeimages/pause: %w\n%s", err, msg)
+	}
+	fmt.Fprintf(o.Log, "pause: built in %v\n", time.Since(start).Round(time.Millisecond))
+
+	coredns, err := tool("coredns-"+versions["COREDNS_VERSION"], "coredns")
+	if err != nil {
+		return nil, err
+	}
+	registry, err := tool("registry-"+versions["REGISTRY_VERSION"], "registry")
+	if err != nil {
+		return nil, err
+	}
+	buildkitDir := "buildkit-" + versions["BUILDKIT_VERSION"]
+	buildkitd, err := tool(buildkitDir, "buildkitd")
+	if err != nil {
+		return nil, err
+	}
+	buildctl, err := tool(buildkitDir, "buildctl")
+	if err != nil {
+		return nil, err
+	}
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		return nil, fmt.Errorf("runc is not installed (apt-get install runc, or make tools): %w", err)
+	}
+	regConfig := filepath.Join(work, "config.yml")
+	if err := os.WriteFile(regConfig, []byte(registryConfig), 0o644); err != nil {
+		return nil, err
+	}
+
+	specs := []spec{
+		{key: "PAUSE", file: "pause.tar", image: PauseImage,
+			files: map[string]string{"/pause": pause}, entrypoint: []string{"/pause"}},
+		{key: "COREDNS", file: "coredns.tar", image: "bex.local/coredns:" + versions["COREDNS_VERSION"],
+			files: map[string]string{"/coredns": coredns, caCerts: caCerts}, entrypoint: []string{"/coredns"}},
+		{key: "REGISTRY", file: "registry.tar", image: RegistryImage,
+			files:      map[string]string{"/bin/registry": registry, "/etc/distribution/config.yml": regConfig, caCerts: caCerts},
+			entrypoint: []string{"/bin/registry"}, cmd: []string{"serve", "/etc/distribution/config.yml"}},
+		// What buildkitd's OCI worker runs: runc for each step (at /usr/sbin,
+		// where PATH finds it). Its other needs (overlay and the mounts of a step)
+		// are the kernel's, given a privileged container.
+		{key: "BUILDKIT", file: "buildkit.tar", image: "docker.io/moby/buildkit:" + versions["BUILDKIT_VERSION"],
+			files: map[string]string{"/usr/bin/buildkitd": buildkitd, "/usr/bin/buildctl": buildctl,
+				"/usr/sbin/runc": runc, caCerts: caCerts},
+			entrypoint: []string{"buildkitd"}},
+	}
+	var written []Written
+	var env strings.Builder
+	for _, s := range specs {
+		start := time.Now()
+		w, err := s.write(out)
+		if err != nil {
+			return written, fmt.Errorf("%s: %w", s.image, err)
+		}
+		what := "written"
+		if w.Skipped {
+			what = "up to date"
+		}
+		fmt.Fprintf(o.Log, "%s: %s %s (%d bytes) in %v\n", s.image, w.Archive, what, w.Size, time.Since(start).Round(time.Millisecond))
+		written = append(written, w)
+		fmt.Fprintf(&env, "%s_IMAGE=%s\n%s_ARCHIVE=%s\n", w.Key, w.Image, w.Key, w.Archive)
+	}
+	if err := writeAtomic(filepath.Join(out, "images.env"), []byte(env.String())); err != nil {
+		return written, err
+	}
+	return written, nil
+}
+
+// write writes s's archive into dir unless the archive there was made of the same
+// layer and config, as its .inputs file records.
+func (s spec) write(dir string) (Written, error) {
+	w := Written{Key: s.key, Image: s.image, Archive: filepath.Join(dir, s.file)}
+	tag, err := name.NewTag(s.image, name.StrictValidation)
+	if err != nil {
+		return w, err
+	}
+	layer, err := imagebuild.HostLayer(s.files)
+	if err != nil {
+		return w, err
+	}
+	// The inputs: the layer and everything the config is made of, so that a
+	// change of any file or setting writes the archive again. Hashing them is
+	// cheap; compressing the layer (which the image's digests need) is not.
+	env := []string{"PATH=" + Path}
+	settings, err := json.Marshal([]any{s.image, "linux", "amd64", env, s.entrypoint, s.cmd})
+	if err != nil {
+		return w, err
+	}
+	h := sha256.New()
+	h.Write(settings)
+	h.Write(layer)
+	inputs := hex.EncodeToString(h.Sum(nil))
+	stamp := w.Archive + ".inputs"
+	if old, err := os.ReadFile(stamp); err == nil && string(old) == inputs {
+		if fi, err := os.Stat(w.Archive); err == nil {
+			w.Size, w.Skipped = fi.Size(), true
+			return w, nil
+		}
+	}
+
+	img, err := imagebuild.LayerImage(layer, env, s.cmd)
+	if err != nil {
+		return w, err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return w, err
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", "amd64"
+	cf.Config.Entrypoint = s.entrypoint
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		return w, err
+	}
+	_ = os.Remove(stamp)
+	tmp := w.Archive + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return w, err
+	}
+	err = tarball.Write(tag, img, f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, w.Archive)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return w, err
+	}
+	fi, err := os.Stat(w.Archive)
+	if err != nil {
+		return w, err
+	}
+	w.Size = fi.Size()
+	return w, os.WriteFile(stamp, []byte(inputs), 0o644)
+}
+
+// readEnv reads the NAME=value lines of a shell file like hack/versions.env.
+func readEnv(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	env := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if k, v, ok := strings.Cut(line, "="); ok {
+			env[k] = strings.Trim(v, `"'`)
+		}
+	}
+	return env, sc.Err()
+}
+
+func writeAtomic(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+func main() {
+	out := flag.String("out", "", "directory that receives the archives and images.env (required)")
+	bin := flag.String("bin", "", "directory of the tools hack/tools.sh builds (default: bin/ of the repository)")
+	flag.Parse()
+	if *out == "" || flag.NArg() > 0 {
+		fmt.Fprintln(os.Stderr, "usage: go run ./hack/nodeimages --out DIR [--bin BIN]")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	root, err := repoRoot()
+	if err == nil {
+		var imgs []Written
+		imgs, err = Build(ctx, Options{Root: root, Bin: *bin, Out: *out, Log: os.Stderr})
+		for _, w := range imgs {
+			fmt.Printf("%s %s %d bytes\n", w.Image, w.Archive, w.Size)
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "nodeimages: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// repoRoot is the directory of bex's go.mod above the working directory.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.HasPrefix(string(data), "module bex.co/bex\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("not inside the bex repository (no go.mod of module bex.co/bex above the working directory)")
+		}
+		dir = parent
+	}
+}

@@ -23,9 +23,11 @@ build:
 	go build -ldflags "$(GO_LDFLAGS)" -o bin/bex ./cmd/bex
 
 ## image: build the bex container image (hack/image/Dockerfile) with the project's
-## BuildKit into bin/bex-image.tar (OCI archive); BUILDKIT_HOST=... uses a running buildkitd
+## BuildKit into bin/bex-image.tar (OCI archive; IMAGE_OUTPUT=FILE elsewhere);
+## BUILDKIT_HOST=... uses a running buildkitd
+IMAGE_OUTPUT ?= bin/bex-image.tar
 image: tools
-	go run ./hack/image --version $(VERSION) --output bin/bex-image.tar
+	go run ./hack/image --version $(VERSION) --output $(IMAGE_OUTPUT)
 
 ## generate: regenerate the CRDs and deepcopy functions from deployer/api
 generate:

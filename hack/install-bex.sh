@@ -16,6 +16,10 @@
 #                  (default https://BASE_DOMAIN, where the edge serves them)
 #   ADMIN_KEY      the first admin's public key (default ~/.ssh/id_ed25519.pub)
 #   KUBECTL        the kubectl to use (default: bin/kubectl, else kubectl on PATH)
+#   EXTRA_PATCHES  a file of kustomize patches (a YAML list, as under `patches:`)
+#                  added to the overlay, for what a cluster needs of its own
+#                  (hack/cluster-local.sh: a node port for the gitserver,
+#                  --host-users for a node without user namespaces)
 #
 # --print writes the manifests it would apply to stdout and stops (infra's tests
 # dry-run them).
@@ -68,6 +72,10 @@ patches:
         BEX_SSH_URL: "$ssh_url"
         BEX_HOOKS_URL: "$hooks_url"
 YAML
+if [[ -n ${EXTRA_PATCHES:-} ]]; then
+	[[ -f $EXTRA_PATCHES ]] || die "EXTRA_PATCHES=$EXTRA_PATCHES is not a file"
+	sed 's/^/  /' "$EXTRA_PATCHES" >>"$work/kustomization.yaml"
+fi
 if [[ ${1:-} == --print ]]; then
 	"$kubectl" kustomize "$work"
 	exit 0
@@ -75,6 +83,21 @@ fi
 
 key=${ADMIN_KEY:-$HOME/.ssh/id_ed25519.pub}
 [[ -f $key ]] || die "no admin key at $key: make one with ssh-keygen -t ed25519, or set ADMIN_KEY=FILE"
+
+"$kubectl" apply --server-side -f "$root/infra/bex/namespace.yaml"
+# The edge's local CA (used without ACME_EMAIL): made once here and kept in a
+# Secret, so that every edge on every node signs with the same CA and a restarted
+# edge keeps it; clients trust ca.pem of the Secret bex-system/bex-edge-ca.
+if ! "$kubectl" -n bex-system get secret bex-edge-ca >/dev/null 2>&1; then
+	say "making the edge's local CA (Secret bex-system/bex-edge-ca)"
+	openssl ecparam -name prime256v1 -genkey -noout -out "$work/ca-key.pem"
+	openssl req -x509 -new -key "$work/ca-key.pem" -out "$work/ca.pem" -days 3650 \
+		-subj "/O=bex/CN=bex local CA" \
+		-addext "basicConstraints=critical,CA:TRUE,pathlen:0" -addext "keyUsage=critical,keyCertSign,cRLSign"
+	"$kubectl" -n bex-system create secret generic bex-edge-ca \
+		--from-file=ca.pem="$work/ca.pem" --from-file=ca-key.pem="$work/ca-key.pem"
+	rm -f "$work/ca-key.pem"
+fi
 
 say "applying infra/bex (image $image, apps at *.$base_domain)"
 "$kubectl" apply --server-side -k "$work"

@@ -244,14 +244,21 @@ func toApp(a *appv1.App) *gitserver.App {
 // SyncTimeout bounds how long Start waits for the cache to sync.
 const SyncTimeout = 30 * time.Second
 
-// Start is the set-up New asks for, in one call: a cache on restCfg (all namespaces:
-// Users are cluster-scoped), the directory on it, the cache started (it runs until
-// ctx ends) and synced. The cache is returned too, for other readers of the same
-// objects. It fails with a message saying what to check when the API cannot be read.
+// Start is the set-up New asks for, in one call: a cache on restCfg (Users, which
+// are cluster-scoped, and the namespaced objects of cfg.Namespace only: on a
+// cluster the gitserver may read the Apps of that namespace and no other, and a
+// cache of every namespace would never sync), the directory on it, the cache
+// started (it runs until ctx ends) and synced. The cache is returned too, for
+// other readers of the same objects. It fails with a message saying what to check
+// when the API cannot be read.
 func Start(ctx context.Context, cfg Config, restCfg *rest.Config, scheme *runtime.Scheme, w client.Writer) (*Kube, cache.Cache, error) {
-	c, err := cache.New(restCfg, cache.Options{Scheme: scheme,
+	opts := cache.Options{Scheme: scheme,
 		// managedFields are read by no one here; dropped, the cache holds less.
-		DefaultTransform: cache.TransformStripManagedFields()})
+		DefaultTransform: cache.TransformStripManagedFields()}
+	if cfg.Namespace != "" {
+		opts.DefaultNamespaces = map[string]cache.Config{cfg.Namespace: {}}
+	}
+	c, err := cache.New(restCfg, opts)
 	if err != nil {
 		return nil, nil, err
 	}

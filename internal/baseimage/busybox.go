@@ -15,6 +15,7 @@ import (
 
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/errdefs"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"bex.co/bex/internal/imagebuild"
 )
@@ -29,11 +30,7 @@ const BusyboxRef = "docker.io/library/busybox:latest"
 // unpacked for the overlayfs snapshotter. dir holds the OCI layout on the way.
 // It returns the manifest digest. No registry is involved.
 func ImportBusybox(ctx context.Context, cl *containerd.Client, bin, dir string) (string, error) {
-	layerTar, err := busyboxLayer(bin)
-	if err != nil {
-		return "", err
-	}
-	img, err := imagebuild.LayerImage(layerTar, []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, []string{"sh"})
+	img, err := BusyboxImage(bin)
 	if err != nil {
 		return "", err
 	}
@@ -60,6 +57,16 @@ func ImportBusybox(ctx context.Context, cl *containerd.Client, bin, dir string) 
 		return "", fmt.Errorf("unpack busybox: %w", err)
 	}
 	return digest, nil
+}
+
+// BusyboxImage is the busybox base image ImportBusybox imports, for a registry
+// (hack/cluster-local.sh pushes it to a cluster's).
+func BusyboxImage(bin string) (v1.Image, error) {
+	layerTar, err := busyboxLayer(bin)
+	if err != nil {
+		return nil, err
+	}
+	return imagebuild.LayerImage(layerTar, []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, []string{"sh"})
 }
 
 // HasBusybox reports whether cl's namespace has an image named BusyboxRef.

@@ -1,0 +1,10 @@
+// Package cluster holds the tests of bex on a real Kubernetes cluster: one node
+// started by hack/cluster-local.sh (the kubelet, containerd and runc of this
+// machine), bex installed from infra/bex, apps pushed with the real git and ssh
+// and fetched with the real curl through the edge DaemonSet. The cluster is started
+// once for the test binary (TestMain) and stopped at its end, when down also
+// checks that nothing of it is left.
+//
+// BEX_TEST_CLUSTER_ENV=DIR/cluster.env runs the tests against a cluster already up
+// (hack/cluster-local.sh up DIR), and leaves it up: for working on the tests.
+package cluster

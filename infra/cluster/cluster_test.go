@@ -88,8 +88,6 @@ func dumpLogs(dir string) {
 		out, _ := exec.Command("tail", "-n", "20", l).Output()
 		fmt.Fprintf(os.Stderr, "--- %s\n%s", l, out)
 	}
-	kubectl := filepath.Join(filepath.Dir(dir), "")
-	_ = kubectl
 	if k, err := testenv.Binary("kubectl"); err == nil {
 		out, _ := exec.Command(k, "--kubeconfig", filepath.Join(dir, "kubeconfig"), "get", "pods", "-A", "-o", "wide").CombinedOutput()
 		fmt.Fprintf(os.Stderr, "--- pods\n%s", out)
@@ -206,9 +204,21 @@ type repo struct {
 }
 
 // newRepo copies sample (a directory of hack/samples) into a new repository with
-// one commit, its remote "bex" pointing at app.
+// one commit, its remote "bex" pointing at app. An app of that name left by an
+// earlier run on the same cluster (BEX_TEST_CLUSTER_ENV) is destroyed first.
 func newRepo(t testing.TB, sample, app string) *repo {
 	t.Helper()
+	if _, _, err := bex("apps:info", app); err == nil {
+		if _, stderr, err := bex("apps:destroy", app, "--confirm", app); err != nil {
+			t.Fatalf("apps:destroy %s: %v: %s", app, err, stderr)
+		}
+		testenv.Eventually(t, time.Minute, "the old "+app+" is gone", func() error {
+			if _, _, err := bex("apps:info", app); err == nil {
+				return fmt.Errorf("%s is still there", app)
+			}
+			return nil
+		})
+	}
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)

@@ -100,10 +100,21 @@ func TestPushServesOverHTTPS(t *testing.T) {
 		if err != nil || !strings.Contains(body, "hello from bex") {
 			t.Errorf("after the rejected push the app answers %q, %v", body, err)
 		}
-		info, _, _ := bex("apps:info", "hello")
-		if !strings.Contains(info, "Running") && !strings.Contains(info, "running") {
-			t.Logf("apps:info hello:\n%s", info)
+		if ref := strings.TrimSpace(r.git(t, "ls-remote", "bex", "main")); strings.HasPrefix(ref, strings.TrimSpace(r.git(t, "rev-parse", "HEAD"))) {
+			t.Errorf("the rejected push moved main on the gitserver: %s", ref)
 		}
-		_ = before
+		testenv.Eventually(t, 30*time.Second, "apps:info says v"+before+" serves", func() error {
+			info, stderr, err := bex("apps:info", "hello")
+			if err != nil {
+				return fmt.Errorf("%v: %s", err, stderr)
+			}
+			if !strings.Contains(info, "Phase:          Running") || !strings.Contains(info, "(serving: v"+before+")") {
+				return fmt.Errorf("apps:info hello:\n%s", info)
+			}
+			if after := strings.TrimSpace(kubectl(t, "get", "deployment", "hello-web", "-o", "jsonpath={.spec.template.metadata.labels.app\\.bex\\.co/release}")); after != before {
+				return fmt.Errorf("the web Deployment's template is release %s, want %s again", after, before)
+			}
+			return nil
+		})
 	})
 }

@@ -626,7 +626,7 @@ func TestCrashLoopingPodIsAFailure(t *testing.T) {
 	if st.Failure != appv1.CrashLoopReason || st.RolledOut || st.Serving != 1 || st.Processes["web"].Restarts != 3 {
 		t.Fatalf("status %+v", st)
 	}
-	for _, want := range []string{"web process of release 2", "hello-web-new keeps exiting", "3 restarts", "exited with code 2", "previous release keeps serving"} {
+	for _, want := range []string{"web process of release 2", "hello-web-new keeps exiting", "3 restarts", "exited with code 2"} {
 		if !strings.Contains(st.Message, want) {
 			t.Errorf("message %q does not say %q", st.Message, want)
 		}

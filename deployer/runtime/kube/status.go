@@ -218,7 +218,7 @@ func statusOf(d runtime.Desired, deps map[string]*appsv1.Deployment, pods []core
 		waiting = append(waiting, fmt.Sprintf("%s %d/%d", p, ps.Ready, desired))
 		if pt := trouble[p]; st.Failure == "" && current && pt.reason != "" && !d.Suspended {
 			st.Failure = pt.reason
-			st.Message = fmt.Sprintf("the %s process of release %d cannot run: %s; the previous release keeps serving",
+			st.Message = fmt.Sprintf("the %s process of release %d cannot run: %s",
 				p, d.Release, pt.message)
 		}
 		if st.Failure == "" && current && deadlineExceeded(dep) {
@@ -279,6 +279,6 @@ func deadlineMessage(d runtime.Desired, process string, dep *appsv1.Deployment, 
 			check = "did not listen on PORT"
 		}
 	}
-	return fmt.Sprintf("the %s process of release %d %s within the boot timeout of %ds (%d of %d instances ready); the previous release keeps serving",
+	return fmt.Sprintf("the %s process of release %d %s within the boot timeout of %ds (%d of %d instances ready)",
 		process, d.Release, check, deadline, ps.Ready, ps.Desired)
 }

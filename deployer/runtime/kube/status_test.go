@@ -247,7 +247,7 @@ func TestStatusOf(t *testing.T) {
 			},
 			want: runtime.Status{Serving: 2, Failure: appv1.CrashLoopReason, Processes: map[string]runtime.ProcessStatus{
 				"web": {Desired: 2, Ready: 0, Restarts: 7}, "worker": {Desired: 1, Ready: 1, Restarts: 1}}},
-			message: "the web process of release 3 cannot run: instance hello-web-a keeps exiting: 3 restarts (last: exited with code 1); the previous release keeps serving",
+			message: "the web process of release 3 cannot run: instance hello-web-a keeps exiting: 3 restarts (last: exited with code 1)",
 		},
 		{
 			name: "web killed by its memory limit: OOMKilled, counted",

@@ -530,7 +530,7 @@ type capiWatcher struct {
 }
 
 // capiStepTimeout bounds each wait of the test.
-const capiStepTimeout = 60 * time.Second
+const capiStepTimeout = 3 * time.Minute
 
 // wait polls cond until it returns nil; after capiStepTimeout it fails with cond's
 // last answer.

@@ -204,6 +204,21 @@ func runClusterAPIInMemory(t *testing.T) {
 	})
 	lap("Cluster Available, machines Running")
 
+	// The managers' webhooks are the ones in force: KubeadmControlPlane's
+	// validation refuses what its schema cannot express (an even number of
+	// stacked etcd members), and reading an object in the older API version goes
+	// through the conversion webhook.
+	_, err = kubectl(t, nil, "--kubeconfig", cp.Kubeconfig, "-n", ns, "patch", "kubeadmcontrolplane", name+"-control-plane", "--type=merge",
+		"-p", `{"spec":{"replicas":2}}`, "--dry-run=server")
+	if err == nil || !strings.Contains(err.Error(), "cannot be an even number when etcd is stacked") {
+		t.Fatalf("the KubeadmControlPlane webhook did not refuse 2 replicas: %v", err)
+	}
+	out, err := kubectl(t, nil, "--kubeconfig", cp.Kubeconfig, "-n", ns, "get", "kubeadmcontrolplanes.v1beta1.controlplane.cluster.x-k8s.io", name+"-control-plane",
+		"-o", "jsonpath={.apiVersion} {.spec.replicas}")
+	if err != nil || string(out) != "controlplane.cluster.x-k8s.io/v1beta1 1" {
+		t.Fatalf("the KubeadmControlPlane read as v1beta1: %q, %v", out, err)
+	}
+
 	for _, replicas := range []int64{3, 1} {
 		if _, err := kubectl(t, nil, "--kubeconfig", cp.Kubeconfig, "-n", ns, "scale", "machinedeployment", name+"-md-0", fmt.Sprintf("--replicas=%d", replicas)); err != nil {
 			t.Fatal(err)
@@ -231,7 +246,7 @@ func runClusterAPIInMemory(t *testing.T) {
 	lap("KubeadmControlPlane rolled out")
 
 	// kubectl get machines names each machine, with its phase.
-	out, err := kubectl(t, nil, "--kubeconfig", cp.Kubeconfig, "-n", ns, "get", "machines")
+	out, err = kubectl(t, nil, "--kubeconfig", cp.Kubeconfig, "-n", ns, "get", "machines")
 	if err != nil {
 		t.Fatal(err)
 	}

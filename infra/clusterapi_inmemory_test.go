@@ -181,8 +181,9 @@ func runClusterAPIInMemory(t *testing.T) {
 	}
 	lap(fmt.Sprintf("%d CRDs and the webhook configurations", len(crds)))
 
+	release := versions(t)["CLUSTER_API_VERSION"]
 	for _, m := range capiManagers {
-		startManager(t, dir, cp.Kubeconfig, certDir, m)
+		startManager(t, dir, cp.Kubeconfig, certDir, m, release)
 	}
 	lap("the four managers ready")
 
@@ -384,10 +385,13 @@ func managerWebhooks(t *testing.T, module string, m capiManager, caPEM []byte) [
 	return objs
 }
 
-// startManager starts m's binary against the API server, its log in dir, and waits
-// until its readyz answers (which includes its webhook server). It is stopped by
-// PID when the test ends: SIGTERM, then SIGKILL if it has not exited in 10 s.
-func startManager(t *testing.T, dir, kubeconfig, certDir string, m capiManager) {
+// startManager starts m's binary against the API server, its log in dir, waits
+// until its readyz answers (which includes its webhook server), and checks that it
+// is of the release (hack/tools.sh stamps the version into the binaries: a tools
+// module left at another release than CLUSTER_API_VERSION shows here). It is
+// stopped by PID when the test ends: SIGTERM, then SIGKILL if it has not exited in
+// 10 s.
+func startManager(t *testing.T, dir, kubeconfig, certDir string, m capiManager, release string) {
 	t.Helper()
 	bin, err := testenv.Binary(m.name)
 	if err != nil {
@@ -442,6 +446,10 @@ func startManager(t *testing.T, dir, kubeconfig, certDir string, m capiManager) 
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
+				data, _ := os.ReadFile(logPath)
+				if !bytes.Contains(data, []byte(`"Version: `+release+" ")) {
+					t.Fatalf("%s does not say it is Cluster API %s; its log begins with:\n%s", m.name, release, logHead(data, 15))
+				}
 				return
 			}
 			err = fmt.Errorf("%s: %s", readyz, resp.Status)
@@ -465,6 +473,14 @@ func logTail(path string, n int) string {
 	}
 	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
 	return lastLines(lines, n)
+}
+
+func logHead(data []byte, n int) string {
+	lines := strings.Split(string(data), "\n")
+	if len(lines) > n {
+		lines = lines[:n]
+	}
+	return "    " + strings.Join(lines, "\n    ")
 }
 
 // logErrors returns the last n errors (klog's E lines) of the log at path.

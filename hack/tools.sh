@@ -133,6 +133,23 @@ for b in buildkitd buildctl kube-apiserver etcd kubectl kubelet kube-proxy kube-
 	[ -x "bin/$b" ] || die "bin/$b is missing after the build: remove bin/ and run make tools again"
 done
 
+# Cluster API's managers for infra's in-memory Cluster API test, one release
+# (CLUSTER_API_VERSION) from hack/tools/clusterapi: core, kubeadm bootstrap, kubeadm
+# control plane, and CAPD (whose inMemory backend is the in-memory provider). Two of
+# the packages are called kubeadm, so each is built into a folder of its own under
+# bin/cluster-api-VERSION; the links carry the names of Cluster API's images.
+capi_ldflags="-s -w -X sigs.k8s.io/cluster-api/version.gitVersion=$CLUSTER_API_VERSION"
+for capi in core:core:sigs.k8s.io/cluster-api/core:cluster-api-controller \
+	bootstrap-kubeadm:kubeadm:sigs.k8s.io/cluster-api/bootstrap/kubeadm:kubeadm-bootstrap-controller \
+	controlplane-kubeadm:kubeadm:sigs.k8s.io/cluster-api/controlplane/kubeadm:kubeadm-control-plane-controller \
+	infrastructure-docker:docker:sigs.k8s.io/cluster-api/test/infrastructure/docker:capd-manager; do
+	IFS=: read -r capi_sub capi_bin capi_pkg capi_link <<<"$capi"
+	build "Cluster API $CLUSTER_API_VERSION $capi_link" "cluster-api-$CLUSTER_API_VERSION/$capi_sub" hack/tools/clusterapi \
+		"$capi_ldflags" "$capi_bin" "$capi_pkg"
+	ln -sfn "cluster-api-$CLUSTER_API_VERSION/$capi_sub/$capi_bin" "bin/$capi_link"
+	[ -x "bin/$capi_link" ] || die "bin/$capi_link is missing after the build: remove bin/cluster-api-$CLUSTER_API_VERSION and run make tools again"
+done
+
 # --- The official TypeScript MCP SDK ----------------------------------------------
 # npm ci of hack/mcp-client's pinned lock into bin/mcp-sdk-<version>. The stamp holds
 # the lock's hash, so a changed lock is installed again, and is written last, so an

@@ -124,7 +124,8 @@ if ! "$kubectl" -n bex-system get secret bex-buildkitd-tls >/dev/null 2>&1 ||
 		openssl ecparam -name prime256v1 -genkey -noout -out "$tls/$1-key.pem"
 		openssl req -new -key "$tls/$1-key.pem" -subj "/O=bex/CN=$2" -out "$tls/$1.csr"
 		openssl x509 -req -in "$tls/$1.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca-key.pem" -CAcreateserial \
-			-days 3650 -sha256 -extfile "$ext" -out "$tls/$1.pem" 2>/dev/null
+			-days 3650 -sha256 -extfile "$ext" -out "$tls/$1.pem" 2>"$tls/$1.log" ||
+			{ cat "$tls/$1.log" >&2; die "openssl could not sign the $1 certificate"; }
 	}
 	issue server bex-buildkitd serverAuth \
 		DNS:bex-buildkitd,DNS:bex-buildkitd.bex-system,DNS:bex-buildkitd.bex-system.svc,DNS:bex-buildkitd.bex-system.svc.cluster.local

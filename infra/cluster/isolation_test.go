@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -250,16 +251,23 @@ func TestTenantPodIsolation(t *testing.T) {
 			addrs[i] = tg.addr
 		}
 		res := tcp(t, addrs)
-		var report []string
+		var report, unknown []string
 		for i, r := range res {
 			state := "refused or filtered"
 			if r.Connected {
-				state = "REACHED"
+				state = "REACHED: " + knownListener(targets[i].what)
+				if strings.HasSuffix(state, ": ") {
+					unknown = append(unknown, targets[i].addr+" ("+targets[i].what+")")
+					state += "UNKNOWN"
+				}
 			}
-			report = append(report, fmt.Sprintf("%-22s %-52s %s", targets[i].addr, targets[i].what, state))
+			report = append(report, fmt.Sprintf("%-22s %-55s %s", targets[i].addr, targets[i].what, state))
 		}
 		sort.Strings(report)
-		t.Logf("from an app's pod (TCP connect only; what each then demands is checked above and in docs/architecture.md):\n%s", strings.Join(report, "\n"))
+		t.Logf("from an app's pod (a TCP connection; what each then demands is checked above):\n%s", strings.Join(report, "\n"))
+		if len(unknown) > 0 {
+			t.Errorf("an app's pod reaches listeners that docs/architecture.md (\"Listeners on a cluster\") and knownListener do not name, so nobody checked how they authenticate: %v", unknown)
+		}
 
 		// bex's registry: no authentication of its own, reached by any pod.
 		reg := "http://bex-registry.bex-system.svc.cluster.local:5000"
@@ -281,6 +289,29 @@ func TestTenantPodIsolation(t *testing.T) {
 			}
 		}
 	})
+}
+
+// knownListener says how a listener an app's pod reaches authenticates its
+// clients (docs/architecture.md, "Listeners on a cluster"), or "" for one that
+// no row names. The first match counts.
+func knownListener(what string) string {
+	for _, k := range []struct{ re, why string }{
+		{`^Service kube-system/kube-dns port 53$|^pod kube-system/coredns-[a-z0-9-]+ port 53$`, "DNS, public by design"},
+		{`^Service default/kubernetes port 443$|^the node's listener :6443$`, "the API server: anonymous 401 (checked)"},
+		{`^the node's listener :10250$`, "the kubelet: anonymous 401 (checked)"},
+		{`^the node's listener :(80|443)$`, "the edge: public by design"},
+		{`^Service bex-system/bex-gitserver port 22( \(node port\))?$|^pod bex-system/bex-gitserver-0 port 2222$`, "SSH: known users' keys only"},
+		{`^Service bex-system/bex-hooks port 80$|^pod bex-system/bex-gitserver-0 port 8090$`, "webhooks' signatures, MCP's tokens"},
+		{`^(Service|pod) bex-system/bex-buildkitd[a-z0-9-]* port 1234$`, "mutual TLS (checked)"},
+		{`^(Service|pod) bex-system/bex-registry[a-z0-9-]* port 5000( \(node port\))?$`, "FINDING: no authentication (reads, pushes, deletes)"},
+		{`^pod bex-system/bex-deployer-[a-z0-9-]+ port 909[12]$`, "FINDING: metrics and probes, no authentication"},
+		{`^(Service|pod) default/`, "an app's own port; FINDING: apps reach each other's pods, not only through the edge"},
+	} {
+		if regexp.MustCompile(k.re).MatchString(what) {
+			return k.why
+		}
+	}
+	return ""
 }
 
 func containsAny(s string, subs ...string) bool {

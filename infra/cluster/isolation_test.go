@@ -1,9 +1,13 @@
 package cluster
 
 import (
+	"bytes"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"net"
 	"net/netip"
@@ -97,6 +101,56 @@ func TestTenantPodIsolation(t *testing.T) {
 	nodeIP := netip.MustParseAddr(strings.TrimSpace(kubectl(t, "get", "nodes", "-o", `jsonpath={.items[0].status.addresses[?(@.type=="InternalIP")].address}`)))
 	// hack/clusterlocal: the node's link is a /30, the host's end the address below.
 	hostIP := nodeIP.Prev()
+
+	t.Run("buildkit's Secrets hold no CA key", func(t *testing.T) {
+		// install-bex.sh's CA signs the two certificates and its key is gone:
+		// each Secret holds the CA's certificate and one leaf, for one use.
+		var ca *x509.Certificate
+		for _, s := range []struct {
+			name string
+			use  x509.ExtKeyUsage
+			dns  []string
+		}{
+			{"bex-buildkitd-tls", x509.ExtKeyUsageServerAuth, []string{"bex-buildkitd", "bex-buildkitd.bex-system", "bex-buildkitd.bex-system.svc", "bex-buildkitd.bex-system.svc.cluster.local"}},
+			{"bex-buildkit-client-tls", x509.ExtKeyUsageClientAuth, nil},
+		} {
+			var secret struct{ Data map[string][]byte }
+			if err := json.Unmarshal([]byte(kubectl(t, "-n", "bex-system", "get", "secret", s.name, "-o", "json")), &secret); err != nil {
+				t.Fatal(err)
+			}
+			var keys []string
+			for k := range secret.Data {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			if !slices.Equal(keys, []string{"ca.pem", "cert.pem", "key.pem"}) {
+				t.Errorf("Secret %s holds %v, want ca.pem, cert.pem, key.pem", s.name, keys)
+			}
+			pair, err := tls.X509KeyPair(secret.Data["cert.pem"], secret.Data["key.pem"])
+			if err != nil {
+				t.Fatalf("Secret %s: %v", s.name, err)
+			}
+			leaf := pair.Leaf
+			block, _ := pem.Decode(secret.Data["ca.pem"])
+			if block == nil {
+				t.Fatalf("Secret %s: ca.pem holds no PEM", s.name)
+			}
+			thisCA, err := x509.ParseCertificate(block.Bytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ca != nil && !ca.Equal(thisCA) {
+				t.Errorf("the two Secrets hold different CAs")
+			}
+			ca = thisCA
+			if leaf.IsCA || leaf.CheckSignatureFrom(ca) != nil || bytes.Equal(leaf.RawSubjectPublicKeyInfo, ca.RawSubjectPublicKeyInfo) {
+				t.Errorf("Secret %s: cert.pem is not a leaf of ca.pem with a key of its own", s.name)
+			}
+			if !slices.Equal(leaf.ExtKeyUsage, []x509.ExtKeyUsage{s.use}) || !slices.Equal(leaf.DNSNames, s.dns) {
+				t.Errorf("Secret %s: extended key usage %v, names %v; want %v, %v", s.name, leaf.ExtKeyUsage, leaf.DNSNames, s.use, s.dns)
+			}
+		}
+	})
 
 	t.Run("no ServiceAccount token", func(t *testing.T) {
 		if got := kubectl(t, "get", "deployment", "probe-web", "-o", "jsonpath={.spec.template.spec.automountServiceAccountToken}"); got != "false" {

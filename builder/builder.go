@@ -97,7 +97,14 @@ func (b *Builder) client(ctx context.Context) (*bkclient.Client, error) {
 	unavailable := func(err error) error {
 		return fmt.Errorf("%w: cannot reach buildkitd at %s: %v", ErrUnavailable, b.cfg.Address, err)
 	}
-	c, err := bkclient.New(ctx, b.cfg.Address)
+	var opts []bkclient.ClientOpt
+	if t := b.cfg.TLS; t.enabled() {
+		opts = append(opts, bkclient.WithServerConfig(t.ServerName, t.CA))
+		if t.Cert != "" {
+			opts = append(opts, bkclient.WithCredentials(t.Cert, t.Key))
+		}
+	}
+	c, err := bkclient.New(ctx, b.cfg.Address, opts...)
 	if err != nil {
 		return nil, unavailable(err)
 	}

@@ -19,6 +19,11 @@ type Config struct {
 	StateDir string
 	// Address is buildkitd's address, e.g. unix:///var/lib/bex/buildkitd/buildkitd.sock.
 	Address string
+	// TLS is how a tcp:// Address is reached: buildkitd's TCP listener runs
+	// builds as root on its node, so on a cluster it takes only clients with a
+	// certificate of its CA (mutual TLS), which holds whatever the network lets
+	// through. Zero: no TLS (a unix socket, or a buildkitd nobody else reaches).
+	TLS TLSConfig
 	// ImageRepo names the images: <ImageRepo>/<app>:<commit>. On one node the
 	// images stay in containerd under that name; on a cluster it is a registry
 	// repository the cluster can pull from.
@@ -68,6 +73,26 @@ type Config struct {
 	MinFreePercent float64
 }
 
+// TLSConfig holds the files of mutual TLS with buildkitd, read at each
+// connection (a build), so that a renewed certificate is picked up without a
+// restart.
+type TLSConfig struct {
+	// CA is the CA certificate (PEM) buildkitd's server certificate must chain
+	// to; only it is trusted, not the system's roots.
+	CA string
+	// Cert and Key are the client's certificate and key (PEM), presented to
+	// buildkitd, whose --tlscacert must have issued them.
+	Cert, Key string
+	// ServerName is the name buildkitd's certificate must hold; empty: the host
+	// of Address.
+	ServerName string
+}
+
+// enabled reports whether any TLS setting is made.
+func (t TLSConfig) enabled() bool {
+	return t.CA != "" || t.Cert != "" || t.Key != "" || t.ServerName != ""
+}
+
 // DefaultConfig returns the defaults. It names no StateDir: cmd/bex sets it.
 func DefaultConfig() Config {
 	return Config{
@@ -112,6 +137,17 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("Config.Address: required, or Config.StateDir to derive it from"))
 	} else if !strings.Contains(c.Address, "://") {
 		errs = append(errs, fmt.Errorf("Config.Address %q: needs a scheme, e.g. unix:///run/buildkit/buildkitd.sock", c.Address))
+	}
+	if c.TLS.enabled() {
+		if !strings.HasPrefix(c.Address, "tcp://") {
+			errs = append(errs, fmt.Errorf("Config.TLS: buildkitd speaks TLS on a tcp:// address only, not %q", c.Address))
+		}
+		if c.TLS.CA == "" {
+			errs = append(errs, errors.New("Config.TLS.CA: required with TLS, the CA buildkitd's certificate must chain to"))
+		}
+		if (c.TLS.Cert == "") != (c.TLS.Key == "") {
+			errs = append(errs, errors.New("Config.TLS.Cert and Config.TLS.Key: both or neither"))
+		}
 	}
 	if c.ImageRepo == "" || strings.ContainsAny(c.ImageRepo, " @:") && !strings.Contains(c.ImageRepo, "/") {
 		errs = append(errs, fmt.Errorf("Config.ImageRepo %q: not a repository name like bex.local or registry.example:5000/apps", c.ImageRepo))

@@ -40,4 +40,17 @@ func TestConfigValidate(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("explicit paths without a state dir: %v", err)
 	}
+	// TLS: on a tcp:// address only, with a CA, a certificate with its key.
+	cfg.TLS = builder.TLSConfig{Cert: "/tls/cert.pem"}
+	err = cfg.Validate()
+	for _, want := range []string{"Config.TLS: buildkitd speaks TLS on a tcp:// address only", "Config.TLS.CA: required", "Config.TLS.Cert and Config.TLS.Key: both or neither"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate with TLS on a unix socket, no CA, no key = %v, want it to name %s", err, want)
+		}
+	}
+	cfg.Address = "tcp://bex-buildkitd.bex-system.svc.cluster.local:1234"
+	cfg.TLS = builder.TLSConfig{CA: "/tls/ca.pem", Cert: "/tls/cert.pem", Key: "/tls/key.pem"}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("mutual TLS on tcp: %v", err)
+	}
 }

@@ -22,4 +22,9 @@
 // For system:df and system:prune (usage.go) it measures an app's stored logs
 // (LogBytes) and BuildKit's cache records (CacheUsage, through buildkitd's
 // DiskUsage), and prunes the records not in use (PruneCache).
+//
+// buildkitd on a tcp:// address is reached with mutual TLS when Config.TLS says
+// so (a cluster, where any pod may reach buildkitd's port and a build step is
+// root on its node): its certificate is checked against Config.TLS.CA alone, and
+// the client's is presented; the files are read at each connection.
 package builder

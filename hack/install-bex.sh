@@ -98,9 +98,54 @@ if ! "$kubectl" -n bex-system get secret bex-edge-ca >/dev/null 2>&1; then
 		--from-file=ca.pem="$work/ca.pem" --from-file=ca-key.pem="$work/ca-key.pem"
 	rm -f "$work/ca-key.pem"
 fi
+# Mutual TLS between the gitserver and buildkitd, whose TCP port any pod may reach
+# where the CNI enforces no NetworkPolicy, and whose build steps are root on the
+# node: a CA made here, buildkitd's server certificate (Secret bex-buildkitd-tls)
+# and the gitserver's client certificate (Secret bex-buildkit-client-tls), each
+# with ca.pem, cert.pem, key.pem. The CA's key never leaves this script: nothing
+# in the cluster can issue another certificate. Made once; both again when either
+# is missing (the CA's key is gone), and then the two components restart to load
+# them. To renew: delete both Secrets and run this script again.
+restart_buildkit=
+if ! "$kubectl" -n bex-system get secret bex-buildkitd-tls >/dev/null 2>&1 ||
+	! "$kubectl" -n bex-system get secret bex-buildkit-client-tls >/dev/null 2>&1; then
+	say "making buildkitd's mutual TLS (Secrets bex-system/bex-buildkitd-tls, bex-buildkit-client-tls)"
+	tls=$work/buildkit-tls
+	mkdir -m 0700 "$tls"
+	openssl ecparam -name prime256v1 -genkey -noout -out "$tls/ca-key.pem"
+	openssl req -x509 -new -key "$tls/ca-key.pem" -out "$tls/ca.pem" -days 3650 \
+		-subj "/O=bex/CN=bex buildkit CA" \
+		-addext "basicConstraints=critical,CA:TRUE,pathlen:0" -addext "keyUsage=critical,keyCertSign,cRLSign"
+	# issue NAME CN EXTKEYUSAGE [SANS]: NAME-key.pem and NAME.pem, signed by the CA.
+	issue() {
+		local ext=$tls/$1.ext
+		printf 'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=%s\n' "$3" >"$ext"
+		[[ -z ${4:-} ]] || printf 'subjectAltName=%s\n' "$4" >>"$ext"
+		openssl ecparam -name prime256v1 -genkey -noout -out "$tls/$1-key.pem"
+		openssl req -new -key "$tls/$1-key.pem" -subj "/O=bex/CN=$2" -out "$tls/$1.csr"
+		openssl x509 -req -in "$tls/$1.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca-key.pem" -CAcreateserial \
+			-days 3650 -sha256 -extfile "$ext" -out "$tls/$1.pem" 2>"$tls/$1.log" ||
+			{ cat "$tls/$1.log" >&2; die "openssl could not sign the $1 certificate"; }
+	}
+	issue server bex-buildkitd serverAuth \
+		DNS:bex-buildkitd,DNS:bex-buildkitd.bex-system,DNS:bex-buildkitd.bex-system.svc,DNS:bex-buildkitd.bex-system.svc.cluster.local
+	issue client bex-gitserver clientAuth
+	rm -f "$tls/ca-key.pem"
+	for s in bex-buildkitd-tls:server bex-buildkit-client-tls:client; do
+		"$kubectl" -n bex-system create secret generic "${s%%:*}" --from-file=ca.pem="$tls/ca.pem" \
+			--from-file=cert.pem="$tls/${s#*:}.pem" --from-file=key.pem="$tls/${s#*:}-key.pem" \
+			--dry-run=client -o yaml | "$kubectl" apply --server-side --force-conflicts -f - >/dev/null
+	done
+	rm -rf "$tls"
+	# Pods already running read the old ones at their start.
+	if "$kubectl" -n bex-system get deployment bex-buildkitd >/dev/null 2>&1; then restart_buildkit=1; fi
+fi
 
 say "applying infra/bex (image $image, apps at *.$base_domain)"
 "$kubectl" apply --server-side -k "$work"
+if [[ -n $restart_buildkit ]]; then
+	"$kubectl" -n bex-system rollout restart deployment/bex-buildkitd statefulset/bex-gitserver
+fi
 say "the first admin's key: $key (ConfigMap bex-system/bex-admin-keys)"
 "$kubectl" -n bex-system create configmap bex-admin-keys --from-file=admin.pub="$key" \
 	--dry-run=client -o yaml | "$kubectl" apply --server-side -f -

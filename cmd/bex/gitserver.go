@@ -43,6 +43,7 @@ type gitserverCmd struct {
 	namespace        string
 	secretsNamespace string
 	buildkitAddr     string
+	buildkitTLS      builder.TLSConfig
 	imageRepo        string
 	push             bool
 	registryConfig   string
@@ -90,6 +91,10 @@ func (c *gitserverCmd) command() *cobra.Command {
 	f.StringVar(&c.namespace, "namespace", "default", "namespace of the Apps")
 	f.StringVar(&c.secretsNamespace, "secrets-namespace", "", "namespace of the webhook secrets and the agents' tokens, the only Secrets the gitserver touches (default: --namespace; on a cluster a namespace of its own, bex-gitserver, so that it needs no access to the apps' Secrets nor the edge's)")
 	f.StringVar(&c.buildkitAddr, "buildkit-addr", "", "buildkitd address (default: unix://STATE_DIR/buildkitd/buildkitd.sock)")
+	f.StringVar(&c.buildkitTLS.CA, "buildkit-tls-ca", "", "CA certificate (PEM) that buildkitd's server certificate must chain to, for mutual TLS with a tcp:// --buildkit-addr (a cluster, where buildkitd takes only clients with a certificate of its CA)")
+	f.StringVar(&c.buildkitTLS.Cert, "buildkit-tls-cert", "", "client certificate (PEM) presented to buildkitd, issued by the CA of buildkitd's --tlscacert; with --buildkit-tls-key")
+	f.StringVar(&c.buildkitTLS.Key, "buildkit-tls-key", "", "key (PEM) of --buildkit-tls-cert")
+	f.StringVar(&c.buildkitTLS.ServerName, "buildkit-tls-server-name", "", "name buildkitd's certificate must hold (default: the host of --buildkit-addr)")
 	f.StringVar(&c.imageRepo, "image-repo", defaultImageRepo, "repository that names the built images")
 	f.BoolVar(&c.push, "push", false, "push the built images to --image-repo's registry (a cluster, where nodes pull them) instead of keeping them in buildkitd's containerd")
 	f.StringVar(&c.registryConfig, "registry-config", "", "Docker-style config.json with the credentials for pushing and for private base images (default: anonymous)")
@@ -154,6 +159,7 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	bcfg := builder.DefaultConfig()
 	// An empty --buildkit-addr is derived from the state dir.
 	bcfg.StateDir, bcfg.Address = c.stateDir, c.buildkitAddr
+	bcfg.TLS = c.buildkitTLS
 	bcfg.ImageRepo = c.imageRepo
 	bcfg.Push, bcfg.RegistryConfig = c.push, c.registryConfig
 	bcfg.ImageResolveMode = c.imageResolveMode

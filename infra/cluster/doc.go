@@ -5,6 +5,10 @@
 // once for the test binary (TestMain) and stopped at its end, when down also
 // checks that nothing of it is left.
 //
+// testdata/probe is a tenant's app (isolation_test.go) that reports what its pod
+// reaches: the platform's listeners must refuse it by themselves, whatever the
+// CNI enforces.
+//
 // BEX_TEST_CLUSTER_ENV=DIR/cluster.env runs the tests against a cluster already up
 // (hack/cluster-local.sh up DIR), and leaves it up: for working on the tests.
 package cluster

@@ -37,6 +37,24 @@ type BuildkitdOption func(*buildkitdOptions)
 type buildkitdOptions struct {
 	daemons.Buildkitd
 	buildMemory int64
+	tcp         *BuildkitdTLS
+}
+
+// BuildkitdTLS is a TCP listener with mutual TLS, as buildkitd has on a cluster
+// (infra/bex/buildkitd.yaml): buildkitd's own --tlscacert, --tlscert and
+// --tlskey flags.
+type BuildkitdTLS struct {
+	// Addr is host:port, e.g. 127.0.0.1:PORT.
+	Addr string
+	// CA verifies the clients' certificates (buildkitd then requires one); Cert
+	// and Key are buildkitd's own. Files of PEM.
+	CA, Cert, Key string
+}
+
+// WithTCPTLS adds a TCP listener with mutual TLS beside the unix socket, which
+// stays without TLS (buildkitd has none on unix sockets) and is what Ready uses.
+func WithTCPTLS(l BuildkitdTLS) BuildkitdOption {
+	return func(b *buildkitdOptions) { b.tcp = &l }
 }
 
 // WithHTTPRegistry lets buildkitd push to and pull from host (e.g. 127.0.0.1:5000)
@@ -83,6 +101,11 @@ func StartBuildkitd(dir string, c *Containerd, opts ...BuildkitdOption) (*Buildk
 		return nil, err
 	}
 	args, err := d.WriteConfig()
+	if o.tcp != nil {
+		// --addr replaces the configuration's addresses: the socket is named again.
+		args = append(args, "--addr", d.Address(), "--addr", "tcp://"+o.tcp.Addr,
+			"--tlscacert", o.tcp.CA, "--tlscert", o.tcp.Cert, "--tlskey", o.tcp.Key)
+	}
 	if err == nil {
 		b.proc, err = startProcess(dir, "buildkitd", bin, args)
 	}

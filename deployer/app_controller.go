@@ -10,6 +10,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -55,8 +56,8 @@ type Config struct {
 	RequeueWhileRolling time.Duration
 	// Concurrency is how many Apps are reconciled at once.
 	Concurrency int
-	// WatchDeployments reconciles an App when one of its Deployments changes (the
-	// Kubernetes runtime): rollouts are then followed by events, and
+	// WatchDeployments reconciles an App when one of its Deployments or pods
+	// changes (the Kubernetes runtime): rollouts are then followed by events, and
 	// RequeueWhileRolling can be long.
 	WatchDeployments bool
 }
@@ -137,6 +138,18 @@ func (r *AppReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Config.Concurrency})
 	if r.Config.WatchDeployments {
 		b = b.Owns(&appsv1.Deployment{})
+		// A crash loop or an image the kubelet cannot pull shows on the pods
+		// only: their Deployment's status does not change, and without this
+		// the failure waited for RequeueWhileRolling (or the progress deadline)
+		// where the local runtime reports it at once. Pods name their App by
+		// label (they are owned by ReplicaSets, not by the App).
+		b = b.Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []ctrl.Request {
+			app := o.GetLabels()[appv1.LabelApp]
+			if app == "" {
+				return nil
+			}
+			return []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: app}}}
+		}))
 	}
 	if n, ok := r.Runtime.(runtime.Notifier); ok {
 		events := make(chan event.GenericEvent)

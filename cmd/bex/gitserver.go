@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	gossh "golang.org/x/crypto/ssh"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"bex.co/bex/builder"
@@ -182,6 +183,13 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	recorder := &releases.Recorder{Client: kc, Namespace: c.namespace, PollInterval: 50 * time.Millisecond}
 	tokenStore := &tokens.Store{Client: kc, Users: informers, Namespace: c.secretsNamespace}
 	logs := runtimeLogs{runtime: c.runtime, stateDir: filepath.Join(c.stateDir, "runtime"), namespace: c.namespace}
+	if c.runtime == "kubernetes" {
+		// Pod logs are a subresource stream, which controller-runtime's client
+		// does not read: client-go's.
+		if logs.pods, err = kubernetes.NewForConfig(restCfg); err != nil {
+			return err
+		}
+	}
 	gcfg := gitserver.DefaultConfig()
 	gcfg.StateDir, gcfg.Addr = c.stateDir, c.sshAddr
 	gcfg.AllowFileUpstreams, gcfg.AllowPrivateUpstreams = c.allowFile, c.allowPrivate

@@ -70,6 +70,11 @@ func (s *session) appCommands() []*cobra.Command {
 		if in.TroubleMessage != "" {
 			rows = append(rows, [2]string{"Rollout", in.TroubleMessage})
 		}
+		if lr := in.LastRelease; lr != nil && lr.Failed != "" {
+			// A rejected push or rollback is withdrawn, so the app is back on
+			// what serves and Rollout says nothing: this says why.
+			rows = append(rows, [2]string{"Last release", fmt.Sprintf("v%d failed: %s", lr.Number, lr.Failed)})
+		}
 		if lb := in.LastBuild; lb != nil {
 			build := fmt.Sprintf("%s of %.12s at %s", lb.Result, lb.Commit, lb.Time.Format(time.RFC3339))
 			if lb.Error != "" {

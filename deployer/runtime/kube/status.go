@@ -58,6 +58,44 @@ func deadlineExceeded(dep *appsv1.Deployment) bool {
 	return false
 }
 
+// timedOutOther tells whether the Deployment's ProgressDeadlineExceeded is about
+// a ReplicaSet none of whose pods are of release (the pods of the app's release,
+// as Sync lists them). A withdrawn release sets the template back to the
+// release that serves: the controller observes it and keeps the condition of
+// the withdrawn ReplicaSet until that one is scaled down, which would report the
+// release that serves as failed. The controller names the ReplicaSet in the
+// message (`ReplicaSet "NAME" has timed out progressing.`); a ReplicaSet is named
+// after its Deployment and its pods' pod-template-hash.
+func timedOutOther(dep *appsv1.Deployment, process string, release int64, pods []corev1.Pod) bool {
+	var msg string
+	for _, c := range dep.Status.Conditions {
+		if c.Type == appsv1.DeploymentProgressing {
+			msg = c.Message
+		}
+	}
+	_, rest, ok := strings.Cut(msg, `ReplicaSet "`)
+	if !ok {
+		return false
+	}
+	rs, _, ok := strings.Cut(rest, `"`)
+	if !ok {
+		return false
+	}
+	rel := strconv.FormatInt(release, 10)
+	mine := 0
+	for _, pod := range pods {
+		if pod.Labels[LabelProcess] != process || pod.Labels[LabelRelease] != rel || pod.DeletionTimestamp != nil {
+			continue
+		}
+		if dep.Name+"-"+pod.Labels[appsv1.DefaultDeploymentUniqueLabelKey] == rs {
+			return false
+		}
+		mine++
+	}
+	// With no pod of the release at all there is nothing to tell by.
+	return mine > 0
+}
+
 // readyOfTemplate is how many pods of the current template are ready, as far as the
 // Deployment's status tells: availableReplicas counts old pods too, so the old ones
 // (replicas - updatedReplicas) are taken away, assuming they are available (they are
@@ -221,7 +259,7 @@ func statusOf(d runtime.Desired, deps map[string]*appsv1.Deployment, pods []core
 			st.Message = fmt.Sprintf("the %s process of release %d cannot run: %s",
 				p, d.Release, pt.message)
 		}
-		if st.Failure == "" && current && deadlineExceeded(dep) {
+		if st.Failure == "" && current && deadlineExceeded(dep) && !timedOutOther(dep, p, d.Release, pods) {
 			st.Failure = appv1.HealthCheckFailedReason
 			st.Message = deadlineMessage(d, p, dep, ps)
 		}

@@ -341,3 +341,33 @@ func TestProcessOrder(t *testing.T) {
 		t.Fatalf("processOrder = %v", got)
 	}
 }
+
+// TestTimedOutOther: after a withdrawn release the Deployment keeps the
+// timed-out condition of the withdrawn ReplicaSet for a while; it is not a
+// failure of the release that serves. A timed-out ReplicaSet of this release's
+// pods is.
+func TestTimedOutOther(t *testing.T) {
+	dep := depState{release: 1, serving: 1, gen: 5, observedGen: 5, want: 1, replicas: 2, updated: 1, available: 1,
+		progressing: corev1.ConditionFalse, progressingReason: progressDeadlineExceeded, progressDeadline: 10}.build()
+	dep.Status.Conditions[1].Message = `ReplicaSet "hello-web-new" has timed out progressing.`
+	pod := func(hash string) corev1.Pod {
+		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "hello-web-" + hash + "-x", Labels: map[string]string{
+			LabelProcess: WebProcess, LabelRelease: "1", appsv1.DefaultDeploymentUniqueLabelKey: hash}}}
+	}
+	d := runtime.Desired{App: &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: "default", UID: "u"}},
+		Release: 1, Image: "img", Processes: map[string]appv1.ProcessSpec{WebProcess: {Replicas: 1}}}
+	deps := map[string]*appsv1.Deployment{WebProcess: dep}
+
+	// Back on release 1 (its old ReplicaSet), release 2's pods timed out.
+	if st := statusOf(d, deps, []corev1.Pod{pod("old")}); st.Failure != "" {
+		t.Errorf("the withdrawn ReplicaSet's deadline fails the release that serves: %s: %s", st.Failure, st.Message)
+	}
+	// Release 1's own new pods timed out (a health check changed within it).
+	if st := statusOf(d, deps, []corev1.Pod{pod("old"), pod("new")}); st.Failure != appv1.HealthCheckFailedReason {
+		t.Errorf("a timed-out ReplicaSet of the release: failure %q, want %s", st.Failure, appv1.HealthCheckFailedReason)
+	}
+	// No pods to tell by: the condition counts.
+	if st := statusOf(d, deps, nil); st.Failure != appv1.HealthCheckFailedReason {
+		t.Errorf("no pods: failure %q, want %s", st.Failure, appv1.HealthCheckFailedReason)
+	}
+}

@@ -42,9 +42,17 @@ func (c *Containerd) Run(ctx context.Context, image string, args ...string) (out
 	if err != nil {
 		return "", 0, fmt.Errorf("create container: %w", err)
 	}
-	cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	defer ctr.Delete(cleanup, containerd.WithSnapshotCleanup)
+	// Each clean-up gets its own deadline, counted from when it starts: one counted
+	// from the container's creation ran out while a slow command was still running
+	// on a loaded machine, and the task's delete then failed the run.
+	cleanup := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	}
+	defer func() {
+		c, cancel := cleanup()
+		defer cancel()
+		_ = ctr.Delete(c, containerd.WithSnapshotCleanup)
+	}()
 
 	// stdout and stderr come through FIFOs that this process copies into out:
 	// Delete waits for that copy to finish, so nothing the process printed is
@@ -55,7 +63,11 @@ func (c *Containerd) Run(ctx context.Context, image string, args ...string) (out
 	if err != nil {
 		return "", 0, fmt.Errorf("create task: %w", err)
 	}
-	defer task.Delete(cleanup, containerd.WithProcessKill)
+	defer func() {
+		c, cancel := cleanup()
+		defer cancel()
+		_, _ = task.Delete(c, containerd.WithProcessKill)
+	}()
 	statusC, err := task.Wait(ctx)
 	if err != nil {
 		return "", 0, err
@@ -66,7 +78,9 @@ func (c *Containerd) Run(ctx context.Context, image string, args ...string) (out
 	select {
 	case st := <-statusC:
 		code, _, err := st.Result()
-		if _, derr := task.Delete(cleanup); derr != nil && err == nil {
+		c, cancel := cleanup()
+		defer cancel()
+		if _, derr := task.Delete(c); derr != nil && err == nil {
 			err = fmt.Errorf("delete task: %w", derr)
 		}
 		return strings.TrimRight(out.String(), "\n"), code, err

@@ -55,15 +55,18 @@ current-context: bex-local
 
 // registryHost is the name the deployer gives app images (infra/bex: the
 // registry's Service). containerd on the node does not use the cluster's DNS, so
-// its registry configuration sends that name to the Service's node port.
+// its registry configuration sends that name to the Service's node port: as the
+// server, not as a mirror in front of it, so that an image the registry does not
+// have is reported with the registry's answer (not found), not with containerd's
+// fallback to a name the node cannot resolve.
 const registryHost = "bex-registry.bex-system.svc.cluster.local:5000"
 
 func (l *layout) registryMirror() string {
-	return fmt.Sprintf(`server = "http://%s"
+	return fmt.Sprintf(`server = "http://%s:%d"
 
 [host."http://%s:%d"]
   capabilities = ["pull", "resolve"]
-`, registryHost, l.nodeIP, registryNodePort)
+`, l.nodeIP, registryNodePort, l.nodeIP, registryNodePort)
 }
 
 // containerdConfig: containerd 1.6's CRI with runc, its own root, state and socket

@@ -17,12 +17,14 @@ import (
 // TestMigrate moves an app from one machine to the cluster as docs/cluster.md's
 // "4. Moving the apps" says, by running that section's shell blocks as they are
 // written: a real `bex up` gets a push of hello-shell, a second user with access to
-// the app, a config var and a webhook secret; the blocks export its Users, Apps,
+// the app, a config var, a config var from a Secret (an App edit with kubectl, which
+// records a release too) and a webhook secret; the blocks export its Users, Apps,
 // Releases and Secrets with the real kubectl and jq, apply them to the cluster and
 // give the Releases their App as owner again. Then the same repository is pushed to
 // the cluster's gitserver by the second user (whose key came along): it serves over
 // HTTPS with its config var, its release is the next after the migrated ones, and the
-// App's members, config and webhook secret survived.
+// App's members, config (its Secret too) and webhook secret survived; apps:destroy
+// then deletes the moved Releases (their owner is the cluster's App).
 func TestMigrate(t *testing.T) {
 	const app = "moved"
 	adminKey := newKey(t, "one-machine-admin@bex")
@@ -56,6 +58,11 @@ func TestMigrate(t *testing.T) {
 		}
 		return err
 	})
+	// A config var from a Secret (what an operator sets with kubectl: config:set
+	// writes plain values), which the doc's first block finds and exports.
+	kubectlAt(t, m.kubeconfig(), "create", "secret", "generic", app+"-db", "--from-literal=password=s3cret")
+	kubectlAt(t, m.kubeconfig(), "patch", "app", app, "--type", "json", "-p",
+		`[{"op":"add","path":"/spec/env/-","value":{"name":"DB_PASSWORD","valueFrom":{"name":"`+app+`-db","key":"password"}}}]`)
 	before := releaseNumbers(t, m.kubeconfig(), app)
 	if len(before) < 2 {
 		t.Fatalf("bex up holds releases %v of %s, want the push's and config:set's", before, app)
@@ -152,6 +159,13 @@ func TestMigrate(t *testing.T) {
 	if wh, _, err := bex("webhooks", app); err != nil || !regexp.MustCompile(`(?i)secret.*(set|yes)`).MatchString(wh) {
 		t.Errorf("webhooks %s on the cluster (%v) does not say a secret is set:\n%s", app, err, wh)
 	}
+	// The pod runs, so the kubelet found the Secret its secretKeyRef names.
+	if got := kubectl(t, "get", "secret", app+"-db", "-o", "jsonpath={.data.password}"); got != "czNjcmV0" {
+		t.Errorf("the cluster's Secret %s-db holds password %q, want base64 of s3cret", app, got)
+	}
+	if ref := kubectl(t, "get", "deployment", app+"-web", "-o", `jsonpath={.spec.template.spec.containers[0].env[?(@.name=="DB_PASSWORD")].valueFrom.secretKeyRef.name}`); ref != app+"-db" {
+		t.Errorf("the Deployment's DB_PASSWORD comes from %q, want the Secret %s-db", ref, app)
+	}
 	image := kubectl(t, "get", "app", app, "-o", "jsonpath={.spec.image}")
 	if !strings.HasPrefix(image, "bex-registry.bex-system.svc.cluster.local:5000/apps/"+app+"@sha256:") {
 		t.Errorf("after the push the App runs %q, want an image of the in-cluster registry", image)
@@ -159,6 +173,8 @@ func TestMigrate(t *testing.T) {
 	if out, _, err := bex("apps:destroy", app, "--confirm", app); err != nil {
 		t.Errorf("apps:destroy %s: %v\n%s", app, err, out)
 	}
+	// The Secret is the operator's, beside the App, as on one node: not the App's.
+	kubectl(t, "delete", "secret", app+"-db")
 	testenv.Eventually(t, time.Minute, "the garbage collector deletes "+app+"'s Releases", func() error {
 		if left := strings.TrimSpace(kubectl(t, "get", "releases", "-l", "app.bex.co/app="+app, "-o", "name")); left != "" {
 			return fmt.Errorf("left: %s", left)
@@ -234,4 +250,18 @@ func clusterSSH(key string, args ...string) (string, error) {
 	fields := strings.Fields(sshCommandWith(key))
 	out, err := exec.Command(fields[0], append(append(fields[1:], "-p", p, "git@"+h), args...)...).CombinedOutput()
 	return string(out), err
+}
+
+// kubectlAt runs the real kubectl with kubeconfig.
+func kubectlAt(t testing.TB, kubeconfig string, args ...string) string {
+	t.Helper()
+	bin, err := testenv.Binary("kubectl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, append([]string{"--kubeconfig", kubeconfig}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
 }

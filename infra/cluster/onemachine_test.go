@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,38 +24,21 @@ import (
 // beside the cluster, as cmd/bex/e2e starts it (a state dir of its own, loopback
 // ports, the busybox base from Debian's busybox-static since nothing is pulled here).
 
-var (
-	bexBuild     sync.Once
-	bexBinary    string
-	bexBuildErr  error
-	bexBuildRoot string
-)
-
-// bexBin builds ./cmd/bex once for the test binary, into a temporary directory.
+// bexBin builds ./cmd/bex into t's temporary directory (the Go build cache makes a
+// second build take seconds; TestMain, which could build it once, is shared).
 func bexBin(t testing.TB) string {
 	t.Helper()
-	bexBuild.Do(func() {
-		root, err := testenv.RepoRoot()
-		if err != nil {
-			bexBuildErr = err
-			return
-		}
-		bexBuildRoot, err = os.MkdirTemp("", "bex-cluster-bin-")
-		if err != nil {
-			bexBuildErr = err
-			return
-		}
-		bexBinary = filepath.Join(bexBuildRoot, "bex")
-		cmd := exec.Command("go", "build", "-o", bexBinary, "./cmd/bex")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			bexBuildErr = fmt.Errorf("go build ./cmd/bex: %v\n%s", err, out)
-		}
-	})
-	if bexBuildErr != nil {
-		t.Fatal(bexBuildErr)
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return bexBinary
+	bin := filepath.Join(t.TempDir(), "bex")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/bex")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/bex: %v\n%s", err, out)
+	}
+	return bin
 }
 
 // oneMachine is one `bex up` process.

@@ -96,7 +96,7 @@ func BenchmarkPushToLive(b *testing.B) {
 		body := fmt.Sprintf("change %d at %d", i, time.Now().UnixNano())
 		r.commit(b, body, map[string]string{"Dockerfile": changedDockerfile(b, body)})
 		one.add(timePushTo(b, r, "one", oneAnswers(body), nil))
-		w := watchRolledOut(b, app)
+		w := watchRollout(b, app)
 		cl.add(timePushTo(b, r, "bex", clusterAnswers(body), w))
 	}
 	m.stop(b)
@@ -157,29 +157,29 @@ func (t pushTimings) report(b *testing.B, prefix string) {
 	}
 }
 
-// rolledOutWatch is a kubectl watch of one App: the time each RolledOut message
+// rolloutWatch is a kubectl watch of one App: the time each RolledOut message
 // arrived.
-type rolledOutWatch struct {
+type rolloutWatch struct {
 	cmd    *exec.Cmd
 	mu     sync.Mutex
-	seen   []rolledOutEvent
+	seen   []rolloutEvent
 	stderr testenv.SyncBuffer
 	done   chan struct{}
 }
 
-type rolledOutEvent struct {
+type rolloutEvent struct {
 	at      time.Time
 	message string
 }
 
-// watchRolledOut starts `kubectl get app APP --watch` printing, for each version of
+// watchRollout starts `kubectl get app APP --watch` printing, for each version of
 // the App, what says whether its RolledOut condition is True for its current release.
-func watchRolledOut(b testing.TB, app string) *rolledOutWatch {
+func watchRollout(b testing.TB, app string) *rolloutWatch {
 	bin, err := testenv.Binary("kubectl")
 	if err != nil {
 		b.Fatal(err)
 	}
-	w := &rolledOutWatch{done: make(chan struct{})}
+	w := &rolloutWatch{done: make(chan struct{})}
 	w.cmd = exec.Command(bin, "--kubeconfig", env["KUBECONFIG"], "get", "app", app, "--watch", "-o",
 		// A filter of the conditions ([?(@.type=="RolledOut")]) ends kubectl's watch
 		// after its first line (kubectl v1.37, with no error): the phase is derived
@@ -199,7 +199,7 @@ func watchRolledOut(b testing.TB, app string) *rolledOutWatch {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			w.mu.Lock()
-			w.seen = append(w.seen, rolledOutEvent{time.Now(), sc.Text()})
+			w.seen = append(w.seen, rolloutEvent{time.Now(), sc.Text()})
 			w.mu.Unlock()
 		}
 	}()
@@ -221,7 +221,7 @@ func watchRolledOut(b testing.TB, app string) *rolledOutWatch {
 
 // servedAt is when the watch first saw the App rolled out (phase Running, for its
 // current generation) with release n serving, or false.
-func (w *rolledOutWatch) servedAt(n int64) (time.Time, bool) {
+func (w *rolloutWatch) servedAt(n int64) (time.Time, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, e := range w.seen {
@@ -232,7 +232,7 @@ func (w *rolledOutWatch) servedAt(n int64) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-func (w *rolledOutWatch) stop() {
+func (w *rolloutWatch) stop() {
 	_ = w.cmd.Process.Kill() // by its PID: the watch never ends by itself
 	<-w.done
 	_ = w.cmd.Wait()
@@ -243,7 +243,7 @@ func (w *rolledOutWatch) stop() {
 // build: to "Built"; release: to "Deploying release"; deploy: to "Application
 // deployed"; route: to the first 200). With a watch, also kubelet-rollout: from
 // "Deploying release vN" to the App's RolledOut condition saying vN serves.
-func timePushTo(b testing.TB, r *repo, remote string, answers func() error, w *rolledOutWatch) map[string]float64 {
+func timePushTo(b testing.TB, r *repo, remote string, answers func() error, w *rolloutWatch) map[string]float64 {
 	if w != nil {
 		defer w.stop()
 	}

@@ -3,7 +3,7 @@
 # Idempotent: a second run checks and returns in seconds.
 #
 #   1. Debian packages: git, openssh, runc, containerd, busybox-static, CNI plugins,
-#      mmdebstrap (the Debian stand-ins for the official base images), ...
+#      mmdebstrap (the Debian stand-ins for the official base images), jq (docs/cluster.md's migration), ...
 #   2. Daemons built from their Go modules into bin/<name>-<version>/, with
 #      stable links bin/<binary> -> <name>-<version>/<binary>:
 #        buildkitd, buildctl                (hack/tools/buildkit)
@@ -42,7 +42,7 @@ go1.2[6-9]* | go1.[3-9][0-9]* | go[2-9]*) ;;
 esac
 
 # --- Debian packages --------------------------------------------------------------
-packages=(git openssh-client openssh-server runc containerd busybox-static ca-certificates curl iproute2 iptables containernetworking-plugins nginx-light util-linux mmdebstrap)
+packages=(git openssh-client openssh-server runc containerd busybox-static ca-certificates curl iproute2 iptables containernetworking-plugins nginx-light util-linux mmdebstrap jq)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")

@@ -476,6 +476,9 @@ func (b *Builder) BuildLog(app, id string) (BuildLog, error) { return b.logs.Bui
 // OpenLog opens one stored build's log text, with the errors of BuildLog.
 func (b *Builder) OpenLog(app, id string) (*os.File, error) { return b.logs.open(app, id) }
 
+// RemoveLogs deletes every stored build log and record of app (apps:destroy).
+func (b *Builder) RemoveLogs(app string) error { return b.logs.remove(app) }
+
 // LogPath is the file of one stored build log. It does not check its arguments:
 // OpenLog does.
 func (b *Builder) LogPath(app, id string) string {

@@ -275,6 +275,15 @@ func (s *logStore) open(app, id string) (*os.File, error) {
 	return os.Open(filepath.Join(s.dir, app, id+".log"))
 }
 
+// remove deletes every stored build of app (apps:destroy): an app made later
+// under the same name, by anyone, must not read the old one's build output.
+func (s *logStore) remove(app string) error {
+	if err := checkApp(app); err != nil {
+		return err
+	}
+	return os.RemoveAll(filepath.Join(s.dir, app))
+}
+
 // prune removes all but the newest keep builds of app (never one in flight: it
 // is removed by a later prune), and outcomes and temporary files left without
 // their log.

@@ -167,3 +167,30 @@ func TestHeadlineIsOneLine(t *testing.T) {
 		}
 	}
 }
+
+// apps:destroy removes an app's builds: an app made later under the same name (by
+// anyone) lists none of them. Another app's stay; a name that is not an app's is
+// refused rather than joined to the directory.
+func TestRemoveDeletesOnlyThatAppsBuilds(t *testing.T) {
+	dir := t.TempDir()
+	s := newStore(dir, 5)
+	mustCreate(t, s, "gone", commitA).Close()
+	mustCreate(t, s, "kept", commitB).Close()
+	if err := s.remove("gone"); err != nil {
+		t.Fatal(err)
+	}
+	if logs, err := s.List("gone"); err != nil || len(logs) != 0 {
+		t.Errorf("after remove, List(gone) = %v, %v; want none", logs, err)
+	}
+	if logs, err := s.List("kept"); err != nil || len(logs) != 1 {
+		t.Errorf("List(kept) = %v, %v; want its one build", logs, err)
+	}
+	for _, bad := range []string{"..", "../kept", "a/b", ""} {
+		if err := s.remove(bad); err == nil {
+			t.Errorf("remove(%q) was accepted", bad)
+		}
+	}
+	if logs, _ := s.List("kept"); len(logs) != 1 {
+		t.Errorf("a refused remove touched another app's builds: %v", logs)
+	}
+}

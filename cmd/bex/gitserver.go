@@ -229,6 +229,7 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 			containerdAddr: strings.TrimPrefix(addr, "unix://"), containerdNS: c.containerdNS, log: c.log}
 	}
 	bk.RemoveRepository = func(ctx context.Context, app string) error { return srv.RemoveRepository(ctx, app, 10*time.Second) }
+	bk.RemoveBuildLogs = b.RemoveLogs
 	bk.UpstreamPolicy = upstream.Policy{AllowPrivate: c.allowPrivate, AllowFile: c.allowFile}
 	bk.HooksURL, bk.RolloutTimeout, bk.Log = c.hooksURL, gcfg.RolloutTimeout, c.log
 	if c.sshURL != "" {

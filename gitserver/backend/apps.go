@@ -188,7 +188,7 @@ func (b *Backend) CreateApp(ctx context.Context, u *User, name string) error {
 	return b.waitCached(ctx, name, func(c *appv1.App) bool { return c != nil && c.UID == app.UID })
 }
 
-// DestroyApp deletes an app, its webhook secret and its repository; confirm
+// DestroyApp deletes an app, its webhook secret, its repository and its build logs; confirm
 // must be the app's name again. The deployer stops its processes (its
 // finalizer) before the App goes, and its Releases go with it.
 func (b *Backend) DestroyApp(ctx context.Context, u *User, name, confirm string) error {
@@ -210,6 +210,11 @@ func (b *Backend) DestroyApp(ctx context.Context, u *User, name, confirm string)
 		// Its errors have kinds: Conflict while a push holds the app.
 		if err := b.cfg.RemoveRepository(ctx, name); err != nil {
 			return err
+		}
+	}
+	if b.cfg.RemoveBuildLogs != nil {
+		if err := b.cfg.RemoveBuildLogs(name); err != nil {
+			return fmt.Errorf("deleting the build logs of %s: %w", name, err)
 		}
 	}
 	err = b.cfg.Client.Delete(ctx, &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: b.cfg.Namespace}})

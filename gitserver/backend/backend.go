@@ -131,6 +131,10 @@ type Config struct {
 	// RemoveRepository deletes an app's git repository (apps:destroy); nil:
 	// nothing to remove.
 	RemoveRepository func(ctx context.Context, app string) error
+	// RemoveBuildLogs deletes an app's stored build logs (apps:destroy), so that
+	// an app made later under the same name does not show them; nil: nothing to
+	// remove.
+	RemoveBuildLogs func(app string) error
 	// UpstreamPolicy is what upstreams webhooks:upstream accepts: the gitserver's
 	// (--allow-private-upstreams, --allow-file-upstreams), checked again at each
 	// fetch.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -379,5 +380,25 @@ func TestHookOfAnUnknownApp(t *testing.T) {
 	h, err := f.b.Hook(context.Background(), "shop")
 	if err != nil || len(h.Secrets) != 0 {
 		t.Errorf("an app without a webhook secret has a hook with no secrets: %+v %v", h, err)
+	}
+}
+
+// apps:destroy removes the app's repository and its build logs with it: an app
+// made later under that name must not show the old one's builds.
+func TestDestroyRemovesRepositoryAndBuildLogs(t *testing.T) {
+	var removed []string
+	f := newFixtureWith(t, func(c *backend.Config) {
+		c.RemoveRepository = func(_ context.Context, app string) error { removed = append(removed, "repo:"+app); return nil }
+		c.RemoveBuildLogs = func(app string) error { removed = append(removed, "logs:"+app); return nil }
+	})
+	ctx := context.Background()
+	if err := f.b.CreateApp(ctx, member, "mine"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.b.DestroyApp(ctx, member, "mine", "mine"); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"repo:mine", "logs:mine"}; !slices.Equal(removed, want) {
+		t.Errorf("destroy removed %v, want %v", removed, want)
 	}
 }

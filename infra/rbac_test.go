@@ -45,6 +45,10 @@ var needs = map[string][]grant{
 		{[]string{"get", "list", "watch", "create", "patch", "delete"}, "app.bex.co/releases", "default", ""},
 		// gitserver/hooksecrets and gitserver/tokens, --secrets-namespace=bex-gitserver.
 		{[]string{"get", "list", "create", "update", "delete"}, "/secrets", "bex-gitserver", ""},
+		// `logs APP [-f]` on a cluster: the app's pods by label, their logs through
+		// the API server (deployer/runtime/kube ReadLogs).
+		{[]string{"list"}, "/pods", "default", ""},
+		{[]string{"get"}, "/pods/log", "default", ""},
 	},
 	"bex-edge": {
 		{[]string{"get", "list", "watch"}, "app.bex.co/apps", "default", ""},
@@ -62,7 +66,7 @@ var (
 	gridVerbs     = []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
 	gridResources = []string{
 		"app.bex.co/apps", "app.bex.co/apps/status", "app.bex.co/apps/finalizers", "app.bex.co/releases", "app.bex.co/users",
-		"/secrets", "/configmaps", "/pods", "/pods/exec", "/services", "/serviceaccounts/token", "/events", "/namespaces",
+		"/secrets", "/configmaps", "/pods", "/pods/log", "/pods/exec", "/services", "/serviceaccounts/token", "/events", "/namespaces",
 		"events.k8s.io/events", "apps/deployments", "apps/daemonsets", "discovery.k8s.io/endpointslices", "coordination.k8s.io/leases",
 		"rbac.authorization.k8s.io/roles", "rbac.authorization.k8s.io/rolebindings", "rbac.authorization.k8s.io/clusterrolebindings",
 		"apiextensions.k8s.io/customresourcedefinitions",

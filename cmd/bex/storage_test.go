@@ -390,7 +390,10 @@ func TestSystemDFSumsMatchTheDiskAndPruneFreesWhatNoReleaseKeeps(t *testing.T) {
 	// image's layer blob, held by BuildKit's lease, counts with the cache
 	// record that frees it), give or take what the daemons' logs and
 	// databases changed meanwhile (tens of KiB: the layers are 2 MiB for it).
-	if freed := onDisk - afterDisk + repoGrowth; !near(rep.Bytes, freed) {
+	// The slack is 5% or 256 KiB, whichever is more: containerd's and BuildKit's
+	// bolt databases move in pages of their own (104 KiB once, beside a prune of
+	// one 2 MiB layer), while a layer not freed would be 2 MiB off.
+	if freed := onDisk - afterDisk + repoGrowth; !near(rep.Bytes, freed) && math.Abs(float64(rep.Bytes-freed)) > 256<<10 {
 		t.Errorf("system:prune said it freed %d bytes, the disk got %d back", rep.Bytes, freed)
 	}
 

@@ -42,7 +42,7 @@ go1.2[6-9]* | go1.[3-9][0-9]* | go[2-9]*) ;;
 esac
 
 # --- Debian packages --------------------------------------------------------------
-packages=(git openssh-client openssh-server runc containerd busybox-static ca-certificates curl iproute2 iptables containernetworking-plugins nginx-light util-linux mmdebstrap jq)
+packages=(git openssh-client openssh-server runc containerd busybox-static ca-certificates curl iproute2 iptables containernetworking-plugins nginx-light util-linux mmdebstrap jq openssl)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")

@@ -2,6 +2,10 @@ package runtime
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -31,6 +35,14 @@ type Desired struct {
 	// replaced the way a rollout replaces them (new ones healthy first, then the old
 	// ones drain and stop); other types are left running.
 	Restarts map[string]string
+	// Cron are the app's cron jobs, run as one-offs of this release (image, env)
+	// on their schedules (in TZ, the app's config var, else UTC); empty removes
+	// them. A job that is running when a new release rolls out finishes on its
+	// old release.
+	Cron []appv1.CronJob
+	// CronRuns maps a job id to its last cron:run token (App.CronRuns): a token not
+	// seen before starts one run of the job now, whatever its policy says.
+	CronRuns map[string]string
 }
 
 // Key is the app's namespace and name.
@@ -55,6 +67,8 @@ type Status struct {
 	Message string
 	// Processes reports each process type of the desired release.
 	Processes map[string]ProcessStatus
+	// Cron reports each cron job of Desired.Cron that has run or is running.
+	Cron []CronStatus
 }
 
 // ProcessStatus is one process type's instances.
@@ -141,3 +155,87 @@ type Images interface {
 	// repository already empty or gone is no error.
 	RemoveRepository(ctx context.Context, repo string, refs []string) (inUse bool, err error)
 }
+
+// OneOff is one command run to its end in a new instance of an app's release: a
+// `run`, the release phase, a postdeploy script, a cron job's run. It gets the
+// app's confinement, network and config, and the limits of Resources; it is never
+// restarted, receives no traffic, and is removed when the command ends, when ctx
+// ends (the session went), or after Timeout.
+type OneOff struct {
+	// App is the App object (name, namespace, UID); runtimes must not modify it.
+	App *appv1.App
+	// ID names this run: 12 lower-case hex digits or letters, unique per app
+	// (NewOneOffID). The instance's labels carry it (appv1.LabelOneOff).
+	ID string
+	// Process is what the run is, and the process name its output is kept under
+	// for `logs --process`: "run.<id>", "release", "postdeploy", "cron.<job id>".
+	Process string
+	// Release is the release number whose image and config it runs (0: none yet,
+	// the release phase of a first push), for labels and logs.
+	Release int64
+	// Image is the digest-pinned image.
+	Image string
+	// Command is the argv; empty is the image's own entrypoint and command.
+	Command []string
+	// Env are the config vars; values from Secrets are resolved by the runtime.
+	// PORT is set by the runtime, as for any instance (nothing routes to it).
+	Env []appv1.EnvVar
+	// Resources bound the instance (memory, cpu), defaults as for a process type.
+	Resources *appv1.Resources
+	// Timeout ends the run (the process is killed, exit status 137) when it runs
+	// longer; 0 means no bound besides ctx.
+	Timeout time.Duration
+
+	// Stdin, when not nil, is copied to the process's standard input, which is
+	// closed when Stdin ends (EOF). Nil: the process's stdin is empty.
+	Stdin io.Reader
+	// Stdout and Stderr, when not nil, receive the process's output as it comes,
+	// besides the instance's log (with a TTY, both streams are one: Stdout).
+	Stdout, Stderr io.Writer
+	// TTY, when not nil, gives the process a pseudo-terminal of this size and
+	// term; the sizes sent on Resize follow (the window of `ssh -t`), until it is
+	// closed or the run ends. Ctrl-C is the byte 0x03 on Stdin: the terminal turns
+	// it into SIGINT for the foreground process, as on any terminal.
+	TTY *TTY
+}
+
+// TTY is a one-off's pseudo-terminal.
+type TTY struct {
+	Term   string // TERM, e.g. xterm-256color
+	Width  uint16 // columns
+	Height uint16 // rows
+	Resize <-chan WindowSize
+}
+
+// WindowSize is a terminal's size in characters.
+type WindowSize struct {
+	Width, Height uint16
+}
+
+// OneOffs runs one-off instances. Both runtimes implement it: the local one with
+// a containerd container confined as the app's instances are, the kubernetes one
+// with a Pod attached through the API server.
+type OneOffs interface {
+	// Run runs o to its end and returns the command's exit status (128+n for a
+	// process killed by signal n; 137 after Timeout). The instance is gone when it
+	// returns. An error is for a run that could not start or be followed (the
+	// image is missing, the runtime unreachable): exit is then -1.
+	Run(ctx context.Context, o OneOff) (exit int, err error)
+	// Start starts o detached and returns once it runs: its output goes to the
+	// instance's log only (`logs APP --process <o.Process>`), and it is removed
+	// when the command ends or after o.Timeout. o.Stdin, Stdout, Stderr and TTY
+	// are ignored. done, when not nil, is called once with the exit status when it
+	// ends (-1 when it could not be followed to its end).
+	Start(ctx context.Context, o OneOff, done func(exit int)) error
+}
+
+// NewOneOffID returns a fresh one-off id.
+func NewOneOffID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// CronStatus is what a runtime knows of a cron job's runs; the reconciler writes
+// it to the App's status.cron.
+type CronStatus = appv1.CronJobStatus

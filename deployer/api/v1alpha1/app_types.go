@@ -1,6 +1,10 @@
 package v1alpha1
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -113,6 +117,20 @@ type AppSpec struct {
 	// build says how the app's commits are built.
 	// +optional
 	Build BuildSpec `json:"build,omitempty"`
+
+	// scripts are the commands the repository runs around a release: the Procfile's
+	// `release:` and app.json's scripts. They come with the code (the builder reads
+	// them from each pushed commit) and are snapshotted in each Release.
+	// +optional
+	Scripts *Scripts `json:"scripts,omitempty"`
+
+	// cron are the app's scheduled jobs (app.json `cron`), each run as a one-off
+	// instance of the serving release. They come with the code, as scripts do.
+	// +optional
+	// +listType=map
+	// +listMapKey=id
+	// +kubebuilder:validation:MaxItems=50
+	Cron []CronJob `json:"cron,omitempty"`
 
 	// members are the names of the Users, besides admins, who may push to the app and
 	// manage it. Access lives on the App so that one object answers "who may touch
@@ -248,6 +266,114 @@ type HealthCheck struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=900
 	BootTimeoutSeconds int32 `json:"bootTimeoutSeconds,omitempty"`
+
+	// timeoutSeconds bounds each check's request. Default 5.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=300
+	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
+}
+
+// DefaultHealthCheckTimeoutSeconds bounds one health check request when the
+// check sets no timeoutSeconds.
+const DefaultHealthCheckTimeoutSeconds = 5
+
+// DefaultReleaseTimeoutSeconds is how long the release command may run before
+// the release fails: 30 minutes: enough for a migration, not for a command that hangs.
+const DefaultReleaseTimeoutSeconds = 30 * 60
+
+// Scripts are the commands an app's repository runs around a release.
+type Scripts struct {
+	// release runs once per new release (a push, a config change, a webhook's or
+	// an agent's deploy; not a rollback, a scale or a restart), after the build and
+	// before any traffic moves, in a one-off instance of the new image with the new
+	// config. A non-zero exit, or running past releaseTimeoutSeconds, fails the
+	// release: the previous one keeps serving. From the Procfile's `release:` or
+	// app.json's `scripts.dokku.predeploy` (the Procfile wins when both are set).
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	Release []string `json:"release,omitempty"`
+
+	// releaseTimeoutSeconds bounds the release command. Default 1800.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=86400
+	ReleaseTimeoutSeconds int32 `json:"releaseTimeoutSeconds,omitempty"`
+
+	// postdeploy runs once after a new release serves (app.json
+	// `scripts.dokku.postdeploy`, or `scripts.postdeploy`), in a one-off instance
+	// of it. Its failure is reported, not undone.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	Postdeploy []string `json:"postdeploy,omitempty"`
+}
+
+// ReleaseTimeout is how long the release command may run, default included.
+func (s *Scripts) ReleaseTimeout() int32 {
+	if s == nil || s.ReleaseTimeoutSeconds <= 0 {
+		return DefaultReleaseTimeoutSeconds
+	}
+	return s.ReleaseTimeoutSeconds
+}
+
+// CronConcurrency says what happens when a cron job is due while its previous
+// run still goes (Kubernetes' CronJob concurrencyPolicy, the same words).
+// +kubebuilder:validation:Enum=Forbid;Allow;Replace
+type CronConcurrency string
+
+// The concurrency policies of a cron job.
+const (
+	// CronForbid skips the run that is due (the default).
+	CronForbid CronConcurrency = "Forbid"
+	// CronAllow starts it beside the running one.
+	CronAllow CronConcurrency = "Allow"
+	// CronReplace stops the running one and starts the new one.
+	CronReplace CronConcurrency = "Replace"
+)
+
+// CronJob is one scheduled job of an app.
+type CronJob struct {
+	// id names the job: stable across pushes while its command and schedule are
+	// unchanged (CronJobID), so its history and `cron:run APP ID` follow it. Its
+	// runs' output is the process `cron.<id>` of `logs`.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=16
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]+$`
+	ID string `json:"id"`
+
+	// command is the job's command as app.json gives it (one line, run as the
+	// Procfile's commands are).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	Command string `json:"command"`
+
+	// schedule is a standard 5-field cron schedule or one of the @ forms (@yearly,
+	// @monthly, @weekly, @daily, @hourly, @every <duration>), in UTC unless the
+	// app's config sets TZ.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	Schedule string `json:"schedule"`
+
+	// concurrencyPolicy says what happens when a run is due while the previous
+	// one still goes: Forbid (skip it, the default), Allow, or Replace. app.json's
+	// `concurrency_policy` (allow, forbid, replace).
+	// +optional
+	ConcurrencyPolicy CronConcurrency `json:"concurrencyPolicy,omitempty"`
+}
+
+// Policy is the job's concurrency policy, default included.
+func (c CronJob) Policy() CronConcurrency {
+	if c.ConcurrencyPolicy == "" {
+		return CronForbid
+	}
+	return c.ConcurrencyPolicy
+}
+
+// CronJobID is the id of the job with this schedule and command: 10 hex digits of
+// their SHA-256, so that it stays while the job is unchanged and changes with it.
+func CronJobID(schedule, command string) string {
+	sum := sha256.Sum256([]byte(schedule + "\x00" + command))
+	return hex.EncodeToString(sum[:5])
 }
 
 // GitSpec holds an app's repository settings.
@@ -366,9 +492,65 @@ type AppStatus struct {
 	// +kubebuilder:validation:MaxItems=32
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 
+	// cron is what the runtime saw of each cron job's runs, by job id.
+	// +optional
+	// +listType=map
+	// +listMapKey=id
+	// +kubebuilder:validation:MaxItems=50
+	Cron []CronJobStatus `json:"cron,omitempty"`
+
 	// observedGeneration is the spec generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// CronJobStatus is what is known of one cron job's runs.
+type CronJobStatus struct {
+	// id is the job's id (CronJob.id).
+	ID string `json:"id"`
+
+	// lastRun is when the last run started.
+	// +optional
+	LastRun *metav1.Time `json:"lastRun,omitempty"`
+
+	// lastExitCode is the last finished run's exit status; unset while none has
+	// finished.
+	// +optional
+	LastExitCode *int32 `json:"lastExitCode,omitempty"`
+
+	// running counts the runs going now.
+	// +optional
+	Running int32 `json:"running,omitempty"`
+
+	// consecutiveFailures counts the finished runs in a row that exited non-zero;
+	// 0 after a success.
+	// +optional
+	ConsecutiveFailures int32 `json:"consecutiveFailures,omitempty"`
+
+	// skipped counts the runs skipped because the previous one still went (Forbid).
+	// +optional
+	Skipped int32 `json:"skipped,omitempty"`
+}
+
+// CronFailingThreshold is how many failed runs in a row make a cron job
+// "failing" in apps:info and app_status.
+const CronFailingThreshold = 3
+
+// CronRunAnnotation+"."+<job id> on an App asks for one run of that cron job now
+// (`cron:run APP ID`): set it to the current time (RFC3339Nano). The runtime starts
+// one run for each new value, as RestartedAtAnnotation restarts; an annotation, not
+// spec, since a run changes nothing of what the app is.
+const CronRunAnnotation = "app.bex.co/cronRunAt"
+
+// CronRuns maps each job id to its last cron:run token (the annotation's value).
+func (a *App) CronRuns() map[string]string {
+	out := map[string]string{}
+	for k, v := range a.Annotations {
+		if id, ok := strings.CutPrefix(k, CronRunAnnotation+"."); ok && id != "" {
+			out[id] = v
+		}
+	}
+	return out
 }
 
 // AppList is a list of Apps.

@@ -83,4 +83,12 @@ const (
 	// AnnotationReleaseFailed on a Release says why it never served (its rollout
 	// failed and it was withdrawn).
 	AnnotationReleaseFailed = "app.bex.co/failed"
+	// AnnotationAppJSON on an App is what the last push's app.json set (JSON:
+	// formation and healthCheck), so that the next push changes only what was not
+	// set through the API since (ps:scale wins over app.json, as kubectl's
+	// last-applied configuration lets a later edit win).
+	AnnotationAppJSON = "app.bex.co/app-json"
+	// LabelOneOff marks a one-off instance (run, release, postdeploy, cron) with
+	// its id; LabelProcess says which kind ("run.<id>", "release", "cron.<job>").
+	LabelOneOff = "app.bex.co/one-off"
 )

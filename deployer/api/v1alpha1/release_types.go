@@ -112,6 +112,14 @@ type ReleaseConfig struct {
 	// +optional
 	// +kubebuilder:validation:MaxProperties=20
 	Processes map[string]ProcessSpec `json:"processes,omitempty"`
+
+	// scripts are the release's release and postdeploy commands.
+	// +optional
+	Scripts *Scripts `json:"scripts,omitempty"`
+
+	// cron are the release's cron jobs.
+	// +optional
+	Cron []CronJob `json:"cron,omitempty"`
 }
 
 // ReleaseList is a list of Releases.

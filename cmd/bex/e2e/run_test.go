@@ -199,6 +199,26 @@ func TestRun(t *testing.T) {
 		})
 	})
 
+	t.Run("the run goes with its session", func(t *testing.T) {
+		s := p.sshOnPTY(t, 24, 80, "run", "hello-shell", "--", "sh", "-c", "echo started; exec sleep 600")
+		testenv.Eventually(t, time.Minute, "the command started", func() error {
+			if !strings.Contains(s.output(), "started") {
+				return fmt.Errorf("output %q", s.output())
+			}
+			return nil
+		})
+		if n := len(p.oneOffContainers(t)); n != 1 {
+			t.Fatalf("%d one-off containers while it runs, want 1", n)
+		}
+		_ = s.cmd.Process.Kill() // the client goes: the connection closes
+		testenv.Eventually(t, time.Minute, "the one-off removed after its session went", func() error {
+			if ids := p.oneOffContainers(t); len(ids) > 0 {
+				return fmt.Errorf("left: %v", ids)
+			}
+			return nil
+		})
+	})
+
 	testenv.Eventually(t, time.Minute, "no one-off container left", func() error {
 		if ids := p.oneOffContainers(t); len(ids) > 0 {
 			return fmt.Errorf("left: %v", ids)

@@ -103,6 +103,37 @@ func TestOneOffRunExitStdinTimeout(t *testing.T) {
 		t.Errorf("cat: %q", out.String())
 	}
 
+	// The log is bounded: a run printing 1 MB keeps at most twice LogMaxBytes
+	// (the default 10 MiB is set down to 64 KiB for this OneOffs).
+	small := f.cfg
+	small.LogMaxBytes = 64 << 10
+	os2, err := NewOneOffs(small, f.k8s, "test-small", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os2.Close()
+	oo = f.oneOff("sh", "-c", `i=0; while [ $i -lt 1000 ]; do head -c 999 /dev/zero | tr '\0' x; echo; i=$((i+1)); done; echo last-line`)
+	var n countingWriter
+	oo.Stdout = &n
+	if exit, err := os2.Run(ctx, oo); err != nil || exit != 0 {
+		t.Fatalf("big output: exit %d, %v", exit, err)
+	}
+	logPath := os2.oneOffLog(f.key(), oo)
+	var kept int64
+	for _, p := range []string{logPath, logPath + ".1"} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept += fi.Size()
+	}
+	if n.n != 1_000_000+len("last-line\n") || kept > 2*small.LogMaxBytes || kept < small.LogMaxBytes {
+		t.Errorf("streamed %d bytes, kept %d in the log (max %d)", n.n, kept, 2*small.LogMaxBytes)
+	}
+	if tail := tailLines(logPath, 1); len(tail) != 1 || tail[0] != "last-line" {
+		t.Errorf("the log's last line: %q", tail)
+	}
+
 	// Timeout kills: 137.
 	oo = f.oneOff("sleep", "100")
 	oo.Timeout = time.Second
@@ -311,3 +342,7 @@ func TestOneOffLogNames(t *testing.T) {
 		t.Errorf("logPrefix: %q", got)
 	}
 }
+
+type countingWriter struct{ n int }
+
+func (c *countingWriter) Write(p []byte) (int, error) { c.n += len(p); return len(p), nil }

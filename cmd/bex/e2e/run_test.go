@@ -199,6 +199,19 @@ func TestRun(t *testing.T) {
 		})
 	})
 
+	t.Run("other commands on a terminal", func(t *testing.T) {
+		// ssh -t puts the client's terminal in raw mode: a command that is not run
+		// gets no terminal of its own, and its lines come with "\r\n".
+		s := p.sshOnPTY(t, 24, 80, "apps")
+		if code := s.exit(t); code != 0 {
+			t.Fatalf("apps on a terminal: exit %d, %q", code, s.output())
+		}
+		out := s.output()
+		if !strings.Contains(out, "hello-shell") || strings.Count(out, "\n") != strings.Count(out, "\r\n") || strings.Contains(out, "\r\r\n") {
+			t.Errorf("apps on a terminal: %q", out)
+		}
+	})
+
 	t.Run("the run goes with its session", func(t *testing.T) {
 		s := p.sshOnPTY(t, 24, 80, "run", "hello-shell", "--", "sh", "-c", "echo started; exec sleep 600")
 		testenv.Eventually(t, time.Minute, "the command started", func() error {

@@ -187,8 +187,9 @@ func (c Config) Validate() error {
 // Backend is every operation that comes in through the gitserver. It is safe
 // for concurrent use.
 type Backend struct {
-	cfg Config
-	log *slog.Logger
+	cfg  Config
+	log  *slog.Logger
+	runs runCounter
 }
 
 // New checks cfg and returns the backend.

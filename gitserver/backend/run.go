@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"maps"
@@ -116,6 +117,11 @@ func (b *Backend) Run(ctx context.Context, u *User, name string, opts RunOptions
 	if t := runType(a); t != "" {
 		spec.Resources = a.Spec.Processes[t].Resources
 	}
+	if !b.runs.take(name) {
+		return RunResult{}, Errorf(Conflict, "%s has %d one-off commands running, the most at once: wait for one to end", name, MaxRunsPerApp)
+	}
+	var once sync.Once
+	release := func() { once.Do(func() { b.runs.give(name) }) }
 	res := RunResult{ID: spec.ID, Process: spec.Process}
 	b.audit(u, "run", name, "id", spec.ID, "release", spec.Release, "detach", opts.Detach, "tty", opts.TTY != nil,
 		"command", strings.Join(opts.Command, " "))
@@ -125,14 +131,17 @@ func (b *Backend) Run(ctx context.Context, u *User, name string, opts RunOptions
 		}
 		log := b.log
 		if err := b.cfg.Runner.Start(context.WithoutCancel(ctx), spec, func(exit int) {
+			release()
 			log.Info("run ended", "app", name, "id", spec.ID, "exit", exit)
 		}); err != nil {
+			release()
 			return RunResult{}, Errorf(Failed, "run %s: %v", name, err)
 		}
 		return res, nil
 	}
 	spec.Stdin, spec.Stdout, spec.Stderr, spec.TTY = opts.Stdin, opts.Stdout, opts.Stderr, opts.TTY
 	exit, err := b.cfg.Runner.Run(ctx, spec)
+	release()
 	if err != nil {
 		if ctx.Err() != nil {
 			return RunResult{}, ctx.Err()
@@ -141,6 +150,38 @@ func (b *Backend) Run(ctx context.Context, u *User, name string, opts RunOptions
 	}
 	res.Exit = exit
 	return res, nil
+}
+
+// MaxRunsPerApp bounds the one-off commands of one app running at once through
+// this server (interactive and detached): each holds an instance with the app's
+// limits, so a member's loop of `run --detach` must not fill the machine.
+const MaxRunsPerApp = 10
+
+// runCounter counts each app's running one-offs.
+type runCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *runCounter) take(app string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	if c.n[app] >= MaxRunsPerApp {
+		return false
+	}
+	c.n[app]++
+	return true
+}
+
+func (c *runCounter) give(app string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n[app]--; c.n[app] <= 0 {
+		delete(c.n, app)
+	}
 }
 
 // runType is the process type whose limits a run gets: web, else the first by

@@ -121,3 +121,43 @@ func TestRun(t *testing.T) {
 		}
 	}
 }
+
+// heldRunner starts detached runs that end only when told to.
+type heldRunner struct {
+	fakeRunner
+	dones []func(int)
+}
+
+func (r *heldRunner) Start(_ context.Context, s backend.RunSpec, done func(int)) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.started = append(r.started, s)
+	r.dones = append(r.dones, done)
+	return nil
+}
+
+// A member's loop of `run --detach` holds at most MaxRunsPerApp instances of
+// the app at once; one ending frees a place, and other apps are not held back.
+func TestRunBoundPerApp(t *testing.T) {
+	r := &heldRunner{}
+	f := newFixtureWith(t, func(c *backend.Config) { c.Runner = r }, deployed(app("shop", "bob")), deployed(app("cafe", "bob")))
+	for i := range backend.MaxRunsPerApp {
+		if _, errOut, code := f.run(bob, "", "run", "--detach", "shop", "sleep", "1000"); code != 0 {
+			t.Fatalf("run %d: %d %q", i, code, errOut)
+		}
+	}
+	_, errOut, code := f.run(bob, "", "run", "--detach", "shop", "sleep", "1000")
+	if code == 0 || !strings.Contains(errOut, "one-off commands running") || strings.Count(errOut, "\n") != 1 {
+		t.Fatalf("run past the bound: %d %q", code, errOut)
+	}
+	if _, _, code := f.run(bob, "", "run", "shop", "true", "0"); code == 0 {
+		t.Fatalf("an interactive run past the bound was accepted")
+	}
+	if _, errOut, code := f.run(bob, "", "run", "--detach", "cafe", "sleep", "1"); code != 0 {
+		t.Fatalf("another app: %d %q", code, errOut)
+	}
+	r.dones[0](0)
+	if _, errOut, code := f.run(bob, "", "run", "--detach", "shop", "sleep", "1"); code != 0 {
+		t.Fatalf("after one ended: %d %q", code, errOut)
+	}
+}

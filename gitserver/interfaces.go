@@ -140,6 +140,9 @@ type CommandSession struct {
 	Stdin  io.Reader
 	Stdout io.Writer
 	Stderr io.Writer
+	// TTY is the session's pseudo-terminal (ssh -t: its term, size and window
+	// changes); nil without one. Only `run` sessions get one (AcceptsPTY).
+	TTY *backend.TTY
 }
 
 // App is what the gitserver needs to know of an app.

@@ -120,7 +120,7 @@ func New(cfg Config, dir Directory, b Builder, d Deployer, log *slog.Logger, reg
 		},
 		ChannelHandlers: map[string]ssh.ChannelHandler{"session": s.sessionChannel},
 		IdleTimeout:     cfg.IdleTimeout,
-		PtyCallback:     func(ssh.Context, ssh.Pty) bool { return false },
+		PtyCallback:     acceptPTY, // a run's terminal: see pty.go
 		ConnectionFailedCallback: func(conn net.Conn, err error) {
 			s.log.Debug("ssh handshake failed", "remote", conn.RemoteAddr().String(), "err", err)
 		},
@@ -232,10 +232,11 @@ func (s *Server) handleSession(sess ssh.Session) {
 		return
 	}
 	isGit := len(args) > 0 && (args[0] == "git-receive-pack" || args[0] == "git-upload-pack")
+	tty, stdout, stderr := sessionTTY(ctx, sess, args, isGit)
 	if !isGit && s.commands != nil {
 		code := s.commands.Run(ctx, CommandSession{
 			User: user, KeyFingerprint: fp, Args: args,
-			Stdin: sess, Stdout: sess, Stderr: sess.Stderr(),
+			Stdin: sess, Stdout: stdout, Stderr: stderr, TTY: tty,
 		})
 		_ = sess.Exit(code)
 		return

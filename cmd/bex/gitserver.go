@@ -228,6 +228,14 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 			runtimeDir: filepath.Join(c.stateDir, "runtime"), namespace: c.namespace, imageRepo: c.imageRepo,
 			containerdAddr: strings.TrimPrefix(addr, "unix://"), containerdNS: c.containerdNS, log: c.log}
 	}
+	if c.runtime == "local" {
+		oneOffs, err := newLocalOneOffs(c.stateDir, c.containerdAddr, c.containerdNS, kc, c.log)
+		if err != nil {
+			return err
+		}
+		defer oneOffs.Close()
+		bk.Runner = oneOffRunner{oneOffs}
+	}
 	bk.RemoveRepository = func(ctx context.Context, app string) error { return srv.RemoveRepository(ctx, app, 10*time.Second) }
 	bk.RemoveBuildLogs = b.RemoveLogs
 	bk.UpstreamPolicy = upstream.Policy{AllowPrivate: c.allowPrivate, AllowFile: c.allowFile}

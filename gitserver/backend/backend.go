@@ -125,6 +125,8 @@ type Config struct {
 	Logs RuntimeLogs
 	// Builds reads build logs; nil: builds says they are not available.
 	Builds BuildLogs
+	// Runner runs one-off commands (run); nil: run says this server cannot.
+	Runner Runner
 	// Storage measures and prunes the state dir's disk (system:df,
 	// system:prune, apps:info's bytes); nil: those say this server cannot.
 	Storage Storage

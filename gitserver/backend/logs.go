@@ -18,7 +18,7 @@ func (b *Backend) Logs(ctx context.Context, u *User, name string, opts LogOption
 	if opts.Lines < 0 {
 		return Errorf(Invalid, "-n %d: give a number of lines from 1 up", opts.Lines)
 	}
-	if opts.Process != "" {
+	if opts.Process != "" && !IsOneOffProcess(opts.Process) {
 		if _, ok := a.Spec.Processes[opts.Process]; !ok {
 			return noSuchProcess(a, opts.Process)
 		}

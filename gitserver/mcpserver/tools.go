@@ -120,6 +120,7 @@ func required(app string) error {
 // says what happened.
 func (s *Server) tools() {
 	b := s.cfg.Backend
+	s.runTool()
 	addTool(s, "list_apps", "List the apps you may use, with their phase, serving release and URL.",
 		func(ctx context.Context, u *backend.User, _ struct{}) (AppList, string, error) {
 			apps, err := b.Apps(ctx, u)

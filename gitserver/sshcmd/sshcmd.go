@@ -56,7 +56,7 @@ func (c *Commands) Run(ctx context.Context, s gitserver.CommandSession) int {
 	// Directory's User may name another key of the same user).
 	u := *s.User
 	u.KeyFingerprint = s.KeyFingerprint
-	sess := &session{Commands: c, ctx: ctx, user: &u, stdin: s.Stdin, out: s.Stdout, errOut: s.Stderr}
+	sess := &session{Commands: c, ctx: ctx, user: &u, stdin: s.Stdin, out: s.Stdout, errOut: s.Stderr, tty: s.TTY}
 	root := sess.tree()
 	root.InitDefaultHelpCmd()
 	args := s.Args
@@ -76,7 +76,7 @@ func (c *Commands) Run(ctx context.Context, s gitserver.CommandSession) int {
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
-		return 0
+		return sess.exit // a run's exit status; 0 for every other command
 	}
 	if ctx.Err() != nil {
 		// The client left or the key was removed: nobody reads the answer.
@@ -107,6 +107,11 @@ type session struct {
 	stdin  io.Reader
 	out    io.Writer
 	errOut io.Writer
+	// tty is the session's terminal (ssh -t), given to run only.
+	tty *backend.TTY
+	// exit is the session's exit status when the command succeeded (run sets
+	// the one of its command).
+	exit int
 }
 
 // Groups of the help.
@@ -158,7 +163,7 @@ func (s *session) tree() *cobra.Command {
 		&cobra.Group{ID: groupSystem, Title: "The machine (admins):"},
 	)
 	root.SetHelpCommandGroupID(groupAccess)
-	for _, c := range [][]*cobra.Command{s.appCommands(), s.configCommands(), s.webhookCommands(), s.psCommands(), s.logCommands(), s.accessCommands(), s.keyCommands(), s.tokenCommands(), s.systemCommands()} {
+	for _, c := range [][]*cobra.Command{s.appCommands(), s.configCommands(), s.webhookCommands(), s.psCommands(), s.runCommands(), s.logCommands(), s.accessCommands(), s.keyCommands(), s.tokenCommands(), s.systemCommands()} {
 		root.AddCommand(c...)
 	}
 	return root

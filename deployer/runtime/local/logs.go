@@ -94,8 +94,8 @@ func (r *Runtime) pruneLogs(a *appState) {
 	}
 	var gone []f
 	for _, p := range files {
-		if live[p] {
-			continue
+		if live[p] || strings.HasPrefix(filepath.Base(p), "_") {
+			continue // one-offs' logs are pruned by OneOffs
 		}
 		if fi, err := os.Stat(p); err == nil {
 			gone = append(gone, f{p, fi.ModTime()})
@@ -110,7 +110,7 @@ func (r *Runtime) pruneLogs(a *appState) {
 
 // logPrefix is how an instance's lines are shown: "web.1[r3]".
 func logPrefix(path string) string {
-	base := strings.TrimSuffix(filepath.Base(path), ".log")
+	base := strings.TrimPrefix(strings.TrimSuffix(filepath.Base(path), ".log"), "_")
 	// <process>.<index>-r<release>-<random>
 	if i := strings.LastIndex(base, "-"); i > 0 {
 		base = base[:i]
@@ -124,6 +124,15 @@ func logPrefix(path string) string {
 // logProcess is the process type of an instance's log file.
 func logProcess(path string) string {
 	base := filepath.Base(path)
+	if strings.HasPrefix(base, "_") {
+		// A one-off's: "_<process>-r<release>-<id>.log", the process "run.<id>",
+		// "release", "postdeploy" or "cron.<job>" whole.
+		base = strings.TrimSuffix(base[1:], ".log")
+		if i := strings.LastIndex(base, "-r"); i > 0 {
+			return base[:i]
+		}
+		return ""
+	}
 	if i := strings.IndexByte(base, '.'); i > 0 {
 		return base[:i]
 	}
@@ -255,5 +264,26 @@ func ReadLogs(ctx context.Context, stateDir string, app types.NamespacedName, op
 			}
 			partial[p] = append([]byte(nil), data...)
 		}
+	}
+}
+
+// pruneOneOffLogs keeps the logs of the newest LogKeepStopped one-offs of the app
+// in dir (those of runs still going are never the oldest for long).
+func pruneOneOffLogs(dir string, keep int) {
+	files, _ := filepath.Glob(filepath.Join(dir, "_*.log"))
+	type f struct {
+		path string
+		mod  time.Time
+	}
+	var all []f
+	for _, p := range files {
+		if fi, err := os.Stat(p); err == nil {
+			all = append(all, f{p, fi.ModTime()})
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].mod.After(all[j].mod) })
+	for i := keep; i < len(all); i++ {
+		os.Remove(all[i].path)
+		os.Remove(all[i].path + ".1")
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 )
 
 // gen identifies what an instance runs: a release and a hash of the configuration
@@ -132,6 +133,11 @@ func (s *store) save() error {
 func (s *store) allocate(id string) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	unlock, err := s.lockFile()
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
 	n := s.max - s.min + 1
 	for i := 0; i < n; i++ {
 		p := s.min + (s.next-s.min+i)%n
@@ -159,6 +165,11 @@ func (s *store) allocate(id string) (int, error) {
 func (s *store) reserve(port int, id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	unlock, err := s.lockFile()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if s.st.Ports[strconv.Itoa(port)] == id {
 		return nil
 	}
@@ -170,6 +181,11 @@ func (s *store) reserve(port int, id string) error {
 func (s *store) free(port int, id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	unlock, err := s.lockFile()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if s.st.Ports[strconv.Itoa(port)] != id {
 		return nil
 	}
@@ -181,6 +197,11 @@ func (s *store) free(port int, id string) error {
 func (s *store) retain(live map[string]bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	unlock, err := s.lockFile()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	changed := false
 	for p, id := range s.st.Ports {
 		if !live[id] {
@@ -218,6 +239,11 @@ func (s *store) serving(app string) gen {
 func (s *store) setServing(app string, g gen) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	unlock, err := s.lockFile()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if s.st.Serving[app] == g {
 		return nil
 	}
@@ -234,6 +260,11 @@ func (s *store) setServing(app string, g gen) error {
 func (s *store) ids(app string) (uint32, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	unlock, err := s.lockFile()
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
 	if base, ok := s.st.IDs[app]; ok {
 		return base, nil
 	}
@@ -266,6 +297,11 @@ func (s *store) ids(app string) (uint32, error) {
 func (s *store) reserveIDs(app string, base uint32) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	unlock, err := s.lockFile()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if _, ok := s.st.IDs[app]; ok {
 		return nil
 	}
@@ -277,9 +313,65 @@ func (s *store) reserveIDs(app string, base uint32) error {
 func (s *store) freeIDs(app string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	unlock, err := s.lockFile()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if _, ok := s.st.IDs[app]; !ok {
 		return nil
 	}
 	delete(s.st.IDs, app)
 	return s.save()
+}
+
+// lockFile takes the state file's lock (flock on <state>.lock) and re-reads the
+// file, so that another process on the same state dir (the gitserver's one-offs
+// allocating an app's uid range) and this one change it in turn, each on the
+// other's last write. The caller holds s.mu; it calls the returned func to
+// unlock.
+func (s *store) lockFile() (func(), error) {
+	f, err := os.OpenFile(s.path+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("state lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("state lock: %w", err)
+	}
+	unlock := func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}
+	if err := s.reload(); err != nil {
+		unlock()
+		return nil, err
+	}
+	return unlock, nil
+}
+
+// reload replaces the in-memory state with the file's, when there is one.
+func (s *store) reload() error {
+	data, err := os.ReadFile(s.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var st stateFile
+	if err := json.Unmarshal(data, &st); err != nil {
+		return fmt.Errorf("state file %s: %w", s.path, err)
+	}
+	if st.Ports == nil {
+		st.Ports = map[string]string{}
+	}
+	if st.Serving == nil {
+		st.Serving = map[string]gen{}
+	}
+	if st.IDs == nil {
+		st.IDs = map[string]uint32{}
+	}
+	s.st = st
+	return nil
 }

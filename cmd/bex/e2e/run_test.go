@@ -1,0 +1,252 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/creack/pty"
+
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/internal/testenv"
+)
+
+// ptySSH is the real ssh run on a pseudo-terminal of the test's, as in a
+// user's terminal window.
+type ptySSH struct {
+	cmd  *exec.Cmd
+	tty  *os.File // the master
+	mu   sync.Mutex
+	out  bytes.Buffer
+	done chan struct{}
+	err  error
+}
+
+func (p *platform) sshOnPTY(t *testing.T, rows, cols uint16, args ...string) *ptySSH {
+	t.Helper()
+	fields := strings.Fields(p.sshCommand())
+	cmd := exec.Command(fields[0], append(append(fields[1:], "-tt", "-p", p.port(p.sshAddr), "git@127.0.0.1"), quoteWords(args)...)...)
+	master, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: rows, Cols: cols})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &ptySSH{cmd: cmd, tty: master, done: make(chan struct{})}
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := master.Read(buf)
+			s.mu.Lock()
+			s.out.Write(buf[:n])
+			s.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	go func() { s.err = cmd.Wait(); close(s.done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-s.done
+		master.Close()
+	})
+	return s
+}
+
+func (s *ptySSH) output() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.out.String()
+}
+
+// exit waits for ssh's exit status.
+func (s *ptySSH) exit(t *testing.T) int {
+	t.Helper()
+	select {
+	case <-s.done:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("ssh did not end within 2 minutes; output %q", s.output())
+	}
+	var ee *exec.ExitError
+	if errors.As(s.err, &ee) {
+		return ee.ExitCode()
+	}
+	if s.err != nil {
+		t.Fatal(s.err)
+	}
+	return 0
+}
+
+// oneOffContainers lists the containers of one-offs in bex up's containerd.
+func (p *platform) oneOffContainers(t *testing.T) []string {
+	t.Helper()
+	cl, err := containerd.New(filepath.Join(p.dir, "containerd", "containerd.sock"), containerd.WithDefaultNamespace("bex"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctrs, err := cl.Containers(context.Background(), fmt.Sprintf("labels.%q", appv1.LabelOneOff))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, c := range ctrs {
+		ids = append(ids, c.ID())
+	}
+	return ids
+}
+
+// TestRun: `ssh bex@HOST run` end to end, with bex up as its own process, a
+// pushed busybox app and the real ssh: a terminal of the client's size, a window
+// change, the exit status, Ctrl-C, stdin from a pipe, --detach and its logs, and
+// no container left.
+func TestRun(t *testing.T) {
+	p := newPlatform(t)
+	t.Cleanup(p.kill)
+	p.start(t)
+	app := p.newRepo(t, "hello-shell", "hello-shell")
+	if out, err := app.push(); err != nil {
+		t.Fatalf("push: %v\n%s", err, out)
+	}
+
+	t.Run("terminal size, resize and exit status", func(t *testing.T) {
+		s := p.sshOnPTY(t, 24, 80, "run", "hello-shell", "--", "sh", "-c",
+			`stty size; echo "term=$TERM"; i=0; while [ "$(stty size)" != "30 100" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; echo "now $(stty size)"; exit 3`)
+		testenv.Eventually(t, time.Minute, "the first size", func() error {
+			if !strings.Contains(s.output(), "term=") {
+				return fmt.Errorf("output %q", s.output())
+			}
+			return nil
+		})
+		if !strings.Contains(s.output(), "24 80") {
+			t.Errorf("first size: %q", s.output())
+		}
+		if err := pty.Setsize(s.tty, &pty.Winsize{Rows: 30, Cols: 100}); err != nil {
+			t.Fatal(err)
+		}
+		_ = s.cmd.Process.Signal(syscall.SIGWINCH) // as the terminal does
+		if code := s.exit(t); code != 3 {
+			t.Errorf("exit %d, want 3; output %q", code, s.output())
+		}
+		if !strings.Contains(s.output(), "now 30 100") {
+			t.Errorf("the resize was not seen: %q", s.output())
+		}
+	})
+
+	t.Run("Ctrl-C interrupts", func(t *testing.T) {
+		s := p.sshOnPTY(t, 24, 80, "run", "hello-shell", "--", "sh", "-c", `echo started; sleep 300; echo "after $?"`)
+		testenv.Eventually(t, time.Minute, "the command started", func() error {
+			if !strings.Contains(s.output(), "started") {
+				return fmt.Errorf("output %q", s.output())
+			}
+			return nil
+		})
+		// ssh -tt put the terminal in raw mode: 0x03 goes to the remote terminal.
+		// Sent until ssh ends: one sent before sleep runs interrupts nothing.
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		deadline := time.After(time.Minute)
+	loop:
+		for {
+			select {
+			case <-s.done:
+				break loop
+			case <-tick.C:
+				_, _ = s.tty.Write([]byte{3})
+			case <-deadline:
+				t.Fatalf("Ctrl-C did not end the run; output %q", s.output())
+			}
+		}
+		if code := s.exit(t); code != 130 {
+			t.Errorf("exit %d, want 130; output %q", code, s.output())
+		}
+	})
+
+	t.Run("stdin from a pipe", func(t *testing.T) {
+		fields := strings.Fields(p.sshCommand())
+		cmd := exec.Command(fields[0], append(append(fields[1:], "-p", p.port(p.sshAddr), "git@127.0.0.1"), quoteWords([]string{"run", "hello-shell", "--", "sh", "-c", "cat; echo end"})...)...)
+		cmd.Stdin = strings.NewReader("hi\nthere\n")
+		out, err := cmd.CombinedOutput()
+		if err != nil || string(out) != "hi\nthere\nend\n" {
+			t.Fatalf("echo hi | ssh run cat: %v %q", err, out)
+		}
+	})
+
+	t.Run("detach and its logs", func(t *testing.T) {
+		out, errOut, err := p.ssh(t, quoteWords([]string{"run", "--detach", "hello-shell", "sh", "-c", "echo detached-says-hi"})...)
+		if err != nil {
+			t.Fatalf("run --detach: %v %s", err, errOut)
+		}
+		id := strings.TrimSpace(out)
+		if len(id) != 12 {
+			t.Fatalf("run --detach printed %q", out)
+		}
+		testenv.Eventually(t, time.Minute, "logs --process run."+id, func() error {
+			out, errOut, err := p.ssh(t, "logs", "hello-shell", "--process", "run."+id)
+			if err != nil || !strings.Contains(out, "run."+id+"[r1]: detached-says-hi") {
+				return fmt.Errorf("%v %q %q", err, out, errOut)
+			}
+			return nil
+		})
+	})
+
+	t.Run("other commands on a terminal", func(t *testing.T) {
+		// ssh -t puts the client's terminal in raw mode: a command that is not run
+		// gets no terminal of its own, and its lines come with "\r\n".
+		s := p.sshOnPTY(t, 24, 80, "apps")
+		if code := s.exit(t); code != 0 {
+			t.Fatalf("apps on a terminal: exit %d, %q", code, s.output())
+		}
+		out := s.output()
+		if !strings.Contains(out, "hello-shell") || strings.Count(out, "\n") != strings.Count(out, "\r\n") || strings.Contains(out, "\r\r\n") {
+			t.Errorf("apps on a terminal: %q", out)
+		}
+	})
+
+	t.Run("the run goes with its session", func(t *testing.T) {
+		s := p.sshOnPTY(t, 24, 80, "run", "hello-shell", "--", "sh", "-c", "echo started; exec sleep 600")
+		testenv.Eventually(t, time.Minute, "the command started", func() error {
+			if !strings.Contains(s.output(), "started") {
+				return fmt.Errorf("output %q", s.output())
+			}
+			return nil
+		})
+		if n := len(p.oneOffContainers(t)); n != 1 {
+			t.Fatalf("%d one-off containers while it runs, want 1", n)
+		}
+		_ = s.cmd.Process.Kill() // the client goes: the connection closes
+		testenv.Eventually(t, time.Minute, "the one-off removed after its session went", func() error {
+			if ids := p.oneOffContainers(t); len(ids) > 0 {
+				return fmt.Errorf("left: %v", ids)
+			}
+			return nil
+		})
+	})
+
+	testenv.Eventually(t, time.Minute, "no one-off container left", func() error {
+		if ids := p.oneOffContainers(t); len(ids) > 0 {
+			return fmt.Errorf("left: %v", ids)
+		}
+		return nil
+	})
+}
+
+// quoteWords quotes each word for the server's splitting: ssh sends the words
+// joined by spaces, as one command line, which the server splits as a POSIX
+// shell would (a user types ssh bex@HOST "run app -- sh -c 'stty size'").
+func quoteWords(words []string) []string {
+	out := make([]string, len(words))
+	for i, w := range words {
+		out[i] = "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
+	}
+	return out
+}

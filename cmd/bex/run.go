@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"log/slog"
+
+	"bex.co/bex/deployer/runtime"
+	"bex.co/bex/deployer/runtime/local"
+	"bex.co/bex/gitserver/backend"
+)
+
+// oneOffRunner adapts a runtime's OneOffs to the gitserver backend's Runner.
+type oneOffRunner struct{ o runtime.OneOffs }
+
+var _ backend.Runner = oneOffRunner{}
+
+func (r oneOffRunner) Run(ctx context.Context, s backend.RunSpec) (int, error) {
+	return r.o.Run(ctx, r.oneOff(ctx, s))
+}
+
+func (r oneOffRunner) Start(ctx context.Context, s backend.RunSpec, done func(int)) error {
+	return r.o.Start(ctx, r.oneOff(ctx, s), done)
+}
+
+func (oneOffRunner) oneOff(ctx context.Context, s backend.RunSpec) runtime.OneOff {
+	o := runtime.OneOff{App: s.App, ID: s.ID, Process: s.Process, Release: s.Release, Image: s.Image,
+		Command: s.Command, Env: s.Env, Resources: s.Resources, Timeout: s.Timeout,
+		Stdin: s.Stdin, Stdout: s.Stdout, Stderr: s.Stderr}
+	if s.TTY != nil {
+		resize := make(chan runtime.WindowSize, 1)
+		go func() {
+			for {
+				select {
+				case w, ok := <-s.TTY.Resize:
+					if !ok {
+						return
+					}
+					select {
+					case resize <- runtime.WindowSize{Width: w.Width, Height: w.Height}:
+					case <-ctx.Done():
+						return
+					}
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+		o.TTY = &runtime.TTY{Term: s.TTY.Term, Width: s.TTY.Width, Height: s.TTY.Height, Resize: resize}
+	}
+	return o
+}
+
+// newLocalOneOffs makes the gitserver's one-offs on the local runtime: the same
+// state dir, containerd and network as the deployer's runtime (the defaults of
+// local.Config but these, as the deployer's newRuntime sets them).
+func newLocalOneOffs(stateDir, containerdAddr, containerdNS string, kc client.Client, log *slog.Logger) (*local.OneOffs, error) {
+	addr := containerdAddr
+	if addr == "" {
+		addr = filepath.Join(stateDir, "containerd", "containerd.sock")
+	}
+	cfg := local.DefaultConfig()
+	cfg.Address, cfg.Namespace, cfg.StateDir = strings.TrimPrefix(addr, "unix://"), containerdNS, filepath.Join(stateDir, "runtime")
+	return local.NewOneOffs(cfg, kc, "gitserver", log)
+}

@@ -1,0 +1,170 @@
+package backend
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"maps"
+
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
+)
+
+// Runner runs one-off instances of an app's release: the runtime's OneOffs,
+// which cmd/bex adapts (the gitserver does not import the deployer's packages).
+type Runner interface {
+	// Run runs spec to its end and returns the command's exit status (128+n
+	// after signal n, 137 after Timeout); err is for a run that could not start
+	// or be followed.
+	Run(ctx context.Context, spec RunSpec) (exit int, err error)
+	// Start starts spec detached: its output goes to the log of its process
+	// (logs APP --process run.<id>). done, when not nil, gets the exit status.
+	Start(ctx context.Context, spec RunSpec, done func(exit int)) error
+}
+
+// RunSpec is one one-off, as the runtime takes it.
+type RunSpec struct {
+	App       *appv1.App
+	ID        string // 12 hex digits
+	Process   string // "run.<id>"
+	Release   int64
+	Image     string
+	Command   []string
+	Env       []appv1.EnvVar
+	Resources *appv1.Resources
+	Timeout   time.Duration
+	Stdin     io.Reader
+	Stdout    io.Writer
+	Stderr    io.Writer
+	TTY       *TTY
+}
+
+// TTY is a one-off's terminal: its term, size and the sizes that follow.
+type TTY struct {
+	Term          string
+	Width, Height uint16
+	Resize        <-chan WindowSize
+}
+
+// WindowSize is a terminal's size in characters.
+type WindowSize struct{ Width, Height uint16 }
+
+// RunOptions is what `run` asks for.
+type RunOptions struct {
+	// Command is the argv, verbatim; required.
+	Command []string
+	// Detach starts the command and returns its id at once.
+	Detach bool
+	// TTY, when not nil, gives the command a terminal (ssh -t).
+	TTY *TTY
+	// Timeout bounds the run; 0: DefaultDetachedTimeout when detached, else only
+	// the session.
+	Timeout        time.Duration
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+}
+
+// RunResult is a run's id and, when not detached, its exit status.
+type RunResult struct {
+	ID      string `json:"id"`
+	Process string `json:"process"`
+	Exit    int    `json:"exitCode"`
+}
+
+// DefaultDetachedTimeout bounds a detached run: nobody watches it end.
+const DefaultDetachedTimeout = 24 * time.Hour
+
+// MaxRunArgs and MaxRunArgBytes bound a run's command.
+const (
+	MaxRunArgs     = 1024
+	MaxRunArgBytes = 128 << 10
+)
+
+// Run runs a command in a new instance of the app's serving release: its image,
+// config vars, and the limits of its web process type (of its first type by
+// name when it has no web), with the app's confinement and network. Without
+// Detach it returns when the command ends, with its exit status.
+func (b *Backend) Run(ctx context.Context, u *User, name string, opts RunOptions) (RunResult, error) {
+	if len(opts.Command) == 0 {
+		return RunResult{}, Errorf(Invalid, "run %s: give the command to run, e.g. run %s -- sh", name, name)
+	}
+	n := 0
+	for _, a := range opts.Command {
+		n += len(a)
+	}
+	if len(opts.Command) > MaxRunArgs || n > MaxRunArgBytes {
+		return RunResult{}, Errorf(Invalid, "run %s: the command is too long (at most %d words, %d bytes)", name, MaxRunArgs, MaxRunArgBytes)
+	}
+	a, err := b.app(ctx, u, name)
+	if err != nil {
+		return RunResult{}, err
+	}
+	if b.cfg.Runner == nil {
+		return RunResult{}, Errorf(Invalid, "this server cannot run one-off commands")
+	}
+	if a.Spec.Image == "" {
+		return RunResult{}, Errorf(Invalid, "%s has no release serving yet: git push deploys it first", name)
+	}
+	spec := RunSpec{App: a, ID: newRunID(), Release: a.Spec.Release, Image: a.Spec.Image,
+		Command: opts.Command, Env: a.Spec.Env, Timeout: opts.Timeout}
+	spec.Process = "run." + spec.ID
+	if t := runType(a); t != "" {
+		spec.Resources = a.Spec.Processes[t].Resources
+	}
+	res := RunResult{ID: spec.ID, Process: spec.Process}
+	b.audit(u, "run", name, "id", spec.ID, "release", spec.Release, "detach", opts.Detach, "tty", opts.TTY != nil,
+		"command", strings.Join(opts.Command, " "))
+	if opts.Detach {
+		if spec.Timeout == 0 {
+			spec.Timeout = DefaultDetachedTimeout
+		}
+		log := b.log
+		if err := b.cfg.Runner.Start(context.WithoutCancel(ctx), spec, func(exit int) {
+			log.Info("run ended", "app", name, "id", spec.ID, "exit", exit)
+		}); err != nil {
+			return RunResult{}, Errorf(Failed, "run %s: %v", name, err)
+		}
+		return res, nil
+	}
+	spec.Stdin, spec.Stdout, spec.Stderr, spec.TTY = opts.Stdin, opts.Stdout, opts.Stderr, opts.TTY
+	exit, err := b.cfg.Runner.Run(ctx, spec)
+	if err != nil {
+		if ctx.Err() != nil {
+			return RunResult{}, ctx.Err()
+		}
+		return RunResult{}, Errorf(Failed, "run %s: %v", name, err)
+	}
+	res.Exit = exit
+	return res, nil
+}
+
+// runType is the process type whose limits a run gets: web, else the first by
+// name ("" when the app has none).
+func runType(a *appv1.App) string {
+	if _, ok := a.Spec.Processes["web"]; ok {
+		return "web"
+	}
+	types := slices.Sorted(maps.Keys(a.Spec.Processes))
+	if len(types) == 0 {
+		return ""
+	}
+	return types[0]
+}
+
+func newRunID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// oneOffProcess matches the process names of one-offs' logs: release,
+// postdeploy, run.<id>, cron.<job>. Nothing else (no path characters) passes.
+var oneOffProcess = regexp.MustCompile(`^(release|postdeploy|(run|cron)\.[a-z0-9][a-z0-9-]{0,62})$`)
+
+// IsOneOffProcess reports whether p names one-offs' logs (logs --process).
+func IsOneOffProcess(p string) bool { return oneOffProcess.MatchString(p) }

@@ -109,13 +109,9 @@ func TestReleasePhaseAndAppJSON(t *testing.T) {
 		if got := spec(".spec.cron[0].schedule"); got != "@daily" {
 			t.Errorf("cron %q", got)
 		}
-		testenv.Eventually(t, time.Minute, "two workers in ps", func() error {
-			out, _, err := ssh("ps", app)
-			if err != nil || !strings.Contains(out, "worker.2") {
-				return fmt.Errorf("%v %s", err, out)
-			}
-			return nil
-		})
+		if out, _, err := ssh("ps", app); err != nil || !psReplicas(out, "worker", "2") {
+			t.Errorf("ps: %v\n%s", err, out)
+		}
 		if _, e, err := ssh("ps:scale", app, "worker=1"); err != nil {
 			t.Fatalf("ps:scale: %v %s", err, e)
 		}
@@ -136,4 +132,14 @@ func TestReleasePhaseAndAppJSON(t *testing.T) {
 			t.Errorf("the ref moved after a failing health check")
 		}
 	})
+}
+
+// psReplicas says whether ps's table shows process type typ with n replicas.
+func psReplicas(out, typ, n string) bool {
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == typ && f[1] == n {
+			return true
+		}
+	}
+	return false
 }

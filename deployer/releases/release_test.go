@@ -8,6 +8,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/deployer/releases"
@@ -201,5 +204,34 @@ func TestCronAndScriptsComeWithTheCodeAndRollBack(t *testing.T) {
 	rels, _ := r.List(ctx, "hello")
 	if len(rels[2].Spec.Config.Cron) != 1 || rels[1].Spec.Config.Cron != nil {
 		t.Fatalf("snapshots: %+v / %+v", rels[2].Spec.Config, rels[1].Spec.Config)
+	}
+}
+
+func TestPostdeployRunsOnceAfterTheReleaseServes(t *testing.T) {
+	r, c := setup(t)
+	f := &fakeOneOffs{exit: 2}
+	r.OneOffs = f
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	n, err := r.Record(ctx, "hello", push(digestA, &appv1.Scripts{Postdeploy: []string{"./warm"}}, nil, nil))
+	if err != nil || f.count("postdeploy") != 0 {
+		t.Fatalf("Record = %d, %v; %d postdeploy runs before it serves", n, err, f.count("postdeploy"))
+	}
+	if err := updateStatus(c, r.Namespace, n,
+		metav1.Condition{Type: appv1.RolledOutCondition, Status: metav1.ConditionTrue, Reason: appv1.RolledOutReason, Message: "serves"},
+		metav1.Condition{Type: appv1.ReadyCondition, Status: metav1.ConditionTrue, Reason: appv1.RolledOutReason}); err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	url, err := r.Await(ctx, "hello", n, func(s string) { lines = append(lines, s) })
+	if err != nil || url == "" {
+		t.Fatalf("Await = %q, %v (a failing postdeploy is reported, not an error)", url, err)
+	}
+	if f.count("postdeploy") != 1 || f.runs[0].Process != "postdeploy" || strings.Join(f.runs[0].Command, " ") != "./warm" {
+		t.Fatalf("runs %+v", f.runs)
+	}
+	all := strings.Join(lines, "\n")
+	if !strings.Contains(all, "migrating hi") || !strings.Contains(all, "postdeploy script exited with status 2") {
+		t.Fatalf("progress %q", all)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/tonistiigi/fsutil"
 
+	"bex.co/bex/builder/appjson"
 	"bex.co/bex/builder/plan"
 )
 
@@ -139,8 +140,16 @@ type Result struct {
 	// Stack is "dockerfile" or the stack a plan detected ("go", "static", ...).
 	Stack string
 	// Processes are the commands of the Procfile's process types, as argv in the
-	// form of the App's spec.processes (nil without a Procfile).
+	// form of the App's spec.processes (nil without a Procfile). The Procfile's
+	// `release:` is not among them: it is Release.
 	Processes map[string][]string
+	// Release is the release command's argv: the Procfile's `release:`, else
+	// app.json's scripts.dokku.predeploy; nil without one.
+	Release []string
+	// Postdeploy is app.json's postdeploy script's argv; nil without one.
+	Postdeploy []string
+	// AppJSON is what the build directory's app.json set; nil without one.
+	AppJSON *appjson.File
 }
 
 var commitRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
@@ -341,7 +350,7 @@ func (b *Builder) dockerfile(req Request, ctxRoot *os.Root, work string, out io.
 		if own.Processes, err = plan.ReadProcfile(ctxRoot.FS()); err != nil {
 			return nil, "", err
 		}
-		if res.Processes, err = processes(own); err != nil {
+		if err := scripts(ctxRoot, own, out, res); err != nil {
 			return nil, "", err
 		}
 		r, err := ctxRoot.OpenRoot(dfDir)
@@ -360,7 +369,7 @@ func (b *Builder) dockerfile(req Request, ctxRoot *os.Root, work string, out io.
 		return nil, "", err
 	}
 	res.Stack = p.Stack
-	if res.Processes, err = processes(p); err != nil {
+	if err := scripts(ctxRoot, p, out, res); err != nil {
 		return nil, "", err
 	}
 	fmt.Fprintf(out, "-----> No Dockerfile: building it as a %s app\n", p.Stack)
@@ -446,13 +455,57 @@ func imageSize(ctx context.Context, c *bkclient.Client, encodedDesc string) (int
 	return size, nil
 }
 
-// processes turns a plan's Procfile entries into commands.
+// scripts fills in the result's process types, release command and app.json
+// from the build directory (the same root as the Procfile: links only while they
+// stay inside it), and writes app.json's warnings to out.
+func scripts(ctxRoot *os.Root, p *plan.Plan, out io.Writer, res *Result) error {
+	var err error
+	if res.Processes, err = processes(p); err != nil {
+		return err
+	}
+	if _, ok := p.Processes["release"]; ok {
+		if res.Release, err = p.Command("release"); err != nil {
+			return err
+		}
+	}
+	data, found, err := plan.ReadFile(ctxRoot.FS(), "app.json", appjson.MaxSize)
+	if err != nil || !found {
+		return err
+	}
+	f, err := appjson.Parse(data)
+	if err != nil {
+		return err
+	}
+	for _, w := range f.Warnings {
+		fmt.Fprintf(out, "%s\n", w)
+	}
+	res.AppJSON = f
+	if f.Predeploy != "" {
+		if res.Release != nil {
+			fmt.Fprintf(out, "app.json: scripts.dokku.predeploy is ignored: the Procfile's release: runs instead\n")
+		} else if res.Release, err = p.CommandLine(f.Predeploy); err != nil {
+			return fmt.Errorf("app.json: scripts.dokku.predeploy: %v", err)
+		}
+	}
+	if f.Postdeploy != "" {
+		if res.Postdeploy, err = p.CommandLine(f.Postdeploy); err != nil {
+			return fmt.Errorf("app.json: postdeploy: %v", err)
+		}
+	}
+	return nil
+}
+
+// processes turns a plan's Procfile entries into commands; `release:` is the
+// release command, not a process type.
 func processes(p *plan.Plan) (map[string][]string, error) {
 	if len(p.Processes) == 0 {
 		return nil, nil
 	}
 	out := make(map[string][]string, len(p.Processes))
 	for name := range p.Processes {
+		if name == "release" {
+			continue
+		}
 		argv, err := p.Command(name)
 		if err != nil {
 			return nil, err

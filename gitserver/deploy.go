@@ -269,8 +269,14 @@ func (s *Server) buildAndRelease(ctx context.Context, j job, out *output, log *s
 	n, err := s.deployer.Release(ctx, ReleaseRequest{
 		App: j.app, Image: res.Image, Commit: j.commit.String(), Processes: res.Processes, Actor: j.actor,
 		Cause: j.cause, Delivery: j.delivery,
+		Release: res.Release, Postdeploy: res.Postdeploy, AppJSON: res.AppJSON, Progress: out,
 	})
 	if err != nil {
+		if errors.Is(err, ErrReleaseCommandFailed) {
+			out.fail("%v", err)
+			out.fail("Nothing changed on %s: whatever served before keeps serving.", j.app)
+			return failed("release command failed", "%v", err)
+		}
 		if ctx.Err() != nil {
 			return failed(reasonCancelled, "cancelled while recording the release")
 		}

@@ -2,10 +2,12 @@ package gitserver
 
 import (
 	"context"
+	"errors"
 	"io"
 
 	gossh "golang.org/x/crypto/ssh"
 
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/gitserver/backend"
 )
 
@@ -34,7 +36,27 @@ type BuildResult struct {
 	Image string
 	// Processes are the process types found (Procfile): name → command.
 	Processes map[string][]string
+	// Release and Postdeploy are the commit's release command and postdeploy
+	// script (argv); nil without one.
+	Release, Postdeploy []string
+	// AppJSON is what the commit's app.json set; nil without one.
+	AppJSON *AppJSON
 }
+
+// AppJSON is what an app.json sets beside the scripts.
+type AppJSON struct {
+	// Formation maps process types to their quantity.
+	Formation map[string]int32
+	// HealthCheck is the web process's startup check; nil without one.
+	HealthCheck *appv1.HealthCheck
+	// Cron are the app's scheduled jobs.
+	Cron []appv1.CronJob
+}
+
+// ErrReleaseCommandFailed is matched (errors.Is) by a Deployer's Release error when
+// the release command failed: the release was recorded as failed and the App's
+// spec did not move.
+var ErrReleaseCommandFailed = errors.New("release command failed")
 
 // Deployer records releases and rolls them out.
 type Deployer interface {
@@ -62,6 +84,12 @@ type ReleaseRequest struct {
 	Cause Cause
 	// Delivery is the webhook delivery id, for CauseWebhook.
 	Delivery string
+	// Release, Postdeploy and AppJSON are the build's (BuildResult); nil Release
+	// and Postdeploy remove the App's, nil AppJSON sets nothing.
+	Release, Postdeploy []string
+	AppJSON             *AppJSON
+	// Progress receives the release command's output while it runs.
+	Progress io.Writer
 }
 
 // Directory answers who a key belongs to and what apps exist. Implementations cache:

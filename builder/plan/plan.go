@@ -61,12 +61,23 @@ func (p *Plan) Command(process string) ([]string, error) {
 	if !ok {
 		return nil, fmt.Errorf("the Procfile has no %q process", process)
 	}
+	argv, err := p.CommandLine(command)
+	if err != nil {
+		return nil, fmt.Errorf("process %q: %v", process, err)
+	}
+	return argv, nil
+}
+
+// CommandLine returns the argv that runs one command line in the image built from
+// p, as Command does for a Procfile's process: app.json's scripts become argv this
+// way, so that they run as the Procfile's commands do.
+func (p *Plan) CommandLine(command string) ([]string, error) {
 	if p.Shell {
 		return []string{"sh", "-c", escapeKubernetes(shellCommand(command))}, nil
 	}
 	argv, err := splitCommand(command)
 	if err != nil {
-		return nil, fmt.Errorf("process %q: %v, and the image has no shell to run it", process, err)
+		return nil, fmt.Errorf("%v, and the image has no shell to run it", err)
 	}
 	return argv, nil
 }

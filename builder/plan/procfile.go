@@ -87,6 +87,10 @@ func parseProcfile(data []byte) ([]procEntry, error) {
 
 // validProcessName is ^[a-z]([-a-z0-9]*[a-z0-9])?$ with at most 30 characters, the
 // App API's rule: a process type becomes part of DNS names and Kubernetes names.
+// ValidProcessName reports whether s may name a process type: lower-case letters,
+// digits and '-', starting with a letter, at most 30 characters (the App API's rule).
+func ValidProcessName(s string) bool { return validProcessName(s) }
+
 func validProcessName(s string) bool {
 	if len(s) == 0 || len(s) > maxProcessNameSize || s[0] < 'a' || s[0] > 'z' || s[len(s)-1] == '-' {
 		return false

@@ -135,3 +135,15 @@ func (a *app) readUpTo(name string, limit int64) ([]byte, error) {
 	}
 	return data, nil
 }
+
+// ReadFile reads the file name of the tree src as the planner reads a manifest
+// (links only while they stay inside the tree), at most limit+1 bytes of it, so
+// that a caller can tell a file larger than limit; found is false when there is none.
+func ReadFile(src fs.FS, name string, limit int64) (data []byte, found bool, err error) {
+	a := &app{src: src}
+	if !a.isFile(name) {
+		return nil, false, nil
+	}
+	data, err = a.readUpTo(name, limit+1)
+	return data, err == nil, err
+}

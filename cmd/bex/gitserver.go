@@ -235,6 +235,8 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 		}
 		defer oneOffs.Close()
 		bk.Runner = oneOffRunner{oneOffs}
+		// The release command and postdeploy scripts run as one-offs too.
+		recorder.OneOffs = oneOffs
 	}
 	bk.RemoveRepository = func(ctx context.Context, app string) error { return srv.RemoveRepository(ctx, app, 10*time.Second) }
 	bk.RemoveBuildLogs = b.RemoveLogs

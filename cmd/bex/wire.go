@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -69,7 +70,11 @@ func (p pushBuilder) Build(ctx context.Context, req gitserver.BuildRequest, prog
 	if err != nil {
 		return nil, err
 	}
-	return &gitserver.BuildResult{Image: res.Image, Processes: res.Processes}, nil
+	out := &gitserver.BuildResult{Image: res.Image, Processes: res.Processes, Release: res.Release, Postdeploy: res.Postdeploy}
+	if f := res.AppJSON; f != nil {
+		out.AppJSON = &gitserver.AppJSON{Formation: f.Formation, HealthCheck: f.HealthCheck, Cron: f.Cron}
+	}
+	return out, nil
 }
 
 // pushDeployer records a push's release through the API and waits for the deployer
@@ -84,10 +89,27 @@ func (p pushDeployer) Release(ctx context.Context, req gitserver.ReleaseRequest)
 	case gitserver.CauseDeploy:
 		cause = appv1.ReleaseCauseDeploy
 	}
-	return p.r.Record(ctx, req.App, releases.Change{
+	// Scripts and cron come with the commit (absent ones are removed); app.json's
+	// formation and health check apply with the last-applied rule, an empty one
+	// when the commit has no app.json.
+	code := &releases.Code{}
+	if len(req.Release) > 0 || len(req.Postdeploy) > 0 {
+		code.Scripts = &appv1.Scripts{Release: req.Release, Postdeploy: req.Postdeploy}
+	}
+	aj := &releases.AppJSON{}
+	if req.AppJSON != nil {
+		code.Cron = req.AppJSON.Cron
+		aj.Formation, aj.HealthCheck = req.AppJSON.Formation, req.AppJSON.HealthCheck
+	}
+	n, err := p.r.Record(ctx, req.App, releases.Change{
 		Image: req.Image, Commit: req.Commit, Processes: req.Processes,
 		Cause: cause, Actor: req.Actor, Delivery: req.Delivery,
+		Code: code, AppJSON: aj, Progress: req.Progress,
 	})
+	if errors.Is(err, releases.ErrReleaseCommandFailed) {
+		return 0, fmt.Errorf("%w: %w", gitserver.ErrReleaseCommandFailed, err)
+	}
+	return n, err
 }
 
 // The deployer's release recorder is what the backend records releases with.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"sort"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/deployer/runtime"
 )
 
 // LabelApp labels each Release with its App's name, for listing.
@@ -29,6 +31,9 @@ type Recorder struct {
 	Namespace string
 	// PollInterval is how often Wait reads the App's status.
 	PollInterval time.Duration
+	// OneOffs runs the release command and the postdeploy script (release.go);
+	// nil fails a release that has a release command.
+	OneOffs runtime.OneOffs
 }
 
 // Change is what a new release changes.
@@ -60,12 +65,39 @@ type Change struct {
 	RollbackOf int64
 	// Delivery is the webhook delivery that caused the release, for cause Webhook.
 	Delivery string
+	// Code, when not nil, replaces the App's scripts and cron jobs with the ones
+	// of the code released (a push's commit, a rollback's release): they come with
+	// the code, and absent ones are removed.
+	Code *Code
+	// AppJSON, when not nil, is what the pushed commit's app.json set (empty when
+	// it has none), applied with the last-applied rule (applyAppJSON).
+	AppJSON *AppJSON
+	// Progress, when not nil, receives the release command's output.
+	Progress io.Writer
+}
+
+// Code is what comes with the code besides its image and commands.
+type Code struct {
+	Scripts *appv1.Scripts
+	Cron    []appv1.CronJob
+}
+
+// AppJSON is what an app.json set that the API can change too: the scale of each
+// process type and the web health check.
+type AppJSON struct {
+	Formation   map[string]int32   `json:"formation,omitempty"`
+	HealthCheck *appv1.HealthCheck `json:"healthCheck,omitempty"`
 }
 
 // Record creates the next Release of app and points the App at it. It returns the
 // release number. It retries when another writer takes the number or updates the
 // App in between.
 func (r *Recorder) Record(ctx context.Context, app string, ch Change) (int64, error) {
+	if runsReleasePhase(ch.Cause) {
+		if err := r.releasePhase(ctx, app, ch); err != nil {
+			return 0, err
+		}
+	}
 	for attempt := 0; attempt < 10; attempt++ {
 		n, err := r.record(ctx, app, ch)
 		if err == nil {
@@ -93,16 +125,43 @@ func (r *Recorder) reader() client.Reader {
 }
 
 func (r *Recorder) record(ctx context.Context, name string, ch Change) (int64, error) {
+	app, spec, n, err := r.prepare(ctx, name, ch)
+	if err != nil {
+		return 0, err
+	}
+	rel, err := r.newRelease(app, spec, n, ch)
+	if err != nil {
+		return 0, err
+	}
+	if err := r.Client.Create(ctx, rel); err != nil {
+		return 0, err
+	}
+	app.Spec = *spec
+	// Update carries the resourceVersion read above: a concurrent change of the App
+	// is a conflict, not lost. The Release just created is then removed again, so
+	// that the retry can take its number.
+	if err := r.Client.Update(ctx, app); err != nil {
+		if derr := r.Client.Delete(ctx, rel); derr != nil && !apierrors.IsNotFound(derr) {
+			return 0, errors.Join(err, derr)
+		}
+		return 0, err
+	}
+	return n, nil
+}
+
+// prepare reads the App and computes its next spec and release number; the
+// App's annotations are changed in place (app.json's last-applied record).
+func (r *Recorder) prepare(ctx context.Context, name string, ch Change) (*appv1.App, *appv1.AppSpec, int64, error) {
 	app := &appv1.App{}
 	if err := r.reader().Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: name}, app); err != nil {
-		return 0, fmt.Errorf("app %s: %w", name, err)
+		return nil, nil, 0, fmt.Errorf("app %s: %w", name, err)
 	}
 	// The next number follows both the App and the Releases that exist, so that a
 	// Release left by an attempt that could not finish never blocks the count.
 	n := app.Spec.Release + 1
 	existing, err := r.List(ctx, name)
 	if err != nil {
-		return 0, err
+		return nil, nil, 0, err
 	}
 	if len(existing) > 0 && existing[0].Spec.Number >= n {
 		n = existing[0].Spec.Number + 1
@@ -124,7 +183,7 @@ func (r *Recorder) record(ctx context.Context, name string, ch Change) (int64, e
 	if ch.EditEnv != nil {
 		env, err := ch.EditEnv(slices.Clone(app.Spec.Env))
 		if err != nil {
-			return 0, err
+			return nil, nil, 0, err
 		}
 		spec.Env = env
 	}
@@ -133,9 +192,24 @@ func (r *Recorder) record(ctx context.Context, name string, ch Change) (int64, e
 		// web, as Heroku and Dokku run a Dockerfile's CMD.
 		spec.Processes = mergeProcesses(nil, nil)
 	}
-	if spec.Image == "" {
-		return 0, fmt.Errorf("app %s has no image yet: push code first", name)
+	if ch.Code != nil {
+		spec.Scripts = codeScripts(ch.Code.Scripts, app.Spec.Scripts)
+		spec.Cron = slices.Clone(ch.Code.Cron)
 	}
+	if ch.AppJSON != nil {
+		if err := applyAppJSON(app, spec, ch.AppJSON); err != nil {
+			return nil, nil, 0, err
+		}
+	}
+	if spec.Image == "" {
+		return nil, nil, 0, fmt.Errorf("app %s has no image yet: push code first", name)
+	}
+	return app, spec, n, nil
+}
+
+// newRelease is the Release object of release n with spec.
+func (r *Recorder) newRelease(app *appv1.App, spec *appv1.AppSpec, n int64, ch Change) (*appv1.Release, error) {
+	name := app.Name
 	rel := &appv1.Release{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      fmt.Sprintf("%s-v%d", name, n),
@@ -143,11 +217,12 @@ func (r *Recorder) record(ctx context.Context, name string, ch Change) (int64, e
 			Labels:    map[string]string{LabelApp: name},
 		},
 		Spec: appv1.ReleaseSpec{
-			App:         name,
-			Number:      n,
-			Image:       spec.Image,
-			Commit:      ch.Commit,
-			Config:      appv1.ReleaseConfig{Env: spec.Env, Processes: spec.Processes},
+			App:    name,
+			Number: n,
+			Image:  spec.Image,
+			Commit: ch.Commit,
+			Config: appv1.ReleaseConfig{Env: spec.Env, Processes: spec.Processes,
+				Scripts: spec.Scripts.DeepCopy(), Cron: slices.Clone(spec.Cron)},
 			Cause:       ch.Cause,
 			Actor:       ch.Actor,
 			Description: ch.Description,
@@ -159,22 +234,9 @@ func (r *Recorder) record(ctx context.Context, name string, ch Change) (int64, e
 		rel.Spec.Description = describe(ch)
 	}
 	if err := controllerutil.SetControllerReference(app, rel, r.Client.Scheme()); err != nil {
-		return 0, err
+		return nil, err
 	}
-	if err := r.Client.Create(ctx, rel); err != nil {
-		return 0, err
-	}
-	app.Spec = *spec
-	// Update carries the resourceVersion read above: a concurrent change of the App
-	// is a conflict, not lost. The Release just created is then removed again, so
-	// that the retry can take its number.
-	if err := r.Client.Update(ctx, app); err != nil {
-		if derr := r.Client.Delete(ctx, rel); derr != nil && !apierrors.IsNotFound(derr) {
-			return 0, errors.Join(err, derr)
-		}
-		return 0, err
-	}
-	return n, nil
+	return rel, nil
 }
 
 func mergeProcesses(old map[string]appv1.ProcessSpec, found map[string][]string) map[string]appv1.ProcessSpec {
@@ -211,10 +273,13 @@ func describe(ch Change) string {
 
 // RecordConfig records a release of app whose config vars are edit of the
 // current ones (cause Config), by actor.
-func (r *Recorder) RecordConfig(ctx context.Context, app string, edit func([]appv1.EnvVar) []appv1.EnvVar, actor, description string) (int64, error) {
+// The release command, when the App has one, runs first with the new config, its
+// output going to progress (nil: discarded); its failure records a failed release
+// and changes nothing else (a *ReleaseCommandError).
+func (r *Recorder) RecordConfig(ctx context.Context, app string, edit func([]appv1.EnvVar) []appv1.EnvVar, actor, description string, progress io.Writer) (int64, error) {
 	return r.Record(ctx, app, Change{
 		EditEnv: func(env []appv1.EnvVar) ([]appv1.EnvVar, error) { return edit(env), nil },
-		Cause:   appv1.ReleaseCauseConfig, Actor: actor, Description: description,
+		Cause:   appv1.ReleaseCauseConfig, Actor: actor, Description: description, Progress: progress,
 	})
 }
 
@@ -232,6 +297,7 @@ func (r *Recorder) Rollback(ctx context.Context, app string, to int64, actor str
 	return r.Record(ctx, app, Change{
 		Image: old.Spec.Image, Commit: old.Spec.Commit, CommandsOf: old.Spec.Config.Processes,
 		Env: old.Spec.Config.Env, SetEnv: true, Cause: appv1.ReleaseCauseRollback, Actor: actor, RollbackOf: to,
+		Code: &Code{Scripts: old.Spec.Config.Scripts, Cron: old.Spec.Config.Cron},
 	})
 }
 
@@ -323,9 +389,13 @@ func (r *Recorder) List(ctx context.Context, app string) ([]appv1.Release, error
 
 // Await is Wait for the one who recorded release n: when the rollout fails, the
 // release is withdrawn (Revert) before the failure is returned, so the App goes back
-// to the release that serves.
+// to the release that serves. When it serves, its postdeploy script runs once
+// (push, webhook and deploy releases), its output going to progress.
 func (r *Recorder) Await(ctx context.Context, name string, n int64, progress func(string)) (string, error) {
 	url, err := r.Wait(ctx, name, n, progress)
+	if err == nil {
+		r.postdeploy(ctx, name, n, progress)
+	}
 	var failed *RolloutError
 	if errors.As(err, &failed) {
 		if rerr := r.Revert(context.WithoutCancel(ctx), name, n, failed.Reason); rerr != nil {
@@ -384,6 +454,8 @@ func (r *Recorder) revert(ctx context.Context, name string, n int64, reason stri
 	app.Spec.Release = serving
 	app.Spec.Image = good.Spec.Image
 	app.Spec.Env = good.Spec.Config.Env
+	app.Spec.Scripts = codeScripts(good.Spec.Config.Scripts, app.Spec.Scripts)
+	app.Spec.Cron = slices.Clone(good.Spec.Config.Cron)
 	app.Spec.Processes = withScaleOf(good.Spec.Config.Processes, app.Spec.Processes)
 	return r.Client.Update(ctx, app)
 }

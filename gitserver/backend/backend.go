@@ -20,8 +20,10 @@ import (
 type Releases interface {
 	// RecordConfig records a release of app whose config vars are edit of the
 	// current ones (cause Config) and points the App at it; edit runs on the App
-	// as read for the write, so concurrent changes are not lost.
-	RecordConfig(ctx context.Context, app string, edit func([]appv1.EnvVar) []appv1.EnvVar, actor, description string) (int64, error)
+	// as read for the write, so concurrent changes are not lost. The app's release
+	// command runs first with the new config, its output going to progress; when it
+	// fails, the error says so and the config is unchanged.
+	RecordConfig(ctx context.Context, app string, edit func([]appv1.EnvVar) []appv1.EnvVar, actor, description string, progress io.Writer) (int64, error)
 	// Rollback records a release that runs release to's image and config again.
 	Rollback(ctx context.Context, app string, to int64, actor string) (int64, error)
 	// List returns app's releases, newest first.

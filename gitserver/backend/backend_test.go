@@ -41,7 +41,7 @@ type fakeReleases struct {
 	failWith string
 }
 
-func (f *fakeReleases) RecordConfig(ctx context.Context, app string, edit func([]appv1.EnvVar) []appv1.EnvVar, actor, desc string) (int64, error) {
+func (f *fakeReleases) RecordConfig(ctx context.Context, app string, edit func([]appv1.EnvVar) []appv1.EnvVar, actor, desc string, _ io.Writer) (int64, error) {
 	a := &appv1.App{}
 	if err := f.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: app}, a); err != nil {
 		return 0, err

@@ -3,6 +3,7 @@ package backend
 import (
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 
@@ -55,6 +56,9 @@ type EnvVar struct{ Name, Value string }
 type ConfigChange struct {
 	Set   []EnvVar
 	Unset []string
+	// Progress, when not nil, receives the output of the app's release command,
+	// which runs with the new config before the release is recorded.
+	Progress io.Writer
 }
 
 // ConfigResult is a recorded config change.
@@ -146,7 +150,7 @@ func (b *Backend) ChangeConfig(ctx context.Context, u *User, name string, ch Con
 		b.audit(u, op, a.Name, "set", set, "unset", unset)
 		return res, nil
 	}
-	n, err := b.cfg.Releases.RecordConfig(ctx, a.Name, edit, u.Name, res.Description)
+	n, err := b.cfg.Releases.RecordConfig(ctx, a.Name, edit, u.Name, res.Description, ch.Progress)
 	if err != nil {
 		return nil, fmt.Errorf("recording the release of %s: %w", a.Name, err)
 	}

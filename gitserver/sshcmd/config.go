@@ -76,6 +76,7 @@ func (s *session) configCommands() []*cobra.Command {
 // changeConfig makes the change and, unless detach, waits for its release to
 // serve.
 func (s *session) changeConfig(app string, ch backend.ConfigChange, detach bool) error {
+	ch.Progress = s.errOut // the release command's output
 	res, err := s.b.ChangeConfig(s.ctx, s.user, app, ch)
 	if err != nil {
 		return err

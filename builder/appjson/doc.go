@@ -1,0 +1,12 @@
+// Package appjson reads an app's app.json (the Heroku and Dokku format) as bex
+// uses it: formation (the scale of each process type), healthchecks (the web
+// process's startup check), cron (scheduled jobs) and scripts (dokku.predeploy,
+// the release command; dokku.postdeploy or postdeploy). Every other key is
+// ignored with a warning.
+//
+// The pusher writes the file, so it is bounded (MaxSize, MaxCronJobs, the lengths
+// of the API) and every error is one line that names the line of app.json and the
+// field, such as
+//
+//	app.json line 7: cron[0].schedule: "every day" is not a cron schedule: use 5 fields such as "0 3 * * *" or @daily
+package appjson

@@ -235,3 +235,51 @@ func TestPostdeployRunsOnceAfterTheReleaseServes(t *testing.T) {
 		t.Fatalf("progress %q", all)
 	}
 }
+
+// A release whose app.json brought a health check that never passes is
+// withdrawn with its check: the App goes back to the check (and the app.json
+// record) it had, so the next config change does not roll the failing check out
+// again. A check set through the API after the release is left alone.
+func TestRevertTakesBackTheHealthCheckTheReleaseBrought(t *testing.T) {
+	r, c := setup(t)
+	ctx := context.Background()
+	good := &appv1.HealthCheck{Path: "/up"}
+	v1, err := r.Record(ctx, "hello", push(digestA, nil, &releases.AppJSON{HealthCheck: good}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	setStatus(t, c, r.Namespace, v1)
+	before := getApp(t, c, r.Namespace).Annotations[appv1.AnnotationAppJSON]
+	bad := &appv1.HealthCheck{Path: "/never"}
+	v2, err := r.Record(ctx, "hello", push(digestB, nil, &releases.AppJSON{HealthCheck: bad}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hc := getApp(t, c, r.Namespace).Spec.HealthCheck; hc == nil || hc.Path != "/never" {
+		t.Fatalf("check of v2: %+v", hc)
+	}
+	if err := r.Revert(ctx, "hello", v2, "web.1 did not answer GET /never"); err != nil {
+		t.Fatal(err)
+	}
+	app := getApp(t, c, r.Namespace)
+	if app.Spec.Release != v1 || app.Spec.HealthCheck == nil || app.Spec.HealthCheck.Path != "/up" || app.Annotations[appv1.AnnotationAppJSON] != before {
+		t.Fatalf("after the revert: release %d check %+v app.json %q (want %q)", app.Spec.Release, app.Spec.HealthCheck, app.Annotations[appv1.AnnotationAppJSON], before)
+	}
+
+	// v3 brings /never again; the API sets /ready before it is withdrawn.
+	v3, err := r.Record(ctx, "hello", push(digestB, nil, &releases.AppJSON{HealthCheck: bad}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	app = getApp(t, c, r.Namespace)
+	app.Spec.HealthCheck = &appv1.HealthCheck{Path: "/ready"}
+	if err := c.Update(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Revert(ctx, "hello", v3, "failed"); err != nil {
+		t.Fatal(err)
+	}
+	if hc := getApp(t, c, r.Namespace).Spec.HealthCheck; hc == nil || hc.Path != "/ready" {
+		t.Fatalf("a check set through the API was replaced by the revert: %+v", hc)
+	}
+}

@@ -2,6 +2,7 @@ package releases
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -125,12 +126,16 @@ func (r *Recorder) reader() client.Reader {
 }
 
 func (r *Recorder) record(ctx context.Context, name string, ch Change) (int64, error) {
-	app, spec, n, err := r.prepare(ctx, name, ch)
+	var before *appv1.App
+	app, spec, n, err := r.prepare(ctx, name, ch, &before)
 	if err != nil {
 		return 0, err
 	}
 	rel, err := r.newRelease(app, spec, n, ch)
 	if err != nil {
+		return 0, err
+	}
+	if err := keepBefore(rel, before, spec.HealthCheck); err != nil {
 		return 0, err
 	}
 	if err := r.Client.Create(ctx, rel); err != nil {
@@ -151,10 +156,13 @@ func (r *Recorder) record(ctx context.Context, name string, ch Change) (int64, e
 
 // prepare reads the App and computes its next spec and release number; the
 // App's annotations are changed in place (app.json's last-applied record).
-func (r *Recorder) prepare(ctx context.Context, name string, ch Change) (*appv1.App, *appv1.AppSpec, int64, error) {
+func (r *Recorder) prepare(ctx context.Context, name string, ch Change, before ...**appv1.App) (*appv1.App, *appv1.AppSpec, int64, error) {
 	app := &appv1.App{}
 	if err := r.reader().Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: name}, app); err != nil {
 		return nil, nil, 0, fmt.Errorf("app %s: %w", name, err)
+	}
+	for _, b := range before {
+		*b = app.DeepCopy()
 	}
 	// The next number follows both the App and the Releases that exist, so that a
 	// Release left by an attempt that could not finish never blocks the count.
@@ -451,6 +459,7 @@ func (r *Recorder) revert(ctx context.Context, name string, n int64, reason stri
 	if err := r.reader().Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: fmt.Sprintf("%s-v%d", name, serving)}, good); err != nil {
 		return fmt.Errorf("release v%d, which serves %s: %w", serving, name, err)
 	}
+	restoreBefore(app, rel)
 	app.Spec.Release = serving
 	app.Spec.Image = good.Spec.Image
 	app.Spec.Env = good.Spec.Config.Env
@@ -458,6 +467,66 @@ func (r *Recorder) revert(ctx context.Context, name string, n int64, reason stri
 	app.Spec.Cron = slices.Clone(good.Spec.Config.Cron)
 	app.Spec.Processes = withScaleOf(good.Spec.Config.Processes, app.Spec.Processes)
 	return r.Client.Update(ctx, app)
+}
+
+// annotationBefore on a Release keeps what the App's health check and app.json
+// record were before the release changed them (JSON of beforeRelease), so that
+// withdrawing a release that failed (a check app.json brought that never
+// passes) puts them back: the check is not in the Releases' snapshots, since a
+// check set through the API makes no release.
+const annotationBefore = "app.bex.co/before"
+
+type beforeRelease struct {
+	HealthCheck *appv1.HealthCheck `json:"healthCheck,omitempty"`
+	AppJSON     string             `json:"appJSON,omitempty"`
+	// After is the check the release set, to tell whether the App still has it.
+	After *appv1.HealthCheck `json:"after,omitempty"`
+}
+
+// keepBefore records on rel what before had and the check it sets (after).
+func keepBefore(rel *appv1.Release, before *appv1.App, after *appv1.HealthCheck) error {
+	if before == nil {
+		return nil
+	}
+	b := beforeRelease{HealthCheck: before.Spec.HealthCheck, AppJSON: before.Annotations[appv1.AnnotationAppJSON], After: after}
+	data, err := json.Marshal(b)
+	if err != nil {
+		return err
+	}
+	if rel.Annotations == nil {
+		rel.Annotations = map[string]string{}
+	}
+	rel.Annotations[annotationBefore] = string(data)
+	return nil
+}
+
+// restoreBefore puts back the health check and app.json record failed had
+// replaced, when the App still has what failed set (a check set through the API
+// since is left alone).
+func restoreBefore(app *appv1.App, failed *appv1.Release) {
+	var b beforeRelease
+	if failed == nil || json.Unmarshal([]byte(failed.Annotations[annotationBefore]), &b) != nil {
+		return
+	}
+	if !equalCheck(app.Spec.HealthCheck, b.After) {
+		return
+	}
+	app.Spec.HealthCheck = b.HealthCheck.DeepCopy()
+	if b.AppJSON == "" {
+		delete(app.Annotations, appv1.AnnotationAppJSON)
+	} else {
+		if app.Annotations == nil {
+			app.Annotations = map[string]string{}
+		}
+		app.Annotations[appv1.AnnotationAppJSON] = b.AppJSON
+	}
+}
+
+func equalCheck(a, b *appv1.HealthCheck) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
 }
 
 // withScaleOf returns the process types of commands, each with the replicas and

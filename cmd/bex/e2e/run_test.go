@@ -28,7 +28,8 @@ type ptySSH struct {
 	tty  *os.File // the master
 	mu   sync.Mutex
 	out  bytes.Buffer
-	done chan struct{}
+	done chan struct{} // ssh exited
+	read chan struct{} // its terminal is drained
 	err  error
 }
 
@@ -40,8 +41,9 @@ func (p *platform) sshOnPTY(t *testing.T, rows, cols uint16, args ...string) *pt
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &ptySSH{cmd: cmd, tty: master, done: make(chan struct{})}
+	s := &ptySSH{cmd: cmd, tty: master, done: make(chan struct{}), read: make(chan struct{})}
 	go func() {
+		defer close(s.read)
 		buf := make([]byte, 4096)
 		for {
 			n, err := master.Read(buf)
@@ -75,6 +77,13 @@ func (s *ptySSH) exit(t *testing.T) int {
 	case <-s.done:
 	case <-time.After(2 * time.Minute):
 		t.Fatalf("ssh did not end within 2 minutes; output %q", s.output())
+	}
+	// ssh's exit can come before its last output is read from the terminal: the
+	// reader ends (EIO) once the terminal's other side is closed and drained.
+	select {
+	case <-s.read:
+	case <-time.After(time.Minute):
+		t.Fatalf("the terminal of ssh was not drained within a minute; output %q", s.output())
 	}
 	var ee *exec.ExitError
 	if errors.As(s.err, &ee) {

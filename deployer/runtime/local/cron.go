@@ -456,3 +456,8 @@ func (s *Scheduler) jobIDs(key types.NamespacedName) []string {
 	sort.Strings(ids)
 	return ids
 }
+
+// cronStatusForTest syncs d's cron jobs only.
+func (r *Runtime) cronStatusForTest(d runtime.Desired) runtime.Status {
+	return runtime.Status{Cron: r.cron.Sync(d)}
+}

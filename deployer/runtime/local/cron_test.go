@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -243,4 +244,74 @@ func TestParseCronScheduleZones(t *testing.T) {
 	if got := nextRun(e, at); got.Sub(at) != time.Second {
 		t.Fatalf("@every 1ms next in %s", got.Sub(at))
 	}
+}
+
+// With containerd: jobs on a one-second schedule run as one-offs of the
+// release, their exit is reported, an overlapping run is skipped, a cron:run
+// starts one at once, and the output is the process cron.<id>.
+func TestCronJobsRunInContainers(t *testing.T) {
+	f := newFixture(t, "cron-real")
+	o := f.newOneOffs()
+	s, err := NewScheduler(o, filepath.Join(f.cfg.StateDir, "cron.json"), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	f.rt.SetScheduler(s)
+	d := f.desired(1, f.v1, 0)
+	fail := appv1.CronJob{ID: "fail", Command: "echo tick; exit 2", Schedule: "@every 1s"}
+	slow := appv1.CronJob{ID: "slow", Command: "sleep 4", Schedule: "@every 1s"}
+	once := appv1.CronJob{ID: "once", Command: "echo by hand $GREETING", Schedule: "@yearly"}
+	d.Cron = []appv1.CronJob{fail, slow, once}
+	d.CronRuns = map[string]string{"once": "2026-12-01T00:00:00Z"}
+	started := time.Now()
+	byID := func(st runtime.Status) map[string]runtime.CronStatus {
+		m := map[string]runtime.CronStatus{}
+		for _, c := range st.Cron {
+			m[c.ID] = c
+		}
+		return m
+	}
+	st := f.syncUntil(d, time.Minute, "exit 2 twice, a skipped slow run, the cron:run done", func(st runtime.Status) bool {
+		m := byID(st)
+		return m["fail"].LastExitCode != nil && *m["fail"].LastExitCode == 2 && m["fail"].ConsecutiveFailures >= 2 &&
+			m["slow"].Skipped >= 1 && m["once"].LastExitCode != nil
+	})
+	m := byID(st)
+	t.Logf("after %s: %+v", time.Since(started).Round(time.Millisecond), st.Cron)
+	if *m["once"].LastExitCode != 0 || m["once"].LastRun == nil {
+		t.Fatalf("once: %+v", m["once"])
+	}
+	if m["slow"].Running != 1 {
+		t.Errorf("slow: %+v, want one running", m["slow"])
+	}
+	var logs syncBuffer
+	if err := ReadLogs(context.Background(), f.cfg.StateDir, f.key(), LogOptions{Process: "cron.once"}, &logs); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "by hand hello") {
+		t.Fatalf("cron.once log %q", logs.String())
+	}
+	logs = syncBuffer{}
+	if err := ReadLogs(context.Background(), f.cfg.StateDir, f.key(), LogOptions{Process: "cron.fail"}, &logs); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "tick") {
+		t.Fatalf("cron.fail log %q", logs.String())
+	}
+	// The same token again starts nothing more.
+	runs := byID(f.rt.cronStatusForTest(d))["once"].LastRun
+	if got := byID(f.rt.cronStatusForTest(d))["once"].LastRun; !got.Equal(runs) {
+		t.Fatalf("once ran again")
+	}
+	// Delete stops the jobs: no container of the app is left.
+	if err := f.rt.Delete(context.Background(), f.key()); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "no one-off left", func() error {
+		if c := f.containers(); len(c) != 0 {
+			return fmt.Errorf("containers %v", c)
+		}
+		return nil
+	})
 }

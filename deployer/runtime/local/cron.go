@@ -28,14 +28,16 @@ import (
 // Schedule.Next are used, and the waiting is the scheduler's loop).
 type Clock interface {
 	Now() time.Time
-	// After is time.After.
-	After(d time.Duration) <-chan time.Time
+	// At sends the time on the channel once it is t or later (at once when t
+	// has passed): an absolute time, so that a clock moved between reading Now
+	// and waiting loses no run.
+	At(t time.Time) <-chan time.Time
 }
 
 type realClock struct{}
 
-func (realClock) Now() time.Time                         { return time.Now() }
-func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+func (realClock) Now() time.Time                  { return time.Now() }
+func (realClock) At(t time.Time) <-chan time.Time { return time.After(time.Until(t)) }
 
 // cronParser reads the standard 5-field schedules and the @ descriptors
 // (@yearly, @monthly, @weekly, @daily, @hourly, @every <duration>).
@@ -213,6 +215,10 @@ func (s *Scheduler) Sync(d runtime.Desired) []runtime.CronStatus {
 			continue
 		}
 		a.seen[id] = token
+		if a.runningLocked() >= maxCronRunsPerApp {
+			cj.status.Skipped++
+			continue
+		}
 		s.startLocked(key, a, cj, now)
 	}
 	s.saveLocked(key, a)
@@ -325,7 +331,7 @@ func (s *Scheduler) loop() {
 		s.mu.Unlock()
 		var timer <-chan time.Time
 		if !soonest.IsZero() {
-			timer = s.clock.After(soonest.Sub(now))
+			timer = s.clock.At(soonest)
 		}
 		select {
 		case <-s.ctx.Done():
@@ -336,8 +342,26 @@ func (s *Scheduler) loop() {
 	}
 }
 
+// maxCronRunsPerApp bounds the runs of one app going at once, whatever the
+// policies say: fifty "@every 1s" jobs of "sleep 3600" with Allow would
+// otherwise start containers without end. A due run over it is skipped.
+const maxCronRunsPerApp = 10
+
+func (a *cronApp) runningLocked() int {
+	n := 0
+	for _, cj := range a.jobs {
+		n += len(cj.running)
+	}
+	return n
+}
+
 // dueLocked applies the job's concurrency policy to a run that is due.
 func (s *Scheduler) dueLocked(key types.NamespacedName, a *cronApp, cj *cronJob, now time.Time) {
+	if a.runningLocked() >= maxCronRunsPerApp && (cj.job.Policy() != appv1.CronReplace || len(cj.running) == 0) {
+		cj.status.Skipped++
+		s.log.Info("cron run skipped: the app has its most runs going", "app", key.String(), "job", cj.job.ID, "max", maxCronRunsPerApp)
+		return
+	}
 	if len(cj.running) > 0 {
 		switch cj.job.Policy() {
 		case appv1.CronForbid:
@@ -370,7 +394,7 @@ func (s *Scheduler) startLocked(key types.NamespacedName, a *cronApp, cj *cronJo
 		cancel()
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if _, ok := cj.running[id]; !ok && exit < 0 {
+		if _, ok := cj.running[id]; !ok {
 			return // replaced or removed: its end is no result
 		}
 		delete(cj.running, id)

@@ -35,11 +35,15 @@ func (c *fakeClock) Now() time.Time {
 	return c.now
 }
 
-func (c *fakeClock) After(d time.Duration) <-chan time.Time {
+func (c *fakeClock) At(t time.Time) <-chan time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	ch := make(chan time.Time, 1)
-	c.waiters = append(c.waiters, fakeWaiter{c.now.Add(d), ch})
+	if !t.After(c.now) {
+		ch <- c.now
+		return ch
+	}
+	c.waiters = append(c.waiters, fakeWaiter{t, ch})
 	return ch
 }
 
@@ -218,6 +222,30 @@ func TestSchedulerPolicies(t *testing.T) {
 			if cancelled != tc.cancelled0 {
 				t.Fatalf("first run cancelled %v, want %v", cancelled, tc.cancelled0)
 			}
+		})
+	}
+}
+
+// A tenant's Allow jobs cannot start containers without end.
+func TestSchedulerBoundsRunsPerApp(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
+	oo := &fakeOneOffs{done: map[string]func(int){}, ctxs: map[string]context.Context{}}
+	s, err := NewScheduler(oo, filepath.Join(t.TempDir(), "cron.json"), clock, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	d := cronDesired(appv1.CronJob{ID: "j", Command: "sleep 3600", Schedule: "@every 1s", ConcurrencyPolicy: appv1.CronAllow})
+	s.Sync(d)
+	for i := 0; i < maxCronRunsPerApp+5; i++ {
+		clock.advance(time.Second)
+		want := min(i+1, maxCronRunsPerApp)
+		waitFor(t, "a run or a skip", func() error {
+			st := s.Status(d.Key())
+			if oo.count() != want || len(st) != 1 || int(st[0].Skipped) != i+1-want {
+				return fmt.Errorf("%d runs, status %+v", oo.count(), st)
+			}
+			return nil
 		})
 	}
 }

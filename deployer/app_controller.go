@@ -304,7 +304,7 @@ func (r *AppReconciler) reconcileRuntime(ctx context.Context, s *scope) (ctrl.Re
 	st, err := r.Runtime.Sync(ctx, runtime.Desired{
 		App: app, Release: app.Spec.Release, Image: app.Spec.Image, Processes: app.Spec.Processes,
 		Env: app.Spec.Env, HealthCheck: app.Spec.HealthCheck, Suspended: app.Spec.Suspended,
-		Restarts: restarts(app),
+		Restarts: restarts(app), Cron: app.Spec.Cron, CronRuns: app.CronRuns(),
 	})
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("runtime: %w", err)

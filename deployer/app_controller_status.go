@@ -22,6 +22,10 @@ func (r *AppReconciler) updateStatus(s *scope) {
 	app.Status.URL = appURL(app, r.Config)
 	setRolledOutCondition(app, s.synced, s.status)
 	setReadyCondition(app, s.synced, s.status)
+	if s.synced {
+		app.Status.Cron = cronStatus(app.Spec.Cron, s.status.Cron)
+	}
+	setCronCondition(app)
 	setPhase(app)
 }
 
@@ -127,4 +131,62 @@ func phaseMessage(app *appv1.App) string {
 		return c.Message
 	}
 	return string(app.Status.Phase)
+}
+
+// cronStatus is the runtime's report of the jobs in spec, in spec's order: a
+// job gone from spec (a push removed it) loses its history, so status.cron
+// stays as bounded as spec.cron (50 jobs).
+func cronStatus(jobs []appv1.CronJob, got []runtime.CronStatus) []appv1.CronJobStatus {
+	if len(jobs) == 0 {
+		return nil
+	}
+	by := make(map[string]runtime.CronStatus, len(got))
+	for _, c := range got {
+		by[c.ID] = c
+	}
+	var out []appv1.CronJobStatus
+	for _, j := range jobs {
+		if c, ok := by[j.ID]; ok {
+			out = append(out, *c.DeepCopy())
+		}
+	}
+	return out
+}
+
+// setCronCondition reports the cron jobs that keep failing
+// (appv1.CronFailingThreshold runs in a row). It is its own condition and never
+// touches Ready or the phase: a nightly job that fails says nothing of whether
+// the web processes serve, and an agent deciding on a rollout must not see a
+// serving app as Failed because of it; apps:info and app_status show it beside.
+func setCronCondition(app *appv1.App) {
+	if len(app.Spec.Cron) == 0 {
+		meta.RemoveStatusCondition(&app.Status.Conditions, appv1.CronHealthyCondition)
+		return
+	}
+	cmd := map[string]string{}
+	for _, j := range app.Spec.Cron {
+		cmd[j.ID] = j.Command
+	}
+	var failing []string
+	for _, c := range app.Status.Cron {
+		if c.ConsecutiveFailures < appv1.CronFailingThreshold {
+			continue
+		}
+		exit := "none"
+		if c.LastExitCode != nil {
+			exit = fmt.Sprint(*c.LastExitCode)
+		}
+		command := cmd[c.ID]
+		if len(command) > 80 {
+			command = command[:77] + "..."
+		}
+		failing = append(failing, fmt.Sprintf("cron job %s (%q) failed %d times in a row, last exit %s", c.ID, command, c.ConsecutiveFailures, exit))
+	}
+	c := metav1.Condition{Type: appv1.CronHealthyCondition, ObservedGeneration: app.Generation,
+		Status: metav1.ConditionTrue, Reason: appv1.CronJobsHealthyReason, Message: "No cron job keeps failing."}
+	if len(failing) > 0 {
+		c.Status, c.Reason = metav1.ConditionFalse, appv1.CronJobFailingReason
+		c.Message = strings.Join(failing, "; ") + "."
+	}
+	meta.SetStatusCondition(&app.Status.Conditions, c)
 }

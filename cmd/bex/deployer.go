@@ -207,7 +207,23 @@ func (c *deployerCmd) newRuntime(mgr ctrl.Manager) (runtime.Runtime, error) {
 		if err != nil {
 			return nil, err
 		}
-		c.closeRuntime = rt.Close
+		// Cron jobs run as one-offs of the deployer's own (owner "deployer":
+		// apart from the gitserver's run one-offs, so that neither removes the
+		// other's at start); their history and the cron:run tokens acted on are
+		// kept beside the runtime's state file.
+		oo, err := local.NewOneOffs(cfg, direct, "deployer", c.log)
+		if err != nil {
+			_ = rt.Close()
+			return nil, err
+		}
+		sched, err := local.NewScheduler(oo, filepath.Join(cfg.StateDir, "cron.json"), nil, c.log)
+		if err != nil {
+			_ = oo.Close()
+			_ = rt.Close()
+			return nil, err
+		}
+		rt.SetScheduler(sched)
+		c.closeRuntime = func() error { return errors.Join(sched.Close(), oo.Close(), rt.Close()) }
 		return rt, nil
 	}
 	return nil, fmt.Errorf("runtime %q: choose local or kubernetes", c.runtimeName)

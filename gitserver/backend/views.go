@@ -56,6 +56,33 @@ type AppInfo struct {
 	// Disk is the app's own bytes on disk (system:df's row of the app), when
 	// this server measures them.
 	Disk *AppUsage `json:"disk,omitempty"`
+	// Cron are the app's cron jobs and what is known of their runs.
+	Cron []CronJobInfo `json:"cron"`
+}
+
+// CronJobInfo is one cron job (`cron APP --json`: the first six fields are a
+// contract, in this order).
+type CronJobInfo struct {
+	ID       string `json:"id"`
+	Command  string `json:"command"`
+	Schedule string `json:"schedule"`
+	// LastRun is when the last run started; null before the first.
+	LastRun *time.Time `json:"lastRun"`
+	// LastExitCode is the last finished run's exit status; null while none
+	// finished (-1: a run that could not be started or followed).
+	LastExitCode *int32 `json:"lastExitCode"`
+	// NextRun is when the schedule is due next (in TZ, the app's config var,
+	// else UTC); null when the schedule cannot be read or never comes.
+	NextRun           *time.Time `json:"nextRun"`
+	ConcurrencyPolicy string     `json:"concurrencyPolicy" jsonschema:"Forbid (a due run is skipped while one goes), Allow or Replace"`
+	Running           int32      `json:"running"`
+	// ConsecutiveFailures counts the finished runs in a row that exited non-zero.
+	ConsecutiveFailures int32 `json:"consecutiveFailures"`
+	Skipped             int32 `json:"skipped" jsonschema:"runs skipped because the previous one still went"`
+	// Failing is ConsecutiveFailures >= 3 (appv1.CronFailingThreshold).
+	Failing bool `json:"failing"`
+	// Error says why the schedule cannot be used, when it cannot.
+	Error string `json:"error,omitempty"`
 }
 
 // Condition is one status condition of an app.
@@ -292,6 +319,7 @@ func infoOf(a *appv1.App, host string) *AppInfo {
 		in.Conditions = append(in.Conditions, Condition{Type: c.Type, Status: string(c.Status), Reason: c.Reason, Message: c.Message})
 	}
 	in.Trouble, in.TroubleMessage = trouble(a)
+	in.Cron = cronOf(a, time.Now())
 	return in
 }
 

@@ -137,7 +137,7 @@ func (s *Server) tools() {
 			return AppList{Apps: apps}, fmt.Sprintf("%d apps: %s.", len(names), strings.Join(names, ", ")), nil
 		})
 
-	addTool(s, "app_status", "Show an app: phase, the release asked for and the one serving, URL, conditions, processes, the last build's result and the last release.",
+	addTool(s, "app_status", "Show an app: phase, the release asked for and the one serving, URL, conditions, processes, cron jobs and their last runs (failing: 3 failed runs in a row), the last build's result and the last release.",
 		func(ctx context.Context, u *backend.User, in AppArg) (backend.AppInfo, string, error) {
 			if err := required(in.App); err != nil {
 				return backend.AppInfo{}, "", err
@@ -155,6 +155,18 @@ func (s *Server) tools() {
 			}
 			if st.TroubleMessage != "" {
 				text += "; rollout: " + st.TroubleMessage
+			}
+			if len(st.Cron) > 0 {
+				text += fmt.Sprintf("; %d cron jobs", len(st.Cron))
+			}
+			for _, c := range st.Cron {
+				if c.Failing {
+					exit := "none"
+					if c.LastExitCode != nil {
+						exit = fmt.Sprint(*c.LastExitCode)
+					}
+					text += fmt.Sprintf("; cron job %s failing (%d runs in a row, last exit %s)", c.ID, c.ConsecutiveFailures, exit)
+				}
 			}
 			if lb := st.LastBuild; lb != nil {
 				text += fmt.Sprintf("; last build %s of %.7s", lb.Result, lb.Commit)

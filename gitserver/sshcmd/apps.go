@@ -70,6 +70,11 @@ func (s *session) appCommands() []*cobra.Command {
 		if in.TroubleMessage != "" {
 			rows = append(rows, [2]string{"Rollout", in.TroubleMessage})
 		}
+		for _, c := range in.Cron {
+			if c.Failing {
+				rows = append(rows, [2]string{"Cron " + c.ID, fmt.Sprintf("failing: %d runs in a row exited non-zero, last %s (%s)", c.ConsecutiveFailures, exitText(c.LastExitCode), cronLine(c.Command, 60))})
+			}
+		}
 		if lr := in.LastRelease; lr != nil && lr.Failed != "" {
 			// A rejected push or rollback is withdrawn, so the app is back on
 			// what serves and Rollout says nothing: this says why.

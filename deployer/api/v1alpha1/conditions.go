@@ -9,6 +9,12 @@ const (
 	// RolledOutCondition is true when every instance of spec.release is up and the
 	// instances of older releases are gone.
 	RolledOutCondition = "RolledOut"
+	// CronHealthyCondition is false while a cron job has failed
+	// CronFailingThreshold runs in a row (reason CronJobFailing, the message names
+	// each such job, its command and last exit). It does not change Ready or the
+	// phase: the serving processes are not the jobs. Absent when the app has no
+	// cron jobs.
+	CronHealthyCondition = "CronHealthy"
 )
 
 // Reasons of App conditions. They are CamelCase words that tools may match on; the
@@ -36,4 +42,8 @@ const (
 	ImageNotFoundReason = "ImageNotFound"
 	// SuspendedReason: spec.suspended is true.
 	SuspendedReason = "Suspended"
+	// CronJobFailingReason: a cron job's last CronFailingThreshold runs exited non-zero.
+	CronJobFailingReason = "CronJobFailing"
+	// CronJobsHealthyReason: no cron job keeps failing.
+	CronJobsHealthyReason = "CronJobsHealthy"
 )

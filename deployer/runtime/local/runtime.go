@@ -80,6 +80,19 @@ type Runtime struct {
 
 	// changes tells the reconciler which app changed between Syncs.
 	changes chan types.NamespacedName
+
+	// cron, when set (SetScheduler), runs the apps' cron jobs.
+	cron *Scheduler
+}
+
+// SetScheduler makes s run the cron jobs of the apps r syncs (Desired.Cron,
+// CronRuns), and report their runs in Status.Cron; r's Notifier tells when a
+// run ended. Call it before the first Sync. Without one, cron jobs are not run.
+func (r *Runtime) SetScheduler(s *Scheduler) {
+	r.cron = s
+	s.mu.Lock()
+	s.notify = r.notify
+	s.mu.Unlock()
 }
 
 var (
@@ -261,6 +274,14 @@ func (r *Runtime) adopt() error {
 
 // Sync implements runtime.Runtime.
 func (r *Runtime) Sync(ctx context.Context, d runtime.Desired) (runtime.Status, error) {
+	st, err := r.syncProcesses(ctx, d)
+	if err == nil && r.cron != nil {
+		st.Cron = r.cron.Sync(d)
+	}
+	return st, err
+}
+
+func (r *Runtime) syncProcesses(ctx context.Context, d runtime.Desired) (runtime.Status, error) {
 	if d.App == nil {
 		return runtime.Status{}, errors.New("local runtime: Sync without an App")
 	}
@@ -659,6 +680,9 @@ func (r *Runtime) status(a *appState, d runtime.Desired, g gen, f *failure) runt
 // Delete implements runtime.Runtime: every instance of the app stops (SIGTERM,
 // then SIGKILL), its ports are freed, its Service and EndpointSlices and logs go.
 func (r *Runtime) Delete(ctx context.Context, key types.NamespacedName) error {
+	if r.cron != nil {
+		r.cron.Delete(key)
+	}
 	ctx = namespaces.WithNamespace(ctx, r.cfg.Namespace)
 	a := r.app(key)
 	a.syncMu.Lock()

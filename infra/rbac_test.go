@@ -47,8 +47,10 @@ var needs = map[string][]grant{
 		{[]string{"get", "list", "create", "update", "delete"}, "/secrets", "bex-gitserver", ""},
 		// `logs APP [-f]` on a cluster: the app's pods by label, their logs through
 		// the API server (deployer/runtime/kube ReadLogs).
-		{[]string{"list"}, "/pods", "default", ""},
+		{[]string{"get", "list", "create", "patch", "delete"}, "/pods", "default", ""},
 		{[]string{"get"}, "/pods/log", "default", ""},
+		// One-off pods (deployer/runtime/kube OneOffs): applied, polled, attached, deleted.
+		{[]string{"get", "create"}, "/pods/attach", "default", ""},
 	},
 	"bex-edge": {
 		{[]string{"get", "list", "watch"}, "app.bex.co/apps", "default", ""},
@@ -66,7 +68,7 @@ var (
 	gridVerbs     = []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
 	gridResources = []string{
 		"app.bex.co/apps", "app.bex.co/apps/status", "app.bex.co/apps/finalizers", "app.bex.co/releases", "app.bex.co/users",
-		"/secrets", "/configmaps", "/pods", "/pods/log", "/pods/exec", "/services", "/serviceaccounts/token", "/events", "/namespaces",
+		"/secrets", "/configmaps", "/pods", "/pods/log", "/pods/exec", "/pods/attach", "/services", "/serviceaccounts/token", "/events", "/namespaces",
 		"events.k8s.io/events", "apps/deployments", "apps/daemonsets", "discovery.k8s.io/endpointslices", "coordination.k8s.io/leases",
 		"rbac.authorization.k8s.io/roles", "rbac.authorization.k8s.io/rolebindings", "rbac.authorization.k8s.io/clusterrolebindings",
 		"apiextensions.k8s.io/customresourcedefinitions",

@@ -16,11 +16,14 @@ import (
 	"github.com/spf13/cobra"
 	gossh "golang.org/x/crypto/ssh"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"bex.co/bex/builder"
 	"bex.co/bex/builder/plan"
 	"bex.co/bex/deployer/releases"
+	deployruntime "bex.co/bex/deployer/runtime"
+	"bex.co/bex/deployer/runtime/kube"
 	"bex.co/bex/gitserver"
 	"bex.co/bex/gitserver/access"
 	"bex.co/bex/gitserver/backend"
@@ -50,20 +53,24 @@ type gitserverCmd struct {
 	registryConfig   string
 	imageResolveMode string
 	runtime          string
-	containerdAddr   string
-	containerdNS     string
-	sshURL           string
-	adminKeys        []string
-	hooksAddr        string
-	hooksURL         string
-	allowFile        bool
-	allowPrivate     bool
-	trustedProxies   []string
-	maxObjectSize    byteSize
-	minFreeDisk      byteSize
-	buildMemory      byteSize
-	buildCgroup      string
-	planImages       plan.Images
+	hostUsers        bool
+	// oneOffs runs `run`, the release phase and postdeploy (nil until run sets
+	// it: the kubernetes runtime's pods; the local one is the wiring's).
+	oneOffs        deployruntime.OneOffs
+	containerdAddr string
+	containerdNS   string
+	sshURL         string
+	adminKeys      []string
+	hooksAddr      string
+	hooksURL       string
+	allowFile      bool
+	allowPrivate   bool
+	trustedProxies []string
+	maxObjectSize  byteSize
+	minFreeDisk    byteSize
+	buildMemory    byteSize
+	buildCgroup    string
+	planImages     plan.Images
 
 	// ready, when set, receives the listen address once the server accepts;
 	// hooksReady the HTTP address of the hooks.
@@ -101,6 +108,7 @@ func (c *gitserverCmd) command() *cobra.Command {
 	f.StringVar(&c.registryConfig, "registry-config", "", "Docker-style config.json with the credentials for pushing and for private base images (default: anonymous)")
 	f.StringVar(&c.imageResolveMode, "image-resolve-mode", "default", "how base images are found: default, pull, or local (no registry)")
 	f.StringVar(&c.runtime, "runtime", "local", "the deployer's runtime, for the logs command: local (read from STATE_DIR/runtime) or kubernetes")
+	f.BoolVar(&c.hostUsers, "host-users", false, "kubernetes runtime: run one-off pods (run, the release phase) in the node's user namespace, as the deployer's --host-users does for the app's pods")
 	f.StringVar(&c.containerdAddr, "containerd-addr", "", "containerd socket of the local runtime, where the images are, for system:df and system:prune (default: STATE_DIR/containerd/containerd.sock)")
 	f.StringVar(&c.containerdNS, "containerd-namespace", "bex", "containerd namespace of the local runtime (the one buildkitd builds into)")
 	f.StringSliceVar(&c.adminKeys, "admin-keys", nil, "OpenSSH public key files whose keys the user admin holds, made sure of at every start (BEX_ADMIN_KEYS=a.pub,b.pub)")
@@ -187,6 +195,9 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 		// Pod logs are a subresource stream, which controller-runtime's client
 		// does not read: client-go's.
 		if logs.pods, err = kubernetes.NewForConfig(restCfg); err != nil {
+			return err
+		}
+		if c.oneOffs, err = newKubeOneOffs(c.hostUsers, restCfg); err != nil {
 			return err
 		}
 	}
@@ -340,3 +351,11 @@ func (c *gitserverCmd) close() error {
 // builds name images under it, the deployer removes pruned releases' images under
 // it, so that `bex up` (which passes neither) has them agree.
 const defaultImageRepo = "bex.local"
+
+// newKubeOneOffs is the kubernetes runtime's one-off pods, confined as the
+// deployer's pods are (hostUsers as its --host-users).
+func newKubeOneOffs(hostUsers bool, restCfg *rest.Config) (deployruntime.OneOffs, error) {
+	cfg := kube.DefaultConfig()
+	cfg.HostUsers = hostUsers
+	return kube.NewOneOffs(cfg, restCfg)
+}

@@ -150,6 +150,11 @@ const bexPatches = `- patch: |
     - op: add
       path: /spec/template/spec/containers/0/args/-
       value: --host-users
+- target: {kind: StatefulSet, name: bex-gitserver}
+  patch: |
+    - op: add
+      path: /spec/template/spec/containers/0/args/-
+      value: --host-users
 `
 
 // addonManifests: CoreDNS as kubeadm installs it (its RBAC, a Corefile answering

@@ -159,18 +159,7 @@ func deployment(cfg Config, d runtime.Desired, process string, serving int64) *a
 
 	c.WithResources(resources(spec)).WithSecurityContext(securityContext())
 
-	pod := corev1ac.PodSpec().
-		WithContainers(c).
-		WithHostUsers(cfg.HostUsers).
-		WithTerminationGracePeriodSeconds(cfg.TerminationGracePeriodSeconds).
-		// Apps get their config vars and nothing else: no FOO_SERVICE_HOST for
-		// every Service of the namespace (which could also shadow a config var),
-		// and no API token they have no use for.
-		WithEnableServiceLinks(false).
-		WithAutomountServiceAccountToken(false)
-	if cfg.ImagePullSecret != "" {
-		pod.WithImagePullSecrets(corev1ac.LocalObjectReference().WithName(cfg.ImagePullSecret))
-	}
+	pod := podSpec(cfg, c).WithTerminationGracePeriodSeconds(cfg.TerminationGracePeriodSeconds)
 
 	labels := map[string]string{LabelApp: app.Name, LabelProcess: process}
 	if serving > 0 {
@@ -197,6 +186,23 @@ func deployment(cfg Config, d runtime.Desired, process string, serving int64) *a
 					WithMaxSurge(intstr.FromInt32(cfg.MaxSurge)))).
 			WithTemplate(template))
 	return dep
+}
+
+// podSpec is what every pod of an app has, process or one-off: its one
+// container, its user namespace, no Service links, no API token, the pull secret.
+func podSpec(cfg Config, c *corev1ac.ContainerApplyConfiguration) *corev1ac.PodSpecApplyConfiguration {
+	pod := corev1ac.PodSpec().
+		WithContainers(c).
+		WithHostUsers(cfg.HostUsers).
+		// Apps get their config vars and nothing else: no FOO_SERVICE_HOST for
+		// every Service of the namespace (which could also shadow a config var),
+		// and no API token they have no use for.
+		WithEnableServiceLinks(false).
+		WithAutomountServiceAccountToken(false)
+	if cfg.ImagePullSecret != "" {
+		pod.WithImagePullSecrets(corev1ac.LocalObjectReference().WithName(cfg.ImagePullSecret))
+	}
+	return pod
 }
 
 // resources are the limits of one instance, as on the local runtime: memory is a

@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -71,10 +72,14 @@ func TestKubeOneOffs(t *testing.T) {
 			t.Fatalf("Run: %v", err)
 		}
 		t.Logf("run %q: exit %d in %.1f s", o.Command, exit, time.Since(start).Seconds())
-		_, err = cs.CoreV1().Pods("default").Get(context.Background(), kube.OneOffPodName(name, o.ID), metav1.GetOptions{})
-		if !apierrors.IsNotFound(err) {
-			t.Errorf("pod of %s still there after Run: %v", o.ID, err)
-		}
+		// Deleted when Run returns; the kubelet has its 1 s of grace to stop it.
+		testenv.Eventually(t, 30*time.Second, "the pod of "+o.ID+" is gone", func() error {
+			_, err := cs.CoreV1().Pods("default").Get(context.Background(), kube.OneOffPodName(name, o.ID), metav1.GetOptions{})
+			if !apierrors.IsNotFound(err) {
+				return fmt.Errorf("still there: %v", err)
+			}
+			return nil
+		})
 		return exit
 	}
 

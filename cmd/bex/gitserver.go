@@ -54,8 +54,8 @@ type gitserverCmd struct {
 	imageResolveMode string
 	runtime          string
 	hostUsers        bool
-	// oneOffs runs `run`, the release phase and postdeploy (nil until run sets
-	// it: the kubernetes runtime's pods; the local one is the wiring's).
+	// oneOffs runs `run`, the release phase and postdeploy: the local runtime's
+	// containers or the kubernetes runtime's pods, as --runtime says.
 	oneOffs        deployruntime.OneOffs
 	containerdAddr string
 	containerdNS   string
@@ -245,9 +245,12 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 			return err
 		}
 		defer oneOffs.Close()
-		bk.Runner = oneOffRunner{oneOffs}
+		c.oneOffs = oneOffs
+	}
+	if c.oneOffs != nil {
+		bk.Runner = oneOffRunner{c.oneOffs}
 		// The release command and postdeploy scripts run as one-offs too.
-		recorder.OneOffs = oneOffs
+		recorder.OneOffs = c.oneOffs
 	}
 	bk.RemoveRepository = func(ctx context.Context, app string) error { return srv.RemoveRepository(ctx, app, 10*time.Second) }
 	bk.RemoveBuildLogs = b.RemoveLogs

@@ -107,6 +107,11 @@ type Scheduler struct {
 	path    string
 	log     *slog.Logger
 
+	// startMu serializes OneOffs.Start: two first starts of one image at once
+	// race on its remapped snapshot in containerd ("already exists"), seen with
+	// two jobs due in the same second.
+	startMu sync.Mutex
+
 	mu     sync.Mutex
 	notify func(types.NamespacedName) // a run started or ended
 	apps   map[types.NamespacedName]*cronApp
@@ -421,7 +426,10 @@ func (s *Scheduler) startLocked(key types.NamespacedName, a *cronApp, cj *cronJo
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		if err := s.oneOffs.Start(ctx, o, done); err != nil {
+		s.startMu.Lock()
+		err := s.oneOffs.Start(ctx, o, done)
+		s.startMu.Unlock()
+		if err != nil {
 			log.Warn("cron run did not start", "err", err)
 			s.mu.Lock()
 			delete(cj.running, id)

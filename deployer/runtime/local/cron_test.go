@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -280,7 +281,7 @@ func TestParseCronScheduleZones(t *testing.T) {
 func TestCronJobsRunInContainers(t *testing.T) {
 	f := newFixture(t, "cron-real")
 	o := f.newOneOffs()
-	s, err := NewScheduler(o, filepath.Join(f.cfg.StateDir, "cron.json"), nil, nil)
+	s, err := NewScheduler(o, filepath.Join(f.cfg.StateDir, "cron.json"), nil, slog.New(slog.NewTextHandler(testWriter{t}, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,6 +310,10 @@ func TestCronJobsRunInContainers(t *testing.T) {
 	t.Logf("after %s: %+v", time.Since(started).Round(time.Millisecond), st.Cron)
 	if *m["once"].LastExitCode != 0 || m["once"].LastRun == nil {
 		t.Fatalf("once: %+v", m["once"])
+	}
+	// A run that could not start shows as exit -1 and a failure.
+	if m["slow"].ConsecutiveFailures != 0 || m["once"].ConsecutiveFailures != 0 {
+		t.Errorf("a run did not start: %+v", st.Cron)
 	}
 	if m["slow"].Running != 1 {
 		t.Errorf("slow: %+v, want one running", m["slow"])
@@ -342,4 +347,11 @@ func TestCronJobsRunInContainers(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
 }

@@ -240,12 +240,16 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 			containerdAddr: strings.TrimPrefix(addr, "unix://"), containerdNS: c.containerdNS, log: c.log}
 	}
 	if c.runtime == "local" {
+		// containerd is up before the gitserver under bex up; a gitserver started
+		// without it (a machine that only serves git) still serves pushes of apps
+		// without a release command, and `run` says it cannot.
 		oneOffs, err := newLocalOneOffs(c.stateDir, c.containerdAddr, c.containerdNS, kc, c.log)
 		if err != nil {
-			return err
+			c.log.Warn("one-off commands are off (run, release commands, postdeploy scripts)", "err", err)
+		} else {
+			defer oneOffs.Close()
+			c.oneOffs = oneOffs
 		}
-		defer oneOffs.Close()
-		c.oneOffs = oneOffs
 	}
 	if c.oneOffs != nil {
 		bk.Runner = oneOffRunner{c.oneOffs}

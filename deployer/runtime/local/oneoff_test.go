@@ -346,3 +346,29 @@ func TestOneOffLogNames(t *testing.T) {
 type countingWriter struct{ n int }
 
 func (c *countingWriter) Write(p []byte) (int, error) { c.n += len(p); return len(p), nil }
+
+// The first runs of an app's image, several at once, share the image's copy
+// for the app's ids: the ones that find it being made wait for it, none fails
+// ("already exists").
+func TestOneOffFirstRunsAtOnce(t *testing.T) {
+	f := newFixture(t, "oneoff-many")
+	o := f.newOneOffs()
+	ctx := context.Background()
+	const n = 4
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			exit, err := o.Run(ctx, f.oneOff("sh", "-c", fmt.Sprintf("exit %d", 10+i)))
+			if err == nil && exit != 10+i {
+				err = fmt.Errorf("run %d: exit %d", i, exit)
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	f.noOneOffLeft()
+}

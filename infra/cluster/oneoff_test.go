@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -127,22 +126,8 @@ func TestKubeOneOffs(t *testing.T) {
 	})
 }
 
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// syncBuffer is safe for the copy goroutines and the test.
+type syncBuffer = testenv.SyncBuffer
 
 // waitFor polls b until it holds s, for at most within.
 func waitFor(b *syncBuffer, s string, within time.Duration) bool {

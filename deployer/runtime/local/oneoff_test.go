@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,23 +16,8 @@ import (
 	"bex.co/bex/internal/testenv"
 )
 
-// syncBuffer is a bytes.Buffer safe for the copy goroutines and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is safe for the copy goroutines and the test.
+type syncBuffer = testenv.SyncBuffer
 
 func (f *fixture) newOneOffs() *OneOffs {
 	f.t.Helper()

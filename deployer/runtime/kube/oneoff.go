@@ -263,15 +263,15 @@ func (r *OneOffs) Run(ctx context.Context, o runtime.OneOff) (int, error) {
 	if err != nil {
 		return r.ended(ctx, o, err)
 	}
-	if _, done := exitOf(pod); !done {
-		if o.TTY != nil {
-			err = r.attach(ctx, o, name, o.Stdin, o.Stdout, nil)
-		} else {
-			err = r.follow(ctx, o, name)
-		}
-		if err != nil && ctx.Err() != nil {
-			return r.ended(ctx, o, ctx.Err())
-		}
+	// A command quicker than the pod's start (echo; exit 7) has ended by now: its
+	// output is still in the pod's log, which follow reads to its end at once.
+	if _, done := exitOf(pod); o.TTY != nil && !done {
+		err = r.attach(ctx, o, name, o.Stdin, o.Stdout, nil)
+	} else {
+		err = r.follow(ctx, o, name)
+	}
+	if err != nil && ctx.Err() != nil {
+		return r.ended(ctx, o, ctx.Err())
 	}
 	exit, err := r.finished(ctx, ns, name)
 	if err != nil {

@@ -47,7 +47,8 @@ func New(cfg Config, c client.Client) (*Runtime, error) {
 func (r *Runtime) Config() Config { return r.cfg }
 
 // Sync applies one Deployment per process type of d and the web Service, deletes the
-// Deployments of process types d no longer has, and reports the state of the
+// Deployments of process types d no longer has, applies a CronJob per cron job
+// (cron.go), and reports the state of the
 // Deployments as the API server returned them. Kubernetes does the rolling; Sync
 // never waits. An error means the API server refused or could not be reached; an
 // app that does not come up is reported in Status.Failure.
@@ -127,7 +128,13 @@ func (r *Runtime) Sync(ctx context.Context, d runtime.Desired) (runtime.Status, 
 		client.MatchingLabels{LabelApp: key.Name, LabelRelease: strconv.FormatInt(d.Release, 10)}); err != nil {
 		return runtime.Status{}, fmt.Errorf("app %s: list pods: %w", key, err)
 	}
-	return statusOf(d, applied, pods.Items), nil
+	st := statusOf(d, applied, pods.Items)
+	cron, err := r.syncCron(ctx, d)
+	if err != nil {
+		return runtime.Status{}, err
+	}
+	st.Cron = cron
+	return st, nil
 }
 
 func describeOwner(dep *appsv1.Deployment) string {
@@ -137,7 +144,7 @@ func describeOwner(dep *appsv1.Deployment) string {
 	return "something other than bex"
 }
 
-// Delete deletes the app's Deployments and Service. Deleting the App also removes
+// Delete deletes the app's Deployments, CronJobs and Service. Deleting the App also removes
 // them on a cluster (owner references and the garbage collector); Delete does not
 // depend on that. Pods stop in the background, each with its grace period.
 func (r *Runtime) Delete(ctx context.Context, app types.NamespacedName) error {
@@ -145,6 +152,9 @@ func (r *Runtime) Delete(ctx context.Context, app types.NamespacedName) error {
 		client.MatchingLabels{LabelApp: app.Name}, client.PropagationPolicy(metav1.DeletePropagationBackground))
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("app %s: delete deployments: %w", app, err)
+	}
+	if err := r.deleteCronJobs(ctx, app); err != nil {
+		return err
 	}
 	return r.deleteService(ctx, app)
 }

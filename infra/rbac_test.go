@@ -34,6 +34,10 @@ var needs = map[string][]grant{
 		{[]string{"get", "list", "watch", "create", "patch", "delete", "deletecollection"}, "apps/deployments", "default", ""},
 		{[]string{"get", "list", "watch", "create", "patch", "delete"}, "/services", "default", ""},
 		{[]string{"get", "list", "watch"}, "/pods", "default", ""},
+		// Cron jobs (deployer/runtime/kube/cron.go): CronJobs applied and deleted,
+		// their Jobs listed, one created per cron:run.
+		{[]string{"get", "list", "watch", "create", "patch", "delete", "deletecollection"}, "batch/cronjobs", "default", ""},
+		{[]string{"get", "list", "watch", "create"}, "batch/jobs", "default", ""},
 		{[]string{"create", "patch"}, "events.k8s.io/events", "default", ""},
 		{[]string{"create"}, "coordination.k8s.io/leases", "bex-system", ""},
 		{[]string{"get", "update"}, "coordination.k8s.io/leases", "bex-system", "bex-deployer.app.bex.co"},
@@ -69,7 +73,7 @@ var (
 	gridResources = []string{
 		"app.bex.co/apps", "app.bex.co/apps/status", "app.bex.co/apps/finalizers", "app.bex.co/releases", "app.bex.co/users",
 		"/secrets", "/configmaps", "/pods", "/pods/log", "/pods/exec", "/pods/attach", "/services", "/serviceaccounts/token", "/events", "/namespaces",
-		"events.k8s.io/events", "apps/deployments", "apps/daemonsets", "discovery.k8s.io/endpointslices", "coordination.k8s.io/leases",
+		"events.k8s.io/events", "apps/deployments", "apps/daemonsets", "batch/cronjobs", "batch/jobs", "discovery.k8s.io/endpointslices", "coordination.k8s.io/leases",
 		"rbac.authorization.k8s.io/roles", "rbac.authorization.k8s.io/rolebindings", "rbac.authorization.k8s.io/clusterrolebindings",
 		"apiextensions.k8s.io/customresourcedefinitions",
 	}

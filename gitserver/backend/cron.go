@@ -60,12 +60,7 @@ func cronOf(a *appv1.App, now time.Time) []CronJobInfo {
 	for _, c := range a.Status.Cron {
 		st[c.ID] = c
 	}
-	tz := ""
-	for _, e := range a.Spec.Env {
-		if e.Name == "TZ" && e.ValueFrom == nil {
-			tz = e.Value
-		}
-	}
+	tz := appv1.CronZone(a.Spec.Env)
 	out := []CronJobInfo{}
 	for _, j := range a.Spec.Cron {
 		c := st[j.ID]

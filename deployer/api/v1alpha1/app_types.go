@@ -369,6 +369,17 @@ func (c CronJob) Policy() CronConcurrency {
 	return c.ConcurrencyPolicy
 }
 
+// CronZone is the zone an app's cron schedules are read in: its TZ config var
+// (a literal value; one from a Secret is not read), "" for UTC.
+func CronZone(env []EnvVar) string {
+	for _, e := range env {
+		if e.Name == "TZ" && e.ValueFrom == nil {
+			return e.Value
+		}
+	}
+	return ""
+}
+
 // CronJobID is the id of the job with this schedule and command: 10 hex digits of
 // their SHA-256, so that it stays while the job is unchanged and changes with it.
 func CronJobID(schedule, command string) string {

@@ -162,7 +162,7 @@ func (r *Runtime) syncCron(ctx context.Context, d runtime.Desired) ([]runtime.Cr
 			existing[id] = &list.Items[i]
 		}
 	}
-	tz, tzErr := cronTimeZone(envValue(d.Env, "TZ"))
+	tz, tzErr := cronTimeZone(appv1.CronZone(d.Env))
 	if tzErr != nil && len(d.Cron) > 0 {
 		log.Info("cron jobs not scheduled", "app", key.String(), "err", tzErr.Error())
 	}
@@ -357,13 +357,4 @@ func (r *Runtime) deleteCronJobs(ctx context.Context, app client.ObjectKey) erro
 		return fmt.Errorf("app %s: delete cronjobs: %w", app, err)
 	}
 	return nil
-}
-
-func envValue(env []appv1.EnvVar, name string) string {
-	for _, e := range env {
-		if e.Name == name && e.ValueFrom == nil {
-			return e.Value
-		}
-	}
-	return ""
 }

@@ -179,7 +179,7 @@ func (s *Scheduler) Sync(d runtime.Desired) []runtime.CronStatus {
 		s.apps[key] = a
 	}
 	a.d = d
-	tz := envValue(d.Env, "TZ")
+	tz := appv1.CronZone(d.Env)
 	now := s.clock.Now()
 	want := map[string]bool{}
 	jobs := d.Cron
@@ -248,15 +248,6 @@ func nextRun(sched cron.Schedule, now time.Time) time.Time {
 		n = now.Add(minCronPeriod)
 	}
 	return n
-}
-
-func envValue(env []appv1.EnvVar, name string) string {
-	for _, e := range env {
-		if e.Name == name && e.ValueFrom == nil {
-			return e.Value
-		}
-	}
-	return ""
 }
 
 func statusOf(a *cronApp) []runtime.CronStatus {

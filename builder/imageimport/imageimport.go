@@ -102,6 +102,20 @@ var (
 	ErrRefused = errors.New("registry address refused")
 )
 
+// Error is an error of one of the kinds above; its text is one sentence for
+// the user, without the kind's name.
+type Error struct {
+	kind error
+	msg  string
+}
+
+func (e *Error) Error() string        { return e.msg }
+func (e *Error) Is(target error) bool { return target == e.kind }
+
+func errorf(kind error, format string, args ...any) error {
+	return &Error{kind: kind, msg: fmt.Sprintf(format, args...)}
+}
+
 // Importer copies images from registries into the app's repository.
 type Importer struct {
 	cfg    Config
@@ -185,14 +199,14 @@ type Result struct {
 // registry is named.
 func (i *Importer) Parse(ref string) (name.Reference, error) {
 	if ref == "" || len(ref) > 512 || strings.ContainsAny(ref, " \t\r\n") || strings.Contains(ref, "://") {
-		return nil, fmt.Errorf("%w: %q is not an image reference: give one as docker pull takes it, e.g. ghcr.io/org/app:v1 or registry.example/app@sha256:...", ErrInvalid, ref)
+		return nil, errorf(ErrInvalid, "%q is not an image reference: give one as docker pull takes it, e.g. ghcr.io/org/app:v1 or registry.example/app@sha256:...", ref)
 	}
 	r, err := name.ParseReference(ref, name.WeakValidation)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %q is not an image reference (%v): give one as docker pull takes it, e.g. ghcr.io/org/app:v1", ErrInvalid, ref, err)
+		return nil, errorf(ErrInvalid, "%q is not an image reference (%v): give one as docker pull takes it, e.g. ghcr.io/org/app:v1", ref, err)
 	}
 	if r.Context().RegistryStr() == i.own {
-		return nil, fmt.Errorf("%w: %s is in bex's own image store (%s), which holds every app's images: deploy an earlier release of this app with rollback", ErrInvalid, ref, i.cfg.ImageRepo)
+		return nil, errorf(ErrInvalid, "%s is in bex's own image store (%s), which holds every app's images: deploy an earlier release of this app with rollback", ref, i.cfg.ImageRepo)
 	}
 	return r, nil
 }
@@ -226,7 +240,7 @@ func (i *Importer) Import(ctx context.Context, app, ref string, progress io.Writ
 	case desc.MediaType.IsIndex():
 		img, err = desc.Image() // the child for Config.Platform
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s has no image for %s (%v)", ErrInvalid, ref, platformString(i.cfg.Platform), err)
+			return nil, errorf(ErrInvalid, "%s has no image for %s (%v)", ref, platformString(i.cfg.Platform), err)
 		}
 	case desc.MediaType.IsImage():
 		img, err = desc.Image()
@@ -234,7 +248,7 @@ func (i *Importer) Import(ctx context.Context, app, ref string, progress io.Writ
 			return nil, i.explain(ref, r.Context().RegistryStr(), hadCreds, err)
 		}
 	default:
-		return nil, fmt.Errorf("%w: %s is a %s, not an image bex can run (a Docker v2 or OCI image, or an index of them)", ErrInvalid, ref, desc.MediaType)
+		return nil, errorf(ErrInvalid, "%s is a %s, not an image bex can run (a Docker v2 or OCI image, or an index of them)", ref, desc.MediaType)
 	}
 	dgst, err := img.Digest()
 	if err != nil {
@@ -249,7 +263,7 @@ func (i *Importer) Import(ctx context.Context, app, ref string, progress io.Writ
 		size += l.Size
 	}
 	if size > i.cfg.MaxBytes {
-		return nil, fmt.Errorf("%w: %s is %s, more than the %s an image may be", ErrInvalid, ref, humanBytes(size), humanBytes(i.cfg.MaxBytes))
+		return nil, errorf(ErrInvalid, "%s is %s, more than the %s an image may be", ref, humanBytes(size), humanBytes(i.cfg.MaxBytes))
 	}
 	plat := platformString(i.cfg.Platform)
 	if cf, err := img.ConfigFile(); err == nil && cf.OS != "" {
@@ -258,7 +272,7 @@ func (i *Importer) Import(ctx context.Context, app, ref string, progress io.Writ
 			plat += "/" + cf.Variant
 		}
 		if cf.OS != i.cfg.Platform.OS || cf.Architecture != i.cfg.Platform.Architecture {
-			return nil, fmt.Errorf("%w: %s is an image for %s, and this platform runs %s", ErrInvalid, ref, plat, platformString(i.cfg.Platform))
+			return nil, errorf(ErrInvalid, "%s is an image for %s, and this platform runs %s", ref, plat, platformString(i.cfg.Platform))
 		}
 	} else if err != nil {
 		return nil, i.explain(ref, r.Context().RegistryStr(), hadCreds, err)
@@ -377,10 +391,10 @@ func (a aliasResolver) Fetcher(ctx context.Context, _ string) (remotes.Fetcher, 
 func (i *Importer) CheckLogin(ctx context.Context, host, username, password string) error {
 	reg, err := name.NewRegistry(host, name.WeakValidation)
 	if err != nil {
-		return fmt.Errorf("%w: %q is not a registry host: give HOST or HOST:PORT, e.g. ghcr.io", ErrInvalid, host)
+		return errorf(ErrInvalid, "%q is not a registry host: give HOST or HOST:PORT, e.g. ghcr.io", host)
 	}
 	if reg.RegistryStr() == i.own {
-		return fmt.Errorf("%w: %s is bex's own image store: it needs no login", ErrInvalid, host)
+		return errorf(ErrInvalid, "%s is bex's own image store: it needs no login", host)
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -401,30 +415,17 @@ func (i *Importer) CheckLogin(ctx context.Context, host, username, password stri
 	return i.explainLogin(host, username, transport.CheckError(resp, http.StatusOK))
 }
 
-// Host is the registry host credentials for host are kept under: as
-// go-containerregistry names it (docker.io is index.docker.io).
-func Host(host string) (string, error) {
-	if host == "" || strings.Contains(host, "/") || strings.ContainsAny(host, " \t\r\n@") {
-		return "", fmt.Errorf("%w: %q is not a registry host: give HOST or HOST:PORT, e.g. ghcr.io", ErrInvalid, host)
-	}
-	reg, err := name.NewRegistry(host, name.WeakValidation)
-	if err != nil {
-		return "", fmt.Errorf("%w: %q is not a registry host: give HOST or HOST:PORT, e.g. ghcr.io", ErrInvalid, host)
-	}
-	return reg.RegistryStr(), nil
-}
-
 func (i *Importer) explainLogin(host, username string, err error) error {
 	if err == nil {
 		return nil
 	}
 	var refused *refusedError
 	if errors.As(err, &refused) {
-		return fmt.Errorf("%w: %s: %v", ErrRefused, host, refused)
+		return errorf(ErrRefused, "%s: %v", host, refused)
 	}
 	var terr *transport.Error
 	if errors.As(err, &terr) && (terr.StatusCode == http.StatusUnauthorized || terr.StatusCode == http.StatusForbidden) {
-		return fmt.Errorf("%w: %s refused the password of %s: check them and log in again", ErrUnauthorized, host, username)
+		return errorf(ErrUnauthorized, "%s refused the password of %s: check them and log in again", host, username)
 	}
 	return fmt.Errorf("could not reach the registry %s: %v", host, sanitize(err))
 }
@@ -460,7 +461,7 @@ func (i *Importer) explain(ref, host string, hadCreds bool, err error) error {
 	}
 	var refused *refusedError
 	if errors.As(err, &refused) {
-		return fmt.Errorf("%w: %s: the registry %s: %v", ErrRefused, ref, host, refused)
+		return errorf(ErrRefused, "%s: the registry %s: %v", ref, host, refused)
 	}
 	var terr *transport.Error
 	if errors.As(err, &terr) {
@@ -470,13 +471,13 @@ func (i *Importer) explain(ref, host string, hadCreds bool, err error) error {
 		}
 		switch {
 		case terr.StatusCode == http.StatusNotFound || codes[transport.ManifestUnknownErrorCode] || codes[transport.NameUnknownErrorCode]:
-			return fmt.Errorf("%w: %s does not exist in %s: check the name and the tag", ErrNotFound, ref, host)
+			return errorf(ErrNotFound, "%s does not exist in %s: check the name and the tag", ref, host)
 		case terr.StatusCode == http.StatusUnauthorized || terr.StatusCode == http.StatusForbidden ||
 			codes[transport.UnauthorizedErrorCode] || codes[transport.DeniedErrorCode]:
 			if hadCreds {
-				return fmt.Errorf("%w: %s refused the login kept for it to pull %s: the image may not exist, or the login lacks access (an admin can log in again: registry:login %s USER --password-stdin)", ErrUnauthorized, host, ref, host)
+				return errorf(ErrUnauthorized, "%s refused the login kept for it to pull %s: the image may not exist, or the login lacks access (an admin can log in again: registry:login %s USER --password-stdin)", host, ref, host)
 			}
-			return fmt.Errorf("%w: %s needs a login to pull %s (or it does not exist): an admin can log in with registry:login %s USER --password-stdin", ErrUnauthorized, host, ref, host)
+			return errorf(ErrUnauthorized, "%s needs a login to pull %s (or it does not exist): an admin can log in with registry:login %s USER --password-stdin", host, ref, host)
 		}
 	}
 	if errors.Is(err, context.DeadlineExceeded) {

@@ -103,7 +103,9 @@ func TestDeployImage(t *testing.T) {
 	if out, e, err := login("s3cret-pw"); err != nil || !strings.Contains(out, "Logged in to "+priv.Host+" as ci") {
 		t.Fatalf("registry:login: %v %s %s", err, out, e)
 	}
-	if out, _, err := ssh("registry", "--json"); err != nil || !strings.Contains(out, `"host":"`+priv.Host+`"`) || strings.Contains(out, "s3cret") {
+	var kept []map[string]string
+	if out, _, err := ssh("registry", "--json"); err != nil || json.Unmarshal([]byte(out), &kept) != nil || len(kept) != 1 ||
+		kept[0]["host"] != priv.Host || kept[0]["username"] != "ci" || strings.Contains(out, "s3cret") {
 		t.Errorf("registry --json: %v %s", err, out)
 	}
 	out, e, err = ssh("deploy:image", app, priv.Host+"/team/web:v1")

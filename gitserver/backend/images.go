@@ -56,6 +56,10 @@ func (b *Backend) DeployImage(ctx context.Context, u *User, app, image string, p
 	case Conflict:
 		return nil, Errorf(Conflict, "%w: try again once it ends", err)
 	case Failed:
+		if strings.Contains(err.Error(), "keeps serving") {
+			// The deployer's reason says so already.
+			return nil, err
+		}
 		return nil, Errorf(Failed, "%w; the previous release keeps serving", err)
 	}
 	return res, err

@@ -113,3 +113,19 @@ func Push(t testing.TB, ref string, img v1.Image, user, password string) string 
 	}
 	return tag.Context().Digest(d.String()).Name()
 }
+
+// WithCmd is img with cmd as its command.
+func WithCmd(t testing.TB, img v1.Image, cmd ...string) v1.Image {
+	t.Helper()
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf = cf.DeepCopy()
+	cf.Config.Cmd = cmd
+	out, err := mutate.ConfigFile(img, cf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}

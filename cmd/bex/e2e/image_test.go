@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"bex.co/bex/internal/testenv"
 	"bex.co/bex/internal/testregistry"
@@ -31,7 +32,9 @@ func TestDeployImage(t *testing.T) {
 	}
 	pub := testregistry.Start(t, false)
 	priv := testregistry.StartPrivate(t, "ci", "s3cret-pw")
-	testregistry.Push(t, pub.Host+"/demo/web:v1", testregistry.ServingImage(t, bin, "from the public registry\n"), "", "")
+	served := testregistry.ServingImage(t, bin, "from the public registry\n")
+	testregistry.Push(t, pub.Host+"/demo/web:v1", served, "", "")
+	testregistry.Push(t, pub.Host+"/demo/web:broken", testregistry.WithCmd(t, served, "/bin/busybox", "sh", "-c", "echo broken; exit 3"), "", "")
 	privDigest := testregistry.Push(t, priv.Host+"/team/web:v1", testregistry.ServingImage(t, bin, "from the private registry\n"), "ci", "s3cret-pw")
 
 	const app = "imaged"
@@ -88,6 +91,19 @@ func TestDeployImage(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// An image that does not come up: rejected as a push's rollout is, the
+	// previous release serving on.
+	start := time.Now()
+	_, e, err = ssh("deploy:image", app, pub.Host+"/demo/web:broken")
+	if err == nil || !strings.Contains(e, "bex: deploy failed: release v2 did not serve: rollout failed: web.1 keeps exiting") ||
+		!strings.Contains(e, "Release v1 keeps serving") || !strings.Contains(e, "-----> Deploying release v2") {
+		t.Errorf("an image that does not serve: %v\n%s", err, e)
+	}
+	t.Logf("the broken image was rejected in %s", time.Since(start).Round(time.Second))
+	if err := p.answers(app, "/", "from the public registry")(); err != nil {
+		t.Fatal(err)
+	}
+
 	login := func(password string) (string, string, error) {
 		fields := strings.Fields(p.sshCommand())
 		cmd := exec.Command(fields[0], append(fields[1:], "-p", p.port(p.sshAddr), "git@127.0.0.1", "registry:login", priv.Host, "ci", "--password-stdin")...)
@@ -109,7 +125,7 @@ func TestDeployImage(t *testing.T) {
 		t.Errorf("registry --json: %v %s", err, out)
 	}
 	out, e, err = ssh("deploy:image", app, priv.Host+"/team/web:v1")
-	if err != nil || !strings.HasPrefix(out, "v2 serves at") {
+	if err != nil || !strings.HasPrefix(out, "v3 serves at") {
 		t.Fatalf("deploy:image of the private image after registry:login: %v\n%s\n%s", err, out, e)
 	}
 	if err := p.answers(app, "/", "from the private registry")(); err != nil {
@@ -119,8 +135,8 @@ func TestDeployImage(t *testing.T) {
 		t.Errorf("spec.image %s, the private registry has %s", img, privDigest)
 	}
 
-	// Rollback between git and image releases, both ways: a push (v3), back to
-	// the private image (v4), back to the push (v5).
+	// Rollback between git and image releases, both ways: a push (v4), back to
+	// the private image (v5), back to the push (v6).
 	r := p.newRepo(t, "hello-shell", app)
 	if out, err := r.push(); err != nil {
 		t.Fatalf("push: %v\n%s", err, out)
@@ -128,13 +144,13 @@ func TestDeployImage(t *testing.T) {
 	if err := p.answers(app, "/", "hello from bex")(); err != nil {
 		t.Fatal(err)
 	}
-	if out, e, err := ssh("rollback", app); err != nil || !strings.Contains(out, "Rolled "+app+" back to v2: release v4.") {
+	if out, e, err := ssh("rollback", app); err != nil || !strings.Contains(out, "Rolled "+app+" back to v3: release v5.") {
 		t.Fatalf("rollback to the image: %v %s %s", err, out, e)
 	}
 	if err := p.answers(app, "/", "from the private registry")(); err != nil {
 		t.Fatal(err)
 	}
-	if out, e, err := ssh("rollback", app, "v3"); err != nil || !strings.Contains(out, "release v5") {
+	if out, e, err := ssh("rollback", app, "v4"); err != nil || !strings.Contains(out, "release v6") {
 		t.Fatalf("rollback to the push: %v %s %s", err, out, e)
 	}
 	if err := p.answers(app, "/", "hello from bex")(); err != nil {

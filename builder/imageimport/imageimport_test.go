@@ -5,12 +5,16 @@ import (
 	"errors"
 	"net/netip"
 	"os"
+	goruntime "runtime"
 	"strings"
 	"testing"
 
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"bex.co/bex/builder/imageimport"
@@ -219,5 +223,65 @@ func TestCopyIntoTheClusterRegistry(t *testing.T) {
 	// Its own registry is not a source, even on a cluster.
 	if _, err := im.Import(ctx, "other", res.Image, nil); !errors.Is(err, imageimport.ErrInvalid) {
 		t.Fatalf("bex's own registry as a source: %v", err)
+	}
+}
+
+// TestAnIndexResolvesToThisPlatformsImage: a multi-platform index is
+// resolved to the manifest of linux and the machine's architecture, and that
+// manifest's digest is what the release pins and what is copied (not the other
+// platforms'); an image only for another platform is refused, saying which.
+func TestAnIndexResolvesToThisPlatformsImage(t *testing.T) {
+	ctx := context.Background()
+	pub := testregistry.Start(t, false)
+	own := testregistry.Start(t, true)
+	native := testregistry.ServingImage(t, busybox(t), "native\n")
+	other := "arm64"
+	if goruntime.GOARCH == "arm64" {
+		other = "amd64"
+	}
+	cf, err := native.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf = cf.DeepCopy()
+	cf.Architecture = other
+	foreign, err := mutate.ConfigFile(native, cf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := mutate.AppendManifests(empty.Index,
+		mutate.IndexAddendum{Add: foreign, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: other}}},
+		mutate.IndexAddendum{Add: native, Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: goruntime.GOARCH}}})
+	tag, _ := name.NewTag(pub.Host + "/multi/app:v1")
+	if err := remote.WriteIndex(tag, idx); err != nil {
+		t.Fatal(err)
+	}
+	testregistry.Push(t, pub.Host+"/foreign/app:v1", foreign, "", "")
+	nativeDigest, _ := native.Digest()
+	foreignDigest, _ := foreign.Digest()
+
+	cfg := imageimport.DefaultConfig()
+	cfg.ImageRepo, cfg.Push = own.Host+"/apps", true
+	im, err := imageimport.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := im.Import(ctx, "multi", pub.Host+"/multi/app:v1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Image != own.Host+"/apps/multi@"+nativeDigest.String() || res.Platform != "linux/"+goruntime.GOARCH {
+		t.Fatalf("imported %+v, want the %s manifest %s", res, goruntime.GOARCH, nativeDigest)
+	}
+	copied, err := name.ParseReference(own.Host + "/apps/multi@" + foreignDigest.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := remote.Head(copied); err == nil {
+		t.Errorf("the %s image was copied too", other)
+	}
+	_, err = im.Import(ctx, "multi", pub.Host+"/foreign/app:v1", nil)
+	if !errors.Is(err, imageimport.ErrInvalid) || !strings.Contains(err.Error(), "is an image for linux/"+other) {
+		t.Errorf("an image for %s: %v", other, err)
 	}
 }

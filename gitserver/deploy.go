@@ -266,15 +266,28 @@ func (s *Server) buildAndRelease(ctx context.Context, j job, out *output, log *s
 	}
 
 	out.step("Releasing %s", res.Image)
-	n, err := s.deployer.Release(ctx, ReleaseRequest{
+	return s.releaseAndAwait(ctx, ReleaseRequest{
 		App: j.app, Image: res.Image, Commit: j.commit.String(), Processes: res.Processes, Actor: j.actor,
 		Cause: j.cause, Delivery: j.delivery,
 		Release: res.Release, Postdeploy: res.Postdeploy, AppJSON: res.AppJSON, Progress: out,
-	})
+	}, out, log, r)
+}
+
+// releaseAndAwait records req and waits for it to serve, saying what happens on
+// out: the second half of a push's deploy, and all of an image's once it is
+// pulled. Once the release is recorded its rollout is awaited even if ctx
+// ends, so that the caller's ref can follow what runs.
+func (s *Server) releaseAndAwait(ctx context.Context, req ReleaseRequest, out *output, log *slog.Logger, r jobResult) jobResult {
+	failed := func(reason, format string, args ...any) jobResult {
+		r.reason, r.detail = reason, fmt.Sprintf(format, args...)
+		return r
+	}
+	req.Progress = out
+	n, err := s.deployer.Release(ctx, req)
 	if err != nil {
 		if errors.Is(err, ErrReleaseCommandFailed) {
 			out.fail("%v", err)
-			out.fail("Nothing changed on %s: whatever served before keeps serving.", j.app)
+			out.fail("Nothing changed on %s: whatever served before keeps serving.", req.App)
 			return failed("release command failed", "%v", err)
 		}
 		if ctx.Err() != nil {
@@ -288,10 +301,10 @@ func (s *Server) buildAndRelease(ctx context.Context, j job, out *output, log *s
 	// From here the release is the App's desired state, so the rollout is seen
 	// through even if the caller leaves: the ref then follows what runs.
 	out.step("Deploying release v%d", n)
-	start = time.Now()
+	start := time.Now()
 	rolloutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.RolloutTimeout)
-	url, err := s.deployer.WaitRollout(rolloutCtx, j.app, n, out)
-	timedOut = errors.Is(rolloutCtx.Err(), context.DeadlineExceeded)
+	url, err := s.deployer.WaitRollout(rolloutCtx, req.App, n, out)
+	timedOut := errors.Is(rolloutCtx.Err(), context.DeadlineExceeded)
 	cancel()
 	s.metrics.rollout.Observe(time.Since(start).Seconds())
 	r.timings = append(r.timings, "rollout", time.Since(start))

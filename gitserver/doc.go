@@ -19,7 +19,9 @@
 //
 // Deploy fetches an app's upstream through package upstream's checked dialer,
 // with the app's own deploy key or kept credentials (UpstreamAuth), never the
-// host key.
+// host key. DeployImage (deploy:image) is a push without the build: under the
+// app's lock an image is pulled into the app's image repository (Images, wired
+// by cmd/bex to builder/imageimport), then released and awaited as a push's.
 //
 // Open sessions are checked again every Config.SessionRecheck (sessions.go): a
 // session whose key is gone is closed, and one whose user may no longer use an app

@@ -76,6 +76,9 @@ type ReleaseRequest struct {
 	App    string
 	Image  string
 	Commit string
+	// Description, when not empty, is the release's line for people (the
+	// deployer makes one from the commit otherwise).
+	Description string
 	// Processes are the process types of the build; nil keeps the App's.
 	Processes map[string][]string
 	// Actor is the user who pushed, or who or what asked for the deploy.
@@ -90,6 +93,18 @@ type ReleaseRequest struct {
 	AppJSON             *AppJSON
 	// Progress receives the release command's output while it runs.
 	Progress io.Writer
+}
+
+// Images brings an image from a registry into an app's image repository, for
+// DeployImage (deploy:image): cmd/bex wires builder/imageimport.
+type Images interface {
+	// Import resolves ref (a tag or a digest, from any registry this server may
+	// reach) and copies the image where the app's releases' images live,
+	// writing progress lines to progress. It returns the copy's digest-pinned
+	// reference. Its errors carry the backend's kinds and say, in the user's
+	// terms, what was wrong with ref (NotFound: no such image; Invalid: not a
+	// reference, a registry refused or out of reach, no login).
+	Import(ctx context.Context, app, ref string, progress io.Writer) (image string, err error)
 }
 
 // Directory answers who a key belongs to and what apps exist. Implementations cache:

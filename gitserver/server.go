@@ -30,8 +30,11 @@ type Server struct {
 	// upstreamAuth gives an upstream fetch the app's deploy key and credentials;
 	// nil: no ssh upstreams, https ones anonymously.
 	upstreamAuth UpstreamAuth
-	log          *slog.Logger
-	metrics      *metrics
+	// images brings images from registries for DeployImage; nil: this server
+	// deploys no images.
+	images  Images
+	log     *slog.Logger
+	metrics *metrics
 
 	ssh    *ssh.Server
 	locks  appLocks
@@ -60,6 +63,9 @@ func WithCommands(c Commands) Option { return func(s *Server) { s.commands = c }
 // WithUpstreamAuth sets where the fetch of an app's upstream gets the app's
 // deploy key and credentials.
 func WithUpstreamAuth(a UpstreamAuth) Option { return func(s *Server) { s.upstreamAuth = a } }
+
+// WithImages sets what DeployImage pulls images with (deploy:image).
+func WithImages(i Images) Option { return func(s *Server) { s.images = i } }
 
 // context keys of a connection.
 type ctxKey string

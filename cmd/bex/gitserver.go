@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"bex.co/bex/builder"
+	"bex.co/bex/builder/imageimport"
 	"bex.co/bex/builder/plan"
 	"bex.co/bex/deployer/releases"
 	deployruntime "bex.co/bex/deployer/runtime"
@@ -34,6 +35,7 @@ import (
 	"bex.co/bex/gitserver/upstream"
 	"bex.co/bex/gitserver/webhook"
 	"bex.co/bex/internal/clientaddr"
+	"bex.co/bex/internal/daemons"
 )
 
 // gitserverCmd runs the SSH git endpoint against an existing Kubernetes API and
@@ -59,18 +61,24 @@ type gitserverCmd struct {
 	oneOffs        deployruntime.OneOffs
 	containerdAddr string
 	containerdNS   string
-	sshURL         string
-	adminKeys      []string
-	hooksAddr      string
-	hooksURL       string
-	allowFile      bool
-	allowPrivate   bool
-	trustedProxies []string
-	maxObjectSize  byteSize
-	minFreeDisk    byteSize
-	buildMemory    byteSize
-	buildCgroup    string
-	planImages     plan.Images
+	// images pulls deploy:image's images; nil: deploy:image says it is off.
+	images       imageImporter
+	sshURL       string
+	adminKeys    []string
+	hooksAddr    string
+	hooksURL     string
+	allowFile    bool
+	allowPrivate bool
+	// allowPrivateRegistries lets deploy:image pull from registries on
+	// loopback, private and link-local addresses.
+	allowPrivateRegistries bool
+	registryInsecure       bool
+	trustedProxies         []string
+	maxObjectSize          byteSize
+	minFreeDisk            byteSize
+	buildMemory            byteSize
+	buildCgroup            string
+	planImages             plan.Images
 
 	// ready, when set, receives the listen address once the server accepts;
 	// hooksReady the HTTP address of the hooks.
@@ -134,6 +142,8 @@ func (c *gitserverCmd) command() *cobra.Command {
 	}
 	f.StringSliceVar(&c.trustedProxies, "hooks-trusted-proxies", trusted, "addresses or CIDRs of the proxies (bex's edge) whose X-Forwarded-For names the source of a webhook delivery, for the limit on bad signatures per source")
 	f.BoolVar(&c.allowFile, "allow-file-upstreams", false, "let webhooks fetch file:// upstreams (a file:// URL can name any repository on this machine, another app's too)")
+	f.BoolVar(&c.allowPrivateRegistries, "allow-private-registries", false, "let deploy:image pull from registries on loopback, private (RFC 1918, CGNAT 100.64/10, ULA), link-local and metadata addresses, e.g. a registry on the LAN (off: a member could make this server reach the platform's listeners, the LAN or the cloud's metadata service)")
+	f.BoolVar(&c.registryInsecure, "registry-insecure", false, "with --push: speak plain HTTP to --image-repo's registry (bex's own, inside the cluster) when deploy:image copies an image into it")
 	f.BoolVar(&c.allowPrivate, "allow-private-upstreams", false, "let apps fetch upstreams on loopback, private (RFC 1918, CGNAT 100.64/10, ULA), link-local and metadata addresses, e.g. a Gitea on the LAN (off: a member could make this server reach the API server, the LAN or the cloud's metadata service)")
 	return cmd
 }
@@ -251,6 +261,34 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 			c.oneOffs = oneOffs
 		}
 	}
+	// deploy:image: the image goes where a build's would, into containerd
+	// (one machine) or the cluster's registry (--push).
+	icfg := imageimport.DefaultConfig()
+	icfg.ImageRepo, icfg.Namespace = c.imageRepo, c.containerdNS
+	icfg.Blocked = registryBlocked(c.allowPrivateRegistries)
+	icfg.Credentials = &hooksecrets.Registries{Client: kc, Namespace: c.secretsNamespace}
+	if c.push {
+		icfg.Push, icfg.PushKeychain, icfg.PushInsecure = true, configKeychain(c.registryConfig), c.registryInsecure
+	} else if c.runtime == "local" {
+		addr := c.containerdAddr
+		if addr == "" {
+			addr = filepath.Join(c.stateDir, "containerd", "containerd.sock")
+		}
+		if icfg.Containerd, err = daemons.ContainerdClient(strings.TrimPrefix(addr, "unix://"), c.containerdNS); err != nil {
+			c.log.Warn("deploy:image is off: containerd is not reachable", "err", err)
+		} else {
+			defer icfg.Containerd.Close()
+		}
+	}
+	if icfg.Push || icfg.Containerd != nil {
+		im, err := imageimport.New(icfg)
+		if err != nil {
+			return err
+		}
+		c.images = imageImporter{im}
+		bk.Images = imageDeployer{server: func() *gitserver.Server { return srv }}
+		bk.Registries = c.images
+	}
 	if c.oneOffs != nil {
 		bk.Runner = oneOffRunner{c.oneOffs}
 		// The release command and postdeploy scripts run as one-offs too.
@@ -275,7 +313,8 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 		gitserver.WithCommands(cmds),
 		// Each app fetches its ssh upstreams with its own deploy key, kept with
 		// the webhook secrets.
-		gitserver.WithUpstreamAuth(&hooksecrets.Upstreams{Client: kc, Namespace: c.namespace, SecretsNamespace: c.secretsNamespace}))
+		gitserver.WithUpstreamAuth(&hooksecrets.Upstreams{Client: kc, Namespace: c.namespace, SecretsNamespace: c.secretsNamespace}),
+		gitserver.WithImages(c.images.importer()))
 	if err != nil {
 		return err
 	}

@@ -81,7 +81,7 @@ func errorCode(res *mcp.CallToolResult) string {
 }
 
 // mcpTools are the MCP server's tools, sorted.
-const mcpTools = "app_status build_logs deploy list_apps logs releases resume rollback run scale set_config suspend"
+const mcpTools = "app_status build_logs deploy deploy_image list_apps logs releases resume rollback run scale set_config suspend"
 
 // TestAgentAPI: the SDK's own MCP client, with a token from tokens:create, lists
 // the tools, deploys (real buildkitd; the test plays the deployer), reads the
@@ -121,6 +121,12 @@ func TestAgentAPI(t *testing.T) {
 	res := call(t, ctx, s, "deploy", map[string]any{"app": "agentapp"}, &dep)
 	if res.IsError || dep.Release != 1 || dep.Commit != head1 || !strings.Contains(text(res), "Deployed agentapp: release v1") {
 		t.Fatalf("deploy: %s %+v", text(res), dep)
+	}
+	// deploy_image reaches the gitserver's deploy:image, with its address rule:
+	// without --allow-private-registries a registry on loopback is refused.
+	res = call(t, ctx, s, "deploy_image", map[string]any{"app": "agentapp", "image": "127.0.0.1:5/x/y:v1"}, nil)
+	if errorCode(res) != "invalid" || !strings.Contains(text(res), "127.0.0.1 is a loopback address, which deploy:image may not pull from") {
+		t.Fatalf("deploy_image from loopback: %s", text(res))
 	}
 	var st backend.AppInfo
 	testenv.Eventually(t, 30*time.Second, "agentapp Running", func() error {
@@ -198,7 +204,7 @@ func TestAgentAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ms.Close()
-	for _, tool := range []string{"app_status", "deploy", "resume", "rollback", "logs"} {
+	for _, tool := range []string{"app_status", "deploy", "deploy_image", "resume", "rollback", "logs"} {
 		res := call(t, ctx, ms, tool, map[string]any{"app": "agentapp"}, nil)
 		if errorCode(res) != "forbidden" || !strings.Contains(text(res), "has no access to app agentapp") {
 			t.Fatalf("mallory's %s: %s", tool, text(res))

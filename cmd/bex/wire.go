@@ -88,6 +88,11 @@ func (p pushDeployer) Release(ctx context.Context, req gitserver.ReleaseRequest)
 		cause = appv1.ReleaseCauseWebhook
 	case gitserver.CauseDeploy:
 		cause = appv1.ReleaseCauseDeploy
+	case gitserver.CauseImage:
+		// No code came with it: the scripts and cron jobs of the last push go
+		// (Code is empty), and app.json's record is forgotten, as for a push
+		// without one.
+		cause = appv1.ReleaseCauseImage
 	}
 	// Scripts and cron come with the commit (absent ones are removed); app.json's
 	// formation and health check apply with the last-applied rule, an empty one
@@ -103,7 +108,7 @@ func (p pushDeployer) Release(ctx context.Context, req gitserver.ReleaseRequest)
 	}
 	n, err := p.r.Record(ctx, req.App, releases.Change{
 		Image: req.Image, Commit: req.Commit, Processes: req.Processes,
-		Cause: cause, Actor: req.Actor, Delivery: req.Delivery,
+		Cause: cause, Actor: req.Actor, Delivery: req.Delivery, Description: req.Description,
 		Code: code, AppJSON: aj, Progress: req.Progress,
 	})
 	if errors.Is(err, releases.ErrReleaseCommandFailed) {

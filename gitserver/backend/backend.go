@@ -121,6 +121,12 @@ type Config struct {
 	// Deployer runs deploys and webhook redeploys; nil: deploy says this server
 	// does not build.
 	Deployer Deployer
+	// Images deploys images from registries (deploy:image); nil: it says this
+	// server does not.
+	Images ImageDeployer
+	// Registries tries registry logins before registry:login keeps them; nil:
+	// registry:login says this server keeps none.
+	Registries RegistryChecker
 	// Logs reads runtime logs; nil: logs says they are not available.
 	Logs RuntimeLogs
 	// Builds reads build logs; nil: builds says they are not available.

@@ -27,7 +27,9 @@
 // API server (Config.Client) and then wait, briefly, until the cache has seen
 // them, so that the next request reads its own writes. Config changes and
 // rollbacks are releases recorded through Config.Releases; deploys and webhook
-// redeploys run through Config.Deployer (the gitserver's push pipeline); logs
+// redeploys run through Config.Deployer (the gitserver's push pipeline), and
+// deploy:image through Config.Images (the same pipeline with a pull in place of
+// the build; registry:login's check through Config.Registries); logs
 // come from Config.Logs and Config.Builds, and the disk's usage and pruning
 // (system:df, system:prune: admins; an app's own bytes in apps:info) from
 // Config.Storage, with the images each app's Releases keep: small interfaces cmd/bex wires, so

@@ -26,4 +26,9 @@
 // app.bex.co/secret=upstream-credentials), the username and password of its https
 // upstream. Both carry the App's uid (app.bex.co/app-uid): one left by an app of
 // the same name is not taken for the new app's. Delete removes them with the app.
+//
+// Registries keeps the registry logins of registry:login, the server's (not an
+// app's), in one Secret "bex-registry-logins" (kubernetes.io/dockerconfigjson,
+// app.bex.co/secret=registry-logins) of the same namespace: a Docker config.json,
+// read by the image importer at each deploy:image pull.
 package hooksecrets

@@ -32,6 +32,12 @@ type DeployArgs struct {
 	Commit string `json:"commit,omitempty" jsonschema:"a full 40-digit commit of the app's repository; default: the deploy branch (fetched from the upstream when the app has one)"`
 }
 
+// DeployImageArgs are deploy_image's arguments.
+type DeployImageArgs struct {
+	App   string `json:"app" jsonschema:"the app's name"`
+	Image string `json:"image" jsonschema:"the image, as docker pull takes it: a tag (ghcr.io/org/app:v1) or a digest (registry.example/app@sha256:...), from any registry"`
+}
+
 // Deployed is the result of the tools that make a release.
 type Deployed struct {
 	App        string `json:"app"`
@@ -188,6 +194,19 @@ func (s *Server) tools() {
 			}
 			return Deployed{App: in.App, Release: res.Release, Commit: res.Commit, URL: res.URL},
 				fmt.Sprintf("Deployed %s: release v%d of commit %.7s serves at %s.", in.App, res.Release, res.Commit, res.URL), nil
+		})
+
+	addTool(s, "deploy_image", "Deploy an image from a registry as a new release of an app (cause Image): it is pulled, pinned by its digest, and runs its own command as web, as deploy:image does. Waits until the release serves or fails; the previous release keeps serving on failure. A private registry needs an admin's registry:login.",
+		func(ctx context.Context, u *backend.User, in DeployImageArgs) (Deployed, string, error) {
+			if err := required(in.App); err != nil {
+				return Deployed{}, "", err
+			}
+			res, err := b.DeployImage(ctx, u, in.App, in.Image, nil)
+			if err != nil {
+				return Deployed{}, "", err
+			}
+			return Deployed{App: in.App, Release: res.Release, URL: res.URL},
+				fmt.Sprintf("Deployed %s: release v%d of %s serves at %s.", in.App, res.Release, in.Image, res.URL), nil
 		})
 
 	addTool(s, "rollback", "Run an older release's image and config again, as a new release, and wait for it to serve.",

@@ -58,6 +58,10 @@ type Config struct {
 	// (--allow-private-upstreams): apps may fetch upstreams on loopback, private
 	// and link-local addresses (a git host on the LAN). Off by default.
 	AllowPrivateUpstreams bool
+	// AllowPrivateRegistries is passed to the gitserver
+	// (--allow-private-registries): deploy:image may pull from registries on
+	// loopback, private and link-local addresses.
+	AllowPrivateRegistries bool
 	// MaxObjectBytes is passed to the gitserver (--max-object-size); 0 keeps its
 	// default.
 	MaxObjectBytes int64

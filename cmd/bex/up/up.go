@@ -473,6 +473,9 @@ func (p *Platform) startComponents(ctx context.Context) error {
 	if p.cfg.AllowPrivateUpstreams {
 		gitArgs = append(gitArgs, "--allow-private-upstreams")
 	}
+	if p.cfg.AllowPrivateRegistries {
+		gitArgs = append(gitArgs, "--allow-private-registries")
+	}
 	gitArgs = append(gitArgs, p.buildStepArgs()...)
 	gitArgs = append(gitArgs, p.planImageArgs()...)
 	if p.cfg.HooksAddr != "" {

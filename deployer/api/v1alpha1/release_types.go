@@ -27,7 +27,7 @@ type Release struct {
 }
 
 // ReleaseCause says what made a release.
-// +kubebuilder:validation:Enum=Push;Config;Rollback;Webhook;Scale;Deploy
+// +kubebuilder:validation:Enum=Push;Config;Rollback;Webhook;Scale;Deploy;Image
 type ReleaseCause string
 
 // The causes of a Release.
@@ -44,6 +44,9 @@ const (
 	ReleaseCauseScale ReleaseCause = "Scale"
 	// ReleaseCauseDeploy: an image was deployed directly through the API.
 	ReleaseCauseDeploy ReleaseCause = "Deploy"
+	// ReleaseCauseImage: an image from a registry was deployed as it is
+	// (deploy:image): no build, no Procfile, no release phase.
+	ReleaseCauseImage ReleaseCause = "Image"
 )
 
 // ReleaseSpec is the content of a Release.

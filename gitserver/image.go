@@ -1,0 +1,93 @@
+package gitserver
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/gitserver/backend"
+)
+
+// CauseImage: an image from a registry was deployed as it is (deploy:image).
+const CauseImage Cause = "image"
+
+// ImageRequest is a deploy of an image from a registry.
+type ImageRequest struct {
+	App string
+	// Image is the reference as the user gave it: a tag or a digest, from any
+	// registry.
+	Image string
+	// Actor is the user who asked.
+	Actor string
+}
+
+// ErrNoImages: this server was started without an Images (it pulls nothing).
+var ErrNoImages error = &backend.Error{Kind: backend.Invalid, Msg: "this server does not deploy images from registries"}
+
+// DeployImage deploys an image from a registry as a release of req.App, the way
+// a push deploys a build: under the app's push lock (a push or deploy of the
+// app waits, and this waits for them), the image pulled into the app's image
+// repository (Images), then a release recorded (cause Image) and awaited, and
+// withdrawn when it does not serve, the previous release serving on. It
+// differs from a push only in where the image comes from: there is no build,
+// so no Procfile (the image's own command runs as web, the only process type),
+// no app.json, no release command, postdeploy script or cron jobs (the
+// release clears the ones the last push brought; a rollback to that push's
+// release brings them back). Progress lines go to progress as a push's do.
+func (s *Server) DeployImage(ctx context.Context, req ImageRequest, progress io.Writer) (*DeployResult, error) {
+	if !appv1.ValidAppName(req.App) {
+		return nil, fmt.Errorf("%w: %q is not an app name", ErrAppNotFound, req.App)
+	}
+	if _, err := s.dir.App(ctx, req.App); err != nil {
+		return nil, err
+	}
+	if s.images == nil {
+		return nil, ErrNoImages
+	}
+	// As for a push: the pull writes to the state dir's disk.
+	if err := s.checkDisk("deploy the image again"); err != nil {
+		s.log.Warn("deploy:image refused", "app", req.App, "reason", err)
+		return nil, err
+	}
+	out := newPlainOutput(progress)
+	log := s.log.With("app", req.App, "cause", CauseImage, "actor", req.Actor, "image", req.Image)
+	lockCtx, cancel := context.WithTimeout(ctx, s.cfg.LockWait)
+	unlock, err := s.locks.acquire(lockCtx, req.App, fmt.Sprintf("a deploy of %s by %s", req.Image, req.Actor), func(holder string) {
+		out.step("Waiting for %s to finish (one deploy per app at a time)", holder)
+	})
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("%w: %s is still busy after %s", ErrBusy, req.App, s.cfg.LockWait)
+	}
+	defer unlock()
+
+	out.step("Pulling %s", req.Image)
+	image, err := s.images.Import(ctx, req.App, req.Image, out)
+	if err != nil {
+		log.Info("deploy:image", "result", "refused", "reason", err)
+		out.fail("%v", err)
+		out.fail("Nothing changed on %s: whatever served before keeps serving.", req.App)
+		return nil, err
+	}
+	out.step("Releasing %s", image)
+	res := s.releaseAndAwait(ctx, ReleaseRequest{
+		App: req.App, Image: image, Actor: req.Actor, Cause: CauseImage,
+		Description: "Deploy image " + req.Image,
+		// The image's own command as web, and no other type: a Procfile's
+		// commands were the pushed code's, not this image's.
+		Processes: map[string][]string{},
+	}, out, log, jobResult{})
+	if res.reason != "" {
+		log.Info("deploy:image", "result", "failed", "reason", res.reason)
+		if res.reason == reasonCancelled && ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("%w: %s", ErrDeployFailed, res.detail)
+	}
+	log.Info("deploy:image", append([]any{"result", "deployed", "release", res.release, "pulled", image}, res.timings...)...)
+	return &DeployResult{Release: res.release, URL: res.url}, nil
+}

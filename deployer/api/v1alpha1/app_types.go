@@ -171,7 +171,8 @@ const DefaultVolumeSize = 1 << 30
 const MaxVolumes = 8
 
 // Volume is one of an app's persistent directories.
-// +kubebuilder:validation:XValidation:rule="quantity(string(self.size)).compareTo(quantity('16Mi')) >= 0 && quantity(string(self.size)).compareTo(quantity('16Ti')) <= 0",message="size: a volume's size goes from 16Mi to 16Ti"
+// +kubebuilder:validation:XValidation:rule="quantity(string(self.size)).compareTo(quantity('16Mi')) >= 0",message="size: a volume's size goes from 16Mi to 16Ti"
+// +kubebuilder:validation:XValidation:rule="quantity(string(self.size)).compareTo(quantity('16Ti')) <= 0",message="size: a volume's size goes from 16Mi to 16Ti"
 type Volume struct {
 	// name names the volume within its app: lower-case letters, digits and '-'.
 	// +kubebuilder:validation:MinLength=1

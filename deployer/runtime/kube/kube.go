@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/deployer/runtime"
 )
 
@@ -55,6 +56,17 @@ func (r *Runtime) Config() Config { return r.cfg }
 func (r *Runtime) Sync(ctx context.Context, d runtime.Desired) (runtime.Status, error) {
 	if err := checkDesired(d); err != nil {
 		return runtime.Status{}, err
+	}
+	if len(d.Volumes) > 0 {
+		// Not silently ignored: an app that counts on its files must not run
+		// without them. PersistentVolumeClaims are the cluster's half, not done yet.
+		var st runtime.Status
+		st.Failure = appv1.VolumeFailedReason
+		st.Message = "volumes are not supported on the kubernetes runtime yet: remove them (volumes:destroy) or run the app on one machine"
+		for _, v := range d.Volumes {
+			st.Volumes = append(st.Volumes, appv1.VolumeStatus{Name: v.Name, Message: st.Message})
+		}
+		return st, nil
 	}
 	key := d.Key()
 	var list appsv1.DeploymentList

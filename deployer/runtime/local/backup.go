@@ -18,6 +18,7 @@ import (
 
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -198,6 +199,9 @@ func writeTar(ctx context.Context, root *os.Root, base uint32, w io.Writer) erro
 			hdr.Name += "/"
 		}
 		hdr.Uname, hdr.Gname = "", ""
+		// Only the modification time: access and change times differ on every
+		// read, and two backups of the same files should be the same bytes.
+		hdr.AccessTime, hdr.ChangeTime = time.Time{}, time.Time{}
 		hdr.Format = tar.FormatPAX
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 			hdr.Uid, hdr.Gid = containerID32(st.Uid, base), containerID32(st.Gid, base)
@@ -337,6 +341,17 @@ func entryName(n string) (string, error) {
 func extract(ctx context.Context, root *os.Root, dir string, base uint32, r io.Reader) error {
 	tr := tar.NewReader(r)
 	entries := 0
+	// Directories get their times last: what is made in them changes them.
+	type dirTime struct {
+		path string
+		t    time.Time
+	}
+	var dirTimes []dirTime
+	defer func() {
+		for i := len(dirTimes) - 1; i >= 0; i-- {
+			_ = root.Chtimes(dirTimes[i].path, dirTimes[i].t, dirTimes[i].t)
+		}
+	}()
 	for {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -407,6 +422,9 @@ func extract(ctx context.Context, root *os.Root, dir string, base uint32, r io.R
 			if err := root.Symlink(hdr.Linkname, target); err != nil {
 				return fmt.Errorf("%s: %w", hdr.Name, err)
 			}
+			if !hdr.ModTime.IsZero() {
+				_ = lchtimes(root, target, hdr.ModTime)
+			}
 		case tar.TypeLink:
 			src, err := entryName(hdr.Linkname)
 			if err != nil || src == "" {
@@ -446,7 +464,11 @@ func extract(ctx context.Context, root *os.Root, dir string, base uint32, r io.R
 			if err := root.Chmod(target, mode); err != nil {
 				return fmt.Errorf("%s: %w", hdr.Name, err)
 			}
-			if !hdr.ModTime.IsZero() {
+			switch {
+			case hdr.ModTime.IsZero():
+			case hdr.Typeflag == tar.TypeDir:
+				dirTimes = append(dirTimes, dirTime{target, hdr.ModTime})
+			default:
 				_ = root.Chtimes(target, hdr.ModTime, hdr.ModTime)
 			}
 		}
@@ -499,4 +521,16 @@ func checkParents(root *os.Root, dir, name string) error {
 		}
 	}
 	return nil
+}
+
+// lchtimes sets a symbolic link's own times (os.Root has no Lchtimes): through
+// its parent directory, opened within root.
+func lchtimes(root *os.Root, name string, t time.Time) error {
+	parent, err := root.Open(path.Dir(name))
+	if err != nil {
+		return err
+	}
+	defer parent.Close()
+	ts := []unix.Timespec{unix.NsecToTimespec(t.UnixNano()), unix.NsecToTimespec(t.UnixNano())}
+	return unix.UtimesNanoAt(int(parent.Fd()), path.Base(name), ts, unix.AT_SYMLINK_NOFOLLOW)
 }

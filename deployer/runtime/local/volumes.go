@@ -493,3 +493,28 @@ func (r *Runtime) removeAllVolumes(key types.NamespacedName) error {
 	_ = os.Remove(filepath.Join(r.cfg.volumeMountRoot(), key.Namespace, key.Name))
 	return nil
 }
+
+// UnmountVolumes unmounts every volume of the runtime state dir stateDir, for
+// bex up's stop once the apps' containers are gone: nothing of bex stays
+// mounted, and the next start's runtime mounts them again before it adopts the
+// containers.
+func UnmountVolumes(stateDir string) error {
+	root := Config{StateDir: stateDir}.volumeMountRoot()
+	var errs []error
+	nss, _ := os.ReadDir(root)
+	for _, ns := range nss {
+		apps, _ := os.ReadDir(filepath.Join(root, ns.Name()))
+		for _, app := range apps {
+			vols, _ := os.ReadDir(filepath.Join(root, ns.Name(), app.Name()))
+			for _, v := range vols {
+				dir := filepath.Join(root, ns.Name(), app.Name(), v.Name())
+				if ok, err := isMountPoint(dir); err == nil && ok {
+					if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+						errs = append(errs, fmt.Errorf("unmount %s: %w", dir, err))
+					}
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -518,3 +518,26 @@ func UnmountVolumes(stateDir string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// VolumeBytes is the bytes the app's volumes take in the runtime state dir
+// stateDir: the apparent size of their images (as du -b counts them), which is
+// their full size, allocated when each was made.
+func VolumeBytes(stateDir string, key types.NamespacedName) (int64, error) {
+	cfg := Config{StateDir: stateDir}
+	names, err := cfg.volumesOnDisk(key)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, name := range names {
+		fi, err := os.Stat(cfg.volumeImage(key, name))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		n += fi.Size()
+	}
+	return n, nil
+}

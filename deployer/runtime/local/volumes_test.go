@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -480,4 +481,86 @@ func tarNames(t *testing.T, b []byte) []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// TestRolloutWithAVolumeKeepsServing: on one machine a rollout of an app with a
+// volume stays zero-downtime (the new instance is ready beside the old one, both
+// mounting the same file system): every request, made as the edge makes them,
+// gets the volume's file from the first release to the second.
+func TestRolloutWithAVolumeKeepsServing(t *testing.T) {
+	f := newFixture(t, "volume-rollout")
+	o := f.newOneOffs()
+	vols := []appv1.Volume{dataVolume("16Mi")}
+	f.app.Spec.Volumes = vols
+	d := f.desired(1, f.v1, 1)
+	d.Volumes = vols
+	f.syncUntil(d, time.Minute, "release 1 with a volume", rolledOut)
+	if exit, out := f.run(o, f.app, `echo kept > `+volPath+`/f`); exit != 0 {
+		t.Fatalf("write: %d %q", exit, out)
+	}
+
+	var (
+		mu              sync.Mutex
+		answers, failed int
+		failures        []string
+		bothMounted     bool
+		stop, done      = make(chan struct{}), make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			urls, err := readEndpoints(f.k8s, f.key())
+			var body string
+			if err == nil && len(urls) == 0 {
+				err = fmt.Errorf("no ready endpoint")
+			}
+			if err == nil {
+				body, err = get(urls[i%len(urls)] + "/data/f")
+			}
+			mu.Lock()
+			if err != nil || body != "kept" {
+				failed++
+				failures = append(failures, fmt.Sprintf("%q %v", body, err))
+			} else {
+				answers++
+			}
+			mu.Unlock()
+		}
+	}()
+	d2 := f.desired(2, f.v2, 1)
+	d2.Volumes = vols
+	testenv.Eventually(t, time.Minute, "release 2 rolled out", func() error {
+		st, err := f.rt.Sync(context.Background(), d2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, l := range f.containers() {
+			if labelHasVolume(l, "data") {
+				n++
+			}
+		}
+		if n == 2 {
+			bothMounted = true
+		}
+		if !st.RolledOut || st.Serving != 2 {
+			return fmt.Errorf("%+v", st)
+		}
+		return nil
+	})
+	testenv.Eventually(t, 30*time.Second, "the old instance to stop", f.containersAre(1))
+	close(stop)
+	<-done
+	if failed > 0 || answers < 10 {
+		t.Fatalf("%d answers, %d failed during the rollout: %v", answers, failed, failures)
+	}
+	if !bothMounted {
+		t.Fatalf("the old and the new instance never had the volume at once: the rollout was not overlapping")
+	}
+	t.Logf("%d requests during the rollout, all answered with the volume's file", answers)
 }

@@ -57,8 +57,34 @@ func TestVolumes(t *testing.T) {
 		t.Fatalf("push: %v\n%s", err, out)
 	}
 
+	// Bad names and paths: one line each, nothing made.
+	for _, bad := range [][]string{
+		{"volumes:create", "vol-app", "../x", "--path", "/data"},
+		{"volumes:create", "vol-app", "a/b", "--path", "/data"},
+		{"volumes:create", "vol-app", "data", "--path", "../etc"},
+		{"volumes:create", "vol-app", "data", "--path", "/data/../etc"},
+		{"volumes:create", "vol-app", "data", "--path", "/proc/self"},
+		{"volumes:create", "vol-app", "data", "--path", "/"},
+		{"volumes:create", "vol-app", "data"},
+		{"volumes:create", "vol-app", "data", "--path", "/data", "--size", "1Mi"},
+		{"volumes:create", "vol-app", "data", "--path", "/data", "--process", "../web"},
+	} {
+		out, errOut, err := p.ssh(t, quoteWords(bad)...)
+		if err == nil || !strings.HasPrefix(errOut, "bex: ") || strings.Count(errOut, "\n") != 1 || out != "" {
+			t.Errorf("%v: %v, stdout %q, stderr %q: want one line of refusal", bad, err, out, errOut)
+		}
+	}
+	// A volume the disk has no room for: refused, and not left in the spec.
+	out, errOut, err := p.ssh(t, "volumes:create", "vol-app", "huge", "--path", "/huge", "--size", "16Ti")
+	if err == nil || !strings.Contains(errOut, "could not be made") || !strings.Contains(errOut, "free") {
+		t.Fatalf("a 16Ti volume: %v %q %q", err, out, errOut)
+	}
+	if out := p.mustSSH(t, "volumes", "vol-app"); !strings.Contains(out, "has no volumes") {
+		t.Fatalf("the volume that could not be made is listed: %q", out)
+	}
+
 	// hello-shell's httpd serves /www: a volume at /www/data is readable at /data.
-	out, errOut, err := p.ssh(t, "volumes:create", "vol-app", "data", "--path", "/www/data", "--size", "16Mi")
+	out, errOut, err = p.ssh(t, "volumes:create", "vol-app", "data", "--path", "/www/data", "--size", "16Mi")
 	if err != nil || out != "Created the volume data (16Mi) of vol-app, mounted at /www/data.\n" || !strings.Contains(errOut, "-----> Making data (16Mi) and mounting it at /www/data") {
 		t.Fatalf("volumes:create: %v\nstdout %q\nstderr %q", err, out, errOut)
 	}

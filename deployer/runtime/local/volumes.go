@@ -489,7 +489,10 @@ func (r *Runtime) removeAllVolumes(key types.NamespacedName) error {
 			return err
 		}
 	}
-	_ = os.Remove(r.cfg.volumeImageDir(key))
+	// What is left are lock files (of volumes that could not be made, too).
+	if err := os.RemoveAll(r.cfg.volumeImageDir(key)); err != nil {
+		return err
+	}
 	_ = os.Remove(filepath.Join(r.cfg.volumeMountRoot(), key.Namespace, key.Name))
 	return nil
 }

@@ -727,3 +727,23 @@ func TestHostUsersConfig(t *testing.T) {
 		t.Fatalf("hostUsers %v with HostUsers set, want true", h)
 	}
 }
+
+// TestVolumesAreRefusedNotIgnored: the cluster's half of volumes is not done, so
+// an app with one does not roll out there (rather than run without its files),
+// and what serves keeps serving: its Deployment is not touched.
+func TestVolumesAreRefusedNotIgnored(t *testing.T) {
+	f := setup(t)
+	procs := map[string]appv1.ProcessSpec{"web": {Replicas: 1}}
+	f.servingRelease1(procs)
+	before := f.deployment("hello-web")
+	d := f.desired(2, imageB, procs)
+	d.Volumes = []appv1.Volume{{Name: "data", Path: "/data", Size: resource.MustParse("1Gi")}}
+	st := f.sync(d)
+	if st.Failure != appv1.VolumeFailedReason || !strings.Contains(st.Message, "not supported on the kubernetes runtime") ||
+		len(st.Volumes) != 1 || st.Volumes[0].Ready {
+		t.Fatalf("status %+v", st)
+	}
+	if after := f.deployment("hello-web"); after.Generation != before.Generation || after.Spec.Template.Spec.Containers[0].Image != imageA {
+		t.Fatalf("the Deployment changed: generation %d → %d, image %s", before.Generation, after.Generation, after.Spec.Template.Spec.Containers[0].Image)
+	}
+}

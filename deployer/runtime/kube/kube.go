@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -57,17 +59,6 @@ func (r *Runtime) Sync(ctx context.Context, d runtime.Desired) (runtime.Status, 
 	if err := checkDesired(d); err != nil {
 		return runtime.Status{}, err
 	}
-	if len(d.Volumes) > 0 {
-		// Not silently ignored: an app that counts on its files must not run
-		// without them. PersistentVolumeClaims are the cluster's half, not done yet.
-		var st runtime.Status
-		st.Failure = appv1.VolumeFailedReason
-		st.Message = "volumes are not supported on the kubernetes runtime yet: remove them (volumes:destroy) or run the app on one machine"
-		for _, v := range d.Volumes {
-			st.Volumes = append(st.Volumes, appv1.VolumeStatus{Name: v.Name, Message: st.Message})
-		}
-		return st, nil
-	}
 	key := d.Key()
 	var list appsv1.DeploymentList
 	if err := r.c.List(ctx, &list, client.InNamespace(key.Namespace), client.MatchingLabels{LabelApp: key.Name}); err != nil {
@@ -97,6 +88,18 @@ func (r *Runtime) Sync(ctx context.Context, d runtime.Desired) (runtime.Status, 
 		}
 		if err != nil && !apierrors.IsNotFound(err) {
 			return runtime.Status{}, fmt.Errorf("app %s: get deployment %s: %w", key, DeploymentName(key.Name, p), err)
+		}
+	}
+
+	// The claims first: a pod of a Deployment applied before its claim would
+	// wait for it, and a claim that cannot be applied holds the release back.
+	vols, err := r.syncVolumes(ctx, d)
+	if err != nil {
+		return runtime.Status{}, err
+	}
+	for _, v := range vols {
+		if want := slices.ContainsFunc(d.Volumes, func(w appv1.Volume) bool { return w.Name == v.Name }); want && !v.Ready {
+			return runtime.Status{Serving: servedRelease(existing[WebProcess]), Failure: appv1.VolumeFailedReason, Message: v.Message, Volumes: vols}, nil
 		}
 	}
 
@@ -141,6 +144,18 @@ func (r *Runtime) Sync(ctx context.Context, d runtime.Desired) (runtime.Status, 
 		return runtime.Status{}, fmt.Errorf("app %s: list pods: %w", key, err)
 	}
 	st := statusOf(d, applied, pods.Items)
+	st.Volumes = vols
+	if !st.RolledOut && st.Failure == "" {
+		var recreated []string
+		for _, p := range processOrder(d.Processes) {
+			if len(volumesOf(d.Volumes, p)) > 0 {
+				recreated = append(recreated, p)
+			}
+		}
+		if len(recreated) > 0 {
+			st.Message += fmt.Sprintf("; %s stop before their new instances start (their volumes attach to one node at a time): a short downtime", strings.Join(recreated, ", "))
+		}
+	}
 	cron, err := r.syncCron(ctx, d)
 	if err != nil {
 		return runtime.Status{}, err
@@ -166,6 +181,9 @@ func (r *Runtime) Delete(ctx context.Context, app types.NamespacedName) error {
 		return fmt.Errorf("app %s: delete deployments: %w", app, err)
 	}
 	if err := r.deleteCronJobs(ctx, app); err != nil {
+		return err
+	}
+	if err := r.deleteVolumeClaims(ctx, app); err != nil {
 		return err
 	}
 	return r.deleteService(ctx, app)

@@ -34,6 +34,8 @@ var needs = map[string][]grant{
 		{[]string{"get", "list", "watch", "create", "patch", "delete", "deletecollection"}, "apps/deployments", "default", ""},
 		{[]string{"get", "list", "watch", "create", "patch", "delete"}, "/services", "default", ""},
 		{[]string{"get", "list", "watch"}, "/pods", "default", ""},
+		// The apps' volumes (deployer/runtime/kube volumes.go).
+		{[]string{"get", "list", "watch", "create", "patch", "delete"}, "/persistentvolumeclaims", "default", ""},
 		{[]string{"create", "patch"}, "events.k8s.io/events", "default", ""},
 		{[]string{"create"}, "coordination.k8s.io/leases", "bex-system", ""},
 		{[]string{"get", "update"}, "coordination.k8s.io/leases", "bex-system", "bex-deployer.app.bex.co"},

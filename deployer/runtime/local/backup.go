@@ -110,6 +110,13 @@ func (v *Volumes) open(key types.NamespacedName, name string) (*os.Root, uint32,
 	return root, base, nil
 }
 
+// lockData makes the backups and restores of one volume take turns, on this
+// machine, across processes (its own lock file: the deployer's lock of the volume
+// is not held for the length of a transfer).
+func (v *Volumes) lockData(key types.NamespacedName, name string) (unlock func(), err error) {
+	return v.cfg.lockVolume(key, name+".data")
+}
+
 // pause pauses the running tasks of the app's containers that mount the
 // volume, and returns what resumes them.
 func (v *Volumes) pause(ctx context.Context, key types.NamespacedName, name string) (resume func(), err error) {
@@ -159,6 +166,11 @@ func (v *Volumes) Backup(ctx context.Context, key types.NamespacedName, name str
 		return err
 	}
 	defer root.Close()
+	unlock, err := v.lockData(key, name)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	resume, err := v.pause(ctx, key, name)
 	if err != nil {
 		return err
@@ -259,6 +271,11 @@ func (v *Volumes) Restore(ctx context.Context, key types.NamespacedName, name st
 		return err
 	}
 	defer root.Close()
+	unlock, err := v.lockData(key, name)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	resume, err := v.pause(ctx, key, name)
 	if err != nil {
 		return err

@@ -35,8 +35,9 @@ import (
 // <app>/<name>, outside the state dir for the reason containerd's state is
 // (daemons.Containerd.State): runc reaches a bind mount's source from inside the
 // app's user namespace, so every directory above it must be searchable, and a
-// state dir under /root is not. The app's directory there is 0700 and owned by the
-// app's host uid 0: no other app's ids can pass it. Both the deployer (instances)
+// state dir under /root is not. The app's directory there is root's, 0710, its
+// group the app's host gid 0: no other app's ids can pass it, and the app cannot
+// write in it. Both the deployer (instances)
 // and the gitserver (one-offs, backups) make and mount volumes, so each step is
 // idempotent and runs under an flock of the image's lock file.
 
@@ -196,15 +197,16 @@ func (cfg Config) mountVolume(key types.NamespacedName, name, img string, hostID
 			return "", err
 		}
 	}
-	if err := os.MkdirAll(appDir, 0o700); err != nil {
+	if err := os.MkdirAll(appDir, 0o710); err != nil {
 		return "", err
 	}
-	// Only the app's own uid 0 (and the host's root) passes: runc, inside the
-	// app's user namespace, to reach the bind's source.
-	if err := os.Lchown(appDir, int(hostID), int(hostID)); err != nil {
+	// Root's, searchable by the app's group only: runc, inside the app's user
+	// namespace (gid 0 there is hostID here), reaches the bind's source through
+	// it; no other app's ids pass, and the app cannot write in it.
+	if err := os.Lchown(appDir, 0, int(hostID)); err != nil {
 		return "", err
 	}
-	if err := os.Chmod(appDir, 0o700); err != nil {
+	if err := os.Chmod(appDir, 0o710); err != nil {
 		return "", err
 	}
 	// The mount point itself is root's and 0700 while nothing is mounted on it:

@@ -80,13 +80,13 @@ func TestVolumeKeepsItsFilesAndIsBoundedAndPrivate(t *testing.T) {
 	if fst.Uid != hostID || hostID < f.rt.cfg.IDBase {
 		t.Fatalf("the file is owned by host uid %d, want the app's %d", fst.Uid, hostID)
 	}
-	// The app's directory above the volume: only the app's own root passes.
+	// The app's directory above the volume: root's, only the app's group passes.
 	var ast unix.Stat_t
 	if err := unix.Lstat(filepath.Dir(dir), &ast); err != nil {
 		t.Fatal(err)
 	}
-	if ast.Uid != hostID || ast.Mode&0o777 != 0o700 {
-		t.Fatalf("%s: uid %d mode %o, want %d 0700", filepath.Dir(dir), ast.Uid, ast.Mode&0o777, hostID)
+	if ast.Uid != 0 || ast.Gid != hostID || ast.Mode&0o777 != 0o710 {
+		t.Fatalf("%s: %d:%d mode %o, want 0:%d 0710", filepath.Dir(dir), ast.Uid, ast.Gid, ast.Mode&0o777, hostID)
 	}
 
 	served := func(what string) {

@@ -34,7 +34,7 @@ type Desired struct {
 	// does not exist, mounts it in the instances of the process types it names
 	// (all when it names none) and in every one-off, and deletes, with their
 	// data, the volumes it has that are no longer listed once no instance uses
-	// them. A change of a type's volumes replaces its instances as a rollout does.
+	// them. A change of the volumes replaces the instances as a rollout does.
 	Volumes []appv1.Volume
 	// Restarts maps a process type to its restart token (App.RestartToken); a
 	// type missing here has none. When a type's token changes, its instances are

@@ -196,6 +196,12 @@ func writeTar(ctx context.Context, root *os.Root, base uint32, w io.Writer) erro
 		if err != nil {
 			return err
 		}
+		if t := fi.Mode().Type(); t != 0 && t != fs.ModeDir && t != fs.ModeSymlink {
+			// Sockets and fifos (an app may make them; device nodes it cannot) are
+			// not data, and a restore refuses them: left out, so that a backup of
+			// any volume can be restored.
+			return nil
+		}
 		link := ""
 		if fi.Mode()&fs.ModeSymlink != 0 {
 			if link, err = root.Readlink(p); err != nil {

@@ -557,6 +557,40 @@ func TestRolloutWithAVolumeKeepsServing(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, "the old instance to stop", f.containersAre(1))
 	close(stop)
 	<-done
+
+	// --process: a volume for web only is not in worker's instances (nor in
+	// its config: a worker instance sees no /www/data mount).
+	d3 := f.desired(3, f.v2, 1)
+	d3.Processes["worker"] = appv1.ProcessSpec{Replicas: 1}
+	d3.Volumes = []appv1.Volume{{Name: "data", Path: volPath, Size: resource.MustParse("16Mi"), Processes: []string{"web"}}}
+	f.syncUntil(d3, time.Minute, "release 3 with a worker", rolledOut)
+	testenv.Eventually(t, 30*time.Second, "release 2's instance to stop", f.containersAre(2))
+	cl, err := f.cd.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := namespaces.WithNamespace(context.Background(), f.cfg.Namespace)
+	for id, l := range f.containers() {
+		want := map[string]string{"web": "data", "worker": ""}[l[labelProcess]]
+		ctr, err := cl.LoadContainer(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec, err := ctr.Spec(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mounted := false
+		for _, m := range spec.Mounts {
+			if m.Destination == volPath {
+				mounted = m.Source == f.cfg.VolumeDir(f.key(), "data")
+			}
+		}
+		if l[labelVolumes] != want || mounted != (want != "") {
+			t.Errorf("%s (%s): label %q, mounted %v; want %q", id, l[labelProcess], l[labelVolumes], mounted, want)
+		}
+	}
 	if failed > 0 || answers < 10 {
 		t.Fatalf("%d answers, %d failed during the rollout: %v", answers, failed, failures)
 	}

@@ -36,8 +36,11 @@ func (s *session) volumeCommands() []*cobra.Command {
 				procs = strings.Join(v.Processes, ",")
 			}
 			state := "ready"
-			if !v.Ready {
+			switch {
+			case !v.Ready:
 				state = v.Message
+			case v.Message != "":
+				state = "ready; " + v.Message
 			}
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, v.Path, v.Size, used, procs, state)
 		}

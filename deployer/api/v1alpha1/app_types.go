@@ -190,7 +190,9 @@ type Volume struct {
 	Path string `json:"path"`
 
 	// size is the volume's capacity (e.g. 1Gi): writes beyond it fail with
-	// ENOSPC inside the app.
+	// ENOSPC inside the app. It is fixed when the volume is made on one machine
+	// (status.volumes says so when the spec asks for another); a cluster's claim
+	// grows where its StorageClass allows.
 	// +kubebuilder:validation:XIntOrString
 	Size resource.Quantity `json:"size"`
 
@@ -218,7 +220,8 @@ type VolumeStatus struct {
 	// +optional
 	Ready bool `json:"ready,omitempty"`
 
-	// message says why it is not ready.
+	// message says why it is not ready, or what differs from the spec (a size
+	// asked for after it was made).
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Message string `json:"message,omitempty"`

@@ -424,6 +424,9 @@ func (r *Runtime) syncVolumes(ctx context.Context, d runtime.Desired) ([]appv1.V
 				if f == nil {
 					f = &failure{reason: appv1.VolumeFailedReason, message: err.Error()}
 				}
+			} else if fi, err := os.Stat(r.cfg.volumeImage(key, v.Name)); err == nil && fi.Size() != v.Size.Value() {
+				// Said, not done: the file system keeps the size it was made with.
+				vs.Message = fmt.Sprintf("its size is %s, fixed when it was made (the spec asks for %s)", formatBytes(fi.Size()), v.Size.String())
 			}
 			out = append(out, vs)
 		}

@@ -164,6 +164,13 @@ func TestVolumeKeepsItsFilesAndIsBoundedAndPrivate(t *testing.T) {
 		t.Fatalf("usage when full: used %d of %d, %v", used, size, err)
 	}
 	st = f.syncUntil(d3, 30*time.Second, "still rolled out with a full volume", rolledOut)
+	// A size asked for later is said, not applied.
+	bigger := d3
+	bigger.Volumes = []appv1.Volume{dataVolume("32Mi")}
+	if st, err := f.rt.Sync(context.Background(), bigger); err != nil || len(st.Volumes) != 1 || !st.Volumes[0].Ready ||
+		!strings.Contains(st.Volumes[0].Message, "its size is 16 MiB, fixed when it was made (the spec asks for 32Mi)") {
+		t.Fatalf("a bigger size in the spec: %+v, %v", st.Volumes, err)
+	}
 	served("with the volume full")
 	if exit, out := f.run(o, f.app, `rm `+volPath+`/big && echo more > `+volPath+`/g && cat `+volPath+`/g`); exit != 0 || out != "more\n" {
 		t.Fatalf("after freeing space: exit %d, %q", exit, out)

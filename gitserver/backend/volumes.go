@@ -307,7 +307,7 @@ func (b *Backend) volumeForData(ctx context.Context, u *User, app, name string) 
 		return noSuchVolume(a, name)
 	}
 	if b.cfg.Volumes == nil {
-		return Errorf(Invalid, "this server cannot reach the volumes' files (volumes are on the local runtime only, for now)")
+		return Errorf(Invalid, "this server cannot reach the files of %s's volumes: backups and restores are for volumes on one machine (bex up), not yet on a cluster", app)
 	}
 	if _, _, err := b.cfg.Volumes.Usage(ctx, app, name); errors.Is(err, fs.ErrNotExist) {
 		return Errorf(Conflict, "the volume %s of %s is not made yet: it is made at the app's next deploy", name, app)

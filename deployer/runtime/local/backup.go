@@ -80,7 +80,7 @@ func badArchive(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrBadArchive, fmt.Sprintf(format, args...))
 }
 
-// hostIDs reads the app's first host id from the volume's root, which
+// volumeRootOwner reads the app's first host id from the volume's root, which
 // ensureVolume made it own: the ids of the archive are relative to it.
 func volumeRootOwner(dir string) (uint32, error) {
 	var st syscall.Stat_t

@@ -396,7 +396,7 @@ func (cfg Config) VolumeUsage(key types.NamespacedName, name string) (used, size
 	return int64(fs.Blocks-fs.Bfree) * fs.Bsize, int64(fs.Blocks) * fs.Bsize, nil
 }
 
-// containersUsingVolume filter: a container's labelVolumes names name.
+// labelHasVolume reports whether a container's labels say it mounts volume name.
 func labelHasVolume(l map[string]string, name string) bool {
 	return slices.Contains(strings.Split(l[labelVolumes], ","), name)
 }

@@ -309,6 +309,11 @@ func restoreTar(ctx context.Context, root *os.Root, base uint32, r io.Reader) er
 		return err
 	}
 	if err := extract(ctx, root, staging, base, r); err != nil {
+		if errors.Is(err, syscall.ENOSPC) && !errors.Is(err, ErrBadArchive) {
+			// Its blocks or its inodes: the volume's size bounds what an archive
+			// may hold, which is the sender's to fix.
+			err = badArchive("the volume is full: the archive does not fit beside its current files (%v)", err)
+		}
 		if rerr := root.RemoveAll(staging); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("remove the staging directory: %w", rerr))
 		}
@@ -427,9 +432,6 @@ func extract(ctx context.Context, root *os.Root, dir string, base uint32, r io.R
 				err = cerr
 			}
 			if err != nil {
-				if errors.Is(err, syscall.ENOSPC) {
-					return fmt.Errorf("%s: the volume is full: its size bounds what a restore may write", hdr.Name)
-				}
 				if errors.Is(err, tar.ErrHeader) || errors.Is(err, io.ErrUnexpectedEOF) {
 					return badArchive("%s: %v", hdr.Name, err)
 				}

@@ -435,11 +435,29 @@ chown 1000:1001 b && chmod 640 b && chmod 711 sub && mkfifo sub/fifo && echo ok`
 	// An archive bigger than the volume: refused by the volume's size, the
 	// volume as it was.
 	big := tarOf(t, tar.Header{Name: "big", Typeflag: tar.TypeReg, Linkname: strings.Repeat("z", 40<<20)})
-	if err := vs.Restore(ctx, f.key(), "data", bytes.NewReader(big)); err == nil || !strings.Contains(err.Error(), "full") {
+	if err := vs.Restore(ctx, f.key(), "data", bytes.NewReader(big)); !errors.Is(err, ErrBadArchive) || !strings.Contains(err.Error(), "the volume is full") {
 		t.Errorf("a 40 MiB archive into 32 MiB: %v", err)
 	}
 	if got := tree(t, dir, hostID); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("after the archive too big: the volume changed")
+	}
+	// A tar bomb of empty files: bounded by the volume's inodes (a 32 MiB ext4
+	// has 8192), refused, the volume as it was.
+	var bomb bytes.Buffer
+	tw := tar.NewWriter(&bomb)
+	for i := range 20000 {
+		if err := tw.WriteHeader(&tar.Header{Name: fmt.Sprintf("d%d/f%d", i/1000, i), Mode: 0o644, Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := vs.Restore(ctx, f.key(), "data", bytes.NewReader(bomb.Bytes())); !errors.Is(err, ErrBadArchive) || !strings.Contains(err.Error(), "the volume is full") {
+		t.Errorf("20000 files into 32 MiB: %v", err)
+	}
+	if got := tree(t, dir, hostID); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("after the tar bomb: the volume changed")
 	}
 }
 

@@ -305,6 +305,7 @@ func (r *AppReconciler) reconcileRuntime(ctx context.Context, s *scope) (ctrl.Re
 		App: app, Release: app.Spec.Release, Image: app.Spec.Image, Processes: app.Spec.Processes,
 		Env: app.Spec.Env, HealthCheck: app.Spec.HealthCheck, Suspended: app.Spec.Suspended,
 		Restarts: restarts(app), Cron: app.Spec.Cron, CronRuns: app.CronRuns(),
+		Volumes: app.Spec.Volumes,
 	})
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("runtime: %w", err)

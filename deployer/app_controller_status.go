@@ -24,6 +24,7 @@ func (r *AppReconciler) updateStatus(s *scope) {
 	setReadyCondition(app, s.synced, s.status)
 	if s.synced {
 		app.Status.Cron = cronStatus(app.Spec.Cron, s.status.Cron)
+		app.Status.Volumes = s.status.Volumes
 	}
 	setCronCondition(app)
 	setPhase(app)

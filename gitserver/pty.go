@@ -23,6 +23,10 @@ func acceptPTY(ssh.Context, ssh.Pty) bool { return true }
 // isRun reports whether args are a `run` command, the one that gets a terminal.
 func isRun(args []string) bool { return len(args) > 0 && args[0] == "run" }
 
+// binaryOutput reports the commands whose stdout is a byte stream (a volume's
+// tar archive), which a "\r\n" would corrupt.
+func binaryOutput(args []string) bool { return len(args) > 0 && args[0] == "volumes:backup" }
+
 // sessionTTY returns the terminal of a run session, fed with the window changes
 // until ctx ends, or nil; stdout and stderr are what the other commands of a
 // session with a terminal write to. The window changes are always read:
@@ -38,7 +42,7 @@ func sessionTTY(ctx context.Context, sess ssh.Session, args []string, isGit bool
 			for range winCh {
 			}
 		}()
-		if !isGit {
+		if !isGit && !binaryOutput(args) {
 			stdout, stderr = crlfWriter{sess}, crlfWriter{sess.Stderr()}
 		}
 		return nil, stdout, stderr

@@ -38,6 +38,8 @@ var needs = map[string][]grant{
 		// their Jobs listed, one created per cron:run.
 		{[]string{"get", "list", "watch", "create", "patch", "delete", "deletecollection"}, "batch/cronjobs", "default", ""},
 		{[]string{"get", "list", "watch", "create"}, "batch/jobs", "default", ""},
+		// The apps' volumes (deployer/runtime/kube volumes.go).
+		{[]string{"get", "list", "watch", "create", "patch", "delete"}, "/persistentvolumeclaims", "default", ""},
 		{[]string{"create", "patch"}, "events.k8s.io/events", "default", ""},
 		{[]string{"create"}, "coordination.k8s.io/leases", "bex-system", ""},
 		{[]string{"get", "update"}, "coordination.k8s.io/leases", "bex-system", "bex-deployer.app.bex.co"},

@@ -36,6 +36,7 @@ type deployerCmd struct {
 	namespace        string
 	runtimeName      string
 	hostUsers        bool
+	volumeClass      string
 	containerdAddr   string
 	containerdNS     string
 	baseDomain       string
@@ -69,6 +70,7 @@ func (c *deployerCmd) command() *cobra.Command {
 	f.StringVar(&c.runtimeName, "runtime", "local", "where processes run: local (containerd on this host) or kubernetes")
 	f.StringVar(&c.containerdAddr, "containerd-addr", "", "containerd socket for the local runtime (default: STATE_DIR/containerd/containerd.sock)")
 	f.StringVar(&c.containerdNS, "containerd-namespace", "bex", "containerd namespace of the local runtime")
+	f.StringVar(&c.volumeClass, "volume-storage-class", "", "kubernetes runtime: the StorageClass of the apps' volumes (PersistentVolumeClaims); default the cluster's default class")
 	f.BoolVar(&c.hostUsers, "host-users", false, "kubernetes runtime: run app pods in the node's user namespace (hostUsers: true), for nodes without user-namespace support; by default each pod gets its own")
 	f.StringVar(&c.baseDomain, "base-domain", "localhost", "apps answer at <app>.<base-domain>")
 	f.IntVar(&c.httpsPort, "https-port", 443, "the edge's HTTPS port, shown in app URLs when not 443")
@@ -188,6 +190,7 @@ func (c *deployerCmd) newRuntime(mgr ctrl.Manager) (runtime.Runtime, error) {
 	case "kubernetes":
 		cfg := kube.DefaultConfig()
 		cfg.HostUsers = c.hostUsers
+		cfg.VolumeStorageClass = c.volumeClass
 		cfg.RegistryDelete, cfg.RegistryInsecure, cfg.RegistryConfig = c.registryDelete, c.registryInsecure, c.registryConfig
 		return kube.New(cfg, mgr.GetClient())
 	case "local":

@@ -259,6 +259,15 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 		} else {
 			defer oneOffs.Close()
 			c.oneOffs = oneOffs
+			// Volumes' usage and backups need the same containerd (to pause the
+			// app): with the one-offs or not at all.
+			vols, closer, err := newLocalVolumes(c.stateDir, c.containerdAddr, c.containerdNS, c.namespace, c.log)
+			if err != nil {
+				c.log.Warn("volumes' backups and usage are off", "err", err)
+			} else {
+				defer closer.Close()
+				bk.Volumes = vols
+			}
 		}
 	}
 	// deploy:image: the image goes where a build's would, into containerd

@@ -131,7 +131,10 @@ func (m *machineStorage) Usage(ctx context.Context, apps []backend.StorageApp, p
 		if r.Kinds.Logs, err = local.LogBytes(m.runtimeDir, types.NamespacedName{Namespace: m.namespace, Name: a.Name}); err != nil {
 			errs = append(errs, err)
 		}
-		inState += r.Kinds.Repository + r.Kinds.BuildLogs + r.Kinds.Logs
+		if r.Kinds.Volumes, err = local.VolumeBytes(m.runtimeDir, types.NamespacedName{Namespace: m.namespace, Name: a.Name}); err != nil {
+			errs = append(errs, err)
+		}
+		inState += r.Kinds.Repository + r.Kinds.BuildLogs + r.Kinds.Logs + r.Kinds.Volumes
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err

@@ -30,6 +30,12 @@ type Desired struct {
 	HealthCheck *appv1.HealthCheck
 	// Suspended stops every instance; the endpoints become empty.
 	Suspended bool
+	// Volumes are the app's volumes (spec.volumes): the runtime makes each that
+	// does not exist, mounts it in the instances of the process types it names
+	// (all when it names none) and in every one-off, and deletes, with their
+	// data, the volumes it has that are no longer listed once no instance uses
+	// them. A change of the volumes replaces the instances as a rollout does.
+	Volumes []appv1.Volume
 	// Restarts maps a process type to its restart token (App.RestartToken); a
 	// type missing here has none. When a type's token changes, its instances are
 	// replaced the way a rollout replaces them (new ones healthy first, then the old
@@ -69,6 +75,11 @@ type Status struct {
 	Processes map[string]ProcessStatus
 	// Cron reports each cron job of Desired.Cron that has run or is running.
 	Cron []CronStatus
+	// Volumes reports every volume the runtime has for the app: those of
+	// Desired.Volumes (Ready once made and mountable) and those still being
+	// deleted (not Ready, the message says what holds them). A volume that is
+	// not listed does not exist.
+	Volumes []appv1.VolumeStatus
 }
 
 // ProcessStatus is one process type's instances.

@@ -136,6 +136,9 @@ type Config struct {
 	// Storage measures and prunes the state dir's disk (system:df,
 	// system:prune, apps:info's bytes); nil: those say this server cannot.
 	Storage Storage
+	// Volumes reads and replaces volumes' contents (volumes' usage,
+	// volumes:backup, volumes:restore); nil: those say this server cannot.
+	Volumes VolumeStore
 	// Tokens keeps the agents' API tokens; nil: there is no agents' API.
 	Tokens *tokens.Store
 	// RemoveRepository deletes an app's git repository (apps:destroy); nil:

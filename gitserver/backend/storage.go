@@ -47,7 +47,8 @@ type Bytes struct {
 	Logs int64 `json:"logs"`
 	// Repository is the app's bare git repository.
 	Repository int64 `json:"repository"`
-	// Volumes are the app's volumes (none exist yet: 0).
+	// Volumes are the app's volumes: their images' full size, taken from the
+	// disk when each was made (never reclaimable: volumes:destroy frees them).
 	Volumes int64 `json:"volumes"`
 	// Other, on the platform's row, is the rest of the state dir: etcd,
 	// containerd's and buildkitd's own files, bex's logs and binaries.

@@ -127,6 +127,7 @@ func required(app string) error {
 func (s *Server) tools() {
 	b := s.cfg.Backend
 	s.runTool()
+	s.volumeTools()
 	addTool(s, "list_apps", "List the apps you may use, with their phase, serving release and URL.",
 		func(ctx context.Context, u *backend.User, _ struct{}) (AppList, string, error) {
 			apps, err := b.Apps(ctx, u)

@@ -163,7 +163,7 @@ func (s *session) tree() *cobra.Command {
 		&cobra.Group{ID: groupSystem, Title: "The machine (admins):"},
 	)
 	root.SetHelpCommandGroupID(groupAccess)
-	for _, c := range [][]*cobra.Command{s.appCommands(), s.configCommands(), s.webhookCommands(), s.psCommands(), s.runCommands(), s.cronCommands(), s.imageCommands(), s.logCommands(), s.accessCommands(), s.keyCommands(), s.tokenCommands(), s.systemCommands()} {
+	for _, c := range [][]*cobra.Command{s.appCommands(), s.configCommands(), s.webhookCommands(), s.psCommands(), s.runCommands(), s.cronCommands(), s.imageCommands(), s.volumeCommands(), s.logCommands(), s.accessCommands(), s.keyCommands(), s.tokenCommands(), s.systemCommands()} {
 		root.AddCommand(c...)
 	}
 	return root

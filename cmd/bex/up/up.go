@@ -21,6 +21,7 @@ import (
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/deployer/crds"
+	"bex.co/bex/deployer/runtime/local"
 	"bex.co/bex/edge"
 	"bex.co/bex/gitserver/backend"
 	"bex.co/bex/internal/baseimage"
@@ -427,6 +428,11 @@ func (p *Platform) startComponents(ctx context.Context) error {
 		// deployer attaches the adopted containers again.
 		if err := releaseNetworks(filepath.Join(p.cfg.StateDir, "runtime", "net")); err != nil {
 			p.cfg.Log.Warn("releasing the apps' network namespaces", "err", err)
+		}
+		// And their volumes are unmounted: the next start's deployer mounts them
+		// again before it starts any container.
+		if err := local.UnmountVolumes(filepath.Join(p.cfg.StateDir, "runtime")); err != nil {
+			p.cfg.Log.Warn("unmounting the apps' volumes", "err", err)
 		}
 	}
 	if err := p.start(ctx, deployer, "runs each App's release with containerd"); err != nil {

@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -141,6 +142,89 @@ type AppSpec struct {
 	// +kubebuilder:validation:items:MaxLength=63
 	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Members []string `json:"members,omitempty"`
+
+	// volumes are directories that outlive the app's instances, each mounted at
+	// its path in the instances of the process types that ask for it and in every
+	// one-off (run, release, cron). They are not rolled back with the code: a
+	// rollback, a redeploy, a restart, suspend/resume and a restart of bex keep
+	// their contents; removing one from this list deletes its data.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:XValidation:rule="self.all(v, self.exists_one(w, w.path == v.path))",message="two volumes cannot have the same path"
+	Volumes []Volume `json:"volumes,omitempty"`
+}
+
+// MinVolumeSize and MaxVolumeSize bound a volume's size: below 16 MiB an ext4
+// file system with a journal does not fit, and 16 TiB is a guard against typos,
+// not a capacity plan.
+const (
+	MinVolumeSize = 16 << 20
+	MaxVolumeSize = 16 << 40
+)
+
+// DefaultVolumeSize is the size of a volume created without one.
+const DefaultVolumeSize = 1 << 30
+
+// MaxVolumes is the most volumes one app may have.
+const MaxVolumes = 8
+
+// Volume is one of an app's persistent directories.
+// +kubebuilder:validation:XValidation:rule="quantity(string(self.size)).compareTo(quantity('16Mi')) >= 0",message="size: a volume's size goes from 16Mi to 16Ti"
+// +kubebuilder:validation:XValidation:rule="quantity(string(self.size)).compareTo(quantity('16Ti')) <= 0",message="size: a volume's size goes from 16Mi to 16Ti"
+type Volume struct {
+	// name names the volume within its app: lower-case letters, digits and '-'.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=30
+	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// path is where the volume is mounted in the instances: an absolute, clean
+	// path, not / and not under /proc, /sys or /dev.
+	// +kubebuilder:validation:MinLength=2
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^(/[A-Za-z0-9_@+-][A-Za-z0-9._@+-]*)+$`
+	// +kubebuilder:validation:XValidation:rule="!self.split('/').exists(s, s == '.' || s == '..')",message="path: no '.' or '..' segments"
+	// +kubebuilder:validation:XValidation:rule="!['/proc', '/sys', '/dev'].exists(p, self == p || self.startsWith(p + '/'))",message="path: not /proc, /sys, /dev or under them"
+	Path string `json:"path"`
+
+	// size is the volume's capacity (e.g. 1Gi): writes beyond it fail with
+	// ENOSPC inside the app. It is fixed when the volume is made on one machine
+	// (status.volumes says so when the spec asks for another); a cluster's claim
+	// grows where its StorageClass allows.
+	// +kubebuilder:validation:XIntOrString
+	Size resource.Quantity `json:"size"`
+
+	// processes are the process types whose instances mount the volume; empty
+	// means all of them. One-offs mount every volume of the app.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=20
+	// +kubebuilder:validation:items:MaxLength=30
+	// +kubebuilder:validation:items:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
+	Processes []string `json:"processes,omitempty"`
+}
+
+// MountedIn reports whether the instances of process mount v.
+func (v Volume) MountedIn(process string) bool {
+	return len(v.Processes) == 0 || slices.Contains(v.Processes, process)
+}
+
+// VolumeStatus is what the runtime knows of one volume.
+type VolumeStatus struct {
+	// name is the volume's name (Volume.name).
+	Name string `json:"name"`
+
+	// ready is true once the volume exists and can be mounted.
+	// +optional
+	Ready bool `json:"ready,omitempty"`
+
+	// message says why it is not ready, or what differs from the spec (a size
+	// asked for after it was made).
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
 }
 
 // ProcessSpec is one process type.
@@ -509,6 +593,13 @@ type AppStatus struct {
 	// +listMapKey=id
 	// +kubebuilder:validation:MaxItems=50
 	Cron []CronJobStatus `json:"cron,omitempty"`
+
+	// volumes are the volumes of spec.volumes the runtime has, by name.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=8
+	Volumes []VolumeStatus `json:"volumes,omitempty"`
 
 	// observedGeneration is the spec generation the status describes.
 	// +optional

@@ -40,6 +40,10 @@ const (
 	OOMKilledReason = "OOMKilled"
 	// ImageNotFoundReason: spec.image cannot be found by the runtime.
 	ImageNotFoundReason = "ImageNotFound"
+	// VolumeFailedReason: a volume of spec.volumes could not be made or mounted
+	// (status.volumes says which and why); the instances that mount it are not
+	// started, those that serve keep serving.
+	VolumeFailedReason = "VolumeFailed"
 	// SuspendedReason: spec.suspended is true.
 	SuspendedReason = "Suspended"
 	// CronJobFailingReason: a cron job's last CronFailingThreshold runs exited non-zero.

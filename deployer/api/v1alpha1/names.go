@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	"fmt"
 	"regexp"
+	"strings"
 )
 
 // The name rules of the API, in one place for every component: the gitserver's
@@ -92,3 +93,37 @@ const (
 	// its id; LabelProcess says which kind ("run.<id>", "release", "cron.<job>").
 	LabelOneOff = "app.bex.co/one-off"
 )
+
+// VolumeNameRule says what a volume's name may be.
+const VolumeNameRule = "1 to 30 lower-case letters, digits and '-', starting with a letter and not ending with '-'"
+
+var volumeNameRE = regexp.MustCompile(`^[a-z]([-a-z0-9]*[a-z0-9])?$`)
+
+// ValidVolumeName reports whether name can name a volume (VolumeNameRule): it
+// becomes a file name on the host, so nothing else.
+func ValidVolumeName(name string) bool {
+	return len(name) <= 30 && volumeNameRE.MatchString(name)
+}
+
+var volumePathRE = regexp.MustCompile(`^(/[A-Za-z0-9_@+-][A-Za-z0-9._@+-]*)+$`)
+
+// CheckVolumePath returns an error that says the rule when p cannot be where a
+// volume is mounted: an absolute, clean path of at most 255 characters, without
+// '.' or '..' segments, not / and not /proc, /sys, /dev or under them (the
+// kernel's and the runtime's own mounts).
+func CheckVolumePath(p string) error {
+	if len(p) > 255 || !volumePathRE.MatchString(p) {
+		return fmt.Errorf("%q is not a mount path: use an absolute path such as /data (letters, digits and . _ @ + -, no trailing /)", p)
+	}
+	for _, seg := range strings.Split(p[1:], "/") {
+		if seg == "." || seg == ".." {
+			return fmt.Errorf("%q is not a mount path: no '.' or '..' segments", p)
+		}
+	}
+	for _, sys := range []string{"/proc", "/sys", "/dev"} {
+		if p == sys || strings.HasPrefix(p, sys+"/") {
+			return fmt.Errorf("%q is not a mount path: %s belongs to the kernel", p, sys)
+		}
+	}
+	return nil
+}

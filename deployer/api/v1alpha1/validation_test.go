@@ -2,11 +2,13 @@ package v1alpha1_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -39,8 +41,16 @@ func validApp(name string) *appv1.App {
 			Build: appv1.BuildSpec{Dir: "services/web", Dockerfile: "docker/Dockerfile.prod", Target: "release",
 				Args: []appv1.BuildArg{{Name: "GO_VERSION", Value: "1.26"}}},
 			Members: []string{"ana"},
+			Volumes: []appv1.Volume{{Name: "data", Path: "/data", Size: resource.MustParse("10Gi")},
+				{Name: "uploads", Path: "/srv/app/uploads", Size: resource.MustParse("16Mi"), Processes: []string{"web"}}},
 		},
 	}
+}
+
+func withVolume(name string, v appv1.Volume) client.Object {
+	a := validApp(name)
+	a.Spec.Volumes = []appv1.Volume{v}
+	return a
 }
 
 func validRelease(name string) *appv1.Release {
@@ -192,6 +202,27 @@ func TestInvalidObjectsAreRejectedNamingTheField(t *testing.T) {
 			return u
 		}(), "spec.keys[0].publicKey"},
 		{"user name", validUser("ana.lopez"), "metadata.name"},
+		{"volume name", withVolume("vol-name", appv1.Volume{Name: "../x", Path: "/data", Size: resource.MustParse("1Gi")}), "spec.volumes[0].name"},
+		{"volume path relative", withVolume("vol-rel", appv1.Volume{Name: "d", Path: "data", Size: resource.MustParse("1Gi")}), "spec.volumes[0].path"},
+		{"volume path with ..", withVolume("vol-dots", appv1.Volume{Name: "d", Path: "/data/../etc", Size: resource.MustParse("1Gi")}), "spec.volumes[0].path"},
+		{"volume path /", withVolume("vol-root", appv1.Volume{Name: "d", Path: "/", Size: resource.MustParse("1Gi")}), "spec.volumes[0].path"},
+		{"volume path under /proc", withVolume("vol-proc", appv1.Volume{Name: "d", Path: "/proc/self", Size: resource.MustParse("1Gi")}), "spec.volumes[0].path"},
+		{"volume path /dev", withVolume("vol-dev", appv1.Volume{Name: "d", Path: "/dev", Size: resource.MustParse("1Gi")}), "spec.volumes[0].path"},
+		{"volume path with a trailing /", withVolume("vol-slash", appv1.Volume{Name: "d", Path: "/data/", Size: resource.MustParse("1Gi")}), "spec.volumes[0].path"},
+		{"volume too small", withVolume("vol-small", appv1.Volume{Name: "d", Path: "/data", Size: resource.MustParse("1Mi")}), "spec.volumes[0]"},
+		{"volume too large", withVolume("vol-large", appv1.Volume{Name: "d", Path: "/data", Size: resource.MustParse("17Ti")}), "spec.volumes[0]"},
+		{"two volumes on one path", func() client.Object {
+			a := validApp("vol-same-path")
+			a.Spec.Volumes = []appv1.Volume{{Name: "a", Path: "/data", Size: resource.MustParse("1Gi")}, {Name: "b", Path: "/data", Size: resource.MustParse("1Gi")}}
+			return a
+		}(), "spec.volumes"},
+		{"too many volumes", func() client.Object {
+			a := validApp("vol-many")
+			for i := range appv1.MaxVolumes + 1 {
+				a.Spec.Volumes = append(a.Spec.Volumes, appv1.Volume{Name: fmt.Sprintf("v%d", i), Path: fmt.Sprintf("/v%d", i), Size: resource.MustParse("1Gi")})
+			}
+			return a
+		}(), "spec.volumes"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

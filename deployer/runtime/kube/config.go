@@ -63,6 +63,10 @@ type Config struct {
 	// containerd 2 or CRI-O 1.25 with idmapped mounts, Linux 6.3 or later); on a
 	// cluster whose nodes do not, set it, or app pods fail to start.
 	HostUsers bool
+	// VolumeStorageClass is the StorageClass of the PersistentVolumeClaims of
+	// apps' volumes (hcloud-volumes with Hetzner's CSI driver). Default empty:
+	// the cluster's default class.
+	VolumeStorageClass string
 	// RegistryDelete deletes from the registry the manifests of pruned
 	// releases and of deleted apps (runtime.Images), in the registry the
 	// deployer's image repository names (its Config.ImageRepo, the builder's

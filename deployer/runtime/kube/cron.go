@@ -107,7 +107,7 @@ func cronTimeZone(tz string) (*string, error) {
 
 // cronJob is the apply configuration of job j of d: a Job of one pod (never
 // restarted, no retry) that runs `sh -c COMMAND` in d's image with d's config
-// vars, confined as the app's instances are. suspend stops the scheduling
+// vars and every volume, confined as the app's instances are. suspend stops the scheduling
 // (runs going finish). seen is the AnnotationCronRunSeen to keep ("": none).
 func cronJob(cfg Config, d runtime.Desired, j appv1.CronJob, tz *string, suspend bool, seen string) *batchv1ac.CronJobApplyConfiguration {
 	app := d.App
@@ -119,9 +119,11 @@ func cronJob(cfg Config, d runtime.Desired, j appv1.CronJob, tz *string, suspend
 		LabelRelease: strconv.FormatInt(d.Release, 10),
 	}
 	c := oneOffContainer(cfg, d.Image, escapeArgv([]string{"sh", "-c", j.Command}), d.Env, nil)
+	withVolumeMounts(c, d.Volumes) // before podSpec, which copies the container
 	pod := podSpec(cfg, c).
 		WithRestartPolicy(corev1.RestartPolicyNever).
 		WithTerminationGracePeriodSeconds(cfg.TerminationGracePeriodSeconds)
+	withOneOffClaims(pod, app.Name, d.Volumes)
 	cj := batchv1ac.CronJob(CronJobName(app.Name, j.ID), app.Namespace).
 		WithLabels(labels).
 		WithOwnerReferences(ownerReference(app)).

@@ -7,6 +7,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -43,6 +44,8 @@ func TestCronJobsAreCronJobs(t *testing.T) {
 	f := setup(t)
 	d := f.desired(3, imageA, web)
 	d.Env = []appv1.EnvVar{{Name: "TZ", Value: "Europe/Paris"}, {Name: "GREETING", Value: "hi $HOME"}}
+	// A volume of web only: a cron run, as every one-off, mounts it all the same.
+	d.Volumes = []appv1.Volume{{Name: "data", Path: "/data", Size: resource.MustParse("1Gi"), Processes: []string{"web"}}}
 	d.Cron = []appv1.CronJob{
 		{ID: "aaa", Command: "echo $GREETING; exit 2", Schedule: "*/5 * * * *"},
 		{ID: "bbb", Command: "./nightly", Schedule: "@daily", ConcurrencyPolicy: appv1.CronAllow},
@@ -85,6 +88,10 @@ func TestCronJobsAreCronJobs(t *testing.T) {
 	if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.Capabilities == nil ||
 		!slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || slices.Contains(sc.Capabilities.Add, "NET_RAW") {
 		t.Errorf("security context %+v", sc)
+	}
+	if len(c.VolumeMounts) != 1 || c.VolumeMounts[0].MountPath != "/data" || len(pod.Volumes) != 1 ||
+		pod.Volumes[0].PersistentVolumeClaim == nil || pod.Volumes[0].PersistentVolumeClaim.ClaimName != kube.VolumeClaimName("hello", "data") {
+		t.Errorf("volumes of a cron run: mounts %+v, pod volumes %+v", c.VolumeMounts, pod.Volumes)
 	}
 	if c.Resources.Limits.Memory().IsZero() {
 		t.Errorf("no memory limit: %v", c.Resources)

@@ -11,6 +11,9 @@
 //   - a Service named "<app>" for the web process (port 80 → PORT), whose
 //     EndpointSlices Kubernetes fills with the ready web pods; the edge routes from
 //     those slices (see package runtime).
+//   - one PersistentVolumeClaim per volume, "<app>-vol-<name>", labelled
+//     app.bex.co/app and app.bex.co/volume, owned by the App (volumes.go); the
+//     Deployments of the process types that mount one roll out by Recreate.
 //
 // Objects are written with server-side apply under one field manager: each Sync
 // states the whole intent, fields the API server defaults stay the server's, and an

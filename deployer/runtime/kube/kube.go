@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/deployer/runtime"
 )
 
@@ -88,6 +91,18 @@ func (r *Runtime) Sync(ctx context.Context, d runtime.Desired) (runtime.Status, 
 		}
 	}
 
+	// The claims first: a pod of a Deployment applied before its claim would
+	// wait for it, and a claim that cannot be applied holds the release back.
+	vols, err := r.syncVolumes(ctx, d)
+	if err != nil {
+		return runtime.Status{}, err
+	}
+	for _, v := range vols {
+		if want := slices.ContainsFunc(d.Volumes, func(w appv1.Volume) bool { return w.Name == v.Name }); want && !v.Ready {
+			return runtime.Status{Serving: servedRelease(existing[WebProcess]), Failure: appv1.VolumeFailedReason, Message: v.Message, Volumes: vols}, nil
+		}
+	}
+
 	applied := make(map[string]*appsv1.Deployment, len(d.Processes))
 	for _, p := range processOrder(d.Processes) {
 		// The release the old pods serve is read before the template changes, and
@@ -129,6 +144,18 @@ func (r *Runtime) Sync(ctx context.Context, d runtime.Desired) (runtime.Status, 
 		return runtime.Status{}, fmt.Errorf("app %s: list pods: %w", key, err)
 	}
 	st := statusOf(d, applied, pods.Items)
+	st.Volumes = vols
+	if !st.RolledOut && st.Failure == "" {
+		var recreated []string
+		for _, p := range processOrder(d.Processes) {
+			if len(volumesOf(d.Volumes, p)) > 0 {
+				recreated = append(recreated, p)
+			}
+		}
+		if len(recreated) > 0 {
+			st.Message += fmt.Sprintf("; %s stop before their new instances start (their volumes attach to one node at a time): a short downtime", strings.Join(recreated, ", "))
+		}
+	}
 	cron, err := r.syncCron(ctx, d)
 	if err != nil {
 		return runtime.Status{}, err
@@ -154,6 +181,9 @@ func (r *Runtime) Delete(ctx context.Context, app types.NamespacedName) error {
 		return fmt.Errorf("app %s: delete deployments: %w", app, err)
 	}
 	if err := r.deleteCronJobs(ctx, app); err != nil {
+		return err
+	}
+	if err := r.deleteVolumeClaims(ctx, app); err != nil {
 		return err
 	}
 	return r.deleteService(ctx, app)

@@ -727,3 +727,79 @@ func TestHostUsersConfig(t *testing.T) {
 		t.Fatalf("hostUsers %v with HostUsers set, want true", h)
 	}
 }
+
+// TestVolumeClaimsAndRecreate: a volume is a ReadWriteOnce claim of the
+// configured class, owned by the App; the Deployment of each process type that
+// mounts it rolls out by Recreate (its rollout message says there is a short
+// downtime), the others keep RollingUpdate; a volume taken out of the spec has
+// its claim deleted and its Deployment back to RollingUpdate; Delete deletes the
+// claims.
+func TestVolumeClaimsAndRecreate(t *testing.T) {
+	cp := testenv.SharedControlPlane(t)
+	f := setup(t)
+	rt, err := kube.New(kube.Config{VolumeStorageClass: "hcloud-volumes"}, cp.Client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.rt = rt
+	procs := map[string]appv1.ProcessSpec{"web": {Replicas: 1}, "worker": {Replicas: 1}}
+	d := f.desired(1, imageA, procs)
+	d.Volumes = []appv1.Volume{{Name: "data", Path: "/data", Size: resource.MustParse("10Gi"), Processes: []string{"web"}}}
+	st := f.sync(d)
+	if len(st.Volumes) != 1 || st.Volumes[0] != (appv1.VolumeStatus{Name: "data", Ready: true}) {
+		t.Fatalf("status.volumes %+v", st.Volumes)
+	}
+	if !strings.Contains(st.Message, "web stop before their new instances start") || !strings.Contains(st.Message, "short downtime") {
+		t.Fatalf("rollout message %q", st.Message)
+	}
+	pvc := &corev1.PersistentVolumeClaim{}
+	if err := f.c.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: kube.VolumeClaimName("hello", "data")}, pvc); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(pvc.Spec.AccessModes, []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}) ||
+		pvc.Spec.StorageClassName == nil || *pvc.Spec.StorageClassName != "hcloud-volumes" ||
+		!pvc.Spec.Resources.Requests.Storage().Equal(resource.MustParse("10Gi")) ||
+		len(pvc.OwnerReferences) != 1 || pvc.OwnerReferences[0].UID != f.app.UID || pvc.Labels[kube.LabelVolume] != "data" {
+		t.Fatalf("claim %+v", pvc)
+	}
+	web := f.deployment("hello-web")
+	if web.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType || web.Spec.Strategy.RollingUpdate != nil {
+		t.Fatalf("web's strategy %+v, want Recreate", web.Spec.Strategy)
+	}
+	pod := web.Spec.Template.Spec
+	if len(pod.Volumes) != 1 || pod.Volumes[0].PersistentVolumeClaim == nil || pod.Volumes[0].PersistentVolumeClaim.ClaimName != pvc.Name ||
+		len(pod.Containers[0].VolumeMounts) != 1 || pod.Containers[0].VolumeMounts[0].MountPath != "/data" || pod.Containers[0].VolumeMounts[0].Name != pod.Volumes[0].Name {
+		t.Fatalf("web's pod: volumes %+v, mounts %+v", pod.Volumes, pod.Containers[0].VolumeMounts)
+	}
+	worker := f.deployment("hello-worker")
+	if worker.Spec.Strategy.Type != appsv1.RollingUpdateDeploymentStrategyType || len(worker.Spec.Template.Spec.Volumes) != 0 {
+		t.Fatalf("worker: strategy %+v, volumes %+v", worker.Spec.Strategy, worker.Spec.Template.Spec.Volumes)
+	}
+
+	// Out of the spec: the claim is deleted (the API server's pvc-protection
+	// keeps it while pods use it: here, with no controller, for good) and
+	// reported as being deleted; web rolls again as before.
+	d.Volumes = nil
+	st = f.sync(d)
+	if len(st.Volumes) != 1 || st.Volumes[0].Ready || !strings.Contains(st.Volumes[0].Message, "being deleted") {
+		t.Fatalf("status.volumes after removal %+v", st.Volumes)
+	}
+	if err := f.c.Get(f.ctx, client.ObjectKeyFromObject(pvc), pvc); err == nil && pvc.DeletionTimestamp == nil {
+		t.Fatalf("the claim is not being deleted")
+	}
+	web = f.deployment("hello-web")
+	if web.Spec.Strategy.Type != appsv1.RollingUpdateDeploymentStrategyType || len(web.Spec.Template.Spec.Volumes) != 0 {
+		t.Fatalf("web after removal: strategy %+v, volumes %+v", web.Spec.Strategy, web.Spec.Template.Spec.Volumes)
+	}
+
+	// Delete deletes the claims of the app (another volume, made again).
+	d.Volumes = []appv1.Volume{{Name: "other", Path: "/other", Size: resource.MustParse("1Gi")}}
+	f.sync(d)
+	if err := f.rt.Delete(f.ctx, client.ObjectKeyFromObject(f.app)); err != nil {
+		t.Fatal(err)
+	}
+	other := &corev1.PersistentVolumeClaim{}
+	if err := f.c.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: kube.VolumeClaimName("hello", "other")}, other); err == nil && other.DeletionTimestamp == nil {
+		t.Fatalf("Delete left the claim %s", other.Name)
+	}
+}

@@ -159,7 +159,21 @@ func deployment(cfg Config, d runtime.Desired, process string, serving int64) *a
 
 	c.WithResources(resources(spec)).WithSecurityContext(securityContext())
 
+	// The mounts before podSpec: it copies the container.
+	vols := volumesOf(d.Volumes, process)
+	withVolumeMounts(c, vols)
 	pod := podSpec(cfg, c).WithTerminationGracePeriodSeconds(cfg.TerminationGracePeriodSeconds)
+	withVolumeClaims(pod, app.Name, vols)
+	strategy := appsv1ac.DeploymentStrategy().
+		WithType("RollingUpdate").
+		WithRollingUpdate(appsv1ac.RollingUpdateDeployment().
+			WithMaxUnavailable(intstr.FromInt32(0)).
+			WithMaxSurge(intstr.FromInt32(cfg.MaxSurge)))
+	if len(vols) > 0 {
+		// ReadWriteOnce: a new pod scheduled on another node could not attach the
+		// volume while the old pod holds it, so the old pods go first.
+		strategy = appsv1ac.DeploymentStrategy().WithType("Recreate")
+	}
 
 	labels := map[string]string{LabelApp: app.Name, LabelProcess: process}
 	if serving > 0 {
@@ -179,11 +193,7 @@ func deployment(cfg Config, d runtime.Desired, process string, serving int64) *a
 			WithSelector(metav1ac.LabelSelector().WithMatchLabels(selector)).
 			WithProgressDeadlineSeconds(progressDeadline(cfg, d)).
 			WithRevisionHistoryLimit(revisionHistoryLimit).
-			WithStrategy(appsv1ac.DeploymentStrategy().
-				WithType("RollingUpdate").
-				WithRollingUpdate(appsv1ac.RollingUpdateDeployment().
-					WithMaxUnavailable(intstr.FromInt32(0)).
-					WithMaxSurge(intstr.FromInt32(cfg.MaxSurge)))).
+			WithStrategy(strategy).
 			WithTemplate(template))
 	return dep
 }

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -104,12 +105,15 @@ func oneOffPod(cfg Config, o runtime.OneOff, attach bool) *corev1ac.PodApplyConf
 			c.WithEnv(corev1ac.EnvVar().WithName("TERM").WithValue(escapeEnvValue(o.TTY.Term)))
 		}
 	}
+	// Mounts first: podSpec copies the container.
+	withVolumeMounts(c, o.App.Spec.Volumes)
 	spec := podSpec(cfg, c).
 		WithRestartPolicy(corev1.RestartPolicyNever).
 		WithTerminationGracePeriodSeconds(cfg.TerminationGracePeriodSeconds)
 	if o.Timeout > 0 {
 		spec.WithActiveDeadlineSeconds(int64(math.Ceil(o.Timeout.Seconds())))
 	}
+	withOneOffClaims(spec, o.App.Name, o.App.Spec.Volumes)
 	return corev1ac.Pod(OneOffPodName(o.App.Name, o.ID), o.App.Namespace).
 		WithLabels(map[string]string{
 			LabelApp:          o.App.Name,
@@ -119,6 +123,24 @@ func oneOffPod(cfg Config, o runtime.OneOff, attach bool) *corev1ac.PodApplyConf
 		}).
 		WithOwnerReferences(ownerReference(o.App)).
 		WithSpec(spec)
+}
+
+// withOneOffClaims gives a one-off's pod (a run, the release phase, a cron
+// job's run) the claims of every volume of the app, whose container mounts
+// them all, as on one machine. A claim attaches to one node at a time: the pod
+// prefers the node of the app's pods, and waits (up to its timeout) when it
+// lands elsewhere while they hold it.
+func withOneOffClaims(spec *corev1ac.PodSpecApplyConfiguration, app string, vols []appv1.Volume) {
+	if len(vols) == 0 {
+		return
+	}
+	withVolumeClaims(spec, app, vols)
+	spec.WithAffinity(corev1ac.Affinity().WithPodAffinity(corev1ac.PodAffinity().
+		WithPreferredDuringSchedulingIgnoredDuringExecution(corev1ac.WeightedPodAffinityTerm().
+			WithWeight(100).
+			WithPodAffinityTerm(corev1ac.PodAffinityTerm().
+				WithTopologyKey(corev1.LabelHostname).
+				WithLabelSelector(metav1ac.LabelSelector().WithMatchLabels(map[string]string{LabelApp: app}))))))
 }
 
 func checkOneOff(o runtime.OneOff) error {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -126,6 +127,35 @@ func TestOneOffPodSpecAndExitStatus(t *testing.T) {
 	}
 	if !f.gone(&corev1.Pod{}, pod.Name) {
 		t.Error("the pod is still there after Run returned")
+	}
+}
+
+// TestOneOffMountsTheAppsVolumes: a one-off pod has every volume of the app,
+// and prefers the node of the app's pods (a claim attaches to one node).
+func TestOneOffMountsTheAppsVolumes(t *testing.T) {
+	f, oo := oneOffFixture(t)
+	app := f.app.DeepCopy()
+	app.Spec.Volumes = []appv1.Volume{{Name: "data", Path: "/data", Size: resource.MustParse("1Gi"), Processes: []string{"worker"}}}
+	o := f.oneOff("0123456789ab")
+	o.App = app
+	res := make(chan runResult, 1)
+	go func() {
+		exit, err := oo.Run(f.ctx, o)
+		res <- runResult{exit, err}
+	}()
+	pod := f.waitPod(kube.OneOffPodName("hello", o.ID))
+	s := pod.Spec
+	if len(s.Volumes) != 1 || s.Volumes[0].PersistentVolumeClaim == nil || s.Volumes[0].PersistentVolumeClaim.ClaimName != kube.VolumeClaimName("hello", "data") ||
+		len(s.Containers[0].VolumeMounts) != 1 || s.Containers[0].VolumeMounts[0].MountPath != "/data" {
+		t.Errorf("volumes %+v, mounts %+v", s.Volumes, s.Containers[0].VolumeMounts)
+	}
+	if s.Affinity == nil || s.Affinity.PodAffinity == nil || len(s.Affinity.PodAffinity.PreferredDuringSchedulingIgnoredDuringExecution) != 1 ||
+		s.Affinity.PodAffinity.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm.LabelSelector.MatchLabels[appv1.LabelApp] != "hello" {
+		t.Errorf("affinity %+v", s.Affinity)
+	}
+	f.terminate(pod, 0, "")
+	if r := <-res; r.err != nil || r.exit != 0 {
+		t.Fatalf("Run = %d, %v", r.exit, r.err)
 	}
 }
 

@@ -15,6 +15,9 @@
 //     measures them for system:df);
 //   - the Service <app> (headless, no selector) and the EndpointSlices labelled
 //     endpointslice.kubernetes.io/managed-by=local.runtime.bex.co, owned by the App.
+//   - the apps' volumes (volumes.go): ext4 images under <state dir>/volumes/<ns>/
+//     <app>/, loop-mounted under /run/bex/volumes-<hash>/, and their backups and
+//     restores (backup.go, Volumes, for the gitserver).
 //
 // Each instance runs in a network namespace of its own on the apps' CNI network
 // (internal/tenantnet; Config.Network "host" keeps the host's), kept at

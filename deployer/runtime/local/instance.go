@@ -160,6 +160,17 @@ func (r *Runtime) create(ctx context.Context, a *appState, d runtime.Desired, g 
 		}
 		opts = append(opts, oci.WithProcessArgs(args...))
 	}
+	// The volumes the type asks for, each mounted on the host now (syncVolumes).
+	vols := volumesOf(d.Volumes, process)
+	if len(vols) > 0 {
+		mounts, err := r.cfg.volumeMounts(a.key, vols)
+		if err != nil {
+			_ = r.net.teardown(context.WithoutCancel(ctx), att.id)
+			_ = r.store.free(port, id)
+			return nil, err
+		}
+		opts = append(opts, withVolumes(mounts))
+	}
 	// Isolation: after the image's config and the namespaces above (see security.go).
 	ids, err := r.store.ids(a.key.String())
 	if err != nil {
@@ -186,6 +197,9 @@ func (r *Runtime) create(ctx context.Context, a *appState, d runtime.Desired, g 
 		labelRestart:   inst.restart,
 		labelIDs:       strconv.FormatUint(uint64(idm.host), 10),
 		labelMemory:    strconv.FormatInt(lim.memory, 10),
+	}
+	if len(vols) > 0 {
+		labels[labelVolumes] = volumeNames(vols)
 	}
 	if att.dir != "" {
 		labels[labelAddress] = att.addr.String()

@@ -264,6 +264,21 @@ func (o *OneOffs) create(ctx context.Context, oo runtime.OneOff) (*prepared, err
 		return fail(err)
 	}
 	idm := idmap{host: ids, size: IDRangeSize}
+	// Every volume of the app, made here if the deployer has not made it yet (a
+	// first push's release phase runs before its first Sync).
+	vols := oo.App.Spec.Volumes
+	if len(vols) > 0 {
+		for _, v := range vols {
+			if _, err := o.cfg.ensureVolume(key, v, ids); err != nil {
+				return fail(err)
+			}
+		}
+		mounts, err := o.cfg.volumeMounts(key, vols)
+		if err != nil {
+			return fail(err)
+		}
+		opts = append(opts, withVolumes(mounts))
+	}
 	lim := limitsOf(appv1.ProcessSpec{Resources: oo.Resources})
 	opts = append(opts, securityOpts(lim, idm)...)
 	labels := map[string]string{
@@ -281,6 +296,9 @@ func (o *OneOffs) create(ctx context.Context, oo runtime.OneOff) (*prepared, err
 	}
 	if p.port != "" {
 		labels[labelPort] = p.port
+	}
+	if len(vols) > 0 {
+		labels[labelVolumes] = volumeNames(vols)
 	}
 	if att.dir != "" {
 		labels[labelAddress] = att.addr.String()

@@ -193,7 +193,9 @@ stty size; exit 4`)
 		case r = <-res:
 			done = true
 		case <-tick.C:
-			_, _ = inW.Write([]byte{3})
+			// Not in this loop: once the run ended nothing reads stdin, and a
+			// write here would block before res is seen (inW.Close ends it).
+			go func() { _, _ = inW.Write([]byte{3}) }()
 		case <-deadline:
 			t.Fatal("Ctrl-C did not end sleep within a minute")
 		}

@@ -169,6 +169,11 @@ func New(cfg Config, c client.Client, log *slog.Logger) (*Runtime, error) {
 	ctx, cancel := context.WithCancel(namespaces.WithNamespace(context.Background(), cfg.Namespace))
 	r := &Runtime{cfg: cfg, cd: cd, kube: c, log: log.With("component", "runtime/local"), store: st, net: nw, changes: make(chan types.NamespacedName, 256),
 		ctx: ctx, cancel: cancel, apps: map[types.NamespacedName]*appState{}}
+	// Volumes first (after a reboot nothing is mounted): an adopted container's
+	// task started again must find its volumes there.
+	if err := cfg.mountAllVolumes(st.knownIDs); err != nil {
+		log.Warn("mount volumes", "err", err)
+	}
 	if err := r.adopt(); err != nil {
 		cancel()
 		cd.Close()
@@ -281,7 +286,7 @@ func (r *Runtime) Sync(ctx context.Context, d runtime.Desired) (runtime.Status, 
 	return st, err
 }
 
-func (r *Runtime) syncProcesses(ctx context.Context, d runtime.Desired) (runtime.Status, error) {
+func (r *Runtime) syncProcesses(ctx context.Context, d runtime.Desired) (st runtime.Status, err error) {
 	if d.App == nil {
 		return runtime.Status{}, errors.New("local runtime: Sync without an App")
 	}
@@ -299,6 +304,11 @@ func (r *Runtime) syncProcesses(ctx context.Context, d runtime.Desired) (runtime
 	if err := r.ensureService(ctx, a.key, owner); err != nil {
 		return runtime.Status{}, err
 	}
+	vols, volFailure, err := r.syncVolumes(ctx, d)
+	if err != nil {
+		return runtime.Status{}, fmt.Errorf("volumes: %w", err)
+	}
+	defer func() { st.Volumes = vols }()
 
 	if d.Suspended {
 		return r.suspend(ctx, a, log)
@@ -310,6 +320,11 @@ func (r *Runtime) syncProcesses(ctx context.Context, d runtime.Desired) (runtime
 	}
 	g := gen{Release: d.Release, Config: configHash(d, env)}
 	fk := failKey(g, d.Processes, d.Restarts)
+	if volFailure != nil {
+		// Not remembered as a failed release: the volume is tried again at each
+		// Sync, and what serves keeps serving meanwhile.
+		return r.status(a, d, g, volFailure), nil
+	}
 
 	r.mu.Lock()
 	f, failed := a.failed[fk]
@@ -371,7 +386,7 @@ func (r *Runtime) syncProcesses(ctx context.Context, d runtime.Desired) (runtime
 	// The status is taken before the endpoints are written: readiness only grows
 	// between the two, so a status that says RolledOut never runs ahead of the
 	// endpoints.
-	st := r.status(a, d, g, nil)
+	st = r.status(a, d, g, nil)
 	if err := r.publish(ctx, a); err != nil {
 		return runtime.Status{}, err
 	}
@@ -733,6 +748,9 @@ func (r *Runtime) Delete(ctx context.Context, key types.NamespacedName) error {
 			}
 		}
 	}
+	if err := r.removeAllVolumes(key); err != nil {
+		return fmt.Errorf("volumes of %s: %w", key, err)
+	}
 	r.mu.Lock()
 	delete(r.apps, key)
 	r.mu.Unlock()
@@ -820,9 +838,16 @@ func (r *Runtime) resolveEnv(ctx context.Context, d runtime.Desired) ([]envVar, 
 func configHash(d runtime.Desired, env []envVar) string {
 	cmds := map[string][]string{}
 	lims := map[string]limits{}
+	var vols map[string][]string
 	for p, s := range d.Processes {
 		cmds[p] = s.Command
 		lims[p] = limitsOf(s)
+		for _, v := range volumesOf(d.Volumes, p) {
+			if vols == nil {
+				vols = map[string][]string{}
+			}
+			vols[p] = append(vols[p], v.Name+"="+v.Path)
+		}
 	}
 	envs := make([][2]string, len(env))
 	for i, e := range env {
@@ -834,7 +859,10 @@ func configHash(d runtime.Desired, env []envVar) string {
 		Env         [][2]string
 		HealthCheck *appv1.HealthCheck
 		Limits      map[string][3]int64
-	}{d.Image, cmds, envs, d.HealthCheck, limitsJSON(lims)})
+		// Volumes are left out when there are none, so that an app without any
+		// keeps the hash it had before volumes existed (no rollout on upgrade).
+		Volumes map[string][]string `json:",omitempty"`
+	}{d.Image, cmds, envs, d.HealthCheck, limitsJSON(lims), vols})
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:6])
 }

@@ -255,6 +255,14 @@ func (s *store) setServing(app string, g gen) error {
 	return s.save()
 }
 
+// knownIDs returns the first host id of app's user namespace when it has one.
+func (s *store) knownIDs(app string) (uint32, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	base, ok := s.st.IDs[app]
+	return base, ok
+}
+
 // ids returns the first host id of app's user namespace, allocating a free range
 // (persisted before it is returned) when the app has none.
 func (s *store) ids(app string) (uint32, error) {

@@ -102,16 +102,9 @@ func (s *Server) Deploy(ctx context.Context, req DeployRequest, progress io.Writ
 	if req.Delivery != "" {
 		log = log.With("delivery", req.Delivery)
 	}
-	lockCtx, cancel := context.WithTimeout(ctx, s.cfg.LockWait)
-	unlock, err := s.locks.acquire(lockCtx, req.App, fmt.Sprintf("a %s deploy by %s", req.Cause, req.Actor), func(holder string) {
-		out.step("Waiting for %s to finish (one deploy per app at a time)", holder)
-	})
-	cancel()
+	unlock, err := s.lockForDeploy(ctx, req.App, fmt.Sprintf("a %s deploy by %s", req.Cause, req.Actor), out)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("%w: %s is still busy after %s", ErrBusy, req.App, s.cfg.LockWait)
+		return nil, err
 	}
 	defer unlock()
 
@@ -475,4 +468,22 @@ func (s *Server) upstreamClient(ctx context.Context, app, raw string) (*transpor
 // upstreamPolicy is what upstreams this server fetches from.
 func (s *Server) upstreamPolicy() upstream.Policy {
 	return upstream.Policy{AllowPrivate: s.cfg.AllowPrivateUpstreams, AllowFile: s.cfg.AllowFileUpstreams, Resolver: s.cfg.UpstreamResolver}
+}
+
+// lockForDeploy takes app's lock for a deploy that is not a push (owner says
+// what it is, for whoever waits behind it), waiting up to Config.LockWait and
+// telling out while it waits. An app still busy then is ErrBusy.
+func (s *Server) lockForDeploy(ctx context.Context, app, owner string, out *output) (unlock func(), err error) {
+	lockCtx, cancel := context.WithTimeout(ctx, s.cfg.LockWait)
+	defer cancel()
+	unlock, err = s.locks.acquire(lockCtx, app, owner, func(holder string) {
+		out.step("Waiting for %s to finish (one deploy per app at a time)", holder)
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("%w: %s is still busy after %s", ErrBusy, app, s.cfg.LockWait)
+	}
+	return unlock, nil
 }

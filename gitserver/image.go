@@ -52,16 +52,9 @@ func (s *Server) DeployImage(ctx context.Context, req ImageRequest, progress io.
 	}
 	out := newPlainOutput(progress)
 	log := s.log.With("app", req.App, "cause", CauseImage, "actor", req.Actor, "image", req.Image)
-	lockCtx, cancel := context.WithTimeout(ctx, s.cfg.LockWait)
-	unlock, err := s.locks.acquire(lockCtx, req.App, fmt.Sprintf("a deploy of %s by %s", req.Image, req.Actor), func(holder string) {
-		out.step("Waiting for %s to finish (one deploy per app at a time)", holder)
-	})
-	cancel()
+	unlock, err := s.lockForDeploy(ctx, req.App, fmt.Sprintf("a deploy of %s by %s", req.Image, req.Actor), out)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("%w: %s is still busy after %s", ErrBusy, req.App, s.cfg.LockWait)
+		return nil, err
 	}
 	defer unlock()
 

@@ -277,7 +277,7 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	icfg.Blocked = registryBlocked(c.allowPrivateRegistries)
 	icfg.Credentials = &hooksecrets.Registries{Client: kc, Namespace: c.secretsNamespace}
 	if c.push {
-		icfg.Push, icfg.PushKeychain, icfg.PushInsecure = true, configKeychain(c.registryConfig), c.registryInsecure
+		icfg.Push, icfg.PushKeychain, icfg.PushInsecure = true, kube.ConfigKeychain(c.registryConfig), c.registryInsecure
 	} else if c.runtime == "local" {
 		addr := c.containerdAddr
 		if addr == "" {

@@ -3,13 +3,8 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/netip"
-	"os"
-
-	dockerconfig "github.com/docker/cli/cli/config"
-	"github.com/google/go-containerregistry/pkg/authn"
 
 	"bex.co/bex/builder/imageimport"
 	"bex.co/bex/gitserver"
@@ -70,35 +65,6 @@ func registryBlocked(allowPrivate bool) func(netip.Addr) string {
 		return nil
 	}
 	return upstream.Blocked
-}
-
-// configKeychain reads credentials from a Docker-style config.json (the
-// builder's --registry-config), at each use, so that a rotated Secret takes
-// effect without a restart; no file: anonymous.
-type configKeychain string
-
-func (k configKeychain) Resolve(res authn.Resource) (authn.Authenticator, error) {
-	if k == "" {
-		return authn.Anonymous, nil
-	}
-	f, err := os.Open(string(k))
-	if err != nil {
-		return nil, fmt.Errorf("registry credentials: %w", err)
-	}
-	defer f.Close()
-	cf, err := dockerconfig.LoadFromReader(f)
-	if err != nil {
-		return nil, fmt.Errorf("registry credentials in %s: %w", string(k), err)
-	}
-	ac, err := cf.GetAuthConfig(res.RegistryStr())
-	if err != nil {
-		return nil, fmt.Errorf("registry credentials in %s: %w", string(k), err)
-	}
-	if ac.Username == "" && ac.Password == "" && ac.Auth == "" && ac.IdentityToken == "" && ac.RegistryToken == "" {
-		return authn.Anonymous, nil
-	}
-	return authn.FromConfig(authn.AuthConfig{Username: ac.Username, Password: ac.Password, Auth: ac.Auth,
-		IdentityToken: ac.IdentityToken, RegistryToken: ac.RegistryToken}), nil
 }
 
 // importer is i as the gitserver's Images, nil when deploy:image is off (a

@@ -130,7 +130,7 @@ func (r *Runtime) repository(repo string) (name.Repository, error) {
 func (r *Runtime) remoteOptions(ctx context.Context) []remote.Option {
 	kc := authn.Keychain(anonymous{})
 	if r.cfg.RegistryConfig != "" {
-		kc = fileKeychain(r.cfg.RegistryConfig)
+		kc = ConfigKeychain(r.cfg.RegistryConfig)
 	}
 	return []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(kc)}
 }
@@ -151,12 +151,17 @@ type anonymous struct{}
 
 func (anonymous) Resolve(authn.Resource) (authn.Authenticator, error) { return authn.Anonymous, nil }
 
-// fileKeychain reads credentials from a Docker-style config.json (its "auths"),
-// as the builder's --registry-config: read at each use, so that a changed file
-// (a rotated Secret) takes effect without a restart.
-type fileKeychain string
+// ConfigKeychain reads credentials from a Docker-style config.json (its
+// "auths"), as the builder's --registry-config: read at each use, so that a
+// changed file (a rotated Secret) takes effect without a restart. No file
+// (""): anonymous. The gitserver's copies into the registry (deploy:image)
+// use it too.
+type ConfigKeychain string
 
-func (k fileKeychain) Resolve(res authn.Resource) (authn.Authenticator, error) {
+func (k ConfigKeychain) Resolve(res authn.Resource) (authn.Authenticator, error) {
+	if k == "" {
+		return authn.Anonymous, nil
+	}
 	f, err := os.Open(string(k))
 	if err != nil {
 		return nil, fmt.Errorf("registry credentials: %w", err)

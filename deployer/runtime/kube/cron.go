@@ -189,7 +189,16 @@ func (r *Runtime) syncCron(ctx context.Context, d runtime.Desired) ([]runtime.Cr
 		if token == "" || token == seen || d.Suspended {
 			continue
 		}
-		if err := r.startCronRun(ctx, ac, token); err != nil {
+		running, err := r.runningCronRuns(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		if running >= maxCronRunsPerApp {
+			// As on one machine: a member's cron:run in a loop of a job that
+			// never ends would otherwise start pods without end. The token is
+			// recorded all the same, so it is refused once, not retried.
+			log.Info("cron:run refused: the app has its most runs going", "app", key.String(), "job", j.ID, "max", maxCronRunsPerApp)
+		} else if err := r.startCronRun(ctx, ac, token); err != nil {
 			return nil, fmt.Errorf("app %s: cron:run %s: %w", key, j.ID, err)
 		}
 		// Recorded only once the Job exists: a Sync that fails in between makes
@@ -211,6 +220,27 @@ func (r *Runtime) syncCron(ctx context.Context, d runtime.Desired) ([]runtime.Cr
 		return nil, nil
 	}
 	return r.cronStatus(ctx, d)
+}
+
+// maxCronRunsPerApp is how many of an app's cron runs (of any job) may be going
+// when a cron:run starts another: at that many, it is refused, as the local
+// runtime bounds its runs.
+const maxCronRunsPerApp = 10
+
+// runningCronRuns counts the app's cron Jobs that have not finished.
+func (r *Runtime) runningCronRuns(ctx context.Context, key client.ObjectKey) (int, error) {
+	var jobs batchv1.JobList
+	if err := r.c.List(ctx, &jobs, client.InNamespace(key.Namespace), client.MatchingLabels{LabelApp: key.Name},
+		client.HasLabels{LabelCronJob}); err != nil {
+		return 0, fmt.Errorf("app %s: list jobs: %w", key, err)
+	}
+	n := 0
+	for i := range jobs.Items {
+		if _, finished := jobExit(&jobs.Items[i], nil); !finished && jobs.Items[i].DeletionTimestamp == nil {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // startCronRun creates one Job from the CronJob's template now, owned by the

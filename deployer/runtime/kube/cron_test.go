@@ -2,6 +2,7 @@ package kube_test
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -194,6 +195,22 @@ func TestCronRunStartsOneJob(t *testing.T) {
 	st := f.sync(d)
 	if len(st.Cron) != 1 || st.Cron[0].ID != "aaa" || st.Cron[0].Running != 2 || st.Cron[0].LastRun == nil {
 		t.Errorf("cron status %+v", st.Cron)
+	}
+}
+
+// TestCronRunsAreBounded: cron:run in a loop (a member's, of a job that never
+// ends) starts at most 10 runs going at once, as on one machine.
+func TestCronRunsAreBounded(t *testing.T) {
+	f := setup(t)
+	d := f.desired(1, imageA, web)
+	d.Cron = []appv1.CronJob{{ID: "aaa", Command: "sleep 86400", Schedule: "@yearly", ConcurrencyPolicy: appv1.CronAllow}}
+	for i := range 12 {
+		d.CronRuns = map[string]string{"aaa": "token-" + strconv.Itoa(i)}
+		f.sync(d)
+	}
+	// No kubelet here: every Job stays unfinished.
+	if n := len(f.cronRuns("aaa")); n != 10 {
+		t.Errorf("%d runs after 12 cron:runs with none finished, want 10", n)
 	}
 }
 

@@ -66,6 +66,9 @@ func setRolledOutCondition(app *appv1.App, synced bool, st runtime.Status) {
 	default:
 		c.Status, c.Reason = metav1.ConditionFalse, appv1.RollingOutReason
 		c.Message = fmt.Sprintf("Rolling out release v%d: %s.", app.Spec.Release, describeProcesses(st.Processes))
+		if st.Note != "" {
+			c.Message += " " + st.Note
+		}
 	}
 	meta.SetStatusCondition(&app.Status.Conditions, c)
 }

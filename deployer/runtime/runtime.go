@@ -71,6 +71,10 @@ type Status struct {
 	// restarted.
 	Failure string
 	Message string
+	// Note, while the release rolls out, is what a person watching the
+	// rollout should know of how it goes (e.g. that it is a short downtime);
+	// the rollout's progress says it after the ready counts.
+	Note string
 	// Processes reports each process type of the desired release.
 	Processes map[string]ProcessStatus
 	// Cron reports each cron job of Desired.Cron that has run or is running.

@@ -12,7 +12,8 @@ import (
 
 // installAddons applies what a cluster brings before bex: CoreDNS (the cluster's
 // DNS, which buildkitd needs to find the registry and the components to find each
-// other) and the volumes bex's PersistentVolumeClaims bind to.
+// other), the volumes bex's PersistentVolumeClaims bind to, and those of the
+// apps' volumes (storage.go).
 func (l *layout) installAddons(k kubectl) error {
 	env, err := l.imagesEnv()
 	if err != nil {
@@ -34,7 +35,7 @@ func (l *layout) installAddons(k kubectl) error {
 		"CLUSTER_DOMAIN", clusterDomain,
 		"GITSERVER_VOLUME", l.path("volumes", "gitserver"),
 		"REGISTRY_VOLUME", l.path("volumes", "registry"),
-	).Replace(addonManifests)
+	).Replace(addonManifests) + "---\n" + l.appStorageManifests()
 	if _, err := k(manifests, "apply", "--server-side", "--force-conflicts", "-f", "-"); err != nil {
 		return err
 	}
@@ -56,7 +57,7 @@ func (l *layout) installBex(root string, k kubectl) error {
 		return err
 	}
 	patches := l.path("config", "bex-patches.yaml")
-	if err := os.WriteFile(patches, []byte(strings.ReplaceAll(bexPatches, "SSH_NODE_PORT", fmt.Sprint(sshNodePort))), 0o644); err != nil {
+	if err := os.WriteFile(patches, []byte(strings.NewReplacer("SSH_NODE_PORT", fmt.Sprint(sshNodePort), "APP_STORAGE_CLASS", appStorageClass).Replace(bexPatches)), 0o644); err != nil {
 		return err
 	}
 	cmd := exec.Command(filepath.Join(root, "hack", "install-bex.sh"))
@@ -150,11 +151,23 @@ const bexPatches = `- patch: |
     - op: add
       path: /spec/template/spec/containers/0/args/-
       value: --host-users
+- target: {kind: Deployment, name: bex-deployer}
+  patch: |
+    - op: add
+      path: /spec/template/spec/containers/0/args/-
+      value: --volume-storage-class=APP_STORAGE_CLASS
 - target: {kind: StatefulSet, name: bex-gitserver}
   patch: |
     - op: add
       path: /spec/template/spec/containers/0/args/-
       value: --host-users
+# Every registry this node can reach is on a private address (no internet here):
+# deploy:image may pull from them.
+- target: {kind: StatefulSet, name: bex-gitserver}
+  patch: |
+    - op: add
+      path: /spec/template/spec/containers/0/args/-
+      value: --allow-private-registries
 `
 
 // addonManifests: CoreDNS as kubeadm installs it (its RBAC, a Corefile answering

@@ -42,6 +42,10 @@ func runNode(l *layout, bin string) error {
 			return err
 		}
 	}
+	if err := l.mountAppVolumes(); err != nil {
+		return fmt.Errorf("the apps' volumes: %w", err)
+	}
+	defer l.unmountAppVolumes()
 	if err := os.WriteFile(l.nodePIDFile(), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
 		return err
 	}

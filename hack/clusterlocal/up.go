@@ -165,6 +165,8 @@ HTTPS_ADDR=%s:443
 BASE_DOMAIN=%s
 CA_FILE=%s
 ADMIN_IDENTITY=%s
-`, l.kubeconfig(), l.nodeIP, sshNodePort, l.nodeIP, baseDomain, caFile, l.adminIdentity())
+NODE_NETNS=/run/netns/%s
+NODE_IP=%s
+`, l.kubeconfig(), l.nodeIP, sshNodePort, l.nodeIP, baseDomain, caFile, l.adminIdentity(), l.netns(), l.nodeIP)
 	return os.WriteFile(l.envFile(), []byte(env), 0o644)
 }

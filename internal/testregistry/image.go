@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	goruntime "runtime"
 	"testing"
@@ -24,6 +25,12 @@ import (
 // password is 401, as a private registry answers.
 func StartPrivate(t testing.TB, user, password string) *Registry {
 	t.Helper()
+	return StartPrivateOn(t, nil, user, password)
+}
+
+// StartPrivateOn is StartPrivate served on ln (StartConfigOn).
+func StartPrivateOn(t testing.TB, ln net.Listener, user, password string) *Registry {
+	t.Helper()
 	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +39,7 @@ func StartPrivate(t testing.TB, user, password string) *Registry {
 	if err := os.WriteFile(htpasswd, []byte(user+":"+string(hash)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return StartConfig(t, fmt.Sprintf(`version: 0.1
+	return StartConfigOn(t, ln, fmt.Sprintf(`version: 0.1
 storage:
   filesystem: {rootdirectory: /var/lib/registry}
 auth:

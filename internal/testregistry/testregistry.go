@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -51,6 +52,14 @@ http:
 // parallel tests.
 func StartConfig(t testing.TB, conf string) *Registry {
 	t.Helper()
+	return StartConfigOn(t, nil, conf)
+}
+
+// StartConfigOn is StartConfig served on ln (nil: a loopback port), e.g. a
+// listener made inside a network namespace the test created, for clients
+// that live there.
+func StartConfigOn(t testing.TB, ln net.Listener, conf string) *Registry {
+	t.Helper()
 	dir := t.TempDir()
 	r := &Registry{Root: filepath.Join(dir, "data"), Config: filepath.Join(dir, "config.yml")}
 	if err := os.WriteFile(r.Config, []byte(conf), 0o600); err != nil {
@@ -71,7 +80,12 @@ func StartConfig(t testing.TB, conf string) *Registry {
 	// provoke as an error: not logged.
 	logrus.SetOutput(io.Discard)
 	ctx, cancel := context.WithCancel(context.Background())
-	srv := httptest.NewServer(handlers.NewApp(ctx, cfg))
+	srv := httptest.NewUnstartedServer(handlers.NewApp(ctx, cfg))
+	if ln != nil {
+		srv.Listener.Close()
+		srv.Listener = ln
+	}
+	srv.Start()
 	t.Cleanup(func() { srv.Close(); cancel() })
 	r.Host = strings.TrimPrefix(srv.URL, "http://")
 	return r

@@ -153,7 +153,7 @@ func (r *Runtime) Sync(ctx context.Context, d runtime.Desired) (runtime.Status, 
 			}
 		}
 		if len(recreated) > 0 {
-			st.Message += fmt.Sprintf("; %s stop before their new instances start (their volumes attach to one node at a time): a short downtime", strings.Join(recreated, ", "))
+			st.Note = fmt.Sprintf("%s stop before their new instances start (their volumes attach to one node at a time): a short downtime.", strings.Join(recreated, ", "))
 		}
 	}
 	cron, err := r.syncCron(ctx, d)

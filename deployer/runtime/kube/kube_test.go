@@ -749,8 +749,8 @@ func TestVolumeClaimsAndRecreate(t *testing.T) {
 	if len(st.Volumes) != 1 || st.Volumes[0] != (appv1.VolumeStatus{Name: "data", Ready: true}) {
 		t.Fatalf("status.volumes %+v", st.Volumes)
 	}
-	if !strings.Contains(st.Message, "web stop before their new instances start") || !strings.Contains(st.Message, "short downtime") {
-		t.Fatalf("rollout message %q", st.Message)
+	if !strings.Contains(st.Note, "web stop before their new instances start") || !strings.Contains(st.Note, "short downtime") {
+		t.Fatalf("rollout note %q", st.Note)
 	}
 	pvc := &corev1.PersistentVolumeClaim{}
 	if err := f.c.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: kube.VolumeClaimName("hello", "data")}, pvc); err != nil {

@@ -29,8 +29,12 @@ const (
 	appVolumeSize   = 256 << 20 // bytes; a claim asks for at most this
 )
 
-func (l *layout) appVolumeImage(i int) string { return l.path("volumes", "apps", fmt.Sprintf("pv-%d.img", i)) }
-func (l *layout) appVolumeDir(i int) string   { return l.path("volumes", "apps", fmt.Sprintf("pv-%d", i)) }
+func (l *layout) appVolumeImage(i int) string {
+	return l.path("volumes", "apps", fmt.Sprintf("pv-%d.img", i))
+}
+func (l *layout) appVolumeDir(i int) string {
+	return l.path("volumes", "apps", fmt.Sprintf("pv-%d", i))
+}
 
 // mountAppVolumes makes the volumes' file systems (once: up in the same DIR
 // keeps their files) and loop-mounts each at its directory, in the node's

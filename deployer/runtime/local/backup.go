@@ -171,12 +171,14 @@ func (v *Volumes) Backup(ctx context.Context, key types.NamespacedName, name str
 		return err
 	}
 	defer unlock()
+	ctx, cancel := context.WithTimeout(ctx, v.cfg.VolumeTransferTimeout)
+	defer cancel()
 	resume, err := v.pause(ctx, key, name)
 	if err != nil {
 		return err
 	}
 	defer resume()
-	return writeTar(ctx, root, base, w)
+	return streamOut(ctx, v.cfg.VolumeTransferTimeout, w, func(w io.Writer) error { return writeTar(ctx, root, base, w) })
 }
 
 func writeTar(ctx context.Context, root *os.Root, base uint32, w io.Writer) error {
@@ -282,12 +284,14 @@ func (v *Volumes) Restore(ctx context.Context, key types.NamespacedName, name st
 		return err
 	}
 	defer unlock()
+	ctx, cancel := context.WithTimeout(ctx, v.cfg.VolumeTransferTimeout)
+	defer cancel()
 	resume, err := v.pause(ctx, key, name)
 	if err != nil {
 		return err
 	}
 	defer resume()
-	return restoreTar(ctx, root, base, r)
+	return streamIn(ctx, v.cfg.VolumeTransferTimeout, r, func(r io.Reader) error { return restoreTar(ctx, root, base, r) })
 }
 
 // stagingPrefix names restore's staging directories in a volume's root.

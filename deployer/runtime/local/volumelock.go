@@ -216,7 +216,8 @@ func streamOut(ctx context.Context, limit time.Duration, w io.Writer, write func
 	pr, pw := io.Pipe()
 	copied := make(chan error, 1)
 	go func() {
-		_, err := io.Copy(w, pr)
+		// Through w's Write (not a ReadFrom of its own), as write would.
+		_, err := io.Copy(struct{ io.Writer }{w}, pr)
 		_ = pr.CloseWithError(err) // a failing w fails write
 		copied <- err
 	}()

@@ -75,13 +75,30 @@ func (f *fixture) backupHeld(vs *Volumes) (*gateWriter, <-chan error) {
 	return w, errc
 }
 
-// tasks maps the app's containers to their tasks' status and pid (those with a
-// task).
-func (f *fixture) tasks() map[string]struct {
+type taskState struct {
 	status containerd.ProcessStatus
 	pid    uint32
 	labels map[string]string
-} {
+}
+
+// deployWithData rolls out release 1 of v1 (and one web instance) with the
+// volume "data" of 16 MiB, with d's changes, and returns it.
+func (f *fixture) deployWithData(change func(*runtime.Desired)) runtime.Desired {
+	f.t.Helper()
+	vols := []appv1.Volume{dataVolume("16Mi")}
+	f.app.Spec.Volumes = vols
+	d := f.desired(1, f.v1, 1)
+	d.Volumes = vols
+	if change != nil {
+		change(&d)
+	}
+	f.syncUntil(d, time.Minute, "release 1 with a volume", rolledOut)
+	return d
+}
+
+// tasks maps the app's containers to their tasks' status and pid (those with a
+// task).
+func (f *fixture) tasks() map[string]taskState {
 	f.t.Helper()
 	cl, err := f.cd.Client()
 	if err != nil {
@@ -89,11 +106,7 @@ func (f *fixture) tasks() map[string]struct {
 	}
 	defer cl.Close()
 	ctx := namespaces.WithNamespace(context.Background(), f.cfg.Namespace)
-	out := map[string]struct {
-		status containerd.ProcessStatus
-		pid    uint32
-		labels map[string]string
-	}{}
+	out := map[string]taskState{}
 	for id, l := range f.containers() {
 		ctr, err := cl.LoadContainer(ctx, id)
 		if err != nil {
@@ -107,11 +120,7 @@ func (f *fixture) tasks() map[string]struct {
 		if err != nil {
 			continue
 		}
-		out[id] = struct {
-			status containerd.ProcessStatus
-			pid    uint32
-			labels map[string]string
-		}{st.Status, task.Pid(), l}
+		out[id] = taskState{st.Status, task.Pid(), l}
 	}
 	return out
 }
@@ -135,11 +144,7 @@ func TestStartsWaitForAVolumeBackup(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { o.Close() })
-	vols := []appv1.Volume{dataVolume("16Mi")}
-	f.app.Spec.Volumes = vols
-	d := f.desired(1, f.v1, 1)
-	d.Volumes = vols
-	f.syncUntil(d, time.Minute, "release 1 with a volume", rolledOut)
+	d := f.deployWithData(nil)
 	if exit, out := f.run(o, f.app, `echo before > `+volPath+`/before`); exit != 0 {
 		t.Fatalf("write: %d %q", exit, out)
 	}
@@ -152,7 +157,7 @@ func TestStartsWaitForAVolumeBackup(t *testing.T) {
 	w, backupErr := f.backupHeld(vs)
 	// A rollout (the new instance's start) and a one-off, during the backup.
 	d2 := f.desired(2, f.v2, 1)
-	d2.Volumes = vols
+	d2.Volumes = d.Volumes
 	if _, err := f.rt.Sync(context.Background(), d2); err != nil {
 		t.Fatal(err)
 	}
@@ -224,12 +229,7 @@ func TestHealthChecksWaitOutAVolumeBackup(t *testing.T) {
 	f.rt.Close()
 	f.cfg.LivenessInterval, f.cfg.LivenessFailures = 100*time.Millisecond, 2
 	f.rt = f.newRuntime()
-	vols := []appv1.Volume{dataVolume("16Mi")}
-	f.app.Spec.Volumes = vols
-	d := f.desired(1, f.v1, 1)
-	d.Volumes = vols
-	d.HealthCheck = &appv1.HealthCheck{Path: "/index.html"}
-	f.syncUntil(d, time.Minute, "release 1 with a volume", rolledOut)
+	d := f.deployWithData(func(d *runtime.Desired) { d.HealthCheck = &appv1.HealthCheck{Path: "/index.html"} })
 	before := f.tasks()
 	if len(before) != 1 {
 		t.Fatalf("tasks %v", before)
@@ -290,11 +290,7 @@ func TestHealthChecksWaitOutAVolumeBackup(t *testing.T) {
 // it paused while the backup's lock is held.
 func TestPausedContainerIsResumedWhenItsBackupWent(t *testing.T) {
 	f := newFixture(t, "volume-thaw")
-	vols := []appv1.Volume{dataVolume("16Mi")}
-	f.app.Spec.Volumes = vols
-	d := f.desired(1, f.v1, 1)
-	d.Volumes = vols
-	f.syncUntil(d, time.Minute, "release 1 with a volume", rolledOut)
+	d := f.deployWithData(nil)
 	before := f.tasks()
 	if len(before) != 1 {
 		t.Fatalf("tasks %v", before)

@@ -30,8 +30,23 @@ import (
 // one-offs) are paused (containerd's task Pause: the cgroup freezer) while the
 // archive is read or written, and resumed after, so a backup is one moment of
 // the volume, and a restore is never seen half done. A paused instance answers
-// nothing meanwhile; an instance the deployer starts during the pause is not
-// paused.
+// nothing meanwhile.
+//
+// Starts: a backup or restore holds the volume's data lock (the flock of
+// <name>.data.lock beside its image) exclusively while it pauses, copies and
+// resumes; the start of an instance or one-off that mounts the volume, by the
+// deployer or the gitserver, holds it shared from the task's creation until it
+// runs (volumelock.go). So a start during a backup waits for its end (it says
+// so in its process's log), and a backup that begins during a start finds the
+// task running and pauses it. The bound: a backup or restore is cancelled after
+// Config.VolumeTransferTimeout (default 1h), even with its stream stalled, its
+// containers resumed (a cancelled restore leaves the volume as it was); a start
+// waits at most that and a minute, then fails (an instance's supervisor tries
+// again). The deployer's health checks do not count checks that fail while the
+// task is paused. Should the gitserver die mid-backup, the kernel drops its
+// lock but its containers stay frozen: the deployer resumes a task that is
+// paused with nobody holding its volumes' data locks (it watches containerd's
+// TaskPaused events, and the tasks it adopts or health-checks paused).
 //
 // The host side never follows a link out of the volume: every path is opened
 // through an os.Root of the mounted volume, and a restore refuses, before it
@@ -171,12 +186,14 @@ func (v *Volumes) Backup(ctx context.Context, key types.NamespacedName, name str
 		return err
 	}
 	defer unlock()
+	ctx, cancel := context.WithTimeout(ctx, v.cfg.VolumeTransferTimeout)
+	defer cancel()
 	resume, err := v.pause(ctx, key, name)
 	if err != nil {
 		return err
 	}
 	defer resume()
-	return writeTar(ctx, root, base, w)
+	return streamOut(ctx, v.cfg.VolumeTransferTimeout, w, func(w io.Writer) error { return writeTar(ctx, root, base, w) })
 }
 
 func writeTar(ctx context.Context, root *os.Root, base uint32, w io.Writer) error {
@@ -282,12 +299,14 @@ func (v *Volumes) Restore(ctx context.Context, key types.NamespacedName, name st
 		return err
 	}
 	defer unlock()
+	ctx, cancel := context.WithTimeout(ctx, v.cfg.VolumeTransferTimeout)
+	defer cancel()
 	resume, err := v.pause(ctx, key, name)
 	if err != nil {
 		return err
 	}
 	defer resume()
-	return restoreTar(ctx, root, base, r)
+	return streamIn(ctx, v.cfg.VolumeTransferTimeout, r, func(r io.Reader) error { return restoreTar(ctx, root, base, r) })
 }
 
 // stagingPrefix names restore's staging directories in a volume's root.

@@ -77,6 +77,14 @@ type Config struct {
 	// would otherwise keep its share of the requests. Defaults 10s and 3.
 	LivenessInterval time.Duration
 	LivenessFailures int
+
+	// VolumeTransferTimeout bounds a volume's backup or restore (Volumes), and
+	// so how long the app's containers that mount it stay paused: one that takes
+	// longer is cancelled, its containers resumed (a restore leaves the volume as
+	// it was). A start of an instance or one-off that mounts the volume waits for
+	// a backup or restore at most this and a minute, then fails (an instance's
+	// supervisor tries again). Default 1h.
+	VolumeTransferTimeout time.Duration
 }
 
 // DefaultConfig returns the defaults; StateDir, which has none, is empty.
@@ -144,6 +152,9 @@ func (cfg Config) withDefaults() Config {
 	if cfg.LivenessFailures == 0 {
 		cfg.LivenessFailures = 3
 	}
+	if cfg.VolumeTransferTimeout == 0 {
+		cfg.VolumeTransferTimeout = time.Hour
+	}
 	return cfg
 }
 
@@ -180,6 +191,7 @@ func (cfg Config) Validate() error {
 		{"Drain", cfg.Drain}, {"StopTimeout", cfg.StopTimeout}, {"BootTimeout", cfg.BootTimeout},
 		{"RestartBackoff", cfg.RestartBackoff}, {"RestartBackoffMax", cfg.RestartBackoffMax},
 		{"CrashLoopWindow", cfg.CrashLoopWindow}, {"LivenessInterval", cfg.LivenessInterval},
+		{"VolumeTransferTimeout", cfg.VolumeTransferTimeout},
 	} {
 		if d.v < 0 {
 			errs = append(errs, fmt.Errorf("Config.%s %v: negative", d.name, d.v))

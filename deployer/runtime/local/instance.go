@@ -289,8 +289,9 @@ func (r *Runtime) superviseLoop(inst *instance, task containerd.Task) {
 		var statusC <-chan containerd.ExitStatus
 		var err error
 		if task != nil {
-			// Adopted: a running task is watched; any other state is replaced.
-			if st, serr := task.Status(ctx); serr == nil && st.Status == containerd.Running {
+			// Adopted: a running (or paused, see adopt) task is watched; any other
+			// state is replaced.
+			if st, serr := task.Status(ctx); serr == nil && (st.Status == containerd.Running || st.Status == containerd.Paused) {
 				statusC, err = task.Wait(ctx)
 			} else {
 				task = nil
@@ -411,6 +412,19 @@ func (r *Runtime) runTask(ctx context.Context, inst *instance) (containerd.Task,
 		_ = f.Chmod(0o600)
 		f.Close()
 	}
+	// Not while a backup or restore of one of its volumes has the app paused:
+	// it waits for it to end (holdVolumesForStart), and one that begins after
+	// finds the task running and pauses it too.
+	l, err := inst.ctr.Labels(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	unlock, err := r.cfg.holdVolumesForStart(ctx, inst.app, volumesOfLabels(l), inst.id, r.log)
+	if err != nil {
+		r.noteLog(inst, "bex: cannot start: "+err.Error())
+		return nil, nil, fmt.Errorf("cannot start: %w", err)
+	}
+	defer unlock()
 	task, err := inst.ctr.NewTask(ctx, cio.LogFile(inst.logPath))
 	if err != nil {
 		r.noteLog(inst, "bex: cannot start: "+err.Error())
@@ -477,11 +491,15 @@ func check(ctx context.Context, inst *instance) error {
 func (r *Runtime) probe(inst *instance, seq int) {
 	log := r.log.With("app", inst.app.String(), "release", inst.gen.Release, "instance", inst.name())
 	interval := 5 * time.Millisecond
+	var pausedUntil time.Time // the boot timeout counts from the end of a pause
 	for {
 		r.mu.Lock()
 		current := inst.startSeq == seq && inst.running && !inst.stopping
 		deadline := inst.lastStart.Add(inst.bootTimeout)
 		r.mu.Unlock()
+		if pausedUntil.After(deadline) {
+			deadline = pausedUntil
+		}
 		if !current || inst.ctx.Err() != nil {
 			return
 		}
@@ -514,12 +532,19 @@ func (r *Runtime) probe(inst *instance, seq int) {
 			return
 		}
 		inst.lastProbe = err.Error()
-		if time.Now().After(deadline) && !inst.healthFailed {
-			inst.healthFailed = true
+		late := time.Now().After(deadline) && !inst.healthFailed
+		r.mu.Unlock()
+		if late && r.pausedForVolume(inst) {
+			pausedUntil = time.Now().Add(inst.bootTimeout)
+			late = false
+		}
+		if late {
+			r.mu.Lock()
+			if inst.startSeq == seq && !inst.healthFailed {
+				inst.healthFailed = true
+			}
 			r.mu.Unlock()
 			log.Warn("instance not ready within the boot timeout", "err", err, "timeout", inst.bootTimeout)
-		} else {
-			r.mu.Unlock()
 		}
 		select {
 		case <-time.After(interval):
@@ -530,11 +555,23 @@ func (r *Runtime) probe(inst *instance, seq int) {
 	}
 }
 
+// pausedForVolume reports whether inst's task is paused (by a volume's backup or
+// restore), and has it resumed should no backup or restore hold its volumes
+// (watchPaused).
+func (r *Runtime) pausedForVolume(inst *instance) bool {
+	if !pausedTask(inst.ctx, inst.ctr) {
+		return false
+	}
+	r.watchPaused(inst.id)
+	return true
+}
+
 // live checks a ready web instance every LivenessInterval, as long as its task
 // runs and it is not leaving. After LivenessFailures failed checks in a row it is
 // taken out of the endpoints and its task is killed: the supervisor restarts it
 // (with backoff, counted as an exit, so a release whose instances keep hanging is
-// a crash loop), and probe brings it back once it answers.
+// a crash loop), and probe brings it back once it answers. Checks that fail
+// while the task is paused (a volume's backup or restore) are not counted.
 func (r *Runtime) live(inst *instance, seq int, log *slog.Logger) {
 	failures := 0
 	for {
@@ -552,6 +589,13 @@ func (r *Runtime) live(inst *instance, seq int, log *slog.Logger) {
 		err := check(inst.ctx, inst)
 		if err == nil {
 			failures = 0
+			continue
+		}
+		if r.pausedForVolume(inst) {
+			// Frozen by a backup or restore of its volume, it cannot answer:
+			// not a failure. Its checks count again from its resume.
+			failures = 0
+			log.Debug("health check not counted: the instance is paused for a backup or restore of its volume", "err", err)
 			continue
 		}
 		if failures++; failures < r.cfg.LivenessFailures {

@@ -177,6 +177,8 @@ type prepared struct {
 	netns   string
 	port    string
 	logPath string
+	app     types.NamespacedName
+	volumes []string // the volumes it mounts
 }
 
 func (o *OneOffs) check(oo runtime.OneOff) error {
@@ -210,7 +212,7 @@ func (o *OneOffs) create(ctx context.Context, oo runtime.OneOff) (*prepared, err
 		return nil, err
 	}
 	id := containerID(key, "oneoff-"+oo.ID, oo.Release, 0)
-	p := &prepared{logPath: o.oneOffLog(key, oo)}
+	p := &prepared{logPath: o.oneOffLog(key, oo), app: key}
 	if err := os.MkdirAll(filepath.Dir(p.logPath), 0o700); err != nil {
 		return nil, err
 	}
@@ -278,6 +280,9 @@ func (o *OneOffs) create(ctx context.Context, oo runtime.OneOff) (*prepared, err
 			return fail(err)
 		}
 		opts = append(opts, withVolumes(mounts))
+		for _, v := range vols {
+			p.volumes = append(p.volumes, v.Name)
+		}
 	}
 	lim := limitsOf(appv1.ProcessSpec{Resources: oo.Resources})
 	opts = append(opts, securityOpts(lim, idm)...)
@@ -372,16 +377,9 @@ func (o *OneOffs) Run(ctx context.Context, oo runtime.OneOff) (int, error) {
 	if oo.TTY != nil {
 		copts = append(copts, cio.WithTerminal)
 	}
-	task, err := p.ctr.NewTask(ctx, cio.NewCreator(copts...))
-	if err != nil {
-		return -1, fmt.Errorf("cannot start: %w", err)
-	}
-	statusC, err := task.Wait(ctx)
+	task, statusC, err := o.startTask(ctx, p, cio.NewCreator(copts...))
 	if err != nil {
 		return -1, err
-	}
-	if err := task.Start(ctx); err != nil {
-		return -1, fmt.Errorf("cannot start: %w", err)
 	}
 	if oo.Stdin != nil {
 		go func() {
@@ -469,16 +467,9 @@ func (o *OneOffs) Start(ctx context.Context, oo runtime.OneOff, done func(exit i
 	if f, err := os.OpenFile(p.logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); err == nil {
 		f.Close()
 	}
-	task, err := p.ctr.NewTask(ctx, cio.LogFile(p.logPath))
-	if err != nil {
-		return fail(fmt.Errorf("cannot start: %w", err))
-	}
-	statusC, err := task.Wait(ctx)
+	task, statusC, err := o.startTask(ctx, p, cio.LogFile(p.logPath))
 	if err != nil {
 		return fail(err)
-	}
-	if err := task.Start(ctx); err != nil {
-		return fail(fmt.Errorf("cannot start: %w", err))
 	}
 	o.wg.Add(1)
 	go func() {
@@ -510,6 +501,28 @@ func (o *OneOffs) Start(ctx context.Context, oo runtime.OneOff, done func(exit i
 		}
 	}()
 	return nil
+}
+
+// startTask makes p's task with creator and starts it, not while a backup or
+// restore of one of its volumes has the app paused (holdVolumesForStart).
+func (o *OneOffs) startTask(ctx context.Context, p *prepared, creator cio.Creator) (containerd.Task, <-chan containerd.ExitStatus, error) {
+	unlock, err := o.cfg.holdVolumesForStart(ctx, p.app, p.volumes, p.ctr.ID(), o.log)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cannot start: %w", err)
+	}
+	defer unlock()
+	task, err := p.ctr.NewTask(ctx, creator)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cannot start: %w", err)
+	}
+	statusC, err := task.Wait(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := task.Start(ctx); err != nil {
+		return nil, nil, fmt.Errorf("cannot start: %w", err)
+	}
+	return task, statusC, nil
 }
 
 // ignoreErrors keeps a failing live writer (a session that went) from stopping

@@ -23,18 +23,27 @@ import (
 // so the count is this run's). The exit code alone says nothing: a SIGKILL from
 // anyone looks the same.
 
-// watchOOM records TaskOOM events of this runtime's containers until the runtime
-// closes, subscribing again after an error (containerd restarted).
+// watchOOM records TaskOOM events of this runtime's containers, and watches the
+// containers a TaskPaused event names (watchPaused: a backup's pause that its
+// process left), until the runtime closes, subscribing again after an error
+// (containerd restarted).
 func (r *Runtime) watchOOM() {
 	defer r.wg.Done()
 	for r.ctx.Err() == nil {
 		ctx, cancel := context.WithCancel(r.ctx)
-		envs, errs := r.cd.Subscribe(ctx, `topic=="/tasks/oom"`)
+		envs, errs := r.cd.Subscribe(ctx, `topic=="/tasks/oom"`, `topic=="/tasks/paused"`)
 	read:
 		for {
 			select {
 			case env := <-envs:
 				if env == nil || env.Event == nil {
+					continue
+				}
+				if env.Topic == "/tasks/paused" {
+					var ev eventstypes.TaskPaused
+					if err := proto.Unmarshal(env.Event.GetValue(), &ev); err == nil && env.Namespace == r.cfg.Namespace {
+						r.watchPaused(ev.ContainerID)
+					}
 					continue
 				}
 				var ev eventstypes.TaskOOM

@@ -77,6 +77,8 @@ type Runtime struct {
 	// mu guards apps and every mutable field of appState and instance.
 	mu   sync.Mutex
 	apps map[types.NamespacedName]*appState
+	// thawing are the containers watchPaused watches.
+	thawing map[string]bool
 
 	// changes tells the reconciler which app changed between Syncs.
 	changes chan types.NamespacedName
@@ -249,8 +251,13 @@ func (r *Runtime) adopt() error {
 		}
 		running := false
 		if task != nil {
-			if st, err := task.Status(ctx); err == nil && st.Status == containerd.Running {
+			if st, err := task.Status(ctx); err == nil && (st.Status == containerd.Running || st.Status == containerd.Paused) {
+				// Paused: by a volume's backup or restore, which resumes it, or
+				// left so by one whose process went (watchPaused resumes it).
 				running = true
+				if st.Status == containerd.Paused {
+					r.watchPaused(inst.id)
+				}
 			}
 		}
 		if !running {

@@ -92,11 +92,7 @@ func minFreeAfterVolume(total uint64) uint64 { return max(total/10, 1<<30) }
 // lockVolume takes the flock of one volume's image, shared by every process on
 // this machine that makes, mounts or removes it.
 func (cfg Config) lockVolume(key types.NamespacedName, name string) (unlock func(), err error) {
-	dir := cfg.volumeImageDir(key)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	f, err := os.OpenFile(filepath.Join(dir, name+".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	f, err := cfg.openVolumeLock(key, name)
 	if err != nil {
 		return nil, err
 	}
@@ -105,6 +101,15 @@ func (cfg Config) lockVolume(key types.NamespacedName, name string) (unlock func
 		return nil, fmt.Errorf("lock volume %s: %w", name, err)
 	}
 	return func() { _ = unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
+}
+
+// openVolumeLock opens (making it) the lock file name+".lock" of app key's volumes.
+func (cfg Config) openVolumeLock(key types.NamespacedName, name string) (*os.File, error) {
+	dir := cfg.volumeImageDir(key)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	return os.OpenFile(filepath.Join(dir, name+".lock"), os.O_CREATE|os.O_RDWR, 0o600)
 }
 
 // ensureVolume makes volume v of app key if it does not exist (owned by hostID,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 )
@@ -45,7 +46,9 @@ func (l *layout) mountAppVolumes() error {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
-		if _, err := os.Stat(img); errors.Is(err, os.ErrNotExist) {
+		_, err := os.Stat(img)
+		fresh := errors.Is(err, os.ErrNotExist)
+		if fresh {
 			if err := makeExt4(img, appVolumeSize); err != nil {
 				return err
 			}
@@ -54,6 +57,13 @@ func (l *layout) mountAppVolumes() error {
 		// the file system is unmounted, or when this namespace ends.
 		if out, err := exec.Command("mount", "-o", "loop,nosuid,nodev", img, dir).CombinedOutput(); err != nil {
 			return fmt.Errorf("mount %s: %v: %s", img, err, strings.TrimSpace(string(out)))
+		}
+		if fresh {
+			// A new volume is empty, as on one machine: mkfs's lost+found
+			// is not the app's.
+			if err := os.Remove(filepath.Join(dir, "lost+found")); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
 		}
 	}
 	return nil

@@ -1,9 +1,12 @@
 package cluster
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -123,6 +126,50 @@ func TestVolumesOnTheCluster(t *testing.T) {
 		t.Errorf("volumes --json: %+v", list)
 	}
 
+	// backup → destroy → create → restore: the same bytes, through the
+	// helper pod that mounts the claim.
+	backup, errOut, err := bexIO(nil, "volumes:backup", app, "data")
+	if err != nil || len(backup) == 0 {
+		t.Fatalf("volumes:backup: %v %q", err, errOut)
+	}
+	if names := tarNames(t, backup); strings.Join(names, " ") != "f" {
+		t.Fatalf("the backup holds %q", names)
+	}
+	bexOK(t, "volumes:destroy", app, "data", "--confirm", "data")
+	testenv.Eventually(t, 2*time.Minute, "volumes:create again", func() error {
+		_, e, err := bex("volumes:create", app, "data", "--path", "/www/data", "--size", volumeSize)
+		if err != nil && strings.Contains(e, "try again in a moment") {
+			return fmt.Errorf("%s", e)
+		}
+		if err != nil {
+			t.Fatalf("volumes:create again: %v\n%s", err, e)
+		}
+		return nil
+	})
+	if out := bexOK(t, "run", app, "--", "ls", "-A", "/www/data"); out != "" {
+		t.Fatalf("a volume made again is not empty: %q", out)
+	}
+	if _, errOut, err := bexIO(backup, "volumes:restore", app, "data"); err != nil {
+		t.Fatalf("volumes:restore: %v %q", err, errOut)
+	}
+	kept("after the restore")
+	if again, _, err := bexIO(nil, "volumes:backup", app, "data"); err != nil || !bytes.Equal(again, backup) {
+		t.Fatalf("the backup after the restore differs (%d and %d bytes, %v)", len(again), len(backup), err)
+	}
+	for what, archive := range map[string][]byte{
+		"../x":          tarOf(t, "../x"),
+		"absolute path": tarOf(t, "/tmp/bex-cluster-escaped"),
+		"garbage":       []byte(strings.Repeat("not a tar ", 100)),
+	} {
+		_, errOut, err := bexIO(archive, "volumes:restore", app, "data")
+		if err == nil || !strings.Contains(errOut, "refused the archive") {
+			t.Errorf("%s: volumes:restore %v %q", what, err, errOut)
+		}
+		if again, _, _ := bexIO(nil, "volumes:backup", app, "data"); !bytes.Equal(again, backup) {
+			t.Errorf("%s: the volume changed", what)
+		}
+	}
+
 	// Another app: nothing of volly's volume.
 	other := newRepo(t, "hello-shell", app+"-other")
 	mustPush(t, other)
@@ -237,4 +284,50 @@ func measureDowntime(t *testing.T, app string) func() string {
 		close(stop)
 		return <-done
 	}
+}
+
+// bexIO runs a bex command over ssh as the admin with stdin, for binary
+// streams: stdout, stderr and the exit error.
+func bexIO(stdin []byte, args ...string) ([]byte, string, error) {
+	h, p := sshHostPort()
+	fields := strings.Fields(sshCommand())
+	cmd := exec.Command(fields[0], append(append(fields[1:], "-p", p, "git@"+h), args...)...)
+	cmd.Stdin = bytes.NewReader(stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	return stdout.Bytes(), stderr.String(), err
+}
+
+// tarNames are the names of a tar archive's entries.
+func tarNames(t *testing.T, b []byte) []string {
+	t.Helper()
+	tr := tar.NewReader(bytes.NewReader(b))
+	var names []string
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			return names
+		}
+		names = append(names, h.Name)
+	}
+}
+
+// tarOf is an archive of a fine file and then one named name.
+func tarOf(t *testing.T, name string) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for _, f := range []struct{ name, body string }{{"fine", "ok"}, {name, "escaped"}} {
+		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: 0o644, Size: int64(len(f.body)), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte(f.body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
 }

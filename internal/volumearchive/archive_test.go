@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -15,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"bex.co/bex/internal/volumearchive/archivetest"
 )
 
 // These tests work on a directory of the test's own (ids relative to the
@@ -23,73 +24,6 @@ import (
 // runtime's TestVolumeBackupDestroyCreateRestore runs the same on a mounted
 // volume with the app paused; cmd/bex's TestVolumeArchive, the command a
 // cluster's helper pod runs.
-
-// tree describes dir: each path's mode, ids relative to base, and contents or
-// link target.
-func tree(t *testing.T, dir string, base uint32) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		if rel == "." {
-			return nil
-		}
-		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err != nil {
-			return err
-		}
-		v := fmt.Sprintf("%o %d:%d ", st.Mode, int64(st.Uid)-int64(base), int64(st.Gid)-int64(base))
-		switch {
-		case d.Type()&fs.ModeSymlink != 0:
-			l, _ := os.Readlink(p)
-			v += "-> " + l
-		case d.Type().IsRegular():
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			v += fmt.Sprintf("%d nlink=%d %q", len(b), st.Nlink, b)
-		}
-		out[rel] = v
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-// tarOf makes an archive of entries; a regular file's body is its Linkname.
-func tarOf(t *testing.T, entries ...tar.Header) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	tw := tar.NewWriter(&b)
-	for _, h := range entries {
-		body := []byte(h.Linkname)
-		if h.Typeflag == tar.TypeReg {
-			h.Linkname = ""
-			h.Size = int64(len(body))
-		} else {
-			body = nil
-		}
-		if h.Mode == 0 {
-			h.Mode = 0o644
-		}
-		if err := tw.WriteHeader(&h); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write(body); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
-}
 
 func tarNames(b []byte) []string {
 	tr := tar.NewReader(bytes.NewReader(b))
@@ -154,7 +88,7 @@ func TestRoundTrip(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	want := tree(t, src, base)
+	want := archivetest.Tree(t, src, base)
 	delete(want, "sub/fifo")
 	ctx := context.Background()
 
@@ -168,7 +102,7 @@ func TestRoundTrip(t *testing.T) {
 	if err := Restore(ctx, openRoot(t, dst), base, bytes.NewReader(backup.Bytes())); err != nil {
 		t.Fatal(err)
 	}
-	if got := tree(t, dst, base); fmt.Sprint(got) != fmt.Sprint(want) {
+	if got := archivetest.Tree(t, dst, base); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("restored:\n%v\nwant:\n%v", got, want)
 	}
 	var again bytes.Buffer
@@ -189,7 +123,7 @@ func TestRoundTrip(t *testing.T) {
 	if err := Restore(ctx, openRoot(t, dst), base, bytes.NewReader(backup.Bytes())); err != nil {
 		t.Fatal(err)
 	}
-	if got := tree(t, dst, base); fmt.Sprint(got) != fmt.Sprint(want) {
+	if got := archivetest.Tree(t, dst, base); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("restored over other files:\n%v\nwant:\n%v", got, want)
 	}
 }
@@ -215,51 +149,27 @@ func TestHostileArchives(t *testing.T) {
 		t.Fatal(err)
 	}
 	fill(t, dir)
-	want := tree(t, dir, base)
+	want := archivetest.Tree(t, dir, base)
 	ctx := context.Background()
 	var good bytes.Buffer
 	if err := Write(ctx, openRoot(t, dir), base, &good); err != nil {
 		t.Fatal(err)
 	}
 	outside := t.TempDir()
-	hostile := []struct {
-		name string
-		tar  []byte
-	}{
-		{"dot-dot", tarOf(t, tar.Header{Name: "ok", Typeflag: tar.TypeReg, Linkname: "fine"}, tar.Header{Name: "../x", Typeflag: tar.TypeReg, Linkname: "escaped"})},
-		{"dot-dot inside", tarOf(t, tar.Header{Name: "a/../../x", Typeflag: tar.TypeReg, Linkname: "escaped"})},
-		{"absolute", tarOf(t, tar.Header{Name: outside + "/x", Typeflag: tar.TypeReg, Linkname: "escaped"})},
-		{"through a symlink", tarOf(t, tar.Header{Name: "l", Typeflag: tar.TypeSymlink, Linkname: outside},
-			tar.Header{Name: "l/x", Typeflag: tar.TypeReg, Linkname: "escaped"})},
-		{"through a relative symlink", tarOf(t, tar.Header{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "../../../../../../../../" + outside},
-			tar.Header{Name: "l/x", Typeflag: tar.TypeReg, Linkname: "escaped"})},
-		{"symlink without a target", tarOf(t, tar.Header{Name: "l", Typeflag: tar.TypeSymlink})},
-		{"hard link out", tarOf(t, tar.Header{Name: "h", Typeflag: tar.TypeLink, Linkname: "/etc/passwd"})},
-		{"hard link up", tarOf(t, tar.Header{Name: "h", Typeflag: tar.TypeLink, Linkname: "../volume/b"})},
-		{"hard link through a symlink", tarOf(t, tar.Header{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "/etc"},
-			tar.Header{Name: "h", Typeflag: tar.TypeLink, Linkname: "l/passwd"})},
-		{"hard link to a later file", tarOf(t, tar.Header{Name: "h", Typeflag: tar.TypeLink, Linkname: "f"}, tar.Header{Name: "f", Typeflag: tar.TypeReg})},
-		{"device node", tarOf(t, tar.Header{Name: "null", Typeflag: tar.TypeChar, Devmajor: 1, Devminor: 3})},
-		{"block device", tarOf(t, tar.Header{Name: "sda", Typeflag: tar.TypeBlock, Devmajor: 8})},
-		{"fifo", tarOf(t, tar.Header{Name: "p", Typeflag: tar.TypeFifo})},
-		{"file then a directory of its name", tarOf(t, tar.Header{Name: "f", Typeflag: tar.TypeReg}, tar.Header{Name: "f/", Typeflag: tar.TypeDir})},
-		{"not a tar", []byte("this is not an archive: " + strings.Repeat("x", 600))},
-		{"truncated", good.Bytes()[:len(good.Bytes())/2]},
-		{"empty", nil},
-	}
+	hostile := archivetest.Hostiles(t, outside, good.Bytes())
 	for _, h := range hostile {
-		err := Restore(ctx, openRoot(t, dir), base, bytes.NewReader(h.tar))
+		err := Restore(ctx, openRoot(t, dir), base, bytes.NewReader(h.Tar))
 		if err == nil || !errors.Is(err, ErrBadArchive) {
-			t.Errorf("%s: Restore = %v, want a refusal (ErrBadArchive)", h.name, err)
+			t.Errorf("%s: Restore = %v, want a refusal (ErrBadArchive)", h.Name, err)
 		}
-		if got := tree(t, dir, base); fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Errorf("%s: the directory changed:\n%v\nwant:\n%v", h.name, got, want)
+		if got := archivetest.Tree(t, dir, base); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: the directory changed:\n%v\nwant:\n%v", h.Name, got, want)
 		}
 		if ents, _ := os.ReadDir(outside); len(ents) != 0 {
-			t.Errorf("%s: written outside: %v", h.name, ents)
+			t.Errorf("%s: written outside: %v", h.Name, ents)
 		}
 		if ents, _ := os.ReadDir(parent); len(ents) != 1 {
-			t.Errorf("%s: written beside the directory: %v", h.name, ents)
+			t.Errorf("%s: written beside the directory: %v", h.Name, ents)
 		}
 	}
 }
@@ -279,13 +189,13 @@ func TestFullIsARefusal(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "keep"), []byte("kept"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	want := tree(t, dir, 0)
+	want := archivetest.Tree(t, dir, 0)
 	ctx := context.Background()
-	big := tarOf(t, tar.Header{Name: "big", Typeflag: tar.TypeReg, Linkname: strings.Repeat("z", 2<<20)})
+	big := archivetest.TarOf(t, tar.Header{Name: "big", Typeflag: tar.TypeReg, Linkname: strings.Repeat("z", 2<<20)})
 	if err := Restore(ctx, openRoot(t, dir), 0, bytes.NewReader(big)); !errors.Is(err, ErrBadArchive) || !strings.Contains(err.Error(), "the volume is full") {
 		t.Errorf("2 MiB into 1 MiB: %v", err)
 	}
-	if got := tree(t, dir, 0); fmt.Sprint(got) != fmt.Sprint(want) {
+	if got := archivetest.Tree(t, dir, 0); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("after the archive too big: %v", got)
 	}
 	var bomb bytes.Buffer
@@ -301,7 +211,7 @@ func TestFullIsARefusal(t *testing.T) {
 	if err := Restore(ctx, openRoot(t, dir), 0, bytes.NewReader(bomb.Bytes())); !errors.Is(err, ErrBadArchive) || !strings.Contains(err.Error(), "the volume is full") {
 		t.Errorf("500 files into 64 inodes: %v", err)
 	}
-	if got := tree(t, dir, 0); fmt.Sprint(got) != fmt.Sprint(want) {
+	if got := archivetest.Tree(t, dir, 0); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("after the tar bomb: %v", got)
 	}
 }

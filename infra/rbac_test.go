@@ -57,6 +57,9 @@ var needs = map[string][]grant{
 		{[]string{"get"}, "/pods/log", "default", ""},
 		// One-off pods (deployer/runtime/kube OneOffs): applied, polled, attached, deleted.
 		{[]string{"get", "create"}, "/pods/attach", "default", ""},
+		// volumes:backup and volumes:restore (deployer/runtime/kube VolumeData):
+		// the claim read, then a helper pod as a one-off.
+		{[]string{"get"}, "/persistentvolumeclaims", "default", ""},
 	},
 	"bex-edge": {
 		{[]string{"get", "list", "watch"}, "app.bex.co/apps", "default", ""},
@@ -74,7 +77,7 @@ var (
 	gridVerbs     = []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
 	gridResources = []string{
 		"app.bex.co/apps", "app.bex.co/apps/status", "app.bex.co/apps/finalizers", "app.bex.co/releases", "app.bex.co/users",
-		"/secrets", "/configmaps", "/pods", "/pods/log", "/pods/exec", "/pods/attach", "/services", "/serviceaccounts/token", "/events", "/namespaces",
+		"/secrets", "/configmaps", "/persistentvolumeclaims", "/pods", "/pods/log", "/pods/exec", "/pods/attach", "/services", "/serviceaccounts/token", "/events", "/namespaces",
 		"events.k8s.io/events", "apps/deployments", "apps/daemonsets", "batch/cronjobs", "batch/jobs", "discovery.k8s.io/endpointslices", "coordination.k8s.io/leases",
 		"rbac.authorization.k8s.io/roles", "rbac.authorization.k8s.io/rolebindings", "rbac.authorization.k8s.io/clusterrolebindings",
 		"apiextensions.k8s.io/customresourcedefinitions",

@@ -1,6 +1,7 @@
 package infra
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,6 +35,7 @@ func TestInstallScriptManifests(t *testing.T) {
 		t.Fatalf("hack/install-bex.sh --print: %v\n%s", err, stderr)
 	}
 	images, config := 0, map[string]any{}
+	var helper []string
 	for _, obj := range objects(t, out) {
 		if obj.GetKind() == "ConfigMap" && obj.GetName() == "bex-config" {
 			config = obj.Object["data"].(map[string]any)
@@ -43,7 +45,17 @@ func TestInstallScriptManifests(t *testing.T) {
 			if c.(map[string]any)["image"] == "registry.example.com:5000/team/bex:v1.2" {
 				images++
 			}
+			env, _, _ := unstructured.NestedSlice(c.(map[string]any), "env")
+			for _, e := range env {
+				if e.(map[string]any)["name"] == "BEX_VOLUME_HELPER_IMAGE" {
+					helper = append(helper, fmt.Sprint(e.(map[string]any)["value"]))
+				}
+			}
 		}
+	}
+	// The helper pods of volumes' backups run the gitserver's own image.
+	if len(helper) != 1 || helper[0] != "registry.example.com:5000/team/bex:v1.2" {
+		t.Errorf("BEX_VOLUME_HELPER_IMAGE %q, want the given image once (the gitserver's)", helper)
 	}
 	if images != 3 {
 		t.Errorf("%d containers run the given image, want 3 (deployer, gitserver, edge)", images)

@@ -56,6 +56,9 @@ type gitserverCmd struct {
 	imageResolveMode string
 	runtime          string
 	hostUsers        bool
+	// volumeHelperImage is bex's own image, for the helper pods of volumes'
+	// backups and restores on a cluster.
+	volumeHelperImage string
 	// oneOffs runs `run`, the release phase and postdeploy: the local runtime's
 	// containers or the kubernetes runtime's pods, as --runtime says.
 	oneOffs        deployruntime.OneOffs
@@ -117,6 +120,7 @@ func (c *gitserverCmd) command() *cobra.Command {
 	f.StringVar(&c.imageResolveMode, "image-resolve-mode", "default", "how base images are found: default, pull, or local (no registry)")
 	f.StringVar(&c.runtime, "runtime", "local", "the deployer's runtime, for the logs command: local (read from STATE_DIR/runtime) or kubernetes")
 	f.BoolVar(&c.hostUsers, "host-users", false, "kubernetes runtime: run one-off pods (run, the release phase) in the node's user namespace, as the deployer's --host-users does for the app's pods")
+	f.StringVar(&c.volumeHelperImage, "volume-helper-image", "", "kubernetes runtime: bex's own image (the one this gitserver runs), which the helper pods of volumes:backup and volumes:restore run; empty: those commands are off on a cluster")
 	f.StringVar(&c.containerdAddr, "containerd-addr", "", "containerd socket of the local runtime, where the images are, for system:df and system:prune (default: STATE_DIR/containerd/containerd.sock)")
 	f.StringVar(&c.containerdNS, "containerd-namespace", "bex", "containerd namespace of the local runtime (the one buildkitd builds into)")
 	f.StringSliceVar(&c.adminKeys, "admin-keys", nil, "OpenSSH public key files whose keys the user admin holds, made sure of at every start (BEX_ADMIN_KEYS=a.pub,b.pub)")
@@ -211,6 +215,14 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 			return err
 		}
 	}
+	var kubeVols backend.VolumeStore
+	if c.runtime == "kubernetes" {
+		if c.volumeHelperImage == "" {
+			c.log.Warn("volumes' backups and restores are off: --volume-helper-image is not set (bex's own image)")
+		} else if kubeVols, err = newKubeVolumes(c.volumeHelperImage, c.hostUsers, restCfg, informers, c.namespace); err != nil {
+			return err
+		}
+	}
 	gcfg := gitserver.DefaultConfig()
 	gcfg.StateDir, gcfg.Addr = c.stateDir, c.sshAddr
 	gcfg.AllowFileUpstreams, gcfg.AllowPrivateUpstreams = c.allowFile, c.allowPrivate
@@ -237,6 +249,7 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	bk.Releases = recorder
 	bk.Deployer = serverDeployer{server: func() *gitserver.Server { return srv }}
 	bk.Logs, bk.Builds, bk.Tokens = logs, buildLogs{b}, tokenStore
+	bk.Volumes = kubeVols
 	if c.runtime == "local" {
 		// One machine: the state dir, buildkitd and containerd are this
 		// process's to measure. On a cluster the disks are the nodes' and the

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -23,6 +24,11 @@ func main() {
 	// controller-runtime (the API cache, controllers) logs through the same handler.
 	ctrllog.SetLogger(logr.FromSlogHandler(logs))
 	if err := root.ExecuteContext(ctx); err != nil {
+		var ee exitError
+		if errors.As(err, &ee) {
+			fmt.Fprintln(os.Stderr, ee.line)
+			os.Exit(ee.code)
+		}
 		fmt.Fprintln(os.Stderr, "bex:", err)
 		os.Exit(1)
 	}
@@ -96,6 +102,7 @@ func newRoot(out, errOut io.Writer) (*cobra.Command, slog.Handler) {
 	users := &cobra.Command{Use: "users", Short: "Manage users on this server (the first admin); later: ssh bex@HOST users:add"}
 	users.AddCommand(wire(&usersAddCmd{out: out}), wire(&usersListCmd{out: out}))
 	root.AddCommand(users)
+	root.AddCommand(newVolumeArchiveCmd(out, errOut))
 	return root, logs
 }
 

@@ -17,20 +17,31 @@ import (
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 )
 
-// VolumeStore reads and replaces the contents of volumes where they live (the
-// local runtime's Volumes on one machine; cmd/bex adapts it). The deployer makes
-// and deletes them from spec.volumes; this is for what a person asks of one.
+// VolumeStore reads and replaces the contents of volumes where they live: on
+// one machine the local runtime's Volumes, on a cluster a helper pod per
+// transfer (deployer/runtime/kube VolumeData); cmd/bex adapts them. The deployer
+// makes and deletes them from spec.volumes; this is for what a person asks of
+// one.
 type VolumeStore interface {
-	// Usage is the volume's bytes in use and its size; an error wrapping
-	// fs.ErrNotExist when it does not exist (yet) where this server looks.
+	// Usage is the volume's bytes in use and its size; used is -1 when this
+	// server cannot measure it (a cluster: the file system is on a node). An
+	// error wrapping fs.ErrNotExist when the volume does not exist (yet) where
+	// this server looks.
 	Usage(ctx context.Context, app, name string) (used, size int64, err error)
-	// Backup writes the volume's contents to w as a tar archive, consistent
-	// (the app's containers that mount it paused meanwhile).
+	// Backup writes the volume's contents to w as a tar archive: one moment of
+	// the volume when Pauses, else a copy taken while the app runs (writes in
+	// flight may be missed; a suspended app's is still).
 	Backup(ctx context.Context, app, name string, w io.Writer) error
 	// Restore replaces the volume's contents with the tar archive read from r.
-	// An archive it refuses (malformed, an entry outside the volume) is an
-	// Invalid error and changes nothing.
+	// An archive it refuses (malformed, an entry outside the volume, too big
+	// for it) is an Invalid error and changes nothing. Unless Pauses, the app
+	// runs meanwhile.
 	Restore(ctx context.Context, app, name string, r io.Reader) error
+	// Pauses reports whether Backup and Restore pause the app's containers
+	// that mount the volume (one machine: the cgroup freezer). False on a
+	// cluster, where nothing pauses pods: the backend then tells a person whose
+	// app runs that `suspend APP` first gives a still copy.
+	Pauses() bool
 }
 
 // VolumeInfo is one volume of an app, as volumes --json shows it.
@@ -112,7 +123,7 @@ func (b *Backend) volumeInfo(ctx context.Context, a *appv1.App, v appv1.Volume) 
 		in.Message = "being made"
 	}
 	if b.cfg.Volumes != nil {
-		if used, _, err := b.cfg.Volumes.Usage(ctx, a.Name, v.Name); err == nil {
+		if used, _, err := b.cfg.Volumes.Usage(ctx, a.Name, v.Name); err == nil && used >= 0 {
 			in.UsedBytes = &used
 		}
 	}
@@ -297,8 +308,9 @@ func (b *Backend) DestroyVolume(ctx context.Context, u *User, app, name, confirm
 }
 
 // volumeForData checks that u may use app and that it has volume name, for a
-// backup or a restore.
-func (b *Backend) volumeForData(ctx context.Context, u *User, app, name string) error {
+// backup or a restore (op), and tells notice when the copy is taken while the
+// app runs.
+func (b *Backend) volumeForData(ctx context.Context, u *User, app, name, op string, notice func(string)) error {
 	a, err := b.app(ctx, u, app)
 	if err != nil {
 		return err
@@ -307,26 +319,35 @@ func (b *Backend) volumeForData(ctx context.Context, u *User, app, name string) 
 		return noSuchVolume(a, name)
 	}
 	if b.cfg.Volumes == nil {
-		return Errorf(Invalid, "this server cannot reach the files of %s's volumes: backups and restores are for volumes on one machine (bex up), not yet on a cluster", app)
+		return Errorf(Invalid, "this server cannot reach the files of %s's volumes: on a cluster the gitserver needs --volume-helper-image (bex's own image, which infra/bex sets); on one machine, containerd (bex up)", app)
 	}
 	if _, _, err := b.cfg.Volumes.Usage(ctx, app, name); errors.Is(err, fs.ErrNotExist) {
 		return Errorf(Conflict, "the volume %s of %s is not made yet: it is made at the app's next deploy", name, app)
 	}
+	if notice != nil && !b.cfg.Volumes.Pauses() && !a.Spec.Suspended && a.Spec.Image != "" {
+		if op == "volumes:backup" {
+			notice(fmt.Sprintf("%s is running: a copy taken now can miss writes in flight; `suspend %s` first gives a still copy (its volumes stay), `resume %s` after", app, app, app))
+		} else {
+			notice(fmt.Sprintf("%s is running and may write to the volume while it is restored; `suspend %s` first, `resume %s` after, gives it the archive alone", app, app, app))
+		}
+	}
 	return nil
 }
 
-// BackupVolume writes a tar archive of a volume to w.
-func (b *Backend) BackupVolume(ctx context.Context, u *User, app, name string, w io.Writer) error {
-	if err := b.volumeForData(ctx, u, app, name); err != nil {
+// BackupVolume writes a tar archive of a volume to w; notice, when set, gets a
+// line for the person when the copy is taken while the app runs.
+func (b *Backend) BackupVolume(ctx context.Context, u *User, app, name string, w io.Writer, notice func(string)) error {
+	if err := b.volumeForData(ctx, u, app, name, "volumes:backup", notice); err != nil {
 		return err
 	}
 	b.audit(u, "volumes:backup", app, "volume", name)
 	return b.cfg.Volumes.Backup(ctx, app, name, w)
 }
 
-// RestoreVolume replaces a volume's contents with the tar archive read from r.
-func (b *Backend) RestoreVolume(ctx context.Context, u *User, app, name string, r io.Reader) error {
-	if err := b.volumeForData(ctx, u, app, name); err != nil {
+// RestoreVolume replaces a volume's contents with the tar archive read from r;
+// notice as for BackupVolume.
+func (b *Backend) RestoreVolume(ctx context.Context, u *User, app, name string, r io.Reader, notice func(string)) error {
+	if err := b.volumeForData(ctx, u, app, name, "volumes:restore", notice); err != nil {
 		return err
 	}
 	if err := b.cfg.Volumes.Restore(ctx, app, name, r); err != nil {

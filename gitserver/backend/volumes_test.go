@@ -14,9 +14,16 @@ import (
 )
 
 // recordingVolumes is a VolumeStore that records what reaches it.
-type recordingVolumes struct{ calls []string }
+// live: a cluster's (copies while the app runs, used bytes unknown).
+type recordingVolumes struct {
+	calls []string
+	live  bool
+}
 
 func (r *recordingVolumes) Usage(_ context.Context, app, name string) (int64, int64, error) {
+	if r.live {
+		return -1, 16 << 20, nil
+	}
 	return 42, 16 << 20, nil
 }
 
@@ -24,6 +31,8 @@ func (r *recordingVolumes) Backup(_ context.Context, app, name string, w io.Writ
 	r.calls = append(r.calls, "backup "+app+"/"+name)
 	return nil
 }
+
+func (r *recordingVolumes) Pauses() bool { return !r.live }
 
 func (r *recordingVolumes) Restore(_ context.Context, app, name string, _ io.Reader) error {
 	r.calls = append(r.calls, "restore "+app+"/"+name)
@@ -43,13 +52,13 @@ func TestVolumeRules(t *testing.T) {
 	// carol has no access to shop: not its list, not its data, not a change.
 	_, err := f.b.Volumes(ctx, guest, "shop")
 	wantKind(t, "carol lists shop's volumes", err, backend.Forbidden, "")
-	wantKind(t, "carol backs up shop's volume", f.b.BackupVolume(ctx, guest, "shop", "data", io.Discard), backend.Forbidden, "")
-	wantKind(t, "carol restores shop's volume", f.b.RestoreVolume(ctx, guest, "shop", "data", strings.NewReader("x")), backend.Forbidden, "")
+	wantKind(t, "carol backs up shop's volume", f.b.BackupVolume(ctx, guest, "shop", "data", io.Discard, nil), backend.Forbidden, "")
+	wantKind(t, "carol restores shop's volume", f.b.RestoreVolume(ctx, guest, "shop", "data", strings.NewReader("x"), nil), backend.Forbidden, "")
 	wantKind(t, "carol destroys shop's volume", f.b.DestroyVolume(ctx, guest, "shop", "data", "data"), backend.Forbidden, "")
 	_, err = f.b.CreateVolume(ctx, guest, "shop", backend.VolumeRequest{Name: "x", Path: "/x"}, nil)
 	wantKind(t, "carol adds a volume to shop", err, backend.Forbidden, "")
 	// Nor through her own app, by the other's volume name.
-	wantKind(t, "carol backs up 'data' of her app", f.b.BackupVolume(ctx, guest, "other", "data", io.Discard), backend.NotFound, "other has no volumes")
+	wantKind(t, "carol backs up 'data' of her app", f.b.BackupVolume(ctx, guest, "other", "data", io.Discard, nil), backend.NotFound, "other has no volumes")
 	if len(store.calls) != 0 {
 		t.Fatalf("refused requests reached the volumes: %v", store.calls)
 	}
@@ -82,7 +91,7 @@ func TestVolumeRules(t *testing.T) {
 	if err != nil || len(vols) != 2 || vols[1].Name != "two" || vols[0].UsedBytes == nil || *vols[0].UsedBytes != 42 {
 		t.Fatalf("volumes: %+v, %v", vols, err)
 	}
-	if err := f.b.BackupVolume(ctx, member, "shop", "data", &bytes.Buffer{}); err != nil {
+	if err := f.b.BackupVolume(ctx, member, "shop", "data", &bytes.Buffer{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(store.calls, ",") != "backup shop/data" {
@@ -90,5 +99,41 @@ func TestVolumeRules(t *testing.T) {
 	}
 	if !strings.Contains(f.log.String(), "command=volumes:create") || !strings.Contains(f.log.String(), "command=volumes:backup") {
 		t.Errorf("no audit lines:\n%s", f.log.String())
+	}
+}
+
+// TestVolumeCopiesOnAClusterSaySo: where the store does not pause the app (a
+// cluster), a backup or restore of a running app gets one line saying a
+// suspended app gives a still copy, and none once it is suspended; an unknown
+// use is null.
+func TestVolumeCopiesOnAClusterSaySo(t *testing.T) {
+	store := &recordingVolumes{live: true}
+	shop := app("shop", "bob")
+	shop.Spec.Image = "registry.example/shop@sha256:" + strings.Repeat("a", 64)
+	shop.Spec.Volumes = []appv1.Volume{{Name: "data", Path: "/data", Size: resource.MustParse("16Mi")}}
+	f := newFixtureWith(t, func(c *backend.Config) { c.Volumes = store }, shop)
+	ctx := context.Background()
+	var notes []string
+	notice := func(l string) { notes = append(notes, l) }
+	if err := f.b.BackupVolume(ctx, member, "shop", "data", io.Discard, notice); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.b.RestoreVolume(ctx, member, "shop", "data", strings.NewReader(""), notice); err != nil {
+		t.Fatal(err)
+	}
+	if len(notes) != 2 || !strings.Contains(notes[0], "can miss writes in flight") || !strings.Contains(notes[0], "`suspend shop` first gives a still copy") ||
+		!strings.Contains(notes[1], "`suspend shop` first") || strings.Contains(notes[0], "\n") {
+		t.Fatalf("notices %q", notes)
+	}
+	vols, err := f.b.Volumes(ctx, member, "shop")
+	if err != nil || len(vols) != 1 || vols[0].UsedBytes != nil || vols[0].SizeBytes != 16<<20 {
+		t.Fatalf("volumes on a cluster: %+v, %v", vols, err)
+	}
+	if err := f.b.SetSuspended(ctx, member, "shop", true); err != nil {
+		t.Fatal(err)
+	}
+	notes = nil
+	if err := f.b.BackupVolume(ctx, member, "shop", "data", io.Discard, notice); err != nil || len(notes) != 0 {
+		t.Fatalf("backup of a suspended app: %v, notices %q", err, notes)
 	}
 }

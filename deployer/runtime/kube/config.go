@@ -80,6 +80,10 @@ type Config struct {
 	// RegistryConfig is a Docker-style config.json whose "auths" hold the
 	// registry's credentials (the builder's own file). Default anonymous.
 	RegistryConfig string
+	// HelperImage is bex's own image, which the helper pods of volumes'
+	// backups and restores run (VolumeData: `bex volume-archive`). Default
+	// empty: VolumeData cannot be made (the gitserver's --volume-helper-image).
+	HelperImage string
 }
 
 // DefaultConfig returns the defaults.

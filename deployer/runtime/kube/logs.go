@@ -50,7 +50,8 @@ func ReadLogs(ctx context.Context, cs kubernetes.Interface, app types.Namespaced
 		if err != nil {
 			return nil, err
 		}
-		items := list.Items
+		// The helper pods of volumes' backups have the archive as their output.
+		items := slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return p.Labels[LabelVolumeData] != "" })
 		slices.SortFunc(items, func(a, b corev1.Pod) int {
 			if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
 				return c

@@ -25,6 +25,7 @@ import (
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/deployer/runtime"
 	"bex.co/bex/internal/testenv"
+	"bex.co/bex/internal/volumearchive/archivetest"
 )
 
 // The test app's httpd serves /www, so a volume at /www/data is readable over
@@ -233,73 +234,6 @@ func TestVolumeKeepsItsFilesAndIsBoundedAndPrivate(t *testing.T) {
 	}
 }
 
-// tree is a volume's contents as host paths relative to its root: type, mode,
-// container ids and bytes (or link target).
-func tree(t *testing.T, dir string, base uint32) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		if rel == "." {
-			return nil
-		}
-		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err != nil {
-			return err
-		}
-		v := fmt.Sprintf("%o %d:%d ", st.Mode, int64(st.Uid)-int64(base), int64(st.Gid)-int64(base))
-		switch {
-		case d.Type()&fs.ModeSymlink != 0:
-			l, _ := os.Readlink(p)
-			v += "-> " + l
-		case d.Type().IsRegular():
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			v += fmt.Sprintf("%d nlink=%d %q", len(b), st.Nlink, b)
-		}
-		out[rel] = v
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func tarOf(t *testing.T, entries ...tar.Header) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	tw := tar.NewWriter(&b)
-	for _, h := range entries {
-		h := h
-		body := []byte(h.Linkname)
-		if h.Typeflag == tar.TypeReg {
-			h.Linkname = ""
-			h.Size = int64(len(body))
-		} else {
-			body = nil
-		}
-		if h.Mode == 0 {
-			h.Mode = 0o644
-		}
-		if err := tw.WriteHeader(&h); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write(body); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
-}
-
 // TestVolumeBackupDestroyCreateRestore backs a volume up while the app's
 // instance runs (paused during the copy), destroys it, makes it again and
 // restores the archive: the same bytes, modes, owners and links. Then each kind
@@ -324,7 +258,7 @@ chown 1000:1001 b && chmod 640 b && chmod 711 sub && mkfifo sub/fifo && echo ok`
 	if exit != 0 || out != "ok\n" {
 		t.Fatalf("fill the volume: exit %d, %q", exit, out)
 	}
-	want := tree(t, dir, hostID)
+	want := archivetest.Tree(t, dir, hostID)
 	delete(want, "sub/fifo") // not data: backups leave fifos and sockets out
 
 	vs, err := NewVolumes(f.cfg, nil)
@@ -375,13 +309,13 @@ chown 1000:1001 b && chmod 640 b && chmod 711 sub && mkfifo sub/fifo && echo ok`
 	d.Volumes = vols
 	f.app.Spec.Volumes = vols
 	f.syncUntil(d, time.Minute, "the volume made again", func(st runtime.Status) bool { return st.RolledOut && len(st.Volumes) == 1 })
-	if got := tree(t, dir, hostID); len(got) != 0 {
+	if got := archivetest.Tree(t, dir, hostID); len(got) != 0 {
 		t.Fatalf("a volume made again is not empty: %v", got)
 	}
 	if err := vs.Restore(ctx, f.key(), "data", bytes.NewReader(backup.Bytes())); err != nil {
 		t.Fatal(err)
 	}
-	got := tree(t, dir, hostID)
+	got := archivetest.Tree(t, dir, hostID)
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("restored:\n%v\nwant:\n%v", got, want)
 	}
@@ -399,35 +333,17 @@ chown 1000:1001 b && chmod 640 b && chmod 711 sub && mkfifo sub/fifo && echo ok`
 	}
 
 	outside := t.TempDir()
-	hostile := []struct {
-		name string
-		tar  []byte
-	}{
-		{"dot-dot", tarOf(t, tar.Header{Name: "ok", Typeflag: tar.TypeReg, Linkname: "fine"}, tar.Header{Name: "../x", Typeflag: tar.TypeReg, Linkname: "escaped"})},
-		{"dot-dot inside", tarOf(t, tar.Header{Name: "a/../../x", Typeflag: tar.TypeReg, Linkname: "escaped"})},
-		{"absolute", tarOf(t, tar.Header{Name: outside + "/x", Typeflag: tar.TypeReg, Linkname: "escaped"})},
-		{"through a symlink", tarOf(t, tar.Header{Name: "l", Typeflag: tar.TypeSymlink, Linkname: outside},
-			tar.Header{Name: "l/x", Typeflag: tar.TypeReg, Linkname: "escaped"})},
-		{"through a relative symlink", tarOf(t, tar.Header{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "../../../../../../../../" + outside},
-			tar.Header{Name: "l/x", Typeflag: tar.TypeReg, Linkname: "escaped"})},
-		{"hard link out", tarOf(t, tar.Header{Name: "h", Typeflag: tar.TypeLink, Linkname: "/etc/passwd"})},
-		{"hard link through a symlink", tarOf(t, tar.Header{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "/etc"},
-			tar.Header{Name: "h", Typeflag: tar.TypeLink, Linkname: "l/passwd"})},
-		{"device node", tarOf(t, tar.Header{Name: "null", Typeflag: tar.TypeChar, Devmajor: 1, Devminor: 3})},
-		{"not a tar", []byte("this is not an archive, it is a sentence long enough to fill a header? no: " + strings.Repeat("x", 600))},
-		{"truncated", backup.Bytes()[:len(backup.Bytes())/2]},
-		{"empty", nil},
-	}
+	hostile := archivetest.Hostiles(t, outside, backup.Bytes())
 	for _, h := range hostile {
-		err := vs.Restore(ctx, f.key(), "data", bytes.NewReader(h.tar))
+		err := vs.Restore(ctx, f.key(), "data", bytes.NewReader(h.Tar))
 		if err == nil || !errors.Is(err, ErrBadArchive) {
-			t.Errorf("%s: Restore = %v, want a refusal (ErrBadArchive)", h.name, err)
+			t.Errorf("%s: Restore = %v, want a refusal (ErrBadArchive)", h.Name, err)
 		}
-		if got := tree(t, dir, hostID); fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Errorf("%s: the volume changed:\n%v\nwant:\n%v", h.name, got, want)
+		if got := archivetest.Tree(t, dir, hostID); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: the volume changed:\n%v\nwant:\n%v", h.Name, got, want)
 		}
 		if ents, _ := os.ReadDir(outside); len(ents) != 0 {
-			t.Errorf("%s: written outside the volume: %v", h.name, ents)
+			t.Errorf("%s: written outside the volume: %v", h.Name, ents)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(filepath.Dir(dir), "x")); !errors.Is(err, fs.ErrNotExist) {
@@ -435,11 +351,11 @@ chown 1000:1001 b && chmod 640 b && chmod 711 sub && mkfifo sub/fifo && echo ok`
 	}
 	// An archive bigger than the volume: refused by the volume's size, the
 	// volume as it was.
-	big := tarOf(t, tar.Header{Name: "big", Typeflag: tar.TypeReg, Linkname: strings.Repeat("z", 40<<20)})
+	big := archivetest.TarOf(t, tar.Header{Name: "big", Typeflag: tar.TypeReg, Linkname: strings.Repeat("z", 40<<20)})
 	if err := vs.Restore(ctx, f.key(), "data", bytes.NewReader(big)); !errors.Is(err, ErrBadArchive) || !strings.Contains(err.Error(), "the volume is full") {
 		t.Errorf("a 40 MiB archive into 32 MiB: %v", err)
 	}
-	if got := tree(t, dir, hostID); fmt.Sprint(got) != fmt.Sprint(want) {
+	if got := archivetest.Tree(t, dir, hostID); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("after the archive too big: the volume changed")
 	}
 	// A tar bomb of empty files: bounded by the volume's inodes (a 32 MiB ext4
@@ -457,7 +373,7 @@ chown 1000:1001 b && chmod 640 b && chmod 711 sub && mkfifo sub/fifo && echo ok`
 	if err := vs.Restore(ctx, f.key(), "data", bytes.NewReader(bomb.Bytes())); !errors.Is(err, ErrBadArchive) || !strings.Contains(err.Error(), "the volume is full") {
 		t.Errorf("20000 files into 32 MiB: %v", err)
 	}
-	if got := tree(t, dir, hostID); fmt.Sprint(got) != fmt.Sprint(want) {
+	if got := archivetest.Tree(t, dir, hostID); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("after the tar bomb: the volume changed")
 	}
 }

@@ -56,8 +56,8 @@ type Config struct {
 	RequeueWhileRolling time.Duration
 	// Concurrency is how many Apps are reconciled at once.
 	Concurrency int
-	// WatchDeployments reconciles an App when one of its Deployments or pods
-	// changes (the Kubernetes runtime): rollouts are then followed by events, and
+	// WatchDeployments reconciles an App when one of its Deployments, pods or
+	// volume claims changes (the Kubernetes runtime): rollouts are then followed by events, and
 	// RequeueWhileRolling can be long.
 	WatchDeployments bool
 }
@@ -138,6 +138,10 @@ func (r *AppReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.Config.Concurrency})
 	if r.Config.WatchDeployments {
 		b = b.Owns(&appsv1.Deployment{})
+		// A volume taken out of the spec is reported (status.volumes) until
+		// its claim is gone, which Kubernetes' pvc-protection decides once the
+		// last pod that mounts it ended: that deletion is this App's news.
+		b = b.Owns(&corev1.PersistentVolumeClaim{})
 		// A crash loop or an image the kubelet cannot pull shows on the pods
 		// only: their Deployment's status does not change, and without this
 		// the failure waited for RequeueWhileRolling (or the progress deadline)

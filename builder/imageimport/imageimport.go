@@ -16,9 +16,13 @@ import (
 	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/containerd/v2/core/remotes"
 	"github.com/containerd/containerd/v2/core/remotes/docker"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/errdefs"
 	"github.com/containerd/platforms"
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -48,6 +52,11 @@ type Config struct {
 	// MaxBytes bounds an image's compressed size (config and layers, as its
 	// manifest declares them), checked before anything is copied.
 	MaxBytes int64
+	// MaxUnpackedBytes bounds what an image's layers unpack to (each layer
+	// decompressed and counted, as many times as the manifest lists it),
+	// checked before the image is unpacked or tagged: a layer compressed
+	// 1000:1 passes MaxBytes and would fill the disk on unpack.
+	MaxUnpackedBytes int64
 	// Blocked says what an address of a source registry is when it may not be
 	// dialled ("a loopback address"), "" when it may; nil: every address may.
 	// Checked at each dial, after resolution (upstream.Blocked unless the
@@ -80,12 +89,15 @@ type Config struct {
 // DefaultConfig returns the defaults of the settings that have one.
 func DefaultConfig() Config {
 	return Config{
-		ImageRepo:   "bex.local",
-		MaxBytes:    8 << 30,
-		Timeout:     30 * time.Minute,
-		Namespace:   "bex",
-		Snapshotter: "overlayfs",
-		AllowFlag:   "bex gitserver --allow-private-registries",
+		ImageRepo: "bex.local",
+		MaxBytes:  8 << 30,
+		// Ordinary layers compress 2-4:1 (gzip of binaries and text), so 4x
+		// MaxBytes takes any image MaxBytes does but a bomb's (1000:1).
+		MaxUnpackedBytes: 32 << 30,
+		Timeout:          30 * time.Minute,
+		Namespace:        "bex",
+		Snapshotter:      "overlayfs",
+		AllowFlag:        "bex gitserver --allow-private-registries",
 	}
 }
 
@@ -131,8 +143,8 @@ func New(cfg Config) (*Importer, error) {
 	if (cfg.Containerd == nil) == !cfg.Push {
 		return nil, errors.New("imageimport: give Config.Containerd (one machine) or Config.Push (a cluster), one of them")
 	}
-	if cfg.MaxBytes <= 0 || cfg.Timeout <= 0 {
-		return nil, errors.New("imageimport: Config.MaxBytes and Config.Timeout must be positive (DefaultConfig has them)")
+	if cfg.MaxBytes <= 0 || cfg.MaxUnpackedBytes <= 0 || cfg.Timeout <= 0 {
+		return nil, errors.New("imageimport: Config.MaxBytes, Config.MaxUnpackedBytes and Config.Timeout must be positive (DefaultConfig has them)")
 	}
 	if cfg.Platform.OS == "" {
 		cfg.Platform = v1.Platform{OS: "linux", Architecture: goruntime.GOARCH}
@@ -292,6 +304,13 @@ func (i *Importer) Import(ctx context.Context, app, ref string, progress io.Writ
 	} else {
 		err = i.pull(ctx, tag, src)
 	}
+	if errors.Is(err, errUnpacksPast) {
+		return nil, errorf(ErrInvalid, "%s unpacks to more than %s (its layers expand past the bound an image may unpack to): nothing was unpacked; make its layers smaller", ref, humanBytes(i.cfg.MaxUnpackedBytes))
+	}
+	var bad *badLayerError
+	if errors.As(err, &bad) {
+		return nil, errorf(ErrInvalid, "%s is not an image bex can run: %v", ref, bad.err)
+	}
 	if err != nil {
 		return nil, i.explain(ref, r.Context().RegistryStr(), hadCreds, err)
 	}
@@ -300,7 +319,11 @@ func (i *Importer) Import(ctx context.Context, app, ref string, progress io.Writ
 }
 
 // push copies img into the platform's registry as tag (the registry's garbage
-// collection keeps tagged manifests only).
+// collection keeps tagged manifests only), counting what its layers unpack to
+// as they stream: the manifest is written by digest, the layers the write did
+// not read (the registry had them) are counted from the registry, and only an
+// image within Config.MaxUnpackedBytes is tagged. A refused one leaves
+// untagged blobs, and maybe an untagged manifest, to the collection.
 func (i *Importer) push(ctx context.Context, tag string, img v1.Image) error {
 	var nopts []name.Option
 	if i.cfg.PushInsecure {
@@ -310,14 +333,60 @@ func (i *Importer) push(ctx context.Context, tag string, img v1.Image) error {
 	if err != nil {
 		return fmt.Errorf("image name %s: %w", tag, err)
 	}
+	dgst, err := img.Digest()
+	if err != nil {
+		return err
+	}
+	ls, err := img.Layers()
+	if err != nil {
+		return err
+	}
+	digests := make([]string, len(ls))
+	for n, l := range ls {
+		h, err := l.Digest()
+		if err != nil {
+			return err
+		}
+		digests[n] = h.String()
+	}
 	kc := i.cfg.PushKeychain
 	if kc == nil {
 		kc = authn.NewMultiKeychain()
 	}
-	if err := remote.Write(dst, img, remote.WithContext(ctx), remote.WithAuthFromKeychain(kc), remote.WithUserAgent("bex")); err != nil {
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	opts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(kc), remote.WithUserAgent("bex")}
+	counted := &countedImage{Image: img, budget: newUnpackBudget(i.cfg.MaxUnpackedBytes, digests), stop: stop}
+	err = remote.Write(dst.Context().Digest(dgst.String()), counted, opts...)
+	if cerr := counted.failed(); cerr != nil {
+		return cerr
+	}
+	if err != nil {
 		return &destError{fmt.Errorf("copying into %s: %w", dst.Context().Name(), err)}
 	}
+	for _, d := range counted.budget.uncounted() {
+		if err := i.countStored(dst.Context().Digest(d), counted.budget, opts); err != nil {
+			return err
+		}
+	}
+	if err := remote.Tag(dst, img, opts...); err != nil {
+		return &destError{fmt.Errorf("tagging %s: %w", dst.Name(), err)}
+	}
 	return nil
+}
+
+// countStored counts a layer the platform's registry has against b.
+func (i *Importer) countStored(ref name.Digest, b *unpackBudget, opts []remote.Option) error {
+	l, err := remote.Layer(ref, opts...)
+	if err != nil {
+		return &destError{fmt.Errorf("reading %s: %w", ref.Name(), err)}
+	}
+	rc, err := l.Compressed()
+	if err != nil {
+		return &destError{fmt.Errorf("reading %s: %w", ref.Name(), err)}
+	}
+	defer rc.Close()
+	return b.count(ref.DigestStr(), rc)
 }
 
 // destError is a failure on the platform's side of a copy: not the source's
@@ -327,12 +396,29 @@ type destError struct{ err error }
 func (e *destError) Error() string { return e.err.Error() }
 func (e *destError) Unwrap() error { return e.err }
 
-// pull fetches src into containerd as tag and unpacks it. containerd's own
-// pull does the work (content with its garbage-collection labels, the
-// snapshots), through a resolver that names the image tag while it fetches
-// src, over the checked client with the kept credentials.
-func (i *Importer) pull(ctx context.Context, tag string, src name.Digest) error {
+// pull fetches src into containerd as tag, counts what its layers unpack to
+// from the content store, and unpacks it. containerd's own pull fetches
+// (content with its garbage-collection labels), through a resolver that names
+// the image tag while it fetches src, over the checked client with the kept
+// credentials, under a lease of this import's; an image past
+// Config.MaxUnpackedBytes is deleted before anything is unpacked, and the
+// lease's deletion collects its content (synchronously: containerd's garbage
+// collection runs before pull returns).
+func (i *Importer) pull(ctx context.Context, tag string, src name.Digest) (err error) {
 	ctx = namespaces.WithNamespace(ctx, i.cfg.Namespace)
+	ls := i.cfg.Containerd.LeasesService()
+	lease, err := ls.Create(ctx, leases.WithRandomID(), leases.WithExpiration(24*time.Hour))
+	if err != nil {
+		return err
+	}
+	ctx = leases.WithLease(ctx, lease.ID)
+	defer func() {
+		var opts []leases.DeleteOpt
+		if err != nil {
+			opts = append(opts, leases.SynchronousDelete)
+		}
+		_ = ls.Delete(context.WithoutCancel(ctx), lease, opts...)
+	}()
 	authorizer := docker.NewDockerAuthorizer(docker.WithAuthClient(i.client), docker.WithAuthCreds(func(host string) (string, string, error) {
 		if host == "registry-1.docker.io" {
 			host = name.DefaultRegistry
@@ -352,11 +438,64 @@ func (i *Importer) pull(ctx context.Context, tag string, src name.Digest) error 
 		// machine an admin allowed); every other registry speaks TLS.
 		docker.WithPlainHTTP(docker.MatchLocalhost),
 	)})
-	_, err := i.cfg.Containerd.Pull(ctx, tag,
+	img, err := i.cfg.Containerd.Pull(ctx, tag,
 		containerd.WithResolver(aliasResolver{Resolver: resolver, source: containerdRef(src)}),
-		containerd.WithPlatformMatcher(platforms.Only(ocispec.Platform{OS: i.cfg.Platform.OS, Architecture: i.cfg.Platform.Architecture, Variant: i.cfg.Platform.Variant})),
-		containerd.WithPullUnpack, containerd.WithPullSnapshotter(i.cfg.Snapshotter))
+		containerd.WithPlatformMatcher(platforms.Only(ocispec.Platform{OS: i.cfg.Platform.OS, Architecture: i.cfg.Platform.Architecture, Variant: i.cfg.Platform.Variant})))
+	if err != nil {
+		return err
+	}
+	err = i.countUnpacked(ctx, img)
+	if err == nil {
+		err = img.Unpack(ctx, i.cfg.Snapshotter)
+	}
+	if err != nil {
+		// Refused or not unpacked: no name is left on it (Pull with
+		// unpacking would have made none).
+		if derr := i.cfg.Containerd.ImageService().Delete(context.WithoutCancel(ctx), tag); derr != nil && !errdefs.IsNotFound(derr) {
+			return errors.Join(err, fmt.Errorf("deleting the image %s: %w", tag, derr))
+		}
+	}
 	return err
+}
+
+// countUnpacked counts what img's layers unpack to, from the content store,
+// against Config.MaxUnpackedBytes; an image unpacked already (an import
+// again) takes no more room and is not counted again.
+func (i *Importer) countUnpacked(ctx context.Context, img containerd.Image) error {
+	if ok, err := img.IsUnpacked(ctx, i.cfg.Snapshotter); err == nil && ok {
+		return nil
+	}
+	cs := img.ContentStore()
+	m, err := images.Manifest(ctx, cs, img.Target(), img.Platform())
+	if err != nil {
+		return err
+	}
+	var layers []ocispec.Descriptor
+	var digests []string
+	for _, l := range m.Layers {
+		if images.IsLayerType(l.MediaType) { // what Unpack applies
+			layers = append(layers, l)
+			digests = append(digests, l.Digest.String())
+		}
+	}
+	b := newUnpackBudget(i.cfg.MaxUnpackedBytes, digests)
+	seen := map[string]bool{}
+	for _, l := range layers {
+		if seen[l.Digest.String()] {
+			continue
+		}
+		seen[l.Digest.String()] = true
+		ra, err := cs.ReaderAt(ctx, l)
+		if err != nil {
+			return err
+		}
+		err = b.count(l.Digest.String(), content.NewReader(ra))
+		ra.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // containerdRef is src as containerd's resolver names it (docker.io for

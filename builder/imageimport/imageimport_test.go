@@ -1,8 +1,12 @@
 package imageimport_test
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
+	"io"
 	"net/netip"
 	"os"
 	goruntime "runtime"
@@ -10,12 +14,16 @@ import (
 	"testing"
 
 	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/errdefs"
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/opencontainers/go-digest"
+	"github.com/opencontainers/image-spec/identity"
 
 	"bex.co/bex/builder/imageimport"
 	"bex.co/bex/internal/testenv"
@@ -283,5 +291,162 @@ func TestAnIndexResolvesToThisPlatformsImage(t *testing.T) {
 	_, err = im.Import(ctx, "multi", pub.Host+"/foreign/app:v1", nil)
 	if !errors.Is(err, imageimport.ErrInvalid) || !strings.Contains(err.Error(), "is an image for linux/"+other) {
 		t.Errorf("an image for %s: %v", other, err)
+	}
+}
+
+// bomb is img with a layer of one file of n zeros on top: gzip makes it a few
+// hundred KiB, which passes MaxBytes, and it unpacks to n.
+func bomb(t *testing.T, img v1.Image, n int64) v1.Image {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	if err := tw.WriteHeader(&tar.Header{Name: "zeros", Mode: 0o644, Size: n, Typeflag: tar.TypeReg}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.CopyN(tw, zeroReader{}, n); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	gz := buf.Bytes()
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(gz)), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := mutate.AppendLayers(img, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+type zeroReader struct{}
+
+func (zeroReader) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+const unpackBound = 64 << 20
+
+// wantUnpacksPast checks an import's refusal for unpacking past unpackBound.
+func wantUnpacksPast(t *testing.T, err error, ref string) {
+	t.Helper()
+	want := ref + " unpacks to more than 64.0 MiB (its layers expand past the bound an image may unpack to): "
+	if !errors.Is(err, imageimport.ErrInvalid) || !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("an image that unpacks to 200 MiB, bound %d: %v", unpackBound, err)
+	}
+	t.Log(err)
+}
+
+// TestAnImageThatUnpacksPastTheBoundIsNotUnpacked is one machine: an image
+// with a layer of 200 MiB of zeros (a few hundred KiB compressed, well within
+// MaxBytes) is refused with MaxUnpackedBytes at 64 MiB, on one line; no image
+// is named, no layer unpacked, and its content is collected; an ordinary image
+// still imports with the same bound.
+func TestAnImageThatUnpacksPastTheBoundIsNotUnpacked(t *testing.T) {
+	ctx := context.Background()
+	pub := testregistry.Start(t, false)
+	base := testregistry.ServingImage(t, busybox(t), "under the unpacked bound, one machine\n")
+	big := bomb(t, base, 200<<20)
+	bigRef := testregistry.Push(t, pub.Host+"/bomb/app:v1", big, "", "")
+	testregistry.Push(t, pub.Host+"/fine/app:v1", base, "", "")
+
+	cfg := imageimport.DefaultConfig()
+	cfg.MaxUnpackedBytes = unpackBound
+	im := localImporter(t, cfg)
+	_, err := im.Import(ctx, "imp-bomb", pub.Host+"/bomb/app:v1", nil)
+	wantUnpacksPast(t, err, pub.Host+"/bomb/app:v1")
+
+	cl, err := testenv.SharedContainerd(t).Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	cctx := namespaces.WithNamespace(ctx, testenv.Namespace)
+	bigDigest := bigRef[strings.Index(bigRef, "@")+1:]
+	if _, err := cl.GetImage(cctx, "bex.local/imp-bomb:image-"+strings.TrimPrefix(bigDigest, "sha256:")[:16]); !errdefs.IsNotFound(err) {
+		t.Errorf("the refused image is named in containerd: %v", err)
+	}
+	layers, err := big.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chain []digest.Digest
+	for _, l := range layers {
+		h, _ := l.Digest()
+		if _, err := cl.ContentStore().Info(cctx, digest.Digest(h.String())); !errdefs.IsNotFound(err) {
+			t.Errorf("layer %s of the refused image is in the content store: %v", h, err)
+		}
+		d, _ := l.DiffID()
+		chain = append(chain, digest.Digest(d.String()))
+		if _, err := cl.SnapshotService("overlayfs").Stat(cctx, identity.ChainID(chain).String()); !errdefs.IsNotFound(err) {
+			t.Errorf("a layer of the refused image is unpacked: %v", err)
+		}
+	}
+
+	res, err := im.Import(ctx, "imp-bomb", pub.Host+"/fine/app:v1", nil)
+	if err != nil {
+		t.Fatalf("an ordinary image under the bound: %v", err)
+	}
+	stored, err := cl.GetImage(cctx, "bex.local/imp-bomb:image-"+strings.TrimPrefix(res.Image[strings.Index(res.Image, "@")+1:], "sha256:")[:16])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := stored.IsUnpacked(cctx, "overlayfs"); err != nil || !ok {
+		t.Fatalf("the ordinary image is not unpacked: %v %v", ok, err)
+	}
+}
+
+// TestAnImageThatUnpacksPastTheBoundIsNotTagged is a cluster: the same image
+// is refused on one line while it streams into the platform's registry, and
+// nothing is tagged; when the registry has its layers already (the write skips
+// them) they are counted from the registry and it is refused the same; an
+// ordinary image is copied.
+func TestAnImageThatUnpacksPastTheBoundIsNotTagged(t *testing.T) {
+	ctx := context.Background()
+	pub := testregistry.Start(t, false)
+	own := testregistry.Start(t, true)
+	base := testregistry.ServingImage(t, busybox(t), "under the unpacked bound, a cluster\n")
+	big := bomb(t, base, 200<<20)
+	bigRef := testregistry.Push(t, pub.Host+"/bomb/app:v1", big, "", "")
+	testregistry.Push(t, pub.Host+"/fine/app:v1", base, "", "")
+	tagOf := func(app, ref string) name.Tag {
+		tag, err := name.NewTag(own.Host + "/apps/" + app + ":image-" + strings.TrimPrefix(ref[strings.Index(ref, "@")+1:], "sha256:")[:16])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tag
+	}
+
+	cfg := imageimport.DefaultConfig()
+	cfg.ImageRepo, cfg.Push = own.Host+"/apps", true
+	cfg.MaxUnpackedBytes = unpackBound
+	im, err := imageimport.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = im.Import(ctx, "shop", pub.Host+"/bomb/app:v1", nil)
+	wantUnpacksPast(t, err, pub.Host+"/bomb/app:v1")
+	if _, err := remote.Head(tagOf("shop", bigRef)); err == nil {
+		t.Errorf("the refused image is tagged in the platform's registry")
+	}
+
+	// The layers in the app's repository already, under another tag.
+	testregistry.Push(t, own.Host+"/apps/depot:other", big, "", "")
+	_, err = im.Import(ctx, "depot", pub.Host+"/bomb/app:v1", nil)
+	wantUnpacksPast(t, err, pub.Host+"/bomb/app:v1")
+	if _, err := remote.Head(tagOf("depot", bigRef)); err == nil {
+		t.Errorf("the refused image is tagged in the platform's registry, its layers there already")
+	}
+
+	res, err := im.Import(ctx, "shop", pub.Host+"/fine/app:v1", nil)
+	if err != nil {
+		t.Fatalf("an ordinary image under the bound: %v", err)
+	}
+	if desc, err := remote.Head(tagOf("shop", res.Image)); err != nil || !strings.HasSuffix(res.Image, desc.Digest.String()) {
+		t.Fatalf("the ordinary image is not tagged: %v %v", desc, err)
 	}
 }

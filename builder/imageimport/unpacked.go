@@ -76,13 +76,6 @@ func (b *unpackBudget) done(digest string) {
 	}
 }
 
-// over says whether the total is past the bound.
-func (b *unpackBudget) over() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.total > b.limit
-}
-
 // uncounted returns the layers not counted to their end.
 func (b *unpackBudget) uncounted() []string {
 	b.mu.Lock()

@@ -39,8 +39,9 @@ type VolumeStore interface {
 	Restore(ctx context.Context, app, name string, r io.Reader) error
 	// Pauses reports whether Backup and Restore pause the app's containers
 	// that mount the volume (one machine: the cgroup freezer). False on a
-	// cluster, where nothing pauses pods: the backend then tells a person whose
-	// app runs that `suspend APP` first gives a still copy.
+	// cluster, where nothing pauses pods: the backend then refuses a running
+	// app's copy unless asked for --live, and says `suspend APP` first gives a
+	// still one.
 	Pauses() bool
 }
 
@@ -308,9 +309,11 @@ func (b *Backend) DestroyVolume(ctx context.Context, u *User, app, name, confirm
 }
 
 // volumeForData checks that u may use app and that it has volume name, for a
-// backup or a restore (op), and tells notice when the copy is taken while the
-// app runs.
-func (b *Backend) volumeForData(ctx context.Context, u *User, app, name, op string, notice func(string)) error {
+// backup or a restore (op). Where the store does not pause the app (a
+// cluster), a running app's copy is refused unless live, and notice is told
+// when a live copy goes ahead: by default a backup is a still copy, as on one
+// machine, and a copy that can miss writes in flight is asked for by name.
+func (b *Backend) volumeForData(ctx context.Context, u *User, app, name, op string, live bool, notice func(string)) error {
 	a, err := b.app(ctx, u, app)
 	if err != nil {
 		return err
@@ -324,20 +327,30 @@ func (b *Backend) volumeForData(ctx context.Context, u *User, app, name, op stri
 	if _, _, err := b.cfg.Volumes.Usage(ctx, app, name); errors.Is(err, fs.ErrNotExist) {
 		return Errorf(Conflict, "the volume %s of %s is not made yet: it is made at the app's next deploy", name, app)
 	}
-	if notice != nil && !b.cfg.Volumes.Pauses() && !a.Spec.Suspended && a.Spec.Image != "" {
+	if b.cfg.Volumes.Pauses() || a.Spec.Suspended || a.Spec.Image == "" {
+		return nil
+	}
+	if !live {
 		if op == "volumes:backup" {
-			notice(fmt.Sprintf("%s is running: a copy taken now can miss writes in flight; `suspend %s` first gives a still copy (its volumes stay), `resume %s` after", app, app, app))
+			return Errorf(Conflict, "%s is running, and on a cluster nothing pauses it for the copy: `suspend %s` first for a still copy (its volumes stay; `resume %s` after), or %s %s %s --live to copy it while it runs (writes in flight can be missed)", app, app, app, op, app, name)
+		}
+		return Errorf(Conflict, "%s is running, and on a cluster nothing pauses it while its volume is replaced: `suspend %s` first (its volumes stay; `resume %s` after), or %s %s %s --live to restore beside it", app, app, app, op, app, name)
+	}
+	if notice != nil {
+		if op == "volumes:backup" {
+			notice(fmt.Sprintf("%s is running: this copy can miss writes in flight (--live)", app))
 		} else {
-			notice(fmt.Sprintf("%s is running and may write to the volume while it is restored; `suspend %s` first, `resume %s` after, gives it the archive alone", app, app, app))
+			notice(fmt.Sprintf("%s is running and may write to the volume while it is restored (--live)", app))
 		}
 	}
 	return nil
 }
 
-// BackupVolume writes a tar archive of a volume to w; notice, when set, gets a
-// line for the person when the copy is taken while the app runs.
-func (b *Backend) BackupVolume(ctx context.Context, u *User, app, name string, w io.Writer, notice func(string)) error {
-	if err := b.volumeForData(ctx, u, app, name, "volumes:backup", notice); err != nil {
+// BackupVolume writes a tar archive of a volume to w. live allows a copy of a
+// running app where nothing pauses it (a cluster); notice, when set, gets a
+// line for the person when such a copy goes ahead.
+func (b *Backend) BackupVolume(ctx context.Context, u *User, app, name string, w io.Writer, live bool, notice func(string)) error {
+	if err := b.volumeForData(ctx, u, app, name, "volumes:backup", live, notice); err != nil {
 		return err
 	}
 	b.audit(u, "volumes:backup", app, "volume", name)
@@ -345,9 +358,9 @@ func (b *Backend) BackupVolume(ctx context.Context, u *User, app, name string, w
 }
 
 // RestoreVolume replaces a volume's contents with the tar archive read from r;
-// notice as for BackupVolume.
-func (b *Backend) RestoreVolume(ctx context.Context, u *User, app, name string, r io.Reader, notice func(string)) error {
-	if err := b.volumeForData(ctx, u, app, name, "volumes:restore", notice); err != nil {
+// live and notice as for BackupVolume.
+func (b *Backend) RestoreVolume(ctx context.Context, u *User, app, name string, r io.Reader, live bool, notice func(string)) error {
+	if err := b.volumeForData(ctx, u, app, name, "volumes:restore", live, notice); err != nil {
 		return err
 	}
 	if err := b.cfg.Volumes.Restore(ctx, app, name, r); err != nil {

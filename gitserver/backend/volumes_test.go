@@ -52,13 +52,13 @@ func TestVolumeRules(t *testing.T) {
 	// carol has no access to shop: not its list, not its data, not a change.
 	_, err := f.b.Volumes(ctx, guest, "shop")
 	wantKind(t, "carol lists shop's volumes", err, backend.Forbidden, "")
-	wantKind(t, "carol backs up shop's volume", f.b.BackupVolume(ctx, guest, "shop", "data", io.Discard, nil), backend.Forbidden, "")
-	wantKind(t, "carol restores shop's volume", f.b.RestoreVolume(ctx, guest, "shop", "data", strings.NewReader("x"), nil), backend.Forbidden, "")
+	wantKind(t, "carol backs up shop's volume", f.b.BackupVolume(ctx, guest, "shop", "data", io.Discard, false, nil), backend.Forbidden, "")
+	wantKind(t, "carol restores shop's volume", f.b.RestoreVolume(ctx, guest, "shop", "data", strings.NewReader("x"), false, nil), backend.Forbidden, "")
 	wantKind(t, "carol destroys shop's volume", f.b.DestroyVolume(ctx, guest, "shop", "data", "data"), backend.Forbidden, "")
 	_, err = f.b.CreateVolume(ctx, guest, "shop", backend.VolumeRequest{Name: "x", Path: "/x"}, nil)
 	wantKind(t, "carol adds a volume to shop", err, backend.Forbidden, "")
 	// Nor through her own app, by the other's volume name.
-	wantKind(t, "carol backs up 'data' of her app", f.b.BackupVolume(ctx, guest, "other", "data", io.Discard, nil), backend.NotFound, "other has no volumes")
+	wantKind(t, "carol backs up 'data' of her app", f.b.BackupVolume(ctx, guest, "other", "data", io.Discard, false, nil), backend.NotFound, "other has no volumes")
 	if len(store.calls) != 0 {
 		t.Fatalf("refused requests reached the volumes: %v", store.calls)
 	}
@@ -91,7 +91,7 @@ func TestVolumeRules(t *testing.T) {
 	if err != nil || len(vols) != 2 || vols[1].Name != "two" || vols[0].UsedBytes == nil || *vols[0].UsedBytes != 42 {
 		t.Fatalf("volumes: %+v, %v", vols, err)
 	}
-	if err := f.b.BackupVolume(ctx, member, "shop", "data", &bytes.Buffer{}, nil); err != nil {
+	if err := f.b.BackupVolume(ctx, member, "shop", "data", &bytes.Buffer{}, false, nil); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(store.calls, ",") != "backup shop/data" {
@@ -103,9 +103,10 @@ func TestVolumeRules(t *testing.T) {
 }
 
 // TestVolumeCopiesOnAClusterSaySo: where the store does not pause the app (a
-// cluster), a backup or restore of a running app gets one line saying a
-// suspended app gives a still copy, and none once it is suspended; an unknown
-// use is null.
+// cluster), a backup or restore of a running app is refused with one line
+// naming `suspend APP` and --live; with --live it goes ahead with one line
+// saying what it can miss; a suspended app's needs neither; an unknown use is
+// null.
 func TestVolumeCopiesOnAClusterSaySo(t *testing.T) {
 	store := &recordingVolumes{live: true}
 	shop := app("shop", "bob")
@@ -115,14 +116,22 @@ func TestVolumeCopiesOnAClusterSaySo(t *testing.T) {
 	ctx := context.Background()
 	var notes []string
 	notice := func(l string) { notes = append(notes, l) }
-	if err := f.b.BackupVolume(ctx, member, "shop", "data", io.Discard, notice); err != nil {
+	err := f.b.BackupVolume(ctx, member, "shop", "data", io.Discard, false, notice)
+	wantKind(t, "backup of a running app", err, backend.Conflict, "`suspend shop` first for a still copy")
+	if err == nil || !strings.Contains(err.Error(), "volumes:backup shop data --live") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("the refusal: %v", err)
+	}
+	wantKind(t, "restore into a running app", f.b.RestoreVolume(ctx, member, "shop", "data", strings.NewReader(""), false, notice), backend.Conflict, "volumes:restore shop data --live")
+	if len(notes) != 0 {
+		t.Fatalf("notices of refused copies: %q", notes)
+	}
+	if err := f.b.BackupVolume(ctx, member, "shop", "data", io.Discard, true, notice); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.b.RestoreVolume(ctx, member, "shop", "data", strings.NewReader(""), notice); err != nil {
+	if err := f.b.RestoreVolume(ctx, member, "shop", "data", strings.NewReader(""), true, notice); err != nil {
 		t.Fatal(err)
 	}
-	if len(notes) != 2 || !strings.Contains(notes[0], "can miss writes in flight") || !strings.Contains(notes[0], "`suspend shop` first gives a still copy") ||
-		!strings.Contains(notes[1], "`suspend shop` first") || strings.Contains(notes[0], "\n") {
+	if len(notes) != 2 || !strings.Contains(notes[0], "can miss writes in flight") || !strings.Contains(notes[1], "while it is restored") || strings.Contains(notes[0], "\n") {
 		t.Fatalf("notices %q", notes)
 	}
 	vols, err := f.b.Volumes(ctx, member, "shop")
@@ -133,7 +142,10 @@ func TestVolumeCopiesOnAClusterSaySo(t *testing.T) {
 		t.Fatal(err)
 	}
 	notes = nil
-	if err := f.b.BackupVolume(ctx, member, "shop", "data", io.Discard, notice); err != nil || len(notes) != 0 {
+	if err := f.b.BackupVolume(ctx, member, "shop", "data", io.Discard, false, notice); err != nil || len(notes) != 0 {
 		t.Fatalf("backup of a suspended app: %v, notices %q", err, notes)
+	}
+	if err := f.b.RestoreVolume(ctx, member, "shop", "data", strings.NewReader(""), false, notice); err != nil || len(notes) != 0 {
+		t.Fatalf("restore into a suspended app: %v, notices %q", err, notes)
 	}
 }

@@ -86,15 +86,18 @@ func (s *session) volumeCommands() []*cobra.Command {
 	flags(destroy).StringVar(&confirm, "confirm", "", "the volume's name again, to confirm")
 
 	notice := func(line string) { fmt.Fprintln(s.errOut, line) }
-	backup := newCmd(groupApps, "volumes:backup APP NAME > backup.tar", "Write a volume's files as a tar archive (on one machine the app paused meanwhile; on a cluster, suspend it first for a still copy)", args(2, 2), func(_ *cobra.Command, a []string) error {
-		return s.b.BackupVolume(s.ctx, s.user, a[0], a[1], s.out, notice)
+	var backupLive, restoreLive bool
+	backup := newCmd(groupApps, "volumes:backup APP NAME [--live] > backup.tar", "Write a volume's files as a tar archive, the app paused meanwhile (on a cluster: suspend it first, or --live)", args(2, 2), func(_ *cobra.Command, a []string) error {
+		return s.b.BackupVolume(s.ctx, s.user, a[0], a[1], s.out, backupLive, notice)
 	})
-	restore := newCmd(groupApps, "volumes:restore APP NAME < backup.tar", "Replace a volume's files with a tar archive's", args(2, 2), func(_ *cobra.Command, a []string) error {
-		if err := s.b.RestoreVolume(s.ctx, s.user, a[0], a[1], s.stdin, notice); err != nil {
+	flags(backup).BoolVar(&backupLive, "live", false, "on a cluster, copy while the app runs (writes in flight can be missed)")
+	restore := newCmd(groupApps, "volumes:restore APP NAME [--live] < backup.tar", "Replace a volume's files with a tar archive's, the app paused meanwhile (on a cluster: suspend it first, or --live)", args(2, 2), func(_ *cobra.Command, a []string) error {
+		if err := s.b.RestoreVolume(s.ctx, s.user, a[0], a[1], s.stdin, restoreLive, notice); err != nil {
 			return err
 		}
 		fmt.Fprintf(s.out, "Restored the volume %s of %s.\n", a[1], a[0])
 		return nil
 	})
+	flags(restore).BoolVar(&restoreLive, "live", false, "on a cluster, restore while the app runs")
 	return []*cobra.Command{list, create, destroy, backup, restore}
 }

@@ -126,14 +126,29 @@ func TestVolumesOnTheCluster(t *testing.T) {
 		t.Errorf("volumes --json: %+v", list)
 	}
 
-	// backup → destroy → create → restore: the same bytes, through the
-	// helper pod that mounts the claim.
+	// A running app's copy: nothing pauses it on a cluster, so it is refused
+	// unless asked for with --live; a suspended app's is still.
+	if _, errOut, err := bexIO(nil, "volumes:backup", app, "data"); err == nil || !strings.Contains(errOut, "`suspend "+app+"` first for a still copy") ||
+		!strings.Contains(errOut, "volumes:backup "+app+" data --live") || strings.Count(errOut, "\n") != 1 {
+		t.Fatalf("volumes:backup of a running app: %v %q", err, errOut)
+	}
+	live, errOut, err := bexIO(nil, "volumes:backup", app, "data", "--live")
+	if err != nil || !strings.Contains(errOut, "can miss writes in flight") {
+		t.Fatalf("volumes:backup --live: %v %q", err, errOut)
+	}
+
+	// suspend → backup → destroy → create → restore → resume: the same bytes,
+	// through the helper pod that mounts the claim.
+	bexOK(t, "suspend", app)
 	backup, errOut, err := bexIO(nil, "volumes:backup", app, "data")
-	if err != nil || len(backup) == 0 {
-		t.Fatalf("volumes:backup: %v %q", err, errOut)
+	if err != nil || len(backup) == 0 || errOut != "" {
+		t.Fatalf("volumes:backup of the suspended app: %v %q", err, errOut)
 	}
 	if names := tarNames(t, backup); strings.Join(names, " ") != "f" {
 		t.Fatalf("the backup holds %q", names)
+	}
+	if !bytes.Equal(live, backup) {
+		t.Errorf("the live copy and the still one differ (%d and %d bytes), with nothing written between", len(live), len(backup))
 	}
 	bexOK(t, "volumes:destroy", app, "data", "--confirm", "data")
 	testenv.Eventually(t, 2*time.Minute, "volumes:create again", func() error {
@@ -146,14 +161,12 @@ func TestVolumesOnTheCluster(t *testing.T) {
 		}
 		return nil
 	})
-	if out := bexOK(t, "run", app, "--", "ls", "-A", "/www/data"); out != "" {
-		t.Fatalf("a volume made again is not empty: %q", out)
-	}
 	if _, errOut, err := bexIO(backup, "volumes:restore", app, "data"); err != nil {
 		t.Fatalf("volumes:restore: %v %q", err, errOut)
 	}
+	bexOK(t, "resume", app)
 	kept("after the restore")
-	if again, _, err := bexIO(nil, "volumes:backup", app, "data"); err != nil || !bytes.Equal(again, backup) {
+	if again, _, err := bexIO(nil, "volumes:backup", app, "data", "--live"); err != nil || !bytes.Equal(again, backup) {
 		t.Fatalf("the backup after the restore differs (%d and %d bytes, %v)", len(again), len(backup), err)
 	}
 	for what, archive := range map[string][]byte{
@@ -161,11 +174,11 @@ func TestVolumesOnTheCluster(t *testing.T) {
 		"absolute path": tarOf(t, "/tmp/bex-cluster-escaped"),
 		"garbage":       []byte(strings.Repeat("not a tar ", 100)),
 	} {
-		_, errOut, err := bexIO(archive, "volumes:restore", app, "data")
+		_, errOut, err := bexIO(archive, "volumes:restore", app, "data", "--live")
 		if err == nil || !strings.Contains(errOut, "refused the archive") {
 			t.Errorf("%s: volumes:restore %v %q", what, err, errOut)
 		}
-		if again, _, _ := bexIO(nil, "volumes:backup", app, "data"); !bytes.Equal(again, backup) {
+		if again, _, _ := bexIO(nil, "volumes:backup", app, "data", "--live"); !bytes.Equal(again, backup) {
 			t.Errorf("%s: the volume changed", what)
 		}
 	}

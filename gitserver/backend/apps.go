@@ -9,6 +9,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -103,10 +104,23 @@ func (b *Backend) update(ctx context.Context, u *User, name string, change func(
 	case err != nil:
 		return nil, err
 	}
-	rv := updated.ResourceVersion
 	return updated, b.waitCached(ctx, name, func(a *appv1.App) bool {
-		return a != nil && a.UID == updated.UID && (a.ResourceVersion == rv || a.Generation > updated.Generation)
+		return a != nil && a.UID == updated.UID && seenSince(a, updated)
 	})
+}
+
+// seenSince reports whether cached is written at or after updated: its
+// resourceVersion is not older (the API server's are ordered integers, which
+// apimachinery compares). Another writer's change right after this one (the
+// deployer's status, which does not move the generation) moves the cache past
+// updated's version before a poll sees it, which the version's equality alone
+// missed (the wait then ran out). The generation is the fallback for versions
+// that are not integers.
+func seenSince(cached, updated *appv1.App) bool {
+	if c, err := resourceversion.CompareResourceVersion(cached.ResourceVersion, updated.ResourceVersion); err == nil {
+		return c >= 0
+	}
+	return cached.ResourceVersion == updated.ResourceVersion || cached.Generation > updated.Generation
 }
 
 // waitCached waits until the cached app satisfies done (nil app: gone), for at

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -19,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"bex.co/bex/internal/testenv"
+	"bex.co/bex/internal/volumearchive/archivetest"
 )
 
 // volumeSize is the size of each of the node's local volumes
@@ -144,7 +144,7 @@ func TestVolumesOnTheCluster(t *testing.T) {
 	if err != nil || len(backup) == 0 || errOut != "" {
 		t.Fatalf("volumes:backup of the suspended app: %v %q", err, errOut)
 	}
-	if names := tarNames(t, backup); strings.Join(names, " ") != "f" {
+	if names := archivetest.Names(backup); strings.Join(names, " ") != "f" {
 		t.Fatalf("the backup holds %q", names)
 	}
 	if !bytes.Equal(live, backup) {
@@ -170,8 +170,8 @@ func TestVolumesOnTheCluster(t *testing.T) {
 		t.Fatalf("the backup after the restore differs (%d and %d bytes, %v)", len(again), len(backup), err)
 	}
 	for what, archive := range map[string][]byte{
-		"../x":          tarOf(t, "../x"),
-		"absolute path": tarOf(t, "/tmp/bex-cluster-escaped"),
+		"../x":          archivetest.FineThen(t, "../x"),
+		"absolute path": archivetest.FineThen(t, "/tmp/bex-cluster-escaped"),
 		"garbage":       []byte(strings.Repeat("not a tar ", 100)),
 	} {
 		_, errOut, err := bexIO(archive, "volumes:restore", app, "data", "--live")
@@ -311,37 +311,4 @@ func bexIO(stdin []byte, args ...string) ([]byte, string, error) {
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
 	return stdout.Bytes(), stderr.String(), err
-}
-
-// tarNames are the names of a tar archive's entries.
-func tarNames(t *testing.T, b []byte) []string {
-	t.Helper()
-	tr := tar.NewReader(bytes.NewReader(b))
-	var names []string
-	for {
-		h, err := tr.Next()
-		if err != nil {
-			return names
-		}
-		names = append(names, h.Name)
-	}
-}
-
-// tarOf is an archive of a fine file and then one named name.
-func tarOf(t *testing.T, name string) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	tw := tar.NewWriter(&b)
-	for _, f := range []struct{ name, body string }{{"fine", "ok"}, {name, "escaped"}} {
-		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: 0o644, Size: int64(len(f.body)), Typeflag: tar.TypeReg}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write([]byte(f.body)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
 }

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"archive/tar"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 
 	"bex.co/bex/deployer/runtime/local"
 	"bex.co/bex/internal/testenv"
+	"bex.co/bex/internal/volumearchive/archivetest"
 )
 
 // sshIO runs a bex command over ssh with stdin from in and returns stdout,
@@ -163,7 +163,7 @@ func TestVolumes(t *testing.T) {
 	if err != nil || len(backup) == 0 {
 		t.Fatalf("volumes:backup: %v %q", err, errOut)
 	}
-	if names := tarEntries(t, backup); strings.Join(names, " ") != "f" {
+	if names := archivetest.Names(backup); strings.Join(names, " ") != "f" {
 		t.Fatalf("the backup holds %q", names)
 	}
 	if _, errOut, err := p.ssh(t, "volumes:destroy", "vol-app", "data"); err == nil || !strings.Contains(errOut, "--confirm data") {
@@ -185,8 +185,8 @@ func TestVolumes(t *testing.T) {
 
 	// Hostile archives: refused, nothing changes.
 	for name, archive := range map[string][]byte{
-		"../x":          tarWith(t, "../x"),
-		"absolute path": tarWith(t, "/tmp/bex-e2e-escaped"),
+		"../x":          archivetest.FineThen(t, "../x"),
+		"absolute path": archivetest.FineThen(t, "/tmp/bex-e2e-escaped"),
 		"garbage":       []byte(strings.Repeat("not a tar ", 100)),
 	} {
 		_, errOut, err := p.sshIO(t, archive, "volumes:restore", "vol-app", "data")
@@ -230,35 +230,4 @@ func (p *platform) bexMounts(t *testing.T) []string {
 		}
 	}
 	return out
-}
-
-func tarEntries(t *testing.T, b []byte) []string {
-	t.Helper()
-	tr := tar.NewReader(bytes.NewReader(b))
-	var names []string
-	for {
-		h, err := tr.Next()
-		if err != nil {
-			return names
-		}
-		names = append(names, h.Name)
-	}
-}
-
-func tarWith(t *testing.T, name string) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	tw := tar.NewWriter(&b)
-	if err := tw.WriteHeader(&tar.Header{Name: "fine", Mode: 0o644, Size: 2, Typeflag: tar.TypeReg}); err != nil {
-		t.Fatal(err)
-	}
-	_, _ = tw.Write([]byte("ok"))
-	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: 7, Typeflag: tar.TypeReg}); err != nil {
-		t.Fatal(err)
-	}
-	_, _ = tw.Write([]byte("escaped"))
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
 }

@@ -84,6 +84,27 @@ func TarOf(t *testing.T, entries ...tar.Header) []byte {
 	return b.Bytes()
 }
 
+// FineThen is an archive of a fine file ("fine") and then one named name,
+// which a restore must refuse when name leaves the volume.
+func FineThen(t *testing.T, name string) []byte {
+	t.Helper()
+	return TarOf(t, tar.Header{Name: "fine", Typeflag: tar.TypeReg, Linkname: "ok"},
+		tar.Header{Name: name, Typeflag: tar.TypeReg, Linkname: "escaped"})
+}
+
+// Names are the names of an archive's entries, in order, as far as it reads.
+func Names(b []byte) []string {
+	tr := tar.NewReader(bytes.NewReader(b))
+	var names []string
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			return names
+		}
+		names = append(names, h.Name)
+	}
+}
+
 // Hostile is an archive a restore must refuse (ErrBadArchive) without a change.
 type Hostile struct {
 	Name string

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/internal/tenantnet"
 	"bex.co/bex/internal/volumearchive/archivetest"
 )
 
@@ -26,7 +27,23 @@ import (
 // netlink), none of the host's devices, no tenant's veth.
 func TestInstanceSeesOnlyItsOwnNetworkDevices(t *testing.T) {
 	f := newFixture(t, uniqueName("sysfs-net"))
-	f.syncUntil(f.desired(1, f.v1, 1), time.Minute, "rolled out", rolledOut)
+	d := f.desired(1, f.v1, 1)
+	d.Processes = map[string]appv1.ProcessSpec{"web": {Replicas: 1, Command: []string{"sh", "-c",
+		`echo "$(ls /sys/class/net | tr '\n' ' ')| $(ls /sys/devices/virtual/net | tr '\n' ' ')| $(cat /sys/class/net/eth0/address)" > /www/net; exec httpd -f -p $PORT -h /www`}}}
+	f.syncUntil(d, time.Minute, "rolled out", rolledOut)
+	eps := f.endpoints()
+	if len(eps) != 1 {
+		t.Fatalf("endpoints %v", eps)
+	}
+	web, err := get(eps[0] + "/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the web instance saw: %s", web)
+	webView := strings.Split(strings.TrimSpace(web), "| ")
+	if len(webView) != 3 || webView[0] != "eth0 lo " || webView[1] != "eth0 lo " || len(webView[2]) != 17 {
+		t.Errorf("the web instance's /sys/class/net and /sys/devices/virtual/net: %q, want its own eth0 and lo only", web)
+	}
 	var veths []string
 	ents, err := os.ReadDir("/sys/class/net")
 	if err != nil {
@@ -68,10 +85,47 @@ echo "rx: $(cat /sys/class/net/eth0/statistics/rx_bytes)"`)
 	if n, err := strconv.ParseInt(lines["rx"], 10, 64); err != nil || n < 0 {
 		t.Errorf("eth0's rx_bytes: %q", lines["rx"])
 	}
+	if len(webView) == 3 && strings.Contains(lines["address"], webView[2]) {
+		t.Errorf("the one-off sees the web instance's eth0 (%s)", webView[2])
+	}
 	for _, v := range veths {
-		if strings.Contains(out, v) {
+		if strings.Contains(out, v) || strings.Contains(web, v) {
 			t.Errorf("the probe sees the host's %s", v)
 		}
+	}
+}
+
+// TestSysfsOfANamespace: the sysfs the runtime mounts for a namespace shows
+// that namespace's devices (a new one has lo only), read-only, and goes with
+// unmountSysfs.
+func TestSysfsOfANamespace(t *testing.T) {
+	dir := t.TempDir()
+	netns := filepath.Join(dir, "netns")
+	if err := tenantnet.NewNetNS(netns); err != nil {
+		t.Fatal(err)
+	}
+	defer tenantnet.RemoveNetNS(netns)
+	sys := filepath.Join(dir, "sys")
+	start := time.Now()
+	if err := mountSysfs(netns, sys); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("mounted in %s", time.Since(start))
+	ents, err := os.ReadDir(filepath.Join(sys, "class/net"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 1 || ents[0].Name() != "lo" {
+		t.Errorf("a new namespace's sysfs shows %v, want lo only", ents)
+	}
+	if err := os.WriteFile(filepath.Join(sys, "kernel/uevent_helper"), []byte("x"), 0o644); err == nil {
+		t.Error("the sysfs is writable")
+	}
+	if err := unmountSysfs(sys); err != nil {
+		t.Fatal(err)
+	}
+	if ents, err := os.ReadDir(sys); err != nil || len(ents) != 0 {
+		t.Errorf("after unmountSysfs: %v %v", ents, err)
 	}
 }
 

@@ -85,8 +85,9 @@ func securityOpts(l limits, m idmap, sysfs, cgroupParent string) []oci.SpecOpts 
 // does not own (the host's, or one made by CNI): runc 1.1 then fails to start the
 // container ("mount sysfs: operation not permitted"); it has no fallback. Docker
 // binds the host's /sys in that case, which shows every device of the host,
-// every tenant's veth and its byte counters among them. Without the cgroup mount the bind would show
-// the host's whole cgroup tree; with it, runc mounts only the container's cgroups
+// every tenant's veth and its byte counters among them: hence the runtime's own
+// sysfs of the namespace (sysfs.go). Without the cgroup mount the bind would
+// show the host's whole cgroup tree; with it, runc mounts only the container's cgroups
 // (v1: a tmpfs with a bind of each controller's directory; v2: cgroup2 in the
 // cgroup namespace), read-only, so a process reads its own limits there as Go,
 // the JVM and Node do. The default masked paths (/sys/firmware, ...) stay masked.

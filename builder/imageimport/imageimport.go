@@ -71,6 +71,22 @@ type Config struct {
 	RootCAs *x509.CertPool
 	// Timeout bounds one import.
 	Timeout time.Duration
+	// StallTimeout ends an import whose registry sends nothing for that long
+	// while a response (a blob mid-way, above all) is read.
+	StallTimeout time.Duration
+
+	// DiskDir, on one machine, is a directory on the disk the image goes to
+	// (the state dir, which holds containerd's); "" checks nothing. An image
+	// whose compressed size, then (counted before anything is unpacked) what
+	// its layers unpack to, does not fit above the margin is refused, and an
+	// import stops when the disk falls under the margin while it pulls or
+	// unpacks, as a build does.
+	DiskDir string
+	// MinFreeBytes and MinFreePercent are that margin: the smaller of
+	// MinFreeBytes and MinFreePercent of the disk's size (the gitserver's
+	// --min-free-disk); either one 0 turns the checks off.
+	MinFreeBytes   int64
+	MinFreePercent float64
 
 	// Containerd, on one machine, is where the image goes: pulled into
 	// Namespace and unpacked with Snapshotter, as BuildKit's worker stores a
@@ -95,6 +111,9 @@ func DefaultConfig() Config {
 		// MaxBytes takes any image MaxBytes does but a bomb's (1000:1).
 		MaxUnpackedBytes: 32 << 30,
 		Timeout:          30 * time.Minute,
+		StallTimeout:     2 * time.Minute,
+		MinFreeBytes:     1 << 30,
+		MinFreePercent:   5,
 		Namespace:        "bex",
 		Snapshotter:      "overlayfs",
 		AllowFlag:        "bex gitserver --allow-private-registries",
@@ -143,8 +162,8 @@ func New(cfg Config) (*Importer, error) {
 	if (cfg.Containerd == nil) == !cfg.Push {
 		return nil, errors.New("imageimport: give Config.Containerd (one machine) or Config.Push (a cluster), one of them")
 	}
-	if cfg.MaxBytes <= 0 || cfg.MaxUnpackedBytes <= 0 || cfg.Timeout <= 0 {
-		return nil, errors.New("imageimport: Config.MaxBytes, Config.MaxUnpackedBytes and Config.Timeout must be positive (DefaultConfig has them)")
+	if cfg.MaxBytes <= 0 || cfg.MaxUnpackedBytes <= 0 || cfg.Timeout <= 0 || cfg.StallTimeout <= 0 {
+		return nil, errors.New("imageimport: Config.MaxBytes, Config.MaxUnpackedBytes, Config.Timeout and Config.StallTimeout must be positive (DefaultConfig has them)")
 	}
 	if cfg.Platform.OS == "" {
 		cfg.Platform = v1.Platform{OS: "linux", Architecture: goruntime.GOARCH}
@@ -155,7 +174,7 @@ func New(cfg Config) (*Importer, error) {
 	}
 	i := &Importer{cfg: cfg, own: ownRepo.RegistryStr()}
 	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: i.control}
-	i.client = &http.Client{Transport: &http.Transport{
+	i.client = &http.Client{Transport: stallTransport{timeout: cfg.StallTimeout, base: &http.Transport{
 		// No proxy from the environment: the proxy would dial, unchecked.
 		Proxy:                 nil,
 		DialContext:           d.DialContext,
@@ -165,7 +184,7 @@ func New(cfg Config) (*Importer, error) {
 		ResponseHeaderTimeout: time.Minute,
 		MaxIdleConns:          8,
 		IdleConnTimeout:       30 * time.Second,
-	}}
+	}}}
 	return i, nil
 }
 
@@ -234,6 +253,10 @@ func (i *Importer) Import(ctx context.Context, app, ref string, progress io.Writ
 	}
 	ctx, cancel := context.WithTimeout(ctx, i.cfg.Timeout)
 	defer cancel()
+	// A stalled registry or a full disk ends the import with its cause.
+	ctx, abort := context.WithCancelCause(ctx)
+	defer abort(nil)
+	ctx = withAbort(ctx, abort)
 	r, err := i.Parse(ref)
 	if err != nil {
 		return nil, err
@@ -244,6 +267,9 @@ func (i *Importer) Import(ctx context.Context, app, ref string, progress io.Writ
 	}
 	opts := i.sourceOptions(ctx)
 	desc, err := remote.Get(r, opts...)
+	if errors.Is(context.Cause(ctx), errStalled) {
+		return nil, i.stalledError(ref, r.Context().RegistryStr())
+	}
 	if err != nil {
 		return nil, i.explain(ref, r.Context().RegistryStr(), hadCreds, err)
 	}
@@ -289,6 +315,11 @@ func (i *Importer) Import(ctx context.Context, app, ref string, progress io.Writ
 	} else if err != nil {
 		return nil, i.explain(ref, r.Context().RegistryStr(), hadCreds, err)
 	}
+	if !i.cfg.Push {
+		if err := i.fits(ref, "is", size); err != nil {
+			return nil, err
+		}
+	}
 	src := r.Context().Digest(dgst.String())
 	fmt.Fprintf(progress, "-----> Resolved %s to %s (%s, %s)\n", ref, src.Name(), plat, humanBytes(size))
 	res := &Result{
@@ -302,7 +333,20 @@ func (i *Importer) Import(ctx context.Context, app, ref string, progress io.Writ
 	if i.cfg.Push {
 		err = i.push(ctx, tag, img)
 	} else {
-		err = i.pull(ctx, tag, src)
+		stop := i.watchDisk(ctx, abort)
+		err = i.pull(ctx, ref, tag, src)
+		lowest, margin := stop()
+		if errors.Is(context.Cause(ctx), errDiskFull) {
+			return nil, fmt.Errorf("pulling %s stopped: the disk of %s fell to %s free, under the %s bex keeps for the platform and the apps; nothing was kept: free space on that disk and deploy the image again",
+				ref, i.cfg.DiskDir, humanBytes(int64(lowest)), humanBytes(int64(margin)))
+		}
+	}
+	if errors.Is(context.Cause(ctx), errStalled) {
+		return nil, i.stalledError(ref, r.Context().RegistryStr())
+	}
+	var noRoom *Error
+	if errors.As(err, &noRoom) {
+		return nil, err
 	}
 	if errors.Is(err, errUnpacksPast) {
 		return nil, errorf(ErrInvalid, "%s unpacks to more than %s (its layers expand past the bound an image may unpack to): nothing was unpacked; make its layers smaller", ref, humanBytes(i.cfg.MaxUnpackedBytes))
@@ -404,7 +448,7 @@ func (e *destError) Unwrap() error { return e.err }
 // Config.MaxUnpackedBytes is deleted before anything is unpacked, and the
 // lease's deletion collects its content (synchronously: containerd's garbage
 // collection runs before pull returns).
-func (i *Importer) pull(ctx context.Context, tag string, src name.Digest) (err error) {
+func (i *Importer) pull(ctx context.Context, ref, tag string, src name.Digest) (err error) {
 	ctx = namespaces.WithNamespace(ctx, i.cfg.Namespace)
 	ls := i.cfg.Containerd.LeasesService()
 	lease, err := ls.Create(ctx, leases.WithRandomID(), leases.WithExpiration(24*time.Hour))
@@ -444,7 +488,12 @@ func (i *Importer) pull(ctx context.Context, tag string, src name.Digest) (err e
 	if err != nil {
 		return err
 	}
-	err = i.countUnpacked(ctx, img)
+	unpacked, err := i.countUnpacked(ctx, img)
+	if err == nil {
+		// The layers are in the content store: what they unpack to must fit
+		// beside them.
+		err = i.fits(ref, "unpacks to", unpacked)
+	}
 	if err == nil {
 		err = img.Unpack(ctx, i.cfg.Snapshotter)
 	}
@@ -459,16 +508,16 @@ func (i *Importer) pull(ctx context.Context, tag string, src name.Digest) (err e
 }
 
 // countUnpacked counts what img's layers unpack to, from the content store,
-// against Config.MaxUnpackedBytes; an image unpacked already (an import
-// again) takes no more room and is not counted again.
-func (i *Importer) countUnpacked(ctx context.Context, img containerd.Image) error {
+// against Config.MaxUnpackedBytes, and returns it; an image unpacked already
+// (an import again) takes no more room and is not counted again (0).
+func (i *Importer) countUnpacked(ctx context.Context, img containerd.Image) (int64, error) {
 	if ok, err := img.IsUnpacked(ctx, i.cfg.Snapshotter); err == nil && ok {
-		return nil
+		return 0, nil
 	}
 	cs := img.ContentStore()
 	m, err := images.Manifest(ctx, cs, img.Target(), img.Platform())
 	if err != nil {
-		return err
+		return 0, err
 	}
 	var layers []ocispec.Descriptor
 	var digests []string
@@ -487,15 +536,17 @@ func (i *Importer) countUnpacked(ctx context.Context, img containerd.Image) erro
 		seen[l.Digest.String()] = true
 		ra, err := cs.ReaderAt(ctx, l)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		err = b.count(l.Digest.String(), content.NewReader(ra))
 		ra.Close()
 		if err != nil {
-			return err
+			return 0, err
 		}
 	}
-	return nil
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.total, nil
 }
 
 // containerdRef is src as containerd's resolver names it (docker.io for

@@ -292,6 +292,8 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	if c.push {
 		icfg.Push, icfg.PushKeychain, icfg.PushInsecure = true, kube.ConfigKeychain(c.registryConfig), c.registryInsecure
 	} else if c.runtime == "local" {
+		// The margin pushes are refused under, kept while the image is pulled.
+		icfg.DiskDir, icfg.MinFreeBytes = c.stateDir, int64(c.minFreeDisk)
 		addr := c.containerdAddr
 		if addr == "" {
 			addr = filepath.Join(c.stateDir, "containerd", "containerd.sock")

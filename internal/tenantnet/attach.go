@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 
 	gocni "github.com/containerd/go-cni"
+	"golang.org/x/sys/unix"
 )
 
 // Network attaches namespaces to one of the tenants' CNI networks.
@@ -88,6 +89,12 @@ func (n *Network) DetachAll(ctx context.Context, dir string) error {
 			continue
 		}
 		path := filepath.Join(dir, e.Name(), "netns")
+		// The local runtime's sysfs of the namespace (its instance's /sys) goes
+		// first: RemoveAll must not walk into it.
+		if err := unix.Unmount(filepath.Join(dir, e.Name(), "sys"), unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, err)
+			continue
+		}
 		err := errors.Join(n.Detach(ctx, e.Name(), path), RemoveNetNS(path))
 		if err == nil {
 			err = os.RemoveAll(filepath.Join(dir, e.Name()))

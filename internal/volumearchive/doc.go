@@ -1,6 +1,8 @@
 // Package volumearchive writes a volume's files as a tar archive and replaces
 // them with an archive's: volumes:backup and volumes:restore, on one machine
-// (deployer/runtime/local's Volumes, on the host, base the app's first host id)
+// (deployer/runtime/local's Volumes, on the host, base the app's first host id
+// as the runtime recorded it, never read from the volume, whose root the app
+// may chown)
 // and on a cluster (`bex volume-archive` in a pod that mounts the volume's
 // claim, base 0: the pod's own uid 0 is the app's).
 //

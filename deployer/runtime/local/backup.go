@@ -6,7 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"syscall"
+	"path/filepath"
 	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
@@ -85,17 +85,24 @@ func (v *Volumes) Usage(key types.NamespacedName, name string) (used, size int64
 // opposed to failures of the machine): the sender can fix those.
 var ErrBadArchive = volumearchive.ErrBadArchive
 
-// volumeRootOwner reads the app's first host id from the volume's root, which
-// ensureVolume made it own: the ids of the archive are relative to it.
-func volumeRootOwner(dir string) (uint32, error) {
-	var st syscall.Stat_t
-	if err := syscall.Lstat(dir, &st); err != nil {
+// recordedIDs reads the app's first host id from the state file, where the
+// runtime recorded its range (state.json "ids") when it first ran the app: the
+// ids of an archive are relative to it. Never the owner of the volume's root:
+// the app may chown its root to any id of its range, and a base taken from it
+// would shift a restore's ids, up to 65535 of them into the next app's range.
+func (v *Volumes) recordedIDs(key types.NamespacedName) (uint32, error) {
+	st, err := openStore(filepath.Join(v.cfg.StateDir, "state.json"), v.cfg.PortMin, v.cfg.PortMax, v.cfg.IDBase, v.cfg.IDRanges)
+	if err != nil {
 		return 0, err
 	}
-	return st.Uid, nil
+	base, ok := st.knownIDs(key.String())
+	if !ok {
+		return 0, fmt.Errorf("app %s has no uid range recorded on this machine: its volumes cannot be read or written until it runs here", key.Name)
+	}
+	return base, nil
 }
 
-// open returns the mounted volume as a Root, and its owner's id.
+// open returns the mounted volume as a Root, and the app's first host id.
 func (v *Volumes) open(key types.NamespacedName, name string) (*os.Root, uint32, error) {
 	if !volumeNameOK(name) {
 		return nil, 0, fmt.Errorf("volume %q: %w", name, os.ErrNotExist)
@@ -104,7 +111,7 @@ func (v *Volumes) open(key types.NamespacedName, name string) (*os.Root, uint32,
 	if ok, err := isMountPoint(dir); err != nil || !ok {
 		return nil, 0, fmt.Errorf("volume %s of %s is not mounted on this machine: %w", name, key.Name, os.ErrNotExist)
 	}
-	base, err := volumeRootOwner(dir)
+	base, err := v.recordedIDs(key)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -85,6 +85,17 @@ type Config struct {
 	// a backup or restore at most this and a minute, then fails (an instance's
 	// supervisor tries again). Default 1h.
 	VolumeTransferTimeout time.Duration
+
+	// CgroupParent is the tenants' parent cgroup, under which every container
+	// of the runtime (instances, one-offs, cron runs) gets its own, as
+	// /<CgroupParent>/<container id> in each hierarchy. Default Namespace, the
+	// path containerd gives a container of that namespace.
+	CgroupParent string
+	// TenantsPidsMax is pids.max of CgroupParent: the tasks of all the tenants
+	// together, each instance having its own 4096 below it. Default half of the
+	// host's pid_max (/proc/sys/kernel/pid_max), so that instances forking
+	// together leave the platform the other half.
+	TenantsPidsMax int64
 }
 
 // DefaultConfig returns the defaults; StateDir, which has none, is empty.
@@ -155,6 +166,12 @@ func (cfg Config) withDefaults() Config {
 	if cfg.VolumeTransferTimeout == 0 {
 		cfg.VolumeTransferTimeout = time.Hour
 	}
+	if cfg.CgroupParent == "" {
+		cfg.CgroupParent = cfg.Namespace
+	}
+	if cfg.TenantsPidsMax == 0 {
+		cfg.TenantsPidsMax = defaultTenantsPidsMax()
+	}
 	return cfg
 }
 
@@ -208,6 +225,12 @@ func (cfg Config) Validate() error {
 	}
 	if cfg.LivenessFailures < 1 {
 		errs = append(errs, fmt.Errorf("Config.LivenessFailures %d: want at least 1", cfg.LivenessFailures))
+	}
+	if !cgroupNameRE.MatchString(cfg.CgroupParent) {
+		errs = append(errs, fmt.Errorf("Config.CgroupParent %q: want letters, digits, '.', '_' and '-', one path segment", cfg.CgroupParent))
+	}
+	if cfg.TenantsPidsMax < 64 {
+		errs = append(errs, fmt.Errorf("Config.TenantsPidsMax %d: want at least 64", cfg.TenantsPidsMax))
 	}
 	if cfg.CrashLoopRestarts < 1 {
 		errs = append(errs, fmt.Errorf("Config.CrashLoopRestarts %d: want at least 1", cfg.CrashLoopRestarts))

@@ -76,9 +76,11 @@
 // Confinement (security.go, oom.go): each instance runs in a user namespace
 // whose ids 0..65535 are the app's own range of host ids (allocated per app in the
 // state file, recorded on the container), with containerd's default seccomp
-// profile, runtime.Capabilities, no_new_privs, the host's /sys read-only with the
-// container's own cgroups over /sys/fs/cgroup, and the process type's memory, pids
-// and CPU limits. The rootfs is a snapshot of the image chowned into the range,
+// profile, runtime.Capabilities, no_new_privs, a sysfs of its own network
+// namespace read-only (sysfs.go: its own devices only) with the container's own
+// cgroups over /sys/fs/cgroup, and the process type's memory, pids and CPU
+// limits, its cgroup under the tenants' parent (cgroup.go), whose pids.max
+// bounds all of them together. The rootfs is a snapshot of the image chowned into the range,
 // made once per image and range. An exit after a kill by the memory limit
 // (TaskOOM event, or the cgroup's oom_kill count) is reported as OOMKilled.
 //

@@ -180,7 +180,7 @@ func (r *Runtime) create(ctx context.Context, a *appState, d runtime.Desired, g 
 	idm := idmap{host: ids, size: IDRangeSize}
 	lim := limitsOf(d.Processes[process])
 	inst.memory = lim.memory
-	opts = append(opts, securityOpts(lim, idm)...)
+	opts = append(opts, securityOpts(lim, idm, att.sysfs(), r.cfg.CgroupParent)...)
 
 	labels := map[string]string{
 		labelRuntime:   runtimeName,

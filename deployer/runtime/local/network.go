@@ -64,6 +64,15 @@ func (a attachment) netns() string      { return filepath.Join(a.dir, "netns") }
 func (a attachment) resolvConf() string { return filepath.Join(a.dir, "resolv.conf") }
 func (a attachment) hosts() string      { return filepath.Join(a.dir, "hosts") }
 
+// sysfs is what the instance's /sys is a bind of: a sysfs of its own network
+// namespace (sysfs.go), or the host's /sys on the host network.
+func (a attachment) sysfs() string {
+	if a.dir == "" {
+		return "/sys"
+	}
+	return filepath.Join(a.dir, "sys")
+}
+
 var loopback = netip.MustParseAddr("127.0.0.1")
 
 func newNetwork(cfg Config, log *slog.Logger) (*network, error) {
@@ -185,6 +194,10 @@ func (n *network) attachAs(ctx context.Context, id string) (attachment, error) {
 		_ = os.RemoveAll(att.dir)
 		return attachment{}, err
 	}
+	if err := mountSysfs(att.netns(), att.sysfs()); err != nil {
+		_ = n.teardown(context.WithoutCancel(ctx), id)
+		return attachment{}, err
+	}
 	addr, err := n.cni.Attach(ctx, id, att.netns())
 	if err != nil {
 		_ = n.teardown(context.WithoutCancel(ctx), id)
@@ -290,6 +303,10 @@ func (n *network) teardown(ctx context.Context, id string) error {
 	}
 	att := attachment{dir: dir}
 	var errs []error
+	// First: RemoveAll below must never walk into a mounted sysfs.
+	if err := unmountSysfs(att.sysfs()); err != nil {
+		return err
+	}
 	if err := n.cni.Detach(ctx, id, att.netns()); err != nil {
 		errs = append(errs, err)
 	}

@@ -84,6 +84,9 @@ func NewOneOffs(cfg Config, kube client.Client, owner string, log *slog.Logger) 
 	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "logs"), 0o700); err != nil {
 		return nil, fmt.Errorf("local one-offs: state dir: %w", err)
 	}
+	if err := cfg.limitTenants(); err != nil {
+		return nil, fmt.Errorf("local one-offs: %w", err)
+	}
 	st, err := openStore(filepath.Join(cfg.StateDir, "state.json"), cfg.PortMin, cfg.PortMax, cfg.IDBase, cfg.IDRanges)
 	if err != nil {
 		return nil, fmt.Errorf("local one-offs: %w", err)
@@ -285,7 +288,7 @@ func (o *OneOffs) create(ctx context.Context, oo runtime.OneOff) (*prepared, err
 		}
 	}
 	lim := limitsOf(appv1.ProcessSpec{Resources: oo.Resources})
-	opts = append(opts, securityOpts(lim, idm)...)
+	opts = append(opts, securityOpts(lim, idm, att.sysfs(), o.cfg.CgroupParent)...)
 	labels := map[string]string{
 		labelRuntime:      oneOffRuntimeName,
 		labelOwner:        o.owner,

@@ -156,6 +156,9 @@ func New(cfg Config, c client.Client, log *slog.Logger) (*Runtime, error) {
 	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "logs"), 0o700); err != nil {
 		return nil, fmt.Errorf("local runtime: state dir: %w", err)
 	}
+	if err := cfg.limitTenants(); err != nil {
+		return nil, fmt.Errorf("local runtime: %w", err)
+	}
 	st, err := openStore(filepath.Join(cfg.StateDir, "state.json"), cfg.PortMin, cfg.PortMax, cfg.IDBase, cfg.IDRanges)
 	if err != nil {
 		return nil, fmt.Errorf("local runtime: %w", err)

@@ -54,13 +54,16 @@ func (m idmap) mappings() []specs.LinuxIDMapping {
 
 // securityOpts confine an instance: a user namespace (uid 0 inside is m.host on
 // the host), the capability set above, no new privileges, containerd's default
-// seccomp profile, /sys from the host read-only, and the cgroup limits. They are
-// applied after the image's config and the namespaces, so the seccomp profile sees
-// the final capabilities.
-func securityOpts(l limits, m idmap) []oci.SpecOpts {
+// seccomp profile, /sys read-only from sysfs (a sysfs of the instance's network
+// namespace: attachment.sysfs), and the cgroup limits. They are applied after
+// the image's config and the namespaces, so the seccomp profile sees the final
+// capabilities. The container's cgroup is under the tenants' parent
+// (Config.CgroupParent), which bounds the tasks of all of them together.
+func securityOpts(l limits, m idmap, sysfs, cgroupParent string) []oci.SpecOpts {
 	return []oci.SpecOpts{
 		oci.WithUserNamespace(m.mappings(), m.mappings()),
-		withSysfsBind,
+		withCgroupParent(cgroupParent),
+		withSysfsBind(sysfs),
 		oci.WithCapabilities(runtime.Capabilities),
 		oci.WithNoNewPrivileges,
 		oci.WithMemoryLimit(uint64(l.memory)),
@@ -73,23 +76,33 @@ func securityOpts(l limits, m idmap) []oci.SpecOpts {
 	}
 }
 
-// withSysfsBind replaces the sysfs mount with a read-only recursive bind of the
-// host's /sys, and mounts the container's own cgroups over /sys/fs/cgroup in a
+// withSysfsBind replaces the sysfs mount with a read-only recursive bind of
+// source (a sysfs the runtime mounted in the instance's network namespace, so
+// that /sys/class/net shows its own devices only; the host's /sys on the host
+// network), and mounts the container's own cgroups over /sys/fs/cgroup in a
 // cgroup namespace of its own. A user namespace may mount a sysfs only when it
 // owns the network namespace the container is in, and an instance joins one it
 // does not own (the host's, or one made by CNI): runc 1.1 then fails to start the
 // container ("mount sysfs: operation not permitted"); it has no fallback. Docker
-// does the same bind in that case. Without the cgroup mount the bind would show
-// the host's whole cgroup tree; with it, runc mounts only the container's cgroups
+// binds the host's /sys in that case, which shows every device of the host,
+// every tenant's veth and its byte counters among them: hence the runtime's own
+// sysfs of the namespace (sysfs.go). Without the cgroup mount the bind would
+// show the host's whole cgroup tree; with it, runc mounts only the container's cgroups
 // (v1: a tmpfs with a bind of each controller's directory; v2: cgroup2 in the
 // cgroup namespace), read-only, so a process reads its own limits there as Go,
 // the JVM and Node do. The default masked paths (/sys/firmware, ...) stay masked.
-func withSysfsBind(_ context.Context, _ oci.Client, _ *containers.Container, s *specs.Spec) error {
+func withSysfsBind(source string) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *specs.Spec) error {
+		return sysfsBind(s, source)
+	}
+}
+
+func sysfsBind(s *specs.Spec, source string) error {
 	mounts := s.Mounts[:0:0]
 	for _, mnt := range s.Mounts {
 		switch {
 		case mnt.Destination == "/sys" && mnt.Type == "sysfs":
-			mounts = append(mounts, specs.Mount{Destination: "/sys", Type: "bind", Source: "/sys",
+			mounts = append(mounts, specs.Mount{Destination: "/sys", Type: "bind", Source: source,
 				Options: []string{"rbind", "rro", "nosuid", "noexec", "nodev"}})
 		case mnt.Destination == "/sys/fs/cgroup":
 			continue // replaced below

@@ -53,9 +53,12 @@ func TestConfigDefaultsAndValidate(t *testing.T) {
 		cfg.CrashLoopRestarts != 3 || cfg.CrashLoopWindow.Minutes() != 1 {
 		t.Errorf("unexpected defaults: %+v", cfg)
 	}
-	bad := Config{PortMin: 30000, PortMax: 20000, RestartBackoff: 10, RestartBackoffMax: 5, LogMaxBytes: 10}
+	if cfg.CgroupParent != "bex" || cfg.TenantsPidsMax != defaultTenantsPidsMax() || cfg.TenantsPidsMax < 1024 {
+		t.Errorf("the tenants' cgroup: %q with pids.max %d, want bex (containerd's own path) and half of pid_max", cfg.CgroupParent, cfg.TenantsPidsMax)
+	}
+	bad := Config{PortMin: 30000, PortMax: 20000, RestartBackoff: 10, RestartBackoffMax: 5, LogMaxBytes: 10, CgroupParent: "../x", TenantsPidsMax: 10}
 	err := bad.Validate()
-	for _, want := range []string{"Config.StateDir: required", "port range 30000-20000", "Config.RestartBackoffMax", "log size limit 10"} {
+	for _, want := range []string{"Config.StateDir: required", "port range 30000-20000", "Config.RestartBackoffMax", "log size limit 10", `Config.CgroupParent "../x"`, "Config.TenantsPidsMax 10"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v, want it to mention %q", err, want)
 		}

@@ -104,9 +104,7 @@ func (cfg Config) withDefaults() Config {
 	if cfg.Network == "" {
 		cfg.Network = NetworkTenant
 	}
-	if cfg.TenantNet == (tenantnet.Config{}) {
-		cfg.TenantNet = tenantnet.DefaultConfig()
-	}
+	cfg.TenantNet = cfg.TenantNet.WithDefaults()
 	if cfg.NetworkPool == 0 {
 		cfg.NetworkPool = 2
 	}

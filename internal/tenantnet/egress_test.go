@@ -1,0 +1,325 @@
+package tenantnet_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"bex.co/bex/internal/tenantnet"
+	"bex.co/bex/internal/testenv"
+)
+
+// egressConfig has chains and subnets of its own, so that another test (or
+// another bex on this machine) installing the default chains meanwhile cannot
+// change the rules this test checks.
+func egressConfig(t testing.TB) tenantnet.Config {
+	cfg := tenantnet.DefaultConfig()
+	cfg.ChainPrefix, cfg.AppsSubnet, cfg.BuildsSubnet = "BEXEGRESS", "10.233.0.0/16", "10.234.0.0/16"
+	// The machine's resolver on a private address (here 10.255.255.53) is the
+	// LAN's DNS server in these tests.
+	cfg.ResolvConf = filepath.Join(t.TempDir(), "resolv.conf")
+	return cfg
+}
+
+func install(t testing.TB, cfg tenantnet.Config) {
+	t.Helper()
+	if err := tenantnet.Install(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tenantnet.Remove(context.Background(), cfg) })
+}
+
+// tenant is a namespace attached to cfg's apps network, as an app instance's
+// (or a build step's: the same plugin, the same rules) is.
+func tenant(t testing.TB, cfg tenantnet.Config) (string, netip.Addr) {
+	t.Helper()
+	n, err := tenantnet.NewAppsNetwork(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	id := fmt.Sprintf("tenantnet-egress-%d", time.Now().UnixNano())
+	path := filepath.Join(t.TempDir(), "netns")
+	if err := tenantnet.NewNetNS(path); err != nil {
+		t.Fatal(err)
+	}
+	addr, err := n.Attach(ctx, id, path)
+	if err != nil {
+		_ = tenantnet.RemoveNetNS(path)
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := n.Detach(ctx, id, path); err != nil {
+			t.Error(err)
+		}
+		if err := tenantnet.RemoveNetNS(path); err != nil {
+			t.Error(err)
+		}
+	})
+	return path, addr
+}
+
+// lanAddrs are a private, a CGNAT, a link-local and another private address,
+// random so that two runs on one machine do not meet (none is the metadata
+// address: a route to it would take the machine's own away on a cloud).
+func lanAddrs() []netip.Addr {
+	r := func(lo, hi int) byte { return byte(lo + rand.IntN(hi-lo+1)) }
+	return []netip.Addr{
+		netip.AddrFrom4([4]byte{10, 211, r(0, 255), r(1, 254)}),
+		netip.AddrFrom4([4]byte{192, 168, r(0, 255), r(1, 254)}),
+		netip.AddrFrom4([4]byte{100, 100, r(0, 255), r(1, 254)}),
+		netip.AddrFrom4([4]byte{169, 254, r(1, 168), r(1, 254)}),
+	}
+}
+
+// TestTenantEgress: from a tenant's namespace the LAN (private, CGNAT and
+// link-local addresses in a namespace the test makes) is closed, while the
+// internet stand-in and DNS answer, and the resolver on a private address
+// answers on port 53 only; with a range allowed, that range is reached and no
+// other.
+func TestTenantEgress(t *testing.T) {
+	cfg := egressConfig(t)
+	addrs := lanAddrs()
+	resolver, private, cgnat, linkLocal := addrs[0], addrs[1], addrs[2], addrs[3]
+	if err := os.WriteFile(cfg.ResolvConf, []byte("nameserver 127.0.0.53\nnameserver "+resolver.String()+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lan := testenv.StartLAN(t, addrs...)
+	out := testenv.StartOutside(t)
+	install(t, cfg)
+	ns, _ := tenant(t, cfg)
+
+	probe := func() map[string]string {
+		got := map[string]string{}
+		err := tenantnet.InNetNS(ns, func() error {
+			for _, a := range addrs {
+				got["tcp "+a.String()] = tcpProbe(netip.AddrPortFrom(a, uint16(lan.TCPPort)))
+			}
+			got["outside"] = tcpProbe(netip.AddrPortFrom(out.Addr, uint16(out.TCPPort)))
+			got["dns outside"] = dnsProbe(out.Addr, out.Name)
+			got["dns resolver"] = dnsProbe(resolver, "db."+testenv.Domain)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("tenant's report: %q", got)
+		return got
+	}
+	want := func(got map[string]string, key, value string) {
+		t.Helper()
+		if got[key] != value {
+			t.Errorf("%s: %q, want %q", key, got[key], value)
+		}
+	}
+	closed := func(got map[string]string, a netip.Addr) {
+		t.Helper()
+		// Refused at once by the host (an ICMP error), not timed out.
+		if v := got["tcp "+a.String()]; !strings.Contains(v, "no route to host") {
+			t.Errorf("tcp %s: %q, want it refused (no route to host)", a, v)
+		}
+	}
+
+	got := probe()
+	for _, a := range addrs {
+		closed(got, a)
+	}
+	want(got, "outside", testenv.Greeting)
+	want(got, "dns outside", out.Addr.String())
+	want(got, "dns resolver", resolver.String())
+	if p := lan.Peers(); len(p) != 0 {
+		t.Errorf("the LAN accepted connections from %v", p)
+	}
+
+	// The operator opens one range: that range is reached, no other.
+	cfg.AllowEgress = []netip.Prefix{netip.PrefixFrom(private, 32)}
+	install(t, cfg)
+	got = probe()
+	want(got, "tcp "+private.String(), "lan "+private.String())
+	for _, a := range []netip.Addr{resolver, cgnat, linkLocal} {
+		closed(got, a)
+	}
+	want(got, "outside", testenv.Greeting)
+	want(got, "dns resolver", resolver.String())
+	if p := lan.Peers(); len(p) != 1 {
+		t.Errorf("the LAN accepted %v, want one connection (to %s)", p, private)
+	}
+}
+
+// TestForgedSources: a tenant that writes UDP datagrams with a forged source (a
+// raw socket, as a build step with CAP_NET_RAW may) reaches neither a host
+// listener (INPUT) nor an allowed LAN target (FORWARD), whichever source it
+// claims: the host's address, another tenant's, the Internet's. The controls: the
+// same raw socket with the tenant's own source, and a plain UDP socket, reach the
+// allowed target.
+func TestForgedSources(t *testing.T) {
+	cfg := egressConfig(t)
+	if err := os.WriteFile(cfg.ResolvConf, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addrs := lanAddrs()
+	allowed := addrs[1]
+	cfg.AllowEgress = []netip.Prefix{netip.PrefixFrom(allowed, 32)}
+	lan := testenv.StartLAN(t, addrs...)
+	out := testenv.StartOutside(t)
+	install(t, cfg)
+	ns, self := tenant(t, cfg)
+	_, other := tenant(t, cfg)
+
+	// A host listener on every address, which records what it receives.
+	host, err := net.ListenPacket("udp4", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { host.Close() })
+	hostPort := host.LocalAddr().(*net.UDPAddr).Port
+	var mu sync.Mutex
+	var atHost []string
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := host.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			atHost = append(atHost, fmt.Sprintf("%q from %s", buf[:n], from))
+			mu.Unlock()
+		}
+	}()
+
+	hostIP := hostAddress(t)
+	gateway := netip.MustParsePrefix(cfg.AppsSubnet).Masked().Addr().Next()
+	forged := []netip.Addr{hostIP, gateway, other, out.Addr, addrs[0], netip.MustParseAddr("203.0.113.9")}
+	err = tenantnet.InNetNS(ns, func() error {
+		for _, src := range forged {
+			for _, dst := range []netip.Addr{gateway, hostIP} {
+				if err := sendRawUDP(src, netip.AddrPortFrom(dst, uint16(hostPort)), "forged from "+src.String()); err != nil {
+					return err
+				}
+			}
+			if err := sendRawUDP(src, netip.AddrPortFrom(allowed, uint16(lan.UDPPort)), "forged from "+src.String()); err != nil {
+				return err
+			}
+		}
+		// The controls, sent after the forged datagrams on the same veth: once
+		// they arrived, so would have those.
+		if err := sendRawUDP(self, netip.AddrPortFrom(allowed, uint16(lan.UDPPort)), "raw honest"); err != nil {
+			return err
+		}
+		c, err := net.Dial("udp4", netip.AddrPortFrom(allowed, uint16(lan.UDPPort)).String())
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Write([]byte("honest"))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the honest datagrams at the allowed LAN target", func() error {
+		seen := map[string]bool{}
+		for _, d := range lan.Datagrams() {
+			seen[d.Payload] = true
+		}
+		if !seen["raw honest"] || !seen["honest"] {
+			return fmt.Errorf("received %v", lan.Datagrams())
+		}
+		return nil
+	})
+	for _, d := range lan.Datagrams() {
+		if strings.HasPrefix(d.Payload, "forged") {
+			t.Errorf("the LAN target received a forged datagram: %+v", d)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(atHost) != 0 {
+		t.Errorf("the host listener received forged datagrams: %v", atHost)
+	}
+}
+
+// tcpProbe connects to ap and returns the first line it reads, or the error.
+func tcpProbe(ap netip.AddrPort) string {
+	c, err := net.DialTimeout("tcp4", ap.String(), 3*time.Second)
+	if err != nil {
+		return err.Error()
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err.Error()
+	}
+	return strings.TrimSpace(line)
+}
+
+// dnsProbe asks server (UDP, port 53) for name's A record and returns the
+// answer's address, or the error. A socket of the calling thread: Go's resolver
+// would ask from goroutines of other threads, outside the namespace.
+func dnsProbe(server netip.Addr, name string) string {
+	c, err := net.Dial("udp4", netip.AddrPortFrom(server, 53).String())
+	if err != nil {
+		return err.Error()
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+	q := []byte{0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0}
+	for _, l := range strings.Split(name, ".") {
+		q = append(append(q, byte(len(l))), l...)
+	}
+	q = append(q, 0, 0, 1, 0, 1)
+	if _, err := c.Write(q); err != nil {
+		return err.Error()
+	}
+	buf := make([]byte, 512)
+	n, err := c.Read(buf)
+	if err != nil {
+		return err.Error()
+	}
+	if n < len(q)+16 || binary.BigEndian.Uint16(buf[6:8]) != 1 {
+		return fmt.Sprintf("no answer: % x", buf[:n])
+	}
+	a, _ := netip.AddrFromSlice(buf[n-4 : n])
+	return a.String()
+}
+
+// sendRawUDP writes one UDP datagram from src (whatever it is) to dst through a
+// raw socket of the calling thread's namespace: the IP header is the caller's
+// (IP_HDRINCL), the kernel fills in its checksum and length only.
+func sendRawUDP(src netip.Addr, dst netip.AddrPort, payload string) error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_RAW)
+	if err != nil {
+		return fmt.Errorf("raw socket: %w", err)
+	}
+	defer unix.Close(fd)
+	udpLen := 8 + len(payload)
+	pkt := make([]byte, 20+udpLen)
+	pkt[0], pkt[8], pkt[9] = 0x45, 64, unix.IPPROTO_UDP
+	binary.BigEndian.PutUint16(pkt[2:4], uint16(len(pkt)))
+	s, d := src.As4(), dst.Addr().As4()
+	copy(pkt[12:16], s[:])
+	copy(pkt[16:20], d[:])
+	binary.BigEndian.PutUint16(pkt[20:22], 40000)
+	binary.BigEndian.PutUint16(pkt[22:24], dst.Port())
+	binary.BigEndian.PutUint16(pkt[24:26], uint16(udpLen)) // checksum 0: none, as IPv4 allows
+	copy(pkt[28:], payload)
+	if err := unix.Sendto(fd, pkt, 0, &unix.SockaddrInet4{Addr: d}); err != nil && !errors.Is(err, unix.EHOSTUNREACH) && !errors.Is(err, unix.EPERM) {
+		return fmt.Errorf("sendto %s from %s: %w", dst, src, err)
+	}
+	return nil
+}

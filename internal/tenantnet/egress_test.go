@@ -10,9 +10,10 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -186,20 +187,6 @@ func TestForgedSources(t *testing.T) {
 	}
 	t.Cleanup(func() { host.Close() })
 	hostPort := host.LocalAddr().(*net.UDPAddr).Port
-	var mu sync.Mutex
-	var atHost []string
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			n, from, err := host.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			atHost = append(atHost, fmt.Sprintf("%q from %s", buf[:n], from))
-			mu.Unlock()
-		}
-	}()
 
 	hostIP := hostAddress(t)
 	gateway := netip.MustParsePrefix(cfg.AppsSubnet).Masked().Addr().Next()
@@ -246,10 +233,28 @@ func TestForgedSources(t *testing.T) {
 			t.Errorf("the LAN target received a forged datagram: %+v", d)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(atHost) != 0 {
-		t.Errorf("the host listener received forged datagrams: %v", atHost)
+	if got := queued(t, host); len(got) != 0 {
+		t.Errorf("the host listener received forged datagrams: %v", got)
+	}
+}
+
+// queued returns the datagrams waiting at pc. The caller knows they arrived,
+// if they were to: what was sent after them on the same path was received.
+func queued(t *testing.T, pc net.PacketConn) []string {
+	t.Helper()
+	var got []string
+	buf := make([]byte, 1500)
+	for {
+		// Not a wait for an event: a datagram in the socket's queue is read at once.
+		_ = pc.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		n, from, err := pc.ReadFrom(buf)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return got
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%q from %s", buf[:n], from))
 	}
 }
 
@@ -322,4 +327,145 @@ func sendRawUDP(src netip.Addr, dst netip.AddrPort, payload string) error {
 		return fmt.Errorf("sendto %s from %s: %w", dst, src, err)
 	}
 	return nil
+}
+
+// TestNoIPv6FromTenants: a tenant has IPv6 off, yet the host's end of its veth
+// has a link-local address where the host's [::] listeners answer; a tenant
+// that writes an IPv6 frame on a packet socket (CAP_NET_RAW, as a build step
+// has) reaches no host listener that way. The control: the same writer, with an
+// IPv4 frame from the tenant's own address, reaches an allowed LAN target.
+func TestNoIPv6FromTenants(t *testing.T) {
+	cfg := egressConfig(t)
+	if err := os.WriteFile(cfg.ResolvConf, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lan := testenv.StartLAN(t, lanAddrs()[1])
+	cfg.AllowEgress = []netip.Prefix{netip.PrefixFrom(lan.Addrs[0], 32)}
+	install(t, cfg)
+	ns, self := tenant(t, cfg)
+
+	// The host's end: the route to the tenant names it.
+	route, err := exec.Command("ip", "-o", "route", "get", self.String()).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip route get: %v: %s", err, route)
+	}
+	m := regexp.MustCompile(` dev (\S+)`).FindSubmatch(route)
+	if m == nil {
+		t.Fatalf("no device in %q", route)
+	}
+	hostIf, err := net.InterfaceByName(string(m[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hostLL netip.Addr
+	testenv.Eventually(t, 10*time.Second, "the host veth's link-local address, past duplicate address detection", func() error {
+		out, err := exec.Command("ip", "-6", "-o", "addr", "show", "dev", hostIf.Name, "scope", "link").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		f := regexp.MustCompile(`inet6 (fe80::[0-9a-f:]+)/64`).FindSubmatch(out)
+		if f == nil || strings.Contains(string(out), "tentative") {
+			return fmt.Errorf("%q", out)
+		}
+		hostLL = netip.MustParseAddr(string(f[1]))
+		return nil
+	})
+	host, err := net.ListenPacket("udp6", "[::]:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { host.Close() })
+	hostPort := uint16(host.LocalAddr().(*net.UDPAddr).Port)
+
+	err = tenantnet.InNetNS(ns, func() error {
+		eth0, err := net.InterfaceByName("eth0")
+		if err != nil {
+			return err
+		}
+		src := netip.MustParseAddr("fe80::1")
+		if err := sendFrame(eth0, hostIf.HardwareAddr, 0x86dd, ipv6UDP(src, hostLL, hostPort, "ipv6 from a tenant")); err != nil {
+			return err
+		}
+		return sendFrame(eth0, hostIf.HardwareAddr, 0x0800, ipv4UDP(self, netip.AddrPortFrom(lan.Addrs[0], uint16(lan.UDPPort)), "packet socket honest"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the control frame at the LAN target", func() error {
+		for _, d := range lan.Datagrams() {
+			if d.Payload == "packet socket honest" {
+				return nil
+			}
+		}
+		return fmt.Errorf("received %v", lan.Datagrams())
+	})
+	if got := queued(t, host); len(got) != 0 {
+		t.Errorf("the host's [::] listener received %v", got)
+	}
+}
+
+// sendFrame writes one Ethernet frame on ifc through a packet socket of the
+// calling thread's namespace.
+func sendFrame(ifc *net.Interface, dst net.HardwareAddr, ethType uint16, payload []byte) error {
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0)
+	if err != nil {
+		return fmt.Errorf("packet socket: %w", err)
+	}
+	defer unix.Close(fd)
+	frame := append(append(append([]byte{}, dst...), ifc.HardwareAddr...), byte(ethType>>8), byte(ethType))
+	frame = append(frame, payload...)
+	sa := &unix.SockaddrLinklayer{Ifindex: ifc.Index, Halen: 6, Protocol: ethType<<8 | ethType>>8}
+	copy(sa.Addr[:], dst)
+	return unix.Sendto(fd, frame, 0, sa)
+}
+
+// ipv4UDP is an IPv4 packet with a UDP datagram, its header checksum computed
+// (a packet socket writes it as it is).
+func ipv4UDP(src netip.Addr, dst netip.AddrPort, payload string) []byte {
+	pkt := make([]byte, 28+len(payload))
+	pkt[0], pkt[8], pkt[9] = 0x45, 64, unix.IPPROTO_UDP
+	binary.BigEndian.PutUint16(pkt[2:4], uint16(len(pkt)))
+	s, d := src.As4(), dst.Addr().As4()
+	copy(pkt[12:16], s[:])
+	copy(pkt[16:20], d[:])
+	binary.BigEndian.PutUint16(pkt[10:12], checksum(pkt[:20]))
+	binary.BigEndian.PutUint16(pkt[20:22], 40000)
+	binary.BigEndian.PutUint16(pkt[22:24], dst.Port())
+	binary.BigEndian.PutUint16(pkt[24:26], uint16(8+len(payload)))
+	copy(pkt[28:], payload)
+	return pkt
+}
+
+// ipv6UDP is an IPv6 packet with a UDP datagram, its checksum (which IPv6
+// requires) computed over the pseudo-header.
+func ipv6UDP(src, dst netip.Addr, port uint16, payload string) []byte {
+	udp := make([]byte, 8+len(payload))
+	binary.BigEndian.PutUint16(udp[0:2], 40000)
+	binary.BigEndian.PutUint16(udp[2:4], port)
+	binary.BigEndian.PutUint16(udp[4:6], uint16(len(udp)))
+	copy(udp[8:], payload)
+	s, d := src.As16(), dst.As16()
+	pseudo := append(append(append([]byte{}, s[:]...), d[:]...), 0, 0, byte(len(udp)>>8), byte(len(udp)), 0, 0, 0, unix.IPPROTO_UDP)
+	binary.BigEndian.PutUint16(udp[6:8], checksum(append(pseudo, udp...)))
+	hdr := make([]byte, 40)
+	hdr[0] = 0x60
+	binary.BigEndian.PutUint16(hdr[4:6], uint16(len(udp)))
+	hdr[6], hdr[7] = unix.IPPROTO_UDP, 255
+	copy(hdr[8:24], s[:])
+	copy(hdr[24:40], d[:])
+	return append(hdr, udp...)
+}
+
+func checksum(b []byte) uint16 {
+	var sum uint32
+	for i := 0; i+1 < len(b); i += 2 {
+		sum += uint32(b[i])<<8 | uint32(b[i+1])
+	}
+	if len(b)%2 == 1 {
+		sum += uint32(b[len(b)-1]) << 8
+	}
+	for sum>>16 != 0 {
+		sum = sum&0xffff + sum>>16
+	}
+	return ^uint16(sum)
 }

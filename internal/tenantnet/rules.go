@@ -70,6 +70,16 @@ func (cfg Config) spoofRule() Rule {
 	return Rule{"raw", cfg.rawChain(), []string{"-i", TenantInterfaces, "-m", "rpfilter", "--invert", "-j", "DROP"}}
 }
 
+// Rules6 are the IPv6 rules (ip6tables), in the raw table's chain of the same
+// name. Tenants have no IPv6: it is off on their interface (the tuning plugin).
+// But the host's end of their veth pair has a link-local address, on which the
+// host's listeners on [::] answer, and a tenant with CAP_NET_RAW (a build step)
+// can write IPv6 frames on a packet socket all the same; so every IPv6 packet
+// that comes in on a tenant's interface is dropped, before conntrack.
+func (cfg Config) Rules6() []Rule {
+	return []Rule{{"raw", cfg.rawChain(), []string{"-i", TenantInterfaces, "-j", "DROP"}}}
+}
+
 // Resolvers are the nameservers of the host's resolv.conf that tenants must
 // reach on port 53, whatever else is closed to them.
 type Resolvers struct {
@@ -213,6 +223,9 @@ func Install(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
+	if err := installIPv6(ctx, cfg); err != nil {
+		return err
+	}
 	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1\n"), 0o644); err != nil {
 		return fmt.Errorf("tenant network: enable IPv4 forwarding: %w", err)
 	}
@@ -257,6 +270,18 @@ func Remove(ctx context.Context, cfg Config) error {
 		}
 		if err := iptables(ctx, "-t", c.table, "-X", c.chain); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	if ipv6On() {
+		raw6 := Rule{"raw", "PREROUTING", []string{"-j", cfg.rawChain()}}
+		for xtables(ctx, "ip6tables", append([]string{"-t", "raw", "-C", "PREROUTING"}, raw6.Args...)...) == nil {
+			if err := xtables(ctx, "ip6tables", append([]string{"-t", "raw", "-D", "PREROUTING"}, raw6.Args...)...); err != nil {
+				errs = append(errs, err)
+				break
+			}
+		}
+		if xtables(ctx, "ip6tables", "-t", "raw", "-n", "-L", cfg.rawChain()) == nil {
+			errs = append(errs, xtables(ctx, "ip6tables", "-t", "raw", "-F", cfg.rawChain()), xtables(ctx, "ip6tables", "-t", "raw", "-X", cfg.rawChain()))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -336,10 +361,52 @@ func restore(ctx context.Context, chains []string, rules []Rule) error {
 }
 
 // iptables runs iptables with the xtables lock waited for.
-func iptables(ctx context.Context, args ...string) error {
-	out, err := exec.CommandContext(ctx, "iptables", append([]string{"-w", "5"}, args...)...).CombinedOutput()
+func iptables(ctx context.Context, args ...string) error { return xtables(ctx, "iptables", args...) }
+
+// xtables runs iptables or ip6tables with the xtables lock waited for.
+func xtables(ctx context.Context, bin string, args ...string) error {
+	out, err := exec.CommandContext(ctx, bin, append([]string{"-w", "5"}, args...)...).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("iptables %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("%s %s: %w: %s", bin, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// ipv6On reports whether the kernel has IPv6: booted with ipv6.disable=1 it has
+// no /proc/sys/net/ipv6, no ip6tables and no IPv6 path to close.
+func ipv6On() bool {
+	_, err := os.Stat("/proc/sys/net/ipv6")
+	return err == nil
+}
+
+// installIPv6 writes Rules6 (one ip6tables-restore transaction) and the jump to
+// them, as Install does for IPv4.
+func installIPv6(ctx context.Context, cfg Config) error {
+	if !ipv6On() {
+		return nil
+	}
+	chain := cfg.rawChain()
+	if xtables(ctx, "ip6tables", "-t", "raw", "-n", "-L", chain) != nil {
+		if err := xtables(ctx, "ip6tables", "-t", "raw", "-N", chain); err != nil && !strings.Contains(err.Error(), "already exists") {
+			return fmt.Errorf("tenant network: create chain %s (IPv6): %w", chain, err)
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "*raw\n:%s - [0:0]\n", chain)
+	for _, r := range cfg.Rules6() {
+		fmt.Fprintf(&b, "-A %s %s\n", r.Chain, strings.Join(r.Args, " "))
+	}
+	b.WriteString("COMMIT\n")
+	cmd := exec.CommandContext(ctx, "ip6tables-restore", "-w", "5", "--noflush")
+	cmd.Stdin = strings.NewReader(b.String())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("tenant network: ip6tables-restore: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	jump := []string{"PREROUTING", "-j", chain}
+	if xtables(ctx, "ip6tables", append([]string{"-t", "raw", "-C"}, jump...)...) != nil {
+		if err := xtables(ctx, "ip6tables", "-t", "raw", "-I", "PREROUTING", "1", "-j", chain); err != nil {
+			return fmt.Errorf("tenant network: add rule -j %s (IPv6): %w", chain, err)
+		}
 	}
 	return nil
 }

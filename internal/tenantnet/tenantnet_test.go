@@ -124,8 +124,18 @@ func TestInstallIsIdempotentAndRemoveCleans(t *testing.T) {
 		}
 		return strings.Count(string(out), "BEXTEST")
 	}
+	count6 := func() int {
+		out, err := exec.Command("ip6tables-save", "-t", "raw").CombinedOutput()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Count(string(out), "BEXTEST")
+	}
 	if err := tenantnet.Install(ctx, cfg); err != nil {
 		t.Fatal(err)
+	}
+	if n := count6(); n != 3 /* chain, rule, jump */ {
+		t.Fatalf("BEXTEST is named %d times in ip6tables' raw table, want 3", n)
 	}
 	first := count()
 	// Occurrences, not lines: a subnet's jump to the host ports' chain names the
@@ -141,8 +151,8 @@ func TestInstallIsIdempotentAndRemoveCleans(t *testing.T) {
 	if err := tenantnet.Install(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
-	if n := count(); n != first {
-		t.Fatalf("a second Install changed the rules: %d lines, then %d", first, n)
+	if n, n6 := count(), count6(); n != first || n6 != 3 {
+		t.Fatalf("a second Install changed the rules: %d lines, then %d (IPv6: %d)", first, n, n6)
 	}
 	for range 2 {
 		if err := tenantnet.AllowHostPorts(ctx, cfg, 443, 8443); err != nil {
@@ -180,8 +190,8 @@ func TestInstallIsIdempotentAndRemoveCleans(t *testing.T) {
 	if err := tenantnet.Remove(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
-	if n := count(); n != 0 {
-		t.Fatalf("%d lines name BEXTEST after Remove", n)
+	if n, n6 := count(), count6(); n != 0 || n6 != 0 {
+		t.Fatalf("%d lines name BEXTEST after Remove, %d of IPv6", n, n6)
 	}
 	if err := tenantnet.Remove(ctx, cfg); err != nil {
 		t.Fatalf("second Remove: %v", err)

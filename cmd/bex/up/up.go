@@ -188,6 +188,11 @@ func (p *Platform) startDaemons(ctx context.Context) error {
 	if err := b.InstallNetwork(ctx); err != nil {
 		return err
 	}
+	opened := "none"
+	if len(p.cfg.AllowTenantEgress) > 0 {
+		opened = p.egressArgs()[1]
+	}
+	fmt.Fprintf(p.cfg.Out, "    %-15s apps and builds reach the Internet and DNS, not the LAN nor link-local addresses (--allow-tenant-egress: %s)\n", "", opened)
 	if err := p.allowEdgePorts(ctx); err != nil {
 		return err
 	}

@@ -469,3 +469,83 @@ func checksum(b []byte) uint16 {
 	}
 	return ^uint16(sum)
 }
+
+// TestBuildStepEgress runs the probe as a RUN step of a real build, on a
+// buildkitd of its own whose builds network has the test's chains and one LAN
+// address allowed: the step reaches the internet stand-in, resolves a name at the
+// resolver on a private address, reaches the allowed address and none of the
+// others (private, CGNAT, link-local), nor the resolver on another port.
+func TestBuildStepEgress(t *testing.T) {
+	c := testenv.SharedContainerd(t)
+	testenv.SharedBusybox(t)
+	cfg := egressConfig(t)
+	addrs := lanAddrs()
+	resolver, allowed := addrs[0], addrs[1]
+	if err := os.WriteFile(cfg.ResolvConf, []byte("nameserver "+resolver.String()+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg.AllowEgress = []netip.Prefix{netip.PrefixFrom(allowed, 32)}
+	lan := testenv.StartLAN(t, addrs...)
+	out := testenv.StartOutside(t)
+	t.Cleanup(func() { _ = tenantnet.Remove(context.Background(), cfg) })
+	bk, err := testenv.StartBuildkitd(t.TempDir(), c, testenv.WithTenantNet(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bk.Stop() })
+
+	dir := t.TempDir()
+	var probes strings.Builder
+	for _, a := range addrs {
+		fmt.Fprintf(&probes, "t %s %s %d; ", a, a, lan.TCPPort)
+	}
+	dockerfile := fmt.Sprintf(`FROM busybox
+RUN echo nonce %d; \
+    t() { echo "probe $1: $(nc -w 2 $2 $3 </dev/null 2>&1 | head -c 200 | tr '\n' ' ')"; }; \
+    %s \
+    t outside %s %d; \
+    echo "probe dns: $(nslookup db.%s %s 2>&1 | tr '\n' ' ')"; \
+    echo "probe addr: $(ip -4 -o addr show 2>&1 | tr '\n' ' ')"
+`, time.Now().UnixNano(), probes.String(), out.Addr, out.TCPPort, testenv.Domain, resolver)
+	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(dockerfile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, log, err := bk.BuildImage(ctx, dir, dir, fmt.Sprintf("docker.io/library/tenantnet-egress:%d", time.Now().UnixNano()))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log)
+	}
+	lines := map[string]string{}
+	for _, l := range strings.Split(log, "\n") {
+		if rest, ok := strings.CutPrefix(l, "probe "); ok {
+			if k, v, ok := strings.Cut(rest, ":"); ok {
+				lines[k] = strings.TrimSpace(v)
+			}
+		}
+	}
+	t.Logf("build step's report: %q", lines)
+	if !strings.Contains(lines["addr"], strings.TrimSuffix(cfg.BuildsSubnet, "0.0/16")) {
+		t.Fatalf("the build step is not on the test's builds subnet %s: %q", cfg.BuildsSubnet, lines["addr"])
+	}
+	for _, a := range addrs {
+		got, ok := lines[a.String()]
+		switch {
+		case !ok:
+			t.Errorf("no probe line for %s in the build log:\n%s", a, log)
+		case a == allowed && got != "lan "+a.String():
+			t.Errorf("the build step did not reach the allowed %s: %q", a, got)
+		case a != allowed && strings.Contains(got, "lan "):
+			t.Errorf("the build step reached %s: %q", a, got)
+		}
+	}
+	if lines["outside"] != testenv.Greeting {
+		t.Errorf("the build step did not reach the outside: %q", lines["outside"])
+	}
+	if !strings.Contains(lines["dns"], "Address: "+resolver.String()) {
+		t.Errorf("the build step did not resolve at %s: %q", resolver, lines["dns"])
+	}
+	if p := lan.Peers(); len(p) != 1 {
+		t.Errorf("the LAN accepted %v, want one connection (to %s)", p, allowed)
+	}
+}

@@ -36,6 +36,7 @@ type deployerCmd struct {
 	namespace        string
 	runtimeName      string
 	hostUsers        bool
+	allowEgress      egressFlag
 	volumeClass      string
 	containerdAddr   string
 	containerdNS     string
@@ -72,6 +73,7 @@ func (c *deployerCmd) command() *cobra.Command {
 	f.StringVar(&c.containerdNS, "containerd-namespace", "bex", "containerd namespace of the local runtime")
 	f.StringVar(&c.volumeClass, "volume-storage-class", "", "kubernetes runtime: the StorageClass of the apps' volumes (PersistentVolumeClaims); default the cluster's default class")
 	f.BoolVar(&c.hostUsers, "host-users", false, "kubernetes runtime: run app pods in the node's user namespace (hostUsers: true), for nodes without user-namespace support; by default each pod gets its own")
+	f.Var(&c.allowEgress, "allow-tenant-egress", "local runtime: "+egressUsage+"; give the gitserver and buildkitd's installer (bex up) the same")
 	f.StringVar(&c.baseDomain, "base-domain", "localhost", "apps answer at <app>.<base-domain>")
 	f.IntVar(&c.httpsPort, "https-port", 443, "the edge's HTTPS port, shown in app URLs when not 443")
 	f.IntVar(&c.keepReleases, "keep-releases", 20, "releases kept per app (the current one is never pruned)")
@@ -200,6 +202,7 @@ func (c *deployerCmd) newRuntime(mgr ctrl.Manager) (runtime.Runtime, error) {
 		}
 		cfg := local.DefaultConfig()
 		cfg.Address, cfg.Namespace, cfg.StateDir = addr, c.containerdNS, filepath.Join(c.stateDir, "runtime")
+		cfg.TenantNet.AllowEgress = c.allowEgress
 		// The local runtime adopts what runs before the manager's cache starts, so it
 		// reads through a direct client.
 		direct, err := newDirectClient(mgr)

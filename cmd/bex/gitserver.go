@@ -56,6 +56,7 @@ type gitserverCmd struct {
 	imageResolveMode string
 	runtime          string
 	hostUsers        bool
+	allowEgress      egressFlag
 	// volumeHelperImage is bex's own image, for the helper pods of volumes'
 	// backups and restores on a cluster.
 	volumeHelperImage string
@@ -122,6 +123,7 @@ func (c *gitserverCmd) command() *cobra.Command {
 	f.BoolVar(&c.hostUsers, "host-users", false, "kubernetes runtime: run one-off pods (run, the release phase) in the node's user namespace, as the deployer's --host-users does for the app's pods")
 	f.StringVar(&c.volumeHelperImage, "volume-helper-image", "", "kubernetes runtime: bex's own image (the one this gitserver runs), which the helper pods of volumes:backup and volumes:restore run; empty: those commands are off on a cluster")
 	f.StringVar(&c.containerdAddr, "containerd-addr", "", "containerd socket of the local runtime, where the images are, for system:df and system:prune (default: STATE_DIR/containerd/containerd.sock)")
+	f.Var(&c.allowEgress, "allow-tenant-egress", "local runtime, for the one-offs (run, release commands): "+egressUsage+"; give the deployer the same")
 	f.StringVar(&c.containerdNS, "containerd-namespace", "bex", "containerd namespace of the local runtime (the one buildkitd builds into)")
 	f.StringSliceVar(&c.adminKeys, "admin-keys", nil, "OpenSSH public key files whose keys the user admin holds, made sure of at every start (BEX_ADMIN_KEYS=a.pub,b.pub)")
 	f.StringVar(&c.sshURL, "ssh-url", "", "how users reach this server, for the hints commands print (default ssh://git@HOST:PORT)")
@@ -266,7 +268,7 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 		// containerd is up before the gitserver under bex up; a gitserver started
 		// without it (a machine that only serves git) still serves pushes of apps
 		// without a release command, and `run` says it cannot.
-		oneOffs, err := newLocalOneOffs(c.stateDir, c.containerdAddr, c.containerdNS, kc, c.log)
+		oneOffs, err := newLocalOneOffs(c.stateDir, c.containerdAddr, c.containerdNS, c.allowEgress, kc, c.log)
 		if err != nil {
 			c.log.Warn("one-off commands are off (run, release commands, postdeploy scripts)", "err", err)
 		} else {

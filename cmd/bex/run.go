@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"net/netip"
 	"path/filepath"
 	"strings"
 
@@ -58,12 +59,14 @@ func (oneOffRunner) oneOff(ctx context.Context, s backend.RunSpec) runtime.OneOf
 // newLocalOneOffs makes the gitserver's one-offs on the local runtime: the same
 // state dir, containerd and network as the deployer's runtime (the defaults of
 // local.Config but these, as the deployer's newRuntime sets them).
-func newLocalOneOffs(stateDir, containerdAddr, containerdNS string, kc client.Client, log *slog.Logger) (*local.OneOffs, error) {
+func newLocalOneOffs(stateDir, containerdAddr, containerdNS string, allowEgress []netip.Prefix, kc client.Client, log *slog.Logger) (*local.OneOffs, error) {
 	addr := containerdAddr
 	if addr == "" {
 		addr = filepath.Join(stateDir, "containerd", "containerd.sock")
 	}
 	cfg := local.DefaultConfig()
 	cfg.Address, cfg.Namespace, cfg.StateDir = strings.TrimPrefix(addr, "unix://"), containerdNS, filepath.Join(stateDir, "runtime")
+	// The one-offs' runtime installs the tenants' rules: with the deployer's ranges.
+	cfg.TenantNet.AllowEgress = allowEgress
 	return local.NewOneOffs(cfg, kc, "gitserver", log)
 }

@@ -27,6 +27,7 @@ type upCmd struct {
 	minFreeDisk   byteSize
 	buildMemory   byteSize
 	buildCache    byteSize
+	allowEgress   egressFlag
 
 	// started, when set, receives the platform once it is up (tests).
 	started chan<- *up.Platform
@@ -65,6 +66,7 @@ func (c *upCmd) command() *cobra.Command {
 	f.Var(&c.minFreeDisk, "min-free-disk", "free space kept on the file system of --state-dir, passed to the gitserver: with less free (this or 5% of the file system, whichever is smaller) pushes and deploys are refused at once")
 	f.BoolVar(&c.cfg.AllowPrivateRegistries, "allow-private-registries", false, "let deploy:image pull from registries on loopback, private (RFC 1918, CGNAT, ULA) and link-local addresses, passed to the gitserver (a registry on the LAN); off: a member could reach this machine's and the LAN's services")
 	f.BoolVar(&c.cfg.AllowPrivateUpstreams, "allow-private-upstreams", false, "let apps fetch upstreams on loopback, private (RFC 1918, CGNAT, ULA) and link-local addresses, passed to the gitserver (a git host on the LAN); off: a member could reach this machine's and the LAN's services")
+	f.Var(&c.allowEgress, "allow-tenant-egress", egressUsage+"; passed to the deployer and the gitserver")
 	f.BoolVar(&c.cfg.BusyboxBase, "busybox-base", false, "put Debian's busybox-static into containerd as docker.io/library/busybox:latest if no such image is there, so FROM busybox builds without a registry (with --image-resolve-mode local)")
 	f.BoolVar(&c.cfg.LocalBases, "local-bases", false, "build (once per machine, with mmdebstrap from Debian's mirror) or reuse Debian stand-ins for the official node, golang, python, debian and distroless images, import them and the busybox base into containerd, and build apps without a Dockerfile on them, so they build without a registry (with --image-resolve-mode local); implies --busybox-base")
 	f.StringVar(&c.cfg.LocalBasesCache, "local-bases-cache", baseimage.DefaultCacheDir, "where --local-bases keeps the stand-ins between runs, shared by every state dir and clone on this machine")
@@ -78,6 +80,7 @@ func (c *upCmd) command() *cobra.Command {
 func (c *upCmd) run(ctx context.Context) error {
 	c.cfg.BuildMemory = int64(c.buildMemory)
 	c.cfg.BuildCacheBytes = int64(c.buildCache)
+	c.cfg.AllowTenantEgress = c.allowEgress
 	if c.adminKeyFile != "" {
 		key, err := os.ReadFile(c.adminKeyFile)
 		if err != nil {

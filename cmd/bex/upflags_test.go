@@ -55,3 +55,33 @@ func TestGitserverPlanImageFlags(t *testing.T) {
 		t.Errorf("set: %+v", c.planImages)
 	}
 }
+
+// --allow-tenant-egress, as bex up, the deployer and the gitserver read it (each
+// installs the tenants' rules, so each must be given the same ranges): none by
+// default, the ranges given (twice: both), and bad input refused in one line
+// that names the flag.
+func TestAllowTenantEgressFlag(t *testing.T) {
+	type cmd interface {
+		Parse([]string) error
+	}
+	up, dep, git := &upCmd{}, &deployerCmd{}, &gitserverCmd{}
+	for _, c := range []struct {
+		name string
+		cmd  cmd
+		got  *egressFlag
+	}{{"up", up.command().Flags(), &up.allowEgress}, {"deployer", dep.command().Flags(), &dep.allowEgress}, {"gitserver", git.command().Flags(), &git.allowEgress}} {
+		if len(*c.got) != 0 {
+			t.Errorf("%s: default %v, want none", c.name, *c.got)
+		}
+		if err := c.cmd.Parse([]string{"--allow-tenant-egress", "192.168.1.0/24,10.0.5.7", "--allow-tenant-egress", "100.64.1.0/24"}); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if c.got.String() != "192.168.1.0/24,10.0.5.7/32,100.64.1.0/24" {
+			t.Errorf("%s: --allow-tenant-egress gave %s", c.name, c.got)
+		}
+	}
+	err := (&upCmd{}).command().ParseFlags([]string{"--allow-tenant-egress", "192.168.1.0/24,fd00::/8"})
+	if err == nil || !strings.Contains(err.Error(), "allow-tenant-egress") || !strings.Contains(err.Error(), "want IPv4 CIDRs") || strings.Contains(err.Error(), "\n") {
+		t.Errorf("an IPv6 range: %v", err)
+	}
+}

@@ -8,7 +8,8 @@
 // --allow-private-upstreams (a Gitea on the LAN), an upstream's host may not be a
 // loopback, private (RFC 1918, CGNAT 100.64.0.0/10, ULA fc00::/7), link-local
 // (169.254.0.0/16, fe80::/10, with the metadata addresses 169.254.169.254 and
-// fd00:ec2::254), multicast or unspecified address. Policy.Check refuses such a URL
+// fd00:ec2::254), multicast or unspecified address (internal/nonpublic: the one
+// list, which the tenants' filter rules read too). Policy.Check refuses such a URL
 // when it is set, for a literal address and for a name that resolves to one; the
 // Dialer checks the address each connection actually goes to (net.Dialer.Control
 // sees the IP after resolution), so a name that resolves to a public address when

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/go-git/go-git/v5/plumbing/transport"
+
+	"bex.co/bex/internal/nonpublic"
 )
 
 // Policy is what upstreams this server fetches from.
@@ -34,43 +36,12 @@ type Resolver interface {
 // ErrRefused is wrapped by every refusal of Check and the Dialer.
 var ErrRefused = errors.New("upstream refused")
 
-// blocked are the ranges no upstream may be in without AllowPrivate, with what
-// to call them.
-var blocked = []struct {
-	prefix netip.Prefix
-	what   string
-}{
-	{netip.MustParsePrefix("169.254.169.254/32"), "the cloud metadata address"},
-	{netip.MustParsePrefix("fd00:ec2::254/128"), "the cloud metadata address"},
-	{netip.MustParsePrefix("0.0.0.0/8"), "an unspecified address"},
-	{netip.MustParsePrefix("::/128"), "an unspecified address"},
-	{netip.MustParsePrefix("127.0.0.0/8"), "a loopback address"},
-	{netip.MustParsePrefix("::1/128"), "a loopback address"},
-	{netip.MustParsePrefix("10.0.0.0/8"), "a private address"},
-	{netip.MustParsePrefix("172.16.0.0/12"), "a private address"},
-	{netip.MustParsePrefix("192.168.0.0/16"), "a private address"},
-	{netip.MustParsePrefix("100.64.0.0/10"), "a private (CGNAT) address"},
-	{netip.MustParsePrefix("fc00::/7"), "a private (ULA) address"},
-	{netip.MustParsePrefix("169.254.0.0/16"), "a link-local address"},
-	{netip.MustParsePrefix("fe80::/10"), "a link-local address"},
-	{netip.MustParsePrefix("224.0.0.0/4"), "a multicast address"},
-	{netip.MustParsePrefix("ff00::/8"), "a multicast address"},
-	{netip.MustParsePrefix("255.255.255.255/32"), "the broadcast address"},
-}
-
 // Blocked says what ip is when no upstream may be there without AllowPrivate
-// ("a loopback address"), or "" when it is a public address. An IPv4 address
-// mapped into IPv6 (::ffff:127.0.0.1) is judged as the IPv4 one.
-func Blocked(ip netip.Addr) string {
-	// A zoned address (fe80::1%eth0) matches no prefix: judged without its zone.
-	ip = ip.Unmap().WithZone("")
-	for _, b := range blocked {
-		if b.prefix.Contains(ip) {
-			return b.what
-		}
-	}
-	return ""
-}
+// ("a loopback address"), or "" when it is a public address: the ranges of
+// internal/nonpublic, the list the tenants' filter rules keep apps and builds
+// from too. An IPv4 address mapped into IPv6 (::ffff:127.0.0.1) is judged as the
+// IPv4 one.
+func Blocked(ip netip.Addr) string { return nonpublic.What(ip) }
 
 // CheckIP refuses ip under p, naming it.
 func (p Policy) CheckIP(ip netip.Addr) error {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 )
 
 // Names of the two CNI networks. host-local keeps its allocations under
@@ -36,7 +37,15 @@ type Config struct {
 	// ResolvConf is the host's resolver configuration, read for the resolver's
 	// address. Default /etc/resolv.conf.
 	ResolvConf string
+	// AllowEgress are the ranges tenants may reach although they are not the
+	// Internet (internal/nonpublic): `bex up --allow-tenant-egress`, a database
+	// on the LAN, say. IPv4 only, as tenants have no IPv6. Every installer of the
+	// rules must be given the same ranges, or the last one to install wins.
+	AllowEgress []netip.Prefix
 }
+
+// WithDefaults returns cfg with every unset field set to its default.
+func (cfg Config) WithDefaults() Config { return cfg.withDefaults() }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config { return Config{}.withDefaults() }
@@ -82,10 +91,37 @@ func (cfg Config) Validate() error {
 	if !chainPrefix.MatchString(cfg.ChainPrefix) {
 		errs = append(errs, fmt.Errorf("Config.ChainPrefix %q: want up to 16 capital letters, digits or '-'", cfg.ChainPrefix))
 	}
+	for _, p := range cfg.AllowEgress {
+		if !p.IsValid() || !p.Addr().Is4() {
+			errs = append(errs, fmt.Errorf("Config.AllowEgress %s: want an IPv4 CIDR (tenants have no IPv6)", p))
+		}
+	}
 	if !filepath.IsAbs(cfg.PluginDir) {
 		errs = append(errs, fmt.Errorf("Config.PluginDir %q: want an absolute path", cfg.PluginDir))
 	}
 	return errors.Join(errs...)
+}
+
+// ParseEgress parses the ranges of `--allow-tenant-egress`: CIDR[,CIDR...] of
+// IPv4 ranges; a bare address is its /32. Empty is none.
+func ParseEgress(s string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(f)
+		if err != nil {
+			if a, err2 := netip.ParseAddr(f); err2 == nil {
+				p, err = netip.PrefixFrom(a, a.BitLen()), nil
+			}
+		}
+		if err != nil || !p.Addr().Is4() {
+			return nil, fmt.Errorf("%q: want IPv4 CIDRs separated by commas, e.g. 192.168.1.0/24,10.0.5.7/32 (tenants have no IPv6)", f)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 // subnets are the tenant subnets, apps first.

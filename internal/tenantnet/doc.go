@@ -7,21 +7,33 @@
 // every packet a tenant sends is routed by the host and passes its filter: INPUT
 // for the host's own addresses, FORWARD for anything else.
 //
-// The filter rules live in chains of bex's own (BEX-INPUT, BEX-FORWARD and, in
-// the nat table, BEX-POSTROUTING), jumped to first from INPUT, FORWARD and
-// POSTROUTING. Install adds what is missing (each rule checked with -C first, so
-// two processes installing at once, or a second start, change nothing); Remove
-// takes the jumps and the chains away. From a tenant subnet:
+// The filter rules live in chains of bex's own (BEX-INPUT, BEX-FORWARD, in
+// the nat table BEX-POSTROUTING, in the raw table BEX-PREROUTING), jumped to
+// first from the built-in chains. Install writes them all in one
+// iptables-restore transaction per table (a second start, or two processes at
+// once, leave the same rules); Remove takes the jumps and the chains away. From
+// a tenant:
 //
+//   - raw PREROUTING: a packet that comes in on a tenant's interface (veth+, the
+//     host's end of ptp's pair) from a source whose route does not go back out of
+//     it is dropped (rpfilter): a forged source gets nowhere, and the rules below,
+//     which match the source subnet, match exactly the tenants' traffic;
 //   - INPUT: replies to connections the host opened (the edge, health checks) are
-//     accepted, DNS to a resolver that runs on the host is accepted, the rest is
-//     dropped: no listener of the platform is reachable on any host address;
+//     accepted, DNS to a resolver that runs on the host is accepted, the host's
+//     public ports (AllowHostPorts), the rest is dropped: no listener of the
+//     platform is reachable on any host address;
 //   - FORWARD: tenant to tenant (app to app, build to app, either subnet) is
-//     dropped; tenant to elsewhere is accepted, and only replies come back in;
+//     dropped; only replies come back in; out, the resolvers of resolv.conf are
+//     reached on port 53, the ranges of Config.AllowEgress are reached, the
+//     ranges that are not the Internet (internal/nonpublic: loopback, private,
+//     CGNAT, link-local with the cloud metadata address, multicast) are refused,
+//     the Internet is reached;
 //   - POSTROUTING: what leaves for elsewhere is masqueraded.
 //
-// IPv6 is switched off on the container's interface (the `tuning` plugin), so that a
-// tenant has no link-local path to the host's listeners on [::].
+// IPv6 is switched off on the container's interface (the `tuning` plugin), and
+// IPv6 that comes in on a tenant's interface all the same (a packet socket) is
+// dropped in ip6tables' raw table (Rules6): a tenant has no link-local path to the
+// host's listeners on [::].
 //
 // Namespaces are files (bind mounts of a namespace) that NewNetNS makes and
 // RemoveNetNS unmounts; the container runtime joins them by path. A Network

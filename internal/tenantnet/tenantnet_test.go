@@ -39,7 +39,8 @@ func TestConfigDefaultsAndValidate(t *testing.T) {
 func TestRules(t *testing.T) {
 	cfg := tenantnet.DefaultConfig()
 	var lines []string
-	for _, r := range cfg.Rules([]netip.Addr{netip.MustParseAddr("192.0.2.53")}) {
+	cfg.AllowEgress = []netip.Prefix{netip.MustParsePrefix("192.168.7.0/24")}
+	for _, r := range cfg.Rules(tenantnet.Resolvers{Local: []netip.Addr{netip.MustParseAddr("192.0.2.53")}, Forwarded: []netip.Addr{netip.MustParseAddr("10.255.255.53")}}) {
 		lines = append(lines, r.String())
 	}
 	all := strings.Join(lines, "\n")
@@ -65,6 +66,48 @@ func TestRules(t *testing.T) {
 		}
 	}
 	index("-t nat -A BEX-POSTROUTING -s 10.90.0.0/16 ! -d 10.90.0.0/16 -j MASQUERADE")
+	index("-t raw -A BEX-PREROUTING -i veth+ -m rpfilter --invert -j DROP")
+	// Outbound, in order: the resolver on port 53, the range the operator
+	// opened, every non-public range refused, the rest accepted.
+	for _, s := range []string{"10.89.0.0/16", "10.90.0.0/16"} {
+		reject := func(d string) int {
+			return index(fmt.Sprintf("-t filter -A BEX-FORWARD -s %s -d %s -j REJECT --reject-with icmp-admin-prohibited", s, d))
+		}
+		dns := index(fmt.Sprintf("-t filter -A BEX-FORWARD -s %s -d 10.255.255.53 -p udp --dport 53 -j ACCEPT", s))
+		index(fmt.Sprintf("-t filter -A BEX-FORWARD -s %s -d 10.255.255.53 -p tcp --dport 53 -j ACCEPT", s))
+		allowed := index(fmt.Sprintf("-t filter -A BEX-FORWARD -s %s -d 192.168.7.0/24 -j ACCEPT", s))
+		accept := index(fmt.Sprintf("-t filter -A BEX-FORWARD -s %s -j ACCEPT", s))
+		for _, d := range []string{"0.0.0.0/8", "127.0.0.0/8", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16", "224.0.0.0/4", "255.255.255.255/32"} {
+			if r := reject(d); !(dns < r && allowed < r && r < accept) {
+				t.Errorf("%s to %s is refused out of order:\n%s", s, d, all)
+			}
+		}
+		if drop := index(fmt.Sprintf("-t filter -A BEX-FORWARD -d %s -j DROP", s)); drop > dns {
+			t.Errorf("the resolver is opened to %s before the drop of what comes in:\n%s", s, all)
+		}
+	}
+}
+
+func TestParseEgress(t *testing.T) {
+	got, err := tenantnet.ParseEgress(" 192.168.1.0/24,10.0.5.7, 172.16.3.9/16 ,")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != "[192.168.1.0/24 10.0.5.7/32 172.16.0.0/16]" {
+		t.Errorf("ParseEgress = %v", got)
+	}
+	if got, err := tenantnet.ParseEgress(""); err != nil || len(got) != 0 {
+		t.Errorf("ParseEgress(\"\") = %v, %v", got, err)
+	}
+	for _, bad := range []string{"192.168.1.0/33", "fd00::/8", "lan", "10.0.0.0/8;rm"} {
+		if _, err := tenantnet.ParseEgress(bad); err == nil || !strings.Contains(err.Error(), "want IPv4 CIDRs") {
+			t.Errorf("ParseEgress(%q) = %v", bad, err)
+		}
+	}
+	cfg := tenantnet.Config{AllowEgress: []netip.Prefix{netip.MustParsePrefix("fd00::/8")}}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "Config.AllowEgress") {
+		t.Errorf("Validate() = %v, want the IPv6 range refused", err)
+	}
 }
 
 // TestInstallIsIdempotentAndRemoveCleans installs chains of a prefix of its own
@@ -81,21 +124,35 @@ func TestInstallIsIdempotentAndRemoveCleans(t *testing.T) {
 		}
 		return strings.Count(string(out), "BEXTEST")
 	}
+	count6 := func() int {
+		out, err := exec.Command("ip6tables-save", "-t", "raw").CombinedOutput()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Count(string(out), "BEXTEST")
+	}
 	if err := tenantnet.Install(ctx, cfg); err != nil {
 		t.Fatal(err)
+	}
+	if n := count6(); n != 3 /* chain, rule, jump */ {
+		t.Fatalf("BEXTEST is named %d times in ip6tables' raw table, want 3", n)
 	}
 	first := count()
 	// Occurrences, not lines: a subnet's jump to the host ports' chain names the
 	// prefix twice.
-	want := len(cfg.Rules(nil)) + 3 /* jumps */ + 4 /* chain declarations */ + 2 /* subnets */
+	res, err := cfg.HostResolvers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := len(cfg.Rules(res)) + 4 /* jumps */ + 5 /* chain declarations */ + 2 /* subnets */
 	if first != want {
 		t.Fatalf("BEXTEST is named %d times after Install, want %d", first, want)
 	}
 	if err := tenantnet.Install(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
-	if n := count(); n != first {
-		t.Fatalf("a second Install changed the rules: %d lines, then %d", first, n)
+	if n, n6 := count(), count6(); n != first || n6 != 3 {
+		t.Fatalf("a second Install changed the rules: %d lines, then %d (IPv6: %d)", first, n, n6)
 	}
 	for range 2 {
 		if err := tenantnet.AllowHostPorts(ctx, cfg, 443, 8443); err != nil {
@@ -111,8 +168,12 @@ func TestInstallIsIdempotentAndRemoveCleans(t *testing.T) {
 	if n := count(); n != first+1 {
 		t.Fatalf("one port taken back: %d lines, want %d", n, first+1)
 	}
-	for _, chain := range []string{"INPUT", "FORWARD"} {
-		out, err := exec.Command("iptables", "-w", "-S", chain).CombinedOutput()
+	for _, chain := range []string{"INPUT", "FORWARD", "PREROUTING"} {
+		table := "filter"
+		if chain == "PREROUTING" {
+			table = "raw"
+		}
+		out, err := exec.Command("iptables", "-w", "-t", table, "-S", chain).CombinedOutput()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,8 +190,8 @@ func TestInstallIsIdempotentAndRemoveCleans(t *testing.T) {
 	if err := tenantnet.Remove(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
-	if n := count(); n != 0 {
-		t.Fatalf("%d lines name BEXTEST after Remove", n)
+	if n, n6 := count(), count6(); n != 0 || n6 != 0 {
+		t.Fatalf("%d lines name BEXTEST after Remove, %d of IPv6", n, n6)
 	}
 	if err := tenantnet.Remove(ctx, cfg); err != nil {
 		t.Fatalf("second Remove: %v", err)

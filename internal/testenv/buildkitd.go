@@ -75,6 +75,14 @@ func WithBuildCache(maxBytes int64, keep time.Duration) BuildkitdOption {
 	return func(b *buildkitdOptions) { b.CacheMaxBytes, b.CacheKeep = maxBytes, keep }
 }
 
+// WithTenantNet puts the RUN steps on cfg's builds network, behind cfg's rules
+// (installed before the daemon starts), instead of the default one's: for a test
+// whose rules (chains, subnets, allowed ranges) must be its own, which another
+// test installing the default rules meanwhile cannot change.
+func WithTenantNet(cfg tenantnet.Config) BuildkitdOption {
+	return func(b *buildkitdOptions) { b.TenantNet = &cfg }
+}
+
 // StartBuildkitd starts buildkitd from bin/ with its state under dir, building into c.
 func StartBuildkitd(dir string, c *Containerd, opts ...BuildkitdOption) (*Buildkitd, error) {
 	bin, err := Binary("buildkitd")

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"time"
@@ -62,6 +63,12 @@ type Config struct {
 	// (--allow-private-registries): deploy:image may pull from registries on
 	// loopback, private and link-local addresses.
 	AllowPrivateRegistries bool
+	// AllowTenantEgress are the ranges tenants may reach although they are not
+	// the Internet (--allow-tenant-egress, tenantnet.Config.AllowEgress): the
+	// rules installed before buildkitd starts hold them, and the deployer and the
+	// gitserver, which install the same rules for instances and one-offs, are
+	// given them. Empty: none, the LAN is closed to tenants.
+	AllowTenantEgress []netip.Prefix
 	// MaxObjectBytes is passed to the gitserver (--max-object-size); 0 keeps its
 	// default.
 	MaxObjectBytes int64

@@ -20,6 +20,7 @@ var programs = []struct{ name, from string }{
 	{"kube-apiserver", "make tools"},
 	{"git", "apt-get install git"},
 	{"iptables", "apt-get install iptables"},      // the tenants' filter rules (internal/tenantnet)
+	{"ip6tables", "apt-get install iptables"},     // their IPv6 rule: no IPv6 from a tenant's interface
 	{"busybox", "apt-get install busybox-static"}, // with BusyboxBase or LocalBases only
 	{"mmdebstrap", "apt-get install mmdebstrap"},  // with LocalBases only
 }

@@ -174,6 +174,7 @@ func (p *Platform) startDaemons(ctx context.Context) error {
 		}
 	}
 	tenantNet := tenantnet.DefaultConfig()
+	tenantNet.AllowEgress = p.cfg.AllowTenantEgress
 	b := daemons.Buildkitd{Dir: filepath.Join(p.cfg.StateDir, "buildkitd"), ContainerdAddress: p.containerdAddr, Namespace: ContainerdNamespace,
 		TenantNet: &tenantNet}
 	if err := p.limitBuildSteps(&b); err != nil {
@@ -187,6 +188,11 @@ func (p *Platform) startDaemons(ctx context.Context) error {
 	if err := b.InstallNetwork(ctx); err != nil {
 		return err
 	}
+	opened := "none"
+	if len(p.cfg.AllowTenantEgress) > 0 {
+		opened = p.egressArgs()[1]
+	}
+	fmt.Fprintf(p.cfg.Out, "    %-15s apps and builds reach the Internet and DNS, not the LAN nor link-local addresses (--allow-tenant-egress: %s)\n", "", opened)
 	if err := p.allowEdgePorts(ctx); err != nil {
 		return err
 	}
@@ -221,6 +227,19 @@ func (p *Platform) allowEdgePorts(ctx context.Context) error {
 		p.edgePorts = append(p.edgePorts, n)
 	}
 	return nil
+}
+
+// egressArgs pass --allow-tenant-egress on to a child that installs the
+// tenants' rules.
+func (p *Platform) egressArgs() []string {
+	if len(p.cfg.AllowTenantEgress) == 0 {
+		return nil
+	}
+	var s []string
+	for _, r := range p.cfg.AllowTenantEgress {
+		s = append(s, r.String())
+	}
+	return []string{"--allow-tenant-egress", strings.Join(s, ",")}
 }
 
 // limitBuildSteps makes the cgroup build steps run under, with --build-memory as its
@@ -418,6 +437,9 @@ func (p *Platform) startComponents(ctx context.Context) error {
 		"--metrics-addr", "0",
 		"--health-addr", "unix:" + health,
 	}, unixHTTPReady(health, "/readyz"))
+	// The deployer's local runtime installs the tenants' rules too: with the
+	// same ranges, or it would close what bex up opened.
+	deployer.Args = append(deployer.Args, p.egressArgs()...)
 	// Stopping the deployer leaves the apps' containers running (a restarted deployer
 	// adopts them); bex up is stopping everything, so it stops them too.
 	deployer.AfterStop = func() {
@@ -488,6 +510,7 @@ func (p *Platform) startComponents(ctx context.Context) error {
 		gitArgs = append(gitArgs, "--hooks-addr", p.cfg.HooksAddr, "--hooks-url", p.PlatformURL())
 	}
 	// A push waits for its build and rollout; give the pushes in flight time to end.
+	gitArgs = append(gitArgs, p.egressArgs()...) // its one-offs install the rules too
 	git := p.component("gitserver", gitArgs, tcpReady(p.cfg.SSHAddr))
 	git.Grace = 30 * time.Second
 	return p.start(ctx, git, "git push over SSH")

@@ -3,6 +3,7 @@ package up
 import (
 	"bytes"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -211,5 +212,19 @@ func TestBuildCacheBound(t *testing.T) {
 	p.cfg.BuildCacheBytes, p.cfg.StateDir = 0, filepath.Join(p.cfg.StateDir, "missing")
 	if err := p.boundBuildCache(&b); err == nil || !strings.Contains(err.Error(), "--build-cache-size") {
 		t.Errorf("a state dir that cannot be measured: %v", err)
+	}
+}
+
+// TestEgressArgs: the deployer and the gitserver, which install the tenants'
+// rules too, are given bex up's --allow-tenant-egress as it is, and nothing
+// without it.
+func TestEgressArgs(t *testing.T) {
+	p := &Platform{cfg: validConfig()}
+	if got := p.egressArgs(); got != nil {
+		t.Errorf("without ranges: %q", got)
+	}
+	p.cfg.AllowTenantEgress = []netip.Prefix{netip.MustParsePrefix("192.168.1.0/24"), netip.MustParsePrefix("10.0.5.7/32")}
+	if got := p.egressArgs(); !slices.Equal(got, []string{"--allow-tenant-egress", "192.168.1.0/24,10.0.5.7/32"}) {
+		t.Errorf("with ranges: %q", got)
 	}
 }

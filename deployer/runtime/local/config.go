@@ -26,8 +26,10 @@ type Config struct {
 	// Network is where instances run: NetworkTenant (default), a network
 	// namespace of its own per instance, or NetworkHost, the host's.
 	Network string
-	// TenantNet is the tenants' network (subnets, CNI plugins, filter chains) of
-	// NetworkTenant. Its defaults are tenantnet's (its zero fields mean them).
+	// TenantNet is the tenants' network (subnets, CNI plugins, filter chains, the
+	// non-public ranges opened to tenants: AllowEgress, the deployer's
+	// --allow-tenant-egress) of NetworkTenant, whose rules the runtime installs
+	// when it starts. Its defaults are tenantnet's (its zero fields mean them).
 	TenantNet tenantnet.Config
 	// NetworkPool is how many attached namespaces NetworkTenant keeps ready, so
 	// that starting an instance does not wait for CNI. Default 2; negative: none.
@@ -115,9 +117,7 @@ func (cfg Config) withDefaults() Config {
 	if cfg.Network == "" {
 		cfg.Network = NetworkTenant
 	}
-	if cfg.TenantNet == (tenantnet.Config{}) {
-		cfg.TenantNet = tenantnet.DefaultConfig()
-	}
+	cfg.TenantNet = cfg.TenantNet.WithDefaults()
 	if cfg.NetworkPool == 0 {
 		cfg.NetworkPool = 2
 	}

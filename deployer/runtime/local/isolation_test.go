@@ -382,3 +382,85 @@ func TestAdoptionAfterTheNamespacesWereReleased(t *testing.T) {
 	}
 	f.mustGet(want, "version v1")
 }
+
+// TestInstanceEgress: the runtime installs the tenants' rules when it starts,
+// with its Config.TenantNet's allowed ranges (the deployer's
+// --allow-tenant-egress); a probe instance reaches the one LAN address allowed,
+// not the others (a private and a link-local one), nor the host's listener. The
+// runtime's chains and subnets are the test's own, so that another installer of
+// the default rules on this machine cannot change them meanwhile.
+func TestInstanceEgress(t *testing.T) {
+	f := newFixture(t, "egress")
+	lan := testenv.StartLAN(t, netip.MustParseAddr("10.212.9.9"), netip.MustParseAddr("169.254.79.9"), netip.MustParseAddr("192.168.212.9"))
+	allowed := lan.Addrs[2]
+	any := listenOnHost(t, "0.0.0.0:0")
+	f.rt.Close()
+	f.cfg.TenantNet = tenantnet.Config{ChainPrefix: "BEXEGRESSRT", AppsSubnet: "10.237.0.0/16", BuildsSubnet: "10.238.0.0/16",
+		AllowEgress: []netip.Prefix{netip.PrefixFrom(allowed, 32)}}
+	t.Cleanup(func() { _ = tenantnet.Remove(context.Background(), f.cfg.TenantNet) })
+	f.rt = f.newRuntime()
+
+	ctx := context.Background()
+	probe := `r=/www/report.txt; : > $r
+t() { echo "$1: $(nc -w 2 $2 $3 </dev/null 2>&1 | head -c 200 | tr '\n' ' ')" >> $r; }
+t private $LAN_PRIVATE $LAN_PORT
+t link-local $LAN_LINK_LOCAL $LAN_PORT
+t allowed $LAN_ALLOWED $LAN_PORT
+t host-address $HOST_IP $HOST_ANY_PORT
+echo "addr: $(ip -4 -o addr show 2>&1 | tr '\n' ' ')" >> $r
+exec httpd -f -p $PORT -h /www
+`
+	d := runtime.Desired{App: f.app, Release: 1, Image: f.v1,
+		Processes: map[string]appv1.ProcessSpec{"web": {Replicas: 1, Command: []string{"sh", "-c", `eval "$$PROBE"`}}},
+		Env: []appv1.EnvVar{
+			{Name: "PROBE", Value: probe},
+			{Name: "LAN_PRIVATE", Value: lan.Addrs[0].String()},
+			{Name: "LAN_LINK_LOCAL", Value: lan.Addrs[1].String()},
+			{Name: "LAN_ALLOWED", Value: allowed.String()},
+			{Name: "LAN_PORT", Value: fmt.Sprint(lan.TCPPort)},
+			{Name: "HOST_IP", Value: hostAddress(t).String()},
+			{Name: "HOST_ANY_PORT", Value: fmt.Sprint(any.port())},
+		}}
+	testenv.Eventually(t, time.Minute, "probe app rolled out", func() error {
+		st, err := f.rt.Sync(ctx, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Failure != "" {
+			t.Fatalf("probe app: %+v", st)
+		}
+		if !st.RolledOut {
+			return fmt.Errorf("status %+v", st)
+		}
+		return nil
+	})
+	urls, err := readEndpoints(f.k8s, f.key())
+	if err != nil || len(urls) != 1 {
+		t.Fatalf("probe endpoints %v, %v", urls, err)
+	}
+	report, err := get(urls[0] + "/report.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("probe report (served from %s):\n%s", urls[0], report)
+	lines := map[string]string{}
+	for _, l := range strings.Split(report, "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok {
+			lines[k] = strings.TrimSpace(v)
+		}
+	}
+	if !strings.Contains(lines["addr"], "inet 10.237.") {
+		t.Fatalf("the probe is not on the runtime's subnet 10.237.0.0/16: %q", lines["addr"])
+	}
+	if lines["allowed"] != "lan "+allowed.String() {
+		t.Errorf("the probe did not reach the allowed %s: %q", allowed, lines["allowed"])
+	}
+	for _, k := range []string{"private", "link-local", "host-address"} {
+		if v, ok := lines[k]; !ok || strings.Contains(v, "lan ") || strings.Contains(v, hostSecret) {
+			t.Errorf("the probe reached %s: %q", k, v)
+		}
+	}
+	if p := lan.Peers(); len(p) != 1 {
+		t.Errorf("the LAN accepted %v, want one connection (to %s)", p, allowed)
+	}
+}

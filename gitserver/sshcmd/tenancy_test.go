@@ -3,9 +3,12 @@ package sshcmd_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -108,4 +111,36 @@ func TestKeysRemoveEndsItsTokens(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestABurstOfCommandsFromOneAddress: 20 `ssh ... apps:list --json` at once
+// from 127.0.0.1 (a CI job, a team behind one NAT), with the gitserver's
+// default limits (10 unauthenticated connections per source): all succeed,
+// those past the limit waiting for a slot. Three rounds.
+func TestABurstOfCommandsFromOneAddress(t *testing.T) {
+	s := newServer(t)
+	bob := s.addUser("bob", appv1.RoleMember, true)
+	bob.ok("", "apps:create", "shop")
+	for round := range 3 {
+		start := time.Now()
+		errs := make([]string, 20)
+		var wg sync.WaitGroup
+		for i := range errs {
+			wg.Go(func() {
+				out, errOut, code := bob.ssh("", "apps:list", "--json")
+				if code != 0 || !strings.Contains(out, `"shop"`) {
+					errs[i] = fmt.Sprintf("exit %d, stdout %q, stderr %q", code, out, errOut)
+				}
+			})
+		}
+		wg.Wait()
+		failed := 0
+		for i, e := range errs {
+			if e != "" {
+				failed++
+				t.Errorf("round %d, command %d: %s", round+1, i+1, e)
+			}
+		}
+		t.Logf("round %d: 20 commands at once, %d failed, %s", round+1, failed, time.Since(start))
+	}
 }

@@ -6,12 +6,14 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/caddyserver/certmagic"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -111,8 +113,49 @@ func TestOnDemandOrdersAreRateLimited(t *testing.T) {
 // ordered, never three under shop.example, and the two refusals are counted.
 // The hosts within the budget are served with their certificates (the
 // control); a refused one gets none at a handshake either while the budget
-// has no room: on demand is the same limiter.
+// has no room: on demand is the same limiter. From the local CA, and from
+// Pebble (ACME, HTTP-01), where the orders are the CA account's.
 func TestAheadOfTimeOrdersAreRateLimited(t *testing.T) {
+	t.Run("local CA", func(t *testing.T) {
+		dir := t.TempDir()
+		ca, err := LoadOrCreateLocalCA(filepath.Join(dir, "ca"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		roots := x509.NewCertPool()
+		roots.AppendCertsFromPEM(ca.CertPEM())
+		aheadOfTimeLimited(t, roots, func(table *Table, storage certmagic.Storage) (*Certificates, error) {
+			return NewCertificates(table, storage, ca, nil, nil, nil)
+		})
+	})
+	t.Run("pebble", func(t *testing.T) {
+		pebble := testenv.SharedPebble(t)
+		roots, err := pebble.Roots(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		aheadOfTimeLimited(t, roots, func(table *Table, storage certmagic.Storage) (*Certificates, error) {
+			certs, err := NewCertificates(table, storage, nil, &ACME{
+				DirectoryURL: pebble.DirectoryURL, Email: "ops@bex.example", TrustedRoots: pebble.TLSConfig.RootCAs,
+				DisableTLSALPNChallenge: true,
+			}, nil, nil)
+			if err != nil {
+				return nil, err
+			}
+			// The HTTP-01 answers, where Pebble's validator connects.
+			httpLn, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", pebble.HTTPPort))
+			if err != nil {
+				return nil, err
+			}
+			httpSrv := &http.Server{Handler: certs.HTTPHandler(http.NotFoundHandler())}
+			go httpSrv.Serve(httpLn)
+			t.Cleanup(func() { httpSrv.Close() })
+			return certs, nil
+		})
+	})
+}
+
+func aheadOfTimeLimited(t *testing.T, roots *x509.CertPool, newCerts func(*Table, certmagic.Storage) (*Certificates, error)) {
 	hosts := []string{"web.bex.example", "www.shop.example", "api.shop.example", "cdn.shop.example", "www.other.example", "www.third.example"}
 	table := staticTable("bex.example", []appv1.App{app("web", hosts[1:]...)},
 		[]discoveryv1.EndpointSlice{slice("web", discoveryv1.AddressTypeFQDN, 8080, ep(nil, "127.0.0.1"))})
@@ -120,15 +163,8 @@ func TestAheadOfTimeOrdersAreRateLimited(t *testing.T) {
 	if got := table.Hosts(); len(got) != len(hosts) {
 		t.Fatalf("the table's hosts: %v", got)
 	}
-	dir := t.TempDir()
-	ca, err := LoadOrCreateLocalCA(filepath.Join(dir, "ca"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(ca.CertPEM())
-	storage := FileStorage(filepath.Join(dir, "certificates"))
-	certs, err := NewCertificates(table, storage, ca, nil, nil, nil)
+	storage := FileStorage(t.TempDir())
+	certs, err := newCerts(table, storage)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +176,7 @@ func TestAheadOfTimeOrdersAreRateLimited(t *testing.T) {
 		return testutil.ToFloat64(certs.m.refusals.WithLabelValues(RefusedDomainLimited)) +
 			testutil.ToFloat64(certs.m.refusals.WithLabelValues(RefusedLimited))
 	}
-	testenv.Eventually(t, 60*time.Second, "every host ordered or refused", func() error {
+	testenv.Eventually(t, 120*time.Second, "every host ordered or refused", func() error {
 		if n, r := len(storedCertificates(storage)), refusals(); n != 4 || r != 2 {
 			return fmt.Errorf("%d certificates stored (%v), %v refusals; want 4 and 2", n, storedCertificates(storage), r)
 		}

@@ -36,7 +36,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "bex", Subsystem: "git", Name: "ssh_refused_total",
-			Help: "SSH connections, sessions and env requests refused by a limit: unauthenticated (the per-source or total cap), sessions (per connection), env.",
+			Help: "SSH connections, sessions and env requests refused by a limit: unauthenticated (the per-source or total cap, with its queue full or the wait over), sessions (per connection), env.",
 		}, []string{"limit"}),
 		unauthWaits: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "bex", Subsystem: "git", Name: "ssh_unauthenticated_wait_seconds",

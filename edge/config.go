@@ -58,13 +58,15 @@ type Config struct {
 	// address, the client is the connection's peer. Empty: nobody is trusted.
 	TrustedProxies []netip.Prefix
 
-	// OrdersPerDomain and Orders bound the certificates that the edge orders
-	// because of a TLS handshake (on demand: names under a wildcard domain, or a
-	// host not obtained ahead of time yet): per registered domain (all the names
-	// under shop.example.com count as one), and in all. A handshake past either
-	// gets no certificate until the bound has room again, and is counted in
-	// bex_edge_certificate_refusals_total. Orders for the table's exact hosts
-	// ahead of time, renewals and certificates already in storage do not count.
+	// OrdersPerDomain and Orders bound the new certificates that the edge
+	// orders, ahead of time for the table's exact hosts (apps' hosts under the
+	// base domain and custom domains) and on demand at a TLS handshake (names
+	// under a wildcard domain, or a host refused ahead of time): per registered
+	// domain (all the names under shop.example.com count as one), and in all.
+	// An order past either is not made until the bound has room again (a host
+	// refused ahead of time gets its certificate at a handshake then), and is
+	// counted in bex_edge_certificate_refusals_total. Renewals and certificates
+	// already in storage do not count.
 	OrdersPerDomain, Orders OrderRate
 }
 

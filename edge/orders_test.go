@@ -1,19 +1,25 @@
 package edge
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"net"
+	"net/http"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/caddyserver/certmagic"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/internal/testenv"
 )
 
 // TestOnDemandOrdersAreRateLimited: handshakes with names nobody registered,
@@ -96,5 +102,115 @@ func TestOnDemandOrdersAreRateLimited(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(certs.m.refusals.WithLabelValues(RefusedDomainLimited)); n != 1 {
 		t.Errorf("after a restart: %v refusals for the domain's limit, want 1 (a7)", n)
+	}
+}
+
+// TestAheadOfTimeOrdersAreRateLimited: the orders that ManageKnownHosts makes
+// for the table's exact hosts (an app's host under the base domain and its
+// custom domains, as a member adds them) count against the same limits as
+// on-demand ones: of six hosts, three under one registered domain, with a
+// budget of two per registered domain and four in all, four certificates are
+// ordered, never three under shop.example, and the two refusals are counted.
+// The hosts within the budget are served with their certificates (the
+// control); a refused one gets none at a handshake either while the budget
+// has no room: on demand is the same limiter. From the local CA, and from
+// Pebble (ACME, HTTP-01), where the orders are the CA account's.
+func TestAheadOfTimeOrdersAreRateLimited(t *testing.T) {
+	t.Run("local CA", func(t *testing.T) {
+		dir := t.TempDir()
+		ca, err := LoadOrCreateLocalCA(filepath.Join(dir, "ca"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		roots := x509.NewCertPool()
+		roots.AppendCertsFromPEM(ca.CertPEM())
+		aheadOfTimeLimited(t, roots, func(table *Table, storage certmagic.Storage) (*Certificates, error) {
+			return NewCertificates(table, storage, ca, nil, nil, nil)
+		})
+	})
+	t.Run("pebble", func(t *testing.T) {
+		pebble := testenv.SharedPebble(t)
+		roots, err := pebble.Roots(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		aheadOfTimeLimited(t, roots, func(table *Table, storage certmagic.Storage) (*Certificates, error) {
+			certs, err := NewCertificates(table, storage, nil, &ACME{
+				DirectoryURL: pebble.DirectoryURL, Email: "ops@bex.example", TrustedRoots: pebble.TLSConfig.RootCAs,
+				DisableTLSALPNChallenge: true,
+			}, nil, nil)
+			if err != nil {
+				return nil, err
+			}
+			// The HTTP-01 answers, where Pebble's validator connects.
+			httpLn, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", pebble.HTTPPort))
+			if err != nil {
+				return nil, err
+			}
+			httpSrv := &http.Server{Handler: certs.HTTPHandler(http.NotFoundHandler())}
+			go httpSrv.Serve(httpLn)
+			t.Cleanup(func() { httpSrv.Close() })
+			return certs, nil
+		})
+	})
+}
+
+func aheadOfTimeLimited(t *testing.T, roots *x509.CertPool, newCerts func(*Table, certmagic.Storage) (*Certificates, error)) {
+	hosts := []string{"web.bex.example", "www.shop.example", "api.shop.example", "cdn.shop.example", "www.other.example", "www.third.example"}
+	table := staticTable("bex.example", []appv1.App{app("web", hosts[1:]...)},
+		[]discoveryv1.EndpointSlice{slice("web", discoveryv1.AddressTypeFQDN, 8080, ep(nil, "127.0.0.1"))})
+	table.cfg = Config{OrdersPerDomain: OrderRate{N: 2, Per: time.Hour}, Orders: OrderRate{N: 4, Per: time.Hour}}
+	if got := table.Hosts(); len(got) != len(hosts) {
+		t.Fatalf("the table's hosts: %v", got)
+	}
+	storage := FileStorage(t.TempDir())
+	certs, err := newCerts(table, storage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go certs.ManageKnownHosts(ctx)
+
+	refusals := func() float64 {
+		return testutil.ToFloat64(certs.m.refusals.WithLabelValues(RefusedDomainLimited)) +
+			testutil.ToFloat64(certs.m.refusals.WithLabelValues(RefusedLimited))
+	}
+	testenv.Eventually(t, 120*time.Second, "every host ordered or refused", func() error {
+		if n, r := len(storedCertificates(storage)), refusals(); n != 4 || r != 2 {
+			return fmt.Errorf("%d certificates stored (%v), %v refusals; want 4 and 2", n, storedCertificates(storage), r)
+		}
+		return nil
+	})
+	stored := map[string]bool{}
+	shop := 0
+	for _, crt := range storedCertificates(storage) {
+		name := strings.TrimSuffix(crt, ".crt")
+		stored[name] = true
+		if strings.HasSuffix(name, ".shop.example") {
+			shop++
+		}
+	}
+	if shop > 2 {
+		t.Errorf("%d certificates under shop.example, past its budget of 2: %v", shop, stored)
+	}
+
+	p, err := NewProxy(Config{}, table, nil, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := serve(t, p, certs.TLSConfig())
+	for _, name := range hosts {
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 30 * time.Second}, "tcp", addr,
+			&tls.Config{RootCAs: roots, ServerName: name, NextProtos: []string{"http/1.1"}})
+		if err == nil {
+			c.Close()
+		}
+		switch {
+		case stored[name] && err != nil:
+			t.Errorf("%s, ordered ahead of time: %v", name, err)
+		case !stored[name] && err == nil:
+			t.Errorf("%s, refused ahead of time, got a certificate on demand past the budget", name)
+		}
 	}
 }

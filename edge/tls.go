@@ -68,14 +68,18 @@ func (c *Certificates) decide(_ context.Context, name string) error {
 	return nil
 }
 
-// onDemandEvent is the on-demand config's OnEvent: the metrics, and the order
-// limits. They are applied when an order is about to start (certmagic emits
-// cert_obtaining after it has looked in storage, under the name's lock), not in
-// decide: decide is also asked before a certificate already in storage is
-// loaded (after a restart, or one another replica obtained), which costs no
-// order and must not be refused. ErrNoRetry: on demand, certmagic would
-// otherwise retry the refused order in the background.
-func (c *Certificates) onDemandEvent(ctx context.Context, event string, data map[string]any) error {
+// orderEvent is the OnEvent of both configs, on demand and ahead of time: the
+// metrics, and the order limits. They are applied when an order is about to
+// start (certmagic emits cert_obtaining after it has looked in storage, under
+// the name's lock), not in decide: decide is also asked before a certificate
+// already in storage is loaded (after a restart, or one another replica
+// obtained), which costs no order and must not be refused. Orders ahead of
+// time count as on-demand ones do: a member who adds domains, or creates apps
+// (each has a host under the base domain), would otherwise spend the
+// platform's ACME account limits. ErrNoRetry: certmagic would otherwise retry
+// the refused order in the background; a host refused ahead of time gets its
+// certificate on demand, at a handshake once the limits have room.
+func (c *Certificates) orderEvent(ctx context.Context, event string, data map[string]any) error {
 	if event == "cert_obtaining" {
 		if renewal, _ := data["renewal"].(bool); !renewal {
 			name, _ := data["identifier"].(string)
@@ -111,14 +115,14 @@ func NewCertificates(table *Table, storage certmagic.Storage, local *LocalCA, ac
 	c.magic = certmagic.New(c.cache, certmagic.Config{
 		Storage:        storage,
 		OnDemand:       &certmagic.OnDemandConfig{DecisionFunc: c.decide},
-		OnEvent:        c.onDemandEvent,
+		OnEvent:        c.orderEvent,
 		ShouldEmitFunc: c.m.wants,
 		Logger:         zap.NewNop(),
 	})
 	// A config with OnDemand set only adds ManageAsync's names to an allowlist and
 	// waits for a handshake; this one, without, obtains them at once.
 	c.ahead = certmagic.New(c.cache, certmagic.Config{
-		Storage: storage, OnEvent: c.m.onEvent, ShouldEmitFunc: c.m.wants, Logger: zap.NewNop(),
+		Storage: storage, OnEvent: c.orderEvent, ShouldEmitFunc: c.m.wants, Logger: zap.NewNop(),
 	})
 	if local != nil {
 		c.magic.Issuers = []certmagic.Issuer{local}
@@ -143,7 +147,8 @@ func NewCertificates(table *Table, storage certmagic.Storage, local *LocalCA, ac
 // the table routes as soon as the table has it, so that an app's first visitor
 // does not wait for an ACME order; certmagic keeps them renewed. A host that
 // leaves the table is no longer renewed. Names the table does not route are never
-// asked for. It returns when ctx ends.
+// asked for. Its orders are within the order limits (orderEvent): a host
+// refused is left to on-demand issuance. It returns when ctx ends.
 func (c *Certificates) ManageKnownHosts(ctx context.Context) {
 	managed := map[string]bool{}
 	for {

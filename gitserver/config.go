@@ -48,9 +48,17 @@ type Config struct {
 	HandshakeTimeout time.Duration
 	// MaxUnauthPerSource and MaxUnauthConns cap the connections not yet
 	// authenticated (counted from accept until a key's signature verifies) from one
-	// source address and in total; a connection past either cap is closed at once.
-	MaxUnauthPerSource int
-	MaxUnauthConns     int
+	// source address and in total. A connection past either cap waits, without
+	// being read, for a slot (up to UnauthQueueWait, then it is closed), so that
+	// a burst from one address (a CI job, a team behind one NAT) is served in
+	// turn; the waiting are bounded too, by MaxUnauthQueuedPerSource from one
+	// source and MaxUnauthQueued in total, and a connection past those is closed
+	// at once. 0 queued: none wait.
+	MaxUnauthPerSource       int
+	MaxUnauthConns           int
+	MaxUnauthQueuedPerSource int
+	MaxUnauthQueued          int
+	UnauthQueueWait          time.Duration
 	// MaxSessionsPerConn bounds the sessions open at once on one connection
 	// (OpenSSH's MaxSessions is 10); one more is refused.
 	MaxSessionsPerConn int
@@ -123,16 +131,21 @@ func DefaultConfig() Config {
 		HandshakeTimeout:    10 * time.Second,
 		MaxUnauthPerSource:  10,
 		MaxUnauthConns:      100,
-		MaxSessionsPerConn:  10,
-		MaxEnvRequests:      16,
-		MaxEnvBytes:         1024,
-		IdleTimeout:         10 * time.Minute,
-		MaxPackBytes:        2 << 30,
-		MaxObjectBytes:      DefaultMaxObjectBytes,
-		SessionRecheck:      time.Second,
-		MinFreeBytes:        DefaultMinFreeBytes,
-		MinFreePercent:      DefaultMinFreePercent,
-		FetchTimeout:        5 * time.Minute,
+		// A burst of 40 from one address is served; a flood from one holds at
+		// most 10+30 sockets and goroutines, and from all 100+200.
+		MaxUnauthQueuedPerSource: 30,
+		MaxUnauthQueued:          200,
+		UnauthQueueWait:          20 * time.Second,
+		MaxSessionsPerConn:       10,
+		MaxEnvRequests:           16,
+		MaxEnvBytes:              1024,
+		IdleTimeout:              10 * time.Minute,
+		MaxPackBytes:             2 << 30,
+		MaxObjectBytes:           DefaultMaxObjectBytes,
+		SessionRecheck:           time.Second,
+		MinFreeBytes:             DefaultMinFreeBytes,
+		MinFreePercent:           DefaultMinFreePercent,
+		FetchTimeout:             5 * time.Minute,
 	}
 }
 
@@ -205,6 +218,15 @@ func (c Config) Validate() error {
 	}
 	if c.MaxUnauthPerSource > c.MaxUnauthConns {
 		errs = append(errs, fmt.Errorf("Config.MaxUnauthPerSource %d: must not exceed Config.MaxUnauthConns %d", c.MaxUnauthPerSource, c.MaxUnauthConns))
+	}
+	if c.MaxUnauthQueuedPerSource < 0 || c.MaxUnauthQueued < 0 {
+		errs = append(errs, fmt.Errorf("Config.MaxUnauthQueuedPerSource %d, Config.MaxUnauthQueued %d: must not be negative", c.MaxUnauthQueuedPerSource, c.MaxUnauthQueued))
+	}
+	if c.MaxUnauthQueuedPerSource > c.MaxUnauthQueued {
+		errs = append(errs, fmt.Errorf("Config.MaxUnauthQueuedPerSource %d: must not exceed Config.MaxUnauthQueued %d", c.MaxUnauthQueuedPerSource, c.MaxUnauthQueued))
+	}
+	if c.MaxUnauthQueued > 0 && c.UnauthQueueWait <= 0 {
+		errs = append(errs, fmt.Errorf("Config.UnauthQueueWait %s: must be positive when connections may wait (Config.MaxUnauthQueued %d)", c.UnauthQueueWait, c.MaxUnauthQueued))
 	}
 	if c.MaxPackBytes <= 0 {
 		errs = append(errs, fmt.Errorf("Config.MaxPackBytes %d: must be positive", c.MaxPackBytes))

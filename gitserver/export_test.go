@@ -13,3 +13,10 @@ func (s *Server) RepackLater(app string) { s.repackLater(app) }
 
 // WhereToLook is the end of the disk refusals, for the tests that read them.
 const WhereToLook = whereToLook
+
+// UnauthQueued is how many connections wait for an unauthenticated slot.
+func (s *Server) UnauthQueued() int {
+	s.unauth.mu.Lock()
+	defer s.unauth.mu.Unlock()
+	return len(s.unauth.queue)
+}

@@ -2,6 +2,7 @@ package gitserver
 
 import (
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,44 +13,156 @@ import (
 
 // The SSH port is public, so what a client may hold before it has proven a key is
 // bounded: connections not yet authenticated are counted per source address and in
-// total (from accept until a signature verifies), and each has HandshakeTimeout from
-// accept to authenticate. After that, the sessions of a connection and the env
-// requests of a session are bounded too, so that one key cannot make the server hold
-// unbounded goroutines or memory on one TCP connection.
+// total (from the slot's grant until a signature verifies), and each has
+// HandshakeTimeout from its grant to authenticate. One past a cap waits for a slot
+// in a bounded queue (per source and in total, each for at most UnauthQueueWait)
+// rather than being dropped: twenty `ssh` commands at once from one CI job or one
+// NAT are a burst to serve in turn, not an attack; a flood from one source still
+// holds at most its slots and its place in the queue. After that, the sessions of a
+// connection and the env requests of a session are bounded too, so that one key
+// cannot make the server hold unbounded goroutines or memory on one TCP connection.
 
-// unauthLimiter counts the connections that have not authenticated yet.
+// unauthLimiter counts the connections that have not authenticated yet, and
+// queues those past its caps.
 type unauthLimiter struct {
 	perSource, total int
+	// queuedPerSource and queuedTotal bound the connections waiting for a slot.
+	queuedPerSource, queuedTotal int
 
-	mu     sync.Mutex
-	bySrc  map[string]int
-	inFlow int
+	mu       sync.Mutex
+	bySrc    map[string]int
+	inFlow   int
+	queue    []*unauthWaiter // first come, first served among those a slot fits
+	queuedBy map[string]int
+	closed   bool
 }
 
-// acquire takes a slot for a connection from src; false when src or the total is
-// at its cap. The returned func gives the slot back, once however often called.
-func (l *unauthLimiter) acquire(src string) (release func(), ok bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.bySrc == nil {
-		l.bySrc = map[string]int{}
-	}
-	if l.inFlow >= l.total || l.bySrc[src] >= l.perSource {
-		return nil, false
-	}
-	l.inFlow++
-	l.bySrc[src]++
+// unauthWaiter is a connection waiting for a slot: wake is closed when the
+// limiter has given it one (granted, and counted already) or is closing.
+type unauthWaiter struct {
+	src     string
+	wake    chan struct{}
+	granted bool
+}
+
+// Why acquire gave no slot.
+const (
+	unauthFull    = "full"    // the caps and the queue are full: closed at once
+	unauthTimeout = "timeout" // waited its whole UnauthQueueWait
+	unauthClosed  = "closed"  // the server is shutting down
+)
+
+// fits reports whether a connection from src may take a slot now.
+func (l *unauthLimiter) fits(src string) bool {
+	return l.inFlow < l.total && l.bySrc[src] < l.perSource
+}
+
+// releaser is the func that gives src's slot back, once however often called.
+func (l *unauthLimiter) releaser(src string) func() {
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			l.mu.Lock()
 			defer l.mu.Unlock()
-			l.inFlow--
-			if l.bySrc[src]--; l.bySrc[src] <= 0 {
-				delete(l.bySrc, src)
-			}
+			l.give(src)
 		})
-	}, true
+	}
+}
+
+// give returns src's slot and hands slots to the waiters they now fit, first
+// come first. l.mu is held.
+func (l *unauthLimiter) give(src string) {
+	l.inFlow--
+	if l.bySrc[src]--; l.bySrc[src] <= 0 {
+		delete(l.bySrc, src)
+	}
+	for i := 0; i < len(l.queue) && l.inFlow < l.total; {
+		w := l.queue[i]
+		if !l.fits(w.src) {
+			i++
+			continue
+		}
+		l.dequeue(i)
+		l.inFlow++
+		l.bySrc[w.src]++
+		w.granted = true
+		close(w.wake)
+	}
+}
+
+func (l *unauthLimiter) dequeue(i int) {
+	w := l.queue[i]
+	l.queue = slices.Delete(l.queue, i, i+1)
+	if l.queuedBy[w.src]--; l.queuedBy[w.src] <= 0 {
+		delete(l.queuedBy, w.src)
+	}
+}
+
+// acquire takes a slot for a connection from src, waiting up to wait in the
+// queue when src or the total is at its cap and the queue has room. It returns
+// the func that gives the slot back (once however often called), how long it
+// waited, and, when it got none, why (unauthFull, unauthTimeout, unauthClosed).
+func (l *unauthLimiter) acquire(src string, wait time.Duration) (release func(), waited time.Duration, refused string) {
+	l.mu.Lock()
+	if l.bySrc == nil {
+		l.bySrc, l.queuedBy = map[string]int{}, map[string]int{}
+	}
+	if l.closed {
+		l.mu.Unlock()
+		return nil, 0, unauthClosed
+	}
+	// No waiter fits where a newcomer fits (give hands each freed slot to the
+	// first waiter it fits), so a newcomer that fits jumps nobody.
+	if l.fits(src) {
+		l.inFlow++
+		l.bySrc[src]++
+		l.mu.Unlock()
+		return l.releaser(src), 0, ""
+	}
+	if len(l.queue) >= l.queuedTotal || l.queuedBy[src] >= l.queuedPerSource {
+		l.mu.Unlock()
+		return nil, 0, unauthFull
+	}
+	w := &unauthWaiter{src: src, wake: make(chan struct{})}
+	l.queue = append(l.queue, w)
+	l.queuedBy[src]++
+	l.mu.Unlock()
+
+	start := time.Now()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-w.wake:
+	case <-timer.C:
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	waited = time.Since(start)
+	switch {
+	case w.granted && l.closed:
+		l.give(src)
+		return nil, waited, unauthClosed
+	case w.granted: // perhaps just as the wait ended: the slot is counted
+		return l.releaser(src), waited, ""
+	case l.closed: // close took it out of the queue
+		return nil, waited, unauthClosed
+	}
+	if i := slices.Index(l.queue, w); i >= 0 {
+		l.dequeue(i)
+	}
+	return nil, waited, unauthTimeout
+}
+
+// close ends every wait (the server is shutting down) and refuses the
+// connections that come after.
+func (l *unauthLimiter) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	for _, w := range l.queue {
+		close(w.wake)
+	}
+	l.queue, l.queuedBy = nil, map[string]int{}
 }
 
 // sourceOf is the address a connection is counted under: its IP, without the port.
@@ -128,16 +241,23 @@ func (c *pendingConn) Close() error {
 	return c.Conn.Close()
 }
 
-// connCallback admits a new connection under the unauthenticated caps (nil closes
-// it at once) and gives it the handshake deadline.
+// connCallback admits a new connection under the unauthenticated caps, waiting
+// in their queue when they are full (nil closes it) and gives it the handshake
+// deadline, which runs from the grant: the wait is not the client's slowness.
+// It runs on the connection's own goroutine (gliderlabs/ssh's HandleConn), so a
+// wait holds up no other connection.
 func (s *Server) connCallback(ctx ssh.Context, conn net.Conn) net.Conn {
 	src := sourceOf(conn.RemoteAddr())
-	release, ok := s.unauth.acquire(src)
-	if !ok {
+	release, waited, refused := s.unauth.acquire(src, s.cfg.UnauthQueueWait)
+	if waited > 0 {
+		s.metrics.unauthWaits.Observe(waited.Seconds())
+	}
+	if refused != "" {
 		s.metrics.refused.WithLabelValues("unauthenticated").Inc()
 		// Debug: a flood of these must not become a flood of log lines.
 		s.log.Debug("connection refused: too many unauthenticated connections", "remote", conn.RemoteAddr().String(),
-			"per_source", s.cfg.MaxUnauthPerSource, "total", s.cfg.MaxUnauthConns)
+			"why", refused, "waited", waited, "per_source", s.cfg.MaxUnauthPerSource, "total", s.cfg.MaxUnauthConns,
+			"queued_per_source", s.cfg.MaxUnauthQueuedPerSource, "queued", s.cfg.MaxUnauthQueued)
 		return nil
 	}
 	deadline := time.Now().Add(s.cfg.HandshakeTimeout)

@@ -4,9 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,9 +48,12 @@ func dialAs(addr string, signer gossh.Signer) (*gossh.Client, error) {
 	})
 }
 
+// TestUnauthenticatedConnectionsAreCappedPerSourceAndInTotal, without a queue
+// (MaxUnauthQueued 0): a connection past a cap is closed at once.
 func TestUnauthenticatedConnectionsAreCappedPerSourceAndInTotal(t *testing.T) {
 	e := newEnvWith(t, []gitserver.Option{gitserver.WithCommands(&echoCommands{})}, func(c *gitserver.Config) {
 		c.MaxUnauthPerSource, c.MaxUnauthConns = 10, 15
+		c.MaxUnauthQueuedPerSource, c.MaxUnauthQueued = 0, 0
 	})
 	admin := e.addUser("admin", appv1.RoleAdmin, false)
 
@@ -98,6 +105,240 @@ func TestUnauthenticatedConnectionsAreCappedPerSourceAndInTotal(t *testing.T) {
 	if out, err := sess.Output("whoami"); err != nil || !strings.Contains(string(out), admin.name) {
 		t.Fatalf("honest command: %v %s", err, out)
 	}
+}
+
+// dialRaw opens a TCP connection to addr from the loopback address from, and
+// reads nothing.
+func dialRaw(t *testing.T, addr, from string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// state is what became of a raw connection within d: "greeted" (it has a slot:
+// the server sent its version), "closed" (refused), or "waiting" (neither: it
+// waits in the queue). A connection checked "waiting" may be checked again.
+func state(c net.Conn, d time.Duration) string {
+	_ = c.SetReadDeadline(time.Now().Add(d))
+	var b [1]byte
+	n, err := c.Read(b[:])
+	switch {
+	case n == 1:
+		return "greeted"
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return "waiting"
+	}
+	return "closed"
+}
+
+// dialFrom authenticates over x/crypto/ssh with signer, from the loopback
+// address from.
+func dialFrom(addr, from string, signer gossh.Signer) (*gossh.Client, error) {
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	conn, chans, reqs, err := gossh.NewClientConn(c, addr, &gossh.ClientConfig{
+		User: "git", Auth: []gossh.AuthMethod{gossh.PublicKeys(signer)}, HostKeyCallback: gossh.InsecureIgnoreHostKey(),
+	})
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return gossh.NewClient(conn, chans, reqs), nil
+}
+
+// TestUnauthenticatedFloodStaysBounded: a source that holds many connections
+// open without authenticating gets its slots (4) and its place in the queue
+// (3), and the rest of its connections are closed at once; another source
+// still gets a slot; all sources together hold at most the slots (6) and the
+// queue (5). A freed slot goes to the first waiter it fits, never to the
+// flooding source past its cap; and an honest client from another address,
+// arriving when all is full, waits and gets in (the control).
+func TestUnauthenticatedFloodStaysBounded(t *testing.T) {
+	e := newEnvWith(t, []gitserver.Option{gitserver.WithCommands(&echoCommands{})}, func(c *gitserver.Config) {
+		c.MaxUnauthPerSource, c.MaxUnauthConns = 4, 6
+		c.MaxUnauthQueuedPerSource, c.MaxUnauthQueued = 3, 5
+		// The test ends every wait and frees every slot itself.
+		c.UnauthQueueWait, c.HandshakeTimeout = 2*time.Minute, 2*time.Minute
+	})
+	admin := e.addUser("admin", appv1.RoleAdmin, false)
+	const waitCheck = 300 * time.Millisecond // how long "still waiting" is looked at
+
+	var flood, queued []net.Conn
+	for i := range 4 {
+		c := dialRaw(t, e.addr, "127.0.0.1")
+		if s := state(c, 5*time.Second); s != "greeted" {
+			t.Fatalf("flooder's connection %d: %s, want greeted", i+1, s)
+		}
+		flood = append(flood, c)
+	}
+	for i := range 3 {
+		c := dialRaw(t, e.addr, "127.0.0.1")
+		testenv.Eventually(t, 10*time.Second, "the flooder's connection queued", func() error {
+			if n := e.srv.UnauthQueued(); n != i+1 {
+				return fmt.Errorf("%d queued", n)
+			}
+			return nil
+		})
+		queued = append(queued, c)
+	}
+	start := time.Now()
+	if s := state(dialRaw(t, e.addr, "127.0.0.1"), 5*time.Second); s != "closed" || time.Since(start) > time.Second {
+		t.Fatalf("the flooder's 8th connection: %s after %s, want closed at once", s, time.Since(start))
+	}
+	// Another source gets in while the flooder holds all it may.
+	var other []net.Conn
+	for i := range 2 {
+		c := dialRaw(t, e.addr, "127.0.0.2")
+		if s := state(c, 5*time.Second); s != "greeted" {
+			t.Fatalf("another source's connection %d: %s, want greeted", i+1, s)
+		}
+		other = append(other, c)
+	}
+	// The total: 6 slots taken; a third source queues up to the 5 of the queue.
+	var third []net.Conn
+	for range 2 {
+		third = append(third, dialRaw(t, e.addr, "127.0.0.3"))
+	}
+	testenv.Eventually(t, 10*time.Second, "the third source queued", func() error {
+		if n := e.srv.UnauthQueued(); n != 5 {
+			return fmt.Errorf("%d queued", n)
+		}
+		return nil
+	})
+	if s := state(dialRaw(t, e.addr, "127.0.0.3"), 5*time.Second); s != "closed" {
+		t.Fatalf("past the total queue: %s, want closed", s)
+	}
+	for _, c := range append(queued, third...) {
+		if s := state(c, waitCheck); s != "waiting" {
+			t.Fatalf("a queued connection: %s, want waiting", s)
+		}
+	}
+
+	// A slot of 127.0.0.2 freed: not for the flooder (at its cap), for the
+	// third source's first.
+	other[0].Close()
+	if s := state(third[0], 5*time.Second); s != "greeted" {
+		t.Fatalf("the first waiter that fits: %s, want greeted", s)
+	}
+	if s := state(queued[0], waitCheck); s != "waiting" {
+		t.Fatalf("the flooder's waiter, its source at its cap: %s, want waiting", s)
+	}
+	// A slot of the flooder freed: its own first waiter.
+	flood[0].Close()
+	if s := state(queued[0], 5*time.Second); s != "greeted" {
+		t.Fatalf("the flooder's first waiter once its slot freed: %s", s)
+	}
+
+	// The control: an honest client from 127.0.0.4 arrives with every slot
+	// taken, waits, and is in once two slots free (the first goes to the third
+	// source's other waiter, queued before it).
+	type result struct {
+		c   *gossh.Client
+		err error
+	}
+	honest := make(chan result, 1)
+	queuedBefore := e.srv.UnauthQueued()
+	go func() {
+		c, err := dialFrom(e.addr, "127.0.0.4", admin.signer)
+		honest <- result{c, err}
+	}()
+	testenv.Eventually(t, 10*time.Second, "the honest client queued", func() error {
+		if n := e.srv.UnauthQueued(); n != queuedBefore+1 {
+			return fmt.Errorf("%d queued", n)
+		}
+		return nil
+	})
+	other[1].Close()
+	third[0].Close()
+	r := <-honest
+	if r.err != nil {
+		t.Fatalf("the honest client: %v", r.err)
+	}
+	defer r.c.Close()
+	sess, err := r.c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	if out, err := sess.Output("whoami"); err != nil || !strings.Contains(string(out), admin.name) {
+		t.Fatalf("honest command: %v %s", err, out)
+	}
+}
+
+// TestABurstFromOneAddressIsServed, with the real ssh client: 20 commands at
+// once from 127.0.0.1 while that address's 10 unauthenticated slots are all
+// held; they wait in the queue (all 20 of them, seen there), and all succeed
+// once the slots free. Then 20 at once with nothing held, as a CI job or a
+// team behind one NAT makes them: all succeed.
+func TestABurstFromOneAddressIsServed(t *testing.T) {
+	e := newEnvWith(t, []gitserver.Option{gitserver.WithCommands(&echoCommands{})}, func(c *gitserver.Config) {
+		// The held connections keep their slots until the test closes them,
+		// and the commands wait for them however slowly 20 ssh processes
+		// start on a loaded machine.
+		c.UnauthQueueWait, c.HandshakeTimeout = 2*time.Minute, 2*time.Minute
+	})
+	admin := e.addUser("admin", appv1.RoleAdmin, false)
+	burst := func() []error {
+		errs := make([]error, 20)
+		var wg sync.WaitGroup
+		for i := range errs {
+			wg.Go(func() {
+				out, err := testenv.SSHCommand(admin.key, "bex", e.addr, "whoami").CombinedOutput()
+				if err != nil || !strings.Contains(string(out), admin.name) {
+					errs[i] = fmt.Errorf("ssh %d: %v %s", i+1, err, out)
+				}
+			})
+		}
+		wg.Wait()
+		return errs
+	}
+
+	var held []net.Conn
+	for i := range gitserver.DefaultConfig().MaxUnauthPerSource {
+		c := dialRaw(t, e.addr, "127.0.0.1")
+		if s := state(c, 5*time.Second); s != "greeted" {
+			t.Fatalf("held connection %d: %s", i+1, s)
+		}
+		held = append(held, c)
+	}
+	done := make(chan []error, 1)
+	start := time.Now()
+	go func() { done <- burst() }()
+	testenv.Eventually(t, 60*time.Second, "the 20 ssh commands queued", func() error {
+		if n := e.srv.UnauthQueued(); n != 20 {
+			return fmt.Errorf("%d queued", n)
+		}
+		return nil
+	})
+	for _, c := range held {
+		c.Close()
+	}
+	failed := 0
+	for _, err := range <-done {
+		if err != nil {
+			failed++
+			t.Error(err)
+		}
+	}
+	t.Logf("20 queued ssh commands: %d failed, %s", failed, time.Since(start))
+
+	start = time.Now()
+	failed = 0
+	for _, err := range burst() {
+		if err != nil {
+			failed++
+			t.Error(err)
+		}
+	}
+	t.Logf("a burst of 20 ssh commands: %d failed, %s", failed, time.Since(start))
 }
 
 func TestASlowHandshakeIsCutAtTheDeadline(t *testing.T) {

@@ -97,8 +97,9 @@ func New(cfg Config, dir Directory, b Builder, d Deployer, log *slog.Logger, reg
 		log:     log.WithGroup("gitserver"),
 		metrics: newMetrics(reg),
 		builds:  make(chan struct{}, cfg.MaxConcurrentBuilds),
-		unauth:  unauthLimiter{perSource: cfg.MaxUnauthPerSource, total: cfg.MaxUnauthConns},
-		repack:  newRepacker(),
+		unauth: unauthLimiter{perSource: cfg.MaxUnauthPerSource, total: cfg.MaxUnauthConns,
+			queuedPerSource: cfg.MaxUnauthQueuedPerSource, queuedTotal: cfg.MaxUnauthQueued},
+		repack: newRepacker(),
 	}
 	for _, o := range opts {
 		o(s)
@@ -151,6 +152,7 @@ func (s *Server) Serve(l net.Listener) error {
 // (or ctx to), kills a running repack, then closes what is left.
 func (s *Server) Shutdown(ctx context.Context) error {
 	defer s.stop()
+	s.unauth.close() // the connections waiting for a slot are not served
 	err := s.ssh.Shutdown(ctx)
 	done := make(chan struct{})
 	go func() { s.background.Wait(); close(done) }()

@@ -68,6 +68,7 @@ type gitserverCmd struct {
 	// images pulls deploy:image's images; nil: deploy:image says it is off.
 	images       imageImporter
 	sshURL       string
+	baseDomain   string
 	adminKeys    []string
 	hooksAddr    string
 	hooksURL     string
@@ -126,6 +127,7 @@ func (c *gitserverCmd) command() *cobra.Command {
 	f.Var(&c.allowEgress, "allow-tenant-egress", "local runtime, for the one-offs (run, release commands): "+egressUsage+"; give the deployer the same")
 	f.StringVar(&c.containerdNS, "containerd-namespace", "bex", "containerd namespace of the local runtime (the one buildkitd builds into)")
 	f.StringSliceVar(&c.adminKeys, "admin-keys", nil, "OpenSSH public key files whose keys the user admin holds, made sure of at every start (BEX_ADMIN_KEYS=a.pub,b.pub)")
+	f.StringVar(&c.baseDomain, "base-domain", "localhost", "apps answer at <app>.<base-domain> (as the deployer and the edge have it): domains:add refuses members names under it and in its registered domain")
 	f.StringVar(&c.sshURL, "ssh-url", "", "how users reach this server, for the hints commands print (default ssh://git@HOST:PORT)")
 	f.StringVar(&c.hooksAddr, "hooks-addr", "", "HTTP address of the webhooks (POST /hooks/<app>) and the agents' MCP endpoint (/mcp); empty: off")
 	f.StringVar(&c.hooksURL, "hooks-url", "", "how git hosts reach the webhooks, for `webhooks APP` (default http://HOOKS-ADDR)")
@@ -248,7 +250,7 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	var srv *gitserver.Server
 	bk := backend.DefaultConfig()
 	bk.Client, bk.Reader, bk.Namespace, bk.SecretsNamespace = kc, informers, c.namespace, c.secretsNamespace
-	bk.Releases = recorder
+	bk.Releases, bk.BaseDomain = recorder, c.baseDomain
 	bk.Deployer = serverDeployer{server: func() *gitserver.Server { return srv }}
 	bk.Logs, bk.Builds, bk.Tokens = logs, buildLogs{b}, tokenStore
 	bk.Volumes = kubeVols

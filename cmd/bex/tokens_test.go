@@ -166,3 +166,61 @@ func fingerprint(t *testing.T, k *testenv.SSHKey) string {
 }
 
 const initializeBody = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"curl","version":"1"}}}`
+
+// TestTokenOfARemovedKey, as an attacker would on a live server: bob makes a
+// token with each of his two keys over the real ssh; keys:remove of the
+// laptop key (signed in with the other) revokes the laptop's token, which /mcp
+// refuses from then on, while the other key's token works on (the control).
+func TestTokenOfARemovedKey(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e := startHooksEnv(t, ctx)
+	bob := "bob-" + e.ns
+	if out := e.ssh("users:add", bob); !strings.Contains(out, bob) {
+		t.Fatalf("users:add: %s", out)
+	}
+	keys := map[string]*testenv.SSHKey{}
+	for _, name := range []string{"laptop", "ci"} {
+		keys[name] = testenv.NewSSHKey(t)
+		add := testenv.SSHCommand(e.admin, "bex", e.sshAddr, "keys:add", name, "--user", bob)
+		add.Stdin = strings.NewReader(keys[name].AuthorizedKey)
+		if out, err := add.CombinedOutput(); err != nil {
+			t.Fatalf("keys:add %s: %v %s", name, err, out)
+		}
+		testenv.Eventually(t, 90*time.Second, bob+"'s key "+name+" known", func() error {
+			return testenv.SSHCommand(keys[name], "bex", e.sshAddr, "whoami").Run()
+		})
+	}
+	tokens := map[string]string{}
+	for name, key := range keys {
+		out, err := testenv.SSHCommand(key, "bex", e.sshAddr, "tokens:create", "from-"+name).Output()
+		if err != nil {
+			t.Fatalf("tokens:create from-%s: %v", name, err)
+		}
+		tokens[name] = strings.TrimSpace(string(out))
+	}
+	works := func(token string) error {
+		s, err := mcpSession(t, ctx, e.hooksAddr, token)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		_, err = s.ListTools(ctx, nil)
+		return err
+	}
+	for name, tok := range tokens {
+		if err := works(tok); err != nil {
+			t.Fatalf("the token of %s before keys:remove: %v", name, err)
+		}
+	}
+	out, err := testenv.SSHCommand(keys["ci"], "bex", e.sshAddr, "keys:remove", "laptop").Output()
+	if err != nil || !strings.Contains(string(out), "the tokens made with it (1) are revoked") {
+		t.Fatalf("keys:remove laptop: %v %s", err, out)
+	}
+	if err := works(tokens["laptop"]); err == nil {
+		t.Fatal("the laptop key's token works after keys:remove laptop")
+	}
+	if err := works(tokens["ci"]); err != nil {
+		t.Fatalf("the token of the key that stays (the control): %v", err)
+	}
+}

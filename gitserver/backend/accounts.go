@@ -86,19 +86,31 @@ func (b *Backend) Keys(ctx context.Context, u *User, user string) ([]KeyInfo, er
 }
 
 // RemoveKey removes a key of user (u when empty; another user for admins) by
-// name or fingerprint; its open sessions close (the gitserver re-checks them).
-// It returns the key's name and whose it was.
-func (b *Backend) RemoveKey(ctx context.Context, u *User, user, nameOrFingerprint string) (name, owner string, err error) {
+// name or fingerprint; its open sessions close (the gitserver re-checks them)
+// and the tokens made in its sessions are deleted. It returns the key's name,
+// whose it was and how many tokens went with it. The tokens go after the key:
+// were their deletion to fail, they verify no more anyway (a token verifies
+// only while its User has the key that made it).
+func (b *Backend) RemoveKey(ctx context.Context, u *User, user, nameOrFingerprint string) (name, owner string, revoked int, err error) {
 	owner, err = keysOf(u, user)
 	if err != nil {
-		return "", "", err
+		return "", "", 0, err
 	}
 	k, err := RemoveKey(ctx, b.cfg.Client, owner, nameOrFingerprint)
 	if err != nil {
-		return "", "", err
+		return "", "", 0, err
 	}
-	b.audit(u, "keys:remove", "", "for", owner, "keyName", k.Name)
-	return k.Name, owner, nil
+	if pk, err := parseKey(k.PublicKey); err == nil && b.cfg.Tokens != nil {
+		// A key that does not parse never signed a session in: it made no token.
+		n, err := b.cfg.Tokens.RemoveOfKey(ctx, owner, gossh.FingerprintSHA256(pk))
+		if err != nil {
+			b.audit(u, "keys:remove", "", "for", owner, "keyName", k.Name, "tokens", n)
+			return "", "", n, fmt.Errorf("removed key %s of %s, but not all the tokens made with it (they no longer verify: a token works only while its key is there): %w", k.Name, owner, err)
+		}
+		revoked = n
+	}
+	b.audit(u, "keys:remove", "", "for", owner, "keyName", k.Name, "tokens", revoked)
+	return k.Name, owner, revoked, nil
 }
 
 // AddUser creates a user (admins).

@@ -152,6 +152,10 @@ type Config struct {
 	// (--allow-private-upstreams, --allow-file-upstreams), checked again at each
 	// fetch.
 	UpstreamPolicy upstream.Policy
+	// BaseDomain is the domain apps answer under (<app>.<base>), as the
+	// deployer and the edge have it: domains:add refuses members names of it
+	// (platformName). Empty: no name is the platform's.
+	BaseDomain string
 	// Host is how users reach the gitserver, for hints ("ssh://git@HOST:PORT").
 	Host string
 	// HooksURL is the base URL of the webhooks and the MCP endpoint
@@ -168,7 +172,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults of the settings that have one.
 func DefaultConfig() Config {
-	return Config{Host: "ssh://git@HOST:PORT", RolloutTimeout: 5 * time.Minute, CacheWait: 30 * time.Second}
+	return Config{Host: "ssh://git@HOST:PORT", BaseDomain: "localhost", RolloutTimeout: 5 * time.Minute, CacheWait: 30 * time.Second}
 }
 
 // Validate reports every problem of c at once.

@@ -402,3 +402,49 @@ func TestDestroyRemovesRepositoryAndBuildLogs(t *testing.T) {
 		t.Errorf("destroy removed %v, want %v", removed, want)
 	}
 }
+
+// TestDomainsOfThePlatformAndOfOthers: a member may add nothing of the base
+// domain (with the default, localhost, and with a base under a registered
+// domain: its other names are refused too), nor a name under a domain of an
+// app they are not a member of (an exact domain or a wildcard); an admin may.
+// A base on the public suffix list (as herokuapp.com is) refuses only names
+// under itself: its neighbours cannot set cookies for it.
+func TestDomainsOfThePlatformAndOfOthers(t *testing.T) {
+	zeta := app("zeta", "carol")
+	zeta.Spec.Domains = []string{"zeta.example.org", "*.wild.example.org"}
+	ctx := context.Background()
+	for _, c := range []struct {
+		base    string
+		refused []string
+		kind    backend.Kind
+		ok      []string
+	}{
+		{"localhost", []string{"shop.localhost", "login.zeta.localhost", "a.b.localhost"}, backend.Forbidden, []string{"www.shop.example"}},
+		{"apps.example.com", []string{"apps.example.com", "zeta.apps.example.com", "login.zeta.apps.example.com", "example.com", "www.example.com", "a.b.example.com"},
+			backend.Forbidden, []string{"www.example.net", "example.com.evil.example"}},
+		{"herokuapp.com", []string{"zeta.herokuapp.com", "login.zeta.herokuapp.com"}, backend.Forbidden, []string{"www.example.com"}},
+		{"", nil, backend.Forbidden, []string{"zeta.localhost"}},
+	} {
+		f := newFixtureWith(t, func(cfg *backend.Config) { cfg.BaseDomain = c.base }, app("shop", "bob"), zeta.DeepCopy())
+		for _, d := range c.refused {
+			_, err := f.b.AddDomain(ctx, member, "shop", d)
+			wantKind(t, c.base+": "+d, err, c.kind, "ask an admin")
+			if d, err := f.b.AddDomain(ctx, admin, "shop", d); err != nil {
+				t.Errorf("base %q: an admin adds %s: %v", c.base, d, err)
+			}
+		}
+		for _, d := range c.ok {
+			if _, err := f.b.AddDomain(ctx, member, "shop", d); err != nil {
+				t.Errorf("base %q: a member adds %s: %v", c.base, d, err)
+			}
+		}
+		for _, d := range []string{"login.zeta.example.org", "a.b.zeta.example.org", "x.wild.example.org"} {
+			_, err := f.b.AddDomain(ctx, member, "shop", d)
+			wantKind(t, d, err, backend.Forbidden, "a domain of another app: only its members (or an admin) may add names under it")
+		}
+		// zeta.example.org itself is taken; a name beside it is not under it.
+		if _, err := f.b.AddDomain(ctx, member, "shop", "notzeta.example.org"); err != nil {
+			t.Errorf("base %q: a name beside another app's domain: %v", c.base, err)
+		}
+	}
+}

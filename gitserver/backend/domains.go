@@ -40,7 +40,9 @@ func publicSuffix(d string) bool {
 // AddDomain serves an app on a domain too; it returns the domain as stored.
 // A public suffix, or a wildcard over one, is Invalid; a wildcard domain is for
 // admins only (Forbidden for members): it routes, and on-demand TLS orders
-// certificates for, every name under it.
+// certificates for, every name under it. Members are also refused (Forbidden)
+// the platform's names (platformName) and names under a domain of an app they
+// are not a member of (underOthers); admins may add those.
 func (b *Backend) AddDomain(ctx context.Context, u *User, name, domain string) (string, error) {
 	d := normalDomain(domain)
 	if len(d) > 253 || !domainRE.MatchString(d) || !strings.Contains(d, ".") {
@@ -59,6 +61,11 @@ func (b *Backend) AddDomain(ctx context.Context, u *User, name, domain string) (
 	if wildcard && !u.Admin {
 		return "", Errorf(Forbidden, "wildcard domains are for admins: ask one to add %s, or add the names you need one by one", d)
 	}
+	if !u.Admin {
+		if err := b.platformName(d); err != nil {
+			return "", err
+		}
+	}
 	// A domain routes to one app: refuse one another app has, without naming
 	// an app the user may not know of.
 	var apps appv1.AppList
@@ -68,6 +75,11 @@ func (b *Backend) AddDomain(ctx context.Context, u *User, name, domain string) (
 	for _, other := range apps.Items {
 		if other.Name != name && slices.Contains(other.Spec.Domains, d) {
 			return "", Errorf(Conflict, "%s is served by another app already: remove it there first", d)
+		}
+	}
+	if !u.Admin {
+		if err := underOthers(u, name, d, apps.Items); err != nil {
+			return "", err
 		}
 	}
 	if _, err := b.update(ctx, u, name, func(app *appv1.App) error {
@@ -98,4 +110,57 @@ func (b *Backend) RemoveDomain(ctx context.Context, u *User, name, domain string
 	}
 	b.audit(u, "domains:remove", name, "domain", d)
 	return d, nil
+}
+
+// platformName refuses a member a name of the platform's: the base domain,
+// any name under it (<app>.<base> is an app's own host, login.<app>.<base>
+// would phish its users, and the wildcard DNS record of the base domain makes
+// every such name resolve to the edge, which gets it a valid certificate), and
+// any other name of the base domain's registered domain (from www.example.com
+// a page sets cookies for example.com, which every app under apps.example.com
+// then receives). As on Heroku and Render, an app's name under the base
+// domain is the one it is given; admins may add others.
+func (b *Backend) platformName(d string) error {
+	base := normalDomain(b.cfg.BaseDomain)
+	if base == "" {
+		return nil
+	}
+	name := strings.TrimPrefix(d, "*.")
+	if name == base || strings.HasSuffix(name, "."+base) {
+		return Errorf(Forbidden, "%s is the platform's name (apps answer at APP.%s on their own): add a domain of yours, such as www.example.com, or ask an admin", d, base)
+	}
+	if reg := registeredDomain(base); reg != base && (name == reg || strings.HasSuffix(name, "."+reg)) {
+		return Errorf(Forbidden, "%s shares %s with the platform's names (its pages could set cookies every app receives): add a domain of yours, such as www.example.com, or ask an admin", d, reg)
+	}
+	return nil
+}
+
+// underOthers refuses u a name under a domain of an app u is not a member of
+// (login.shop.example.com when another tenant serves shop.example.com or
+// *.shop.example.com): a wildcard DNS record for that domain would make the
+// edge serve it, with a certificate, as a page of theirs.
+func underOthers(u *User, app, d string, apps []appv1.App) error {
+	name := strings.TrimPrefix(d, "*.")
+	for _, other := range apps {
+		if other.Name == app || u.MayUse(other.Spec.Members) {
+			continue
+		}
+		for _, od := range other.Spec.Domains {
+			parent := strings.TrimPrefix(od, "*.")
+			if strings.HasSuffix(name, "."+parent) {
+				return Errorf(Forbidden, "%s is under %s, a domain of another app: only its members (or an admin) may add names under it", d, parent)
+			}
+		}
+	}
+	return nil
+}
+
+// registeredDomain is the domain d was registered as (example.com for
+// apps.example.com), or d itself when the public suffix list cannot say
+// (localhost).
+func registeredDomain(d string) string {
+	if r, err := publicsuffix.EffectiveTLDPlusOne(d); err == nil {
+		return r
+	}
+	return d
 }

@@ -25,6 +25,13 @@ import (
 
 func authorizedKey(t *testing.T) string {
 	t.Helper()
+	k, _ := keyAndFingerprint(t)
+	return k
+}
+
+// keyAndFingerprint is a new key's authorized-key line and SHA256 fingerprint.
+func keyAndFingerprint(t *testing.T) (string, string) {
+	t.Helper()
 	pub, _, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -33,7 +40,7 @@ func authorizedKey(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.TrimSpace(string(gossh.MarshalAuthorizedKey(pk)))
+	return strings.TrimSpace(string(gossh.MarshalAuthorizedKey(pk))), gossh.FingerprintSHA256(pk)
 }
 
 // TestTokensOfARemovedUser: users:remove deletes the user's tokens; a user made
@@ -45,9 +52,13 @@ func TestTokensOfARemovedUser(t *testing.T) {
 	_ = appv1.AddToScheme(s)
 	// The fake client gives objects no UID: the test gives them theirs, as the
 	// API server would.
+	anaKey, anaFP := keyAndFingerprint(t)
+	bobKey, bobFP := keyAndFingerprint(t)
+	bob2Key, bob2FP := keyAndFingerprint(t)
 	anaObj := &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "ana", UID: "uid-ana"}, Spec: appv1.UserSpec{Role: appv1.RoleAdmin,
-		Keys: []appv1.SSHKey{{Name: "laptop", PublicKey: authorizedKey(t)}}}}
-	bobObj := &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "bob", UID: "uid-bob-1"}, Spec: appv1.UserSpec{Role: appv1.RoleMember}}
+		Keys: []appv1.SSHKey{{Name: "laptop", PublicKey: anaKey}}}}
+	bobObj := &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "bob", UID: "uid-bob-1"}, Spec: appv1.UserSpec{Role: appv1.RoleMember,
+		Keys: []appv1.SSHKey{{Name: "desk", PublicKey: bobKey}}}}
 	c := fake.NewClientBuilder().WithScheme(s).WithObjects(anaObj, bobObj).Build()
 	var log bytes.Buffer
 	cfg := backend.DefaultConfig()
@@ -59,8 +70,8 @@ func TestTokensOfARemovedUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	ana := backend.UserOf(anaObj, "laptop", "SHA256:ana")
-	bob := backend.UserOf(bobObj, "desk", "SHA256:bobdesk")
+	ana := backend.UserOf(anaObj, "laptop", anaFP)
+	bob := backend.UserOf(bobObj, "desk", bobFP)
 
 	made, err := b.CreateToken(ctx, bob, "ci", "never")
 	if err != nil {
@@ -71,7 +82,7 @@ func TestTokensOfARemovedUser(t *testing.T) {
 		t.Fatalf("bob's token: %+v %v", asToken, err)
 	}
 	list, _ := b.Tokens(ctx, bob)
-	if len(list) != 1 || list[0].Fingerprint != "SHA256:bobdesk" {
+	if len(list) != 1 || list[0].Fingerprint != bobFP {
 		t.Fatalf("tokens:list: %+v", list)
 	}
 	// A session signed in with a token has no key: it makes no tokens.
@@ -88,14 +99,15 @@ func TestTokensOfARemovedUser(t *testing.T) {
 	if !strings.Contains(log.String(), "command=users:remove") || !strings.Contains(log.String(), "tokens=1") {
 		t.Fatalf("audit of users:remove:\n%s", log.String())
 	}
-	bob2Obj := &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "bob", UID: "uid-bob-2"}, Spec: appv1.UserSpec{Role: appv1.RoleMember}}
+	bob2Obj := &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "bob", UID: "uid-bob-2"}, Spec: appv1.UserSpec{Role: appv1.RoleMember,
+		Keys: []appv1.SSHKey{{Name: "desk", PublicKey: bob2Key}}}}
 	if err := c.Create(ctx, bob2Obj); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := b.VerifyToken(ctx, made.Token); !errors.Is(err, backend.ErrInvalidToken) {
 		t.Fatalf("the removed bob's token for the new bob: %v", err)
 	}
-	bob2 := backend.UserOf(bob2Obj, "desk", "SHA256:bob2")
+	bob2 := backend.UserOf(bob2Obj, "desk", bob2FP)
 	if list, _ := b.Tokens(ctx, bob2); len(list) != 0 {
 		t.Fatalf("the new bob lists %+v", list)
 	}
@@ -114,5 +126,50 @@ func TestTokensOfARemovedUser(t *testing.T) {
 	wantKind(t, "the last admin", b.RemoveUser(ctx, ana, "ana"), backend.Conflict, "last admin")
 	if _, _, err := b.VerifyToken(ctx, anaTok.Token); err != nil {
 		t.Fatalf("a refused users:remove took the tokens: %v", err)
+	}
+}
+
+// TestKeysRemoveEndsItsTokens: keys:remove deletes the tokens made with the
+// key, and says how many; the token of the key that stays works on (the
+// control).
+func TestKeysRemoveEndsItsTokens(t *testing.T) {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = appv1.AddToScheme(s)
+	deskKey, deskFP := keyAndFingerprint(t)
+	ciKey, ciFP := keyAndFingerprint(t)
+	bobObj := &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "bob", UID: "uid-bob"}, Spec: appv1.UserSpec{Role: appv1.RoleMember,
+		Keys: []appv1.SSHKey{{Name: "desk", PublicKey: deskKey}, {Name: "ci", PublicKey: ciKey}}}}
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(bobObj).Build()
+	var log bytes.Buffer
+	cfg := backend.DefaultConfig()
+	cfg.Client, cfg.Namespace, cfg.Releases = c, ns, &fakeReleases{c: c}
+	cfg.Tokens = &tokens.Store{Client: c, Users: c, Namespace: "bex-system"}
+	cfg.Log = slog.New(slog.NewTextHandler(&log, nil))
+	b, err := backend.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	fromDesk, err := b.CreateToken(ctx, backend.UserOf(bobObj, "desk", deskFP), "desk-agent", "never")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromCI, err := b.CreateToken(ctx, backend.UserOf(bobObj, "ci", ciFP), "ci-agent", "never")
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, owner, revoked, err := b.RemoveKey(ctx, backend.UserOf(bobObj, "ci", ciFP), "", "desk")
+	if err != nil || name != "desk" || owner != "bob" || revoked != 1 {
+		t.Fatalf("keys:remove desk: %q %q %d %v", name, owner, revoked, err)
+	}
+	if _, _, err := b.VerifyToken(ctx, fromDesk.Token); !errors.Is(err, backend.ErrInvalidToken) {
+		t.Fatalf("the token of the removed key: %v", err)
+	}
+	if u, _, err := b.VerifyToken(ctx, fromCI.Token); err != nil || u.Name != "bob" {
+		t.Fatalf("the token of the key that stays: %+v %v", u, err)
+	}
+	if !strings.Contains(log.String(), "command=keys:remove") || !strings.Contains(log.String(), "tokens=1") {
+		t.Fatalf("audit of keys:remove:\n%s", log.String())
 	}
 }

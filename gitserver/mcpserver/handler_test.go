@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	gossh "golang.org/x/crypto/ssh"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -51,8 +52,9 @@ func TestBearerTokensAtTheDoor(t *testing.T) {
 	s := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(s)
 	_ = appv1.AddToScheme(s)
+	key := testenv.NewSSHKey(t)
 	fc := fake.NewClientBuilder().WithScheme(s).WithObjects(
-		&appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "bob", UID: "uid-bob"}}).Build()
+		&appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "bob", UID: "uid-bob"}, Spec: appv1.UserSpec{Keys: []appv1.SSHKey{{Name: "k", PublicKey: key.AuthorizedKey}}}}).Build()
 	cc := &testenv.CountingClient{WithWatch: fc}
 	store := &tokens.Store{Client: cc, Users: cc, Namespace: "bex-system"}
 	bcfg := backend.DefaultConfig()
@@ -70,7 +72,7 @@ func TestBearerTokensAtTheDoor(t *testing.T) {
 	hs := httptest.NewServer(srv.Handler())
 	defer hs.Close()
 	url := hs.URL + "/mcp"
-	good, err := store.Create(context.Background(), tokens.Owner{User: "bob", UID: "uid-bob", KeyFingerprint: "SHA256:k"}, "ci", 0)
+	good, err := store.Create(context.Background(), tokens.Owner{User: "bob", UID: "uid-bob", KeyFingerprint: gossh.FingerprintSHA256(key.Signer.PublicKey())}, "ci", 0)
 	if err != nil {
 		t.Fatal(err)
 	}

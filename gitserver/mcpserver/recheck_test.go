@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	gossh "golang.org/x/crypto/ssh"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -138,8 +139,12 @@ func TestWithdrawnAccessEndsToolCalls(t *testing.T) {
 	})
 
 	name := func(base string) string { return base + "-" + ns }
+	// Each user has a key: a token works while the key that made it is there.
+	keys := map[string]*testenv.SSHKey{}
 	for base, role := range map[string]appv1.UserRole{"bob": appv1.RoleMember, "carol": appv1.RoleMember, "dave": appv1.RoleAdmin} {
-		if err := cp.Client.Create(ctx, &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: name(base)}, Spec: appv1.UserSpec{Role: role}}); err != nil {
+		keys[base] = testenv.NewSSHKey(t)
+		if err := cp.Client.Create(ctx, &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: name(base)}, Spec: appv1.UserSpec{Role: role,
+			Keys: []appv1.SSHKey{{Name: "k", PublicKey: keys[base].AuthorizedKey}}}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -165,7 +170,7 @@ func TestWithdrawnAccessEndsToolCalls(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Tokens are made by a session signed in with a key (tokens:create over ssh).
-		tok, err := b.CreateToken(ctx, backend.UserOf(au, "k", "SHA256:test"), "agent", "1h")
+		tok, err := b.CreateToken(ctx, backend.UserOf(au, "k", gossh.FingerprintSHA256(keys[base].Signer.PublicKey())), "agent", "1h")
 		if err != nil {
 			t.Fatal(err)
 		}

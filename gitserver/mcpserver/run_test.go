@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	gossh "golang.org/x/crypto/ssh"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -75,7 +76,9 @@ func TestRunTool(t *testing.T) {
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
 	user := "ann-" + ns
-	if err := cp.Client.Create(ctx, &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: user}, Spec: appv1.UserSpec{Role: appv1.RoleAdmin}}); err != nil {
+	key := testenv.NewSSHKey(t) // a token works while the key that made it is there
+	if err := cp.Client.Create(ctx, &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: user}, Spec: appv1.UserSpec{Role: appv1.RoleAdmin,
+		Keys: []appv1.SSHKey{{Name: "k", PublicKey: key.AuthorizedKey}}}}); err != nil {
 		t.Fatal(err)
 	}
 	app := &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: "shop", Namespace: ns}, Spec: appv1.AppSpec{Image: "bex.local/shop@sha256:" + strings.Repeat("a", 64), Release: 2}}
@@ -89,7 +92,7 @@ func TestRunTool(t *testing.T) {
 		}
 		return cache.Get(ctx, client.ObjectKey{Name: user}, au)
 	})
-	tok, err := b.CreateToken(ctx, backend.UserOf(au, "k", "SHA256:test"), "agent", "1h")
+	tok, err := b.CreateToken(ctx, backend.UserOf(au, "k", gossh.FingerprintSHA256(key.Signer.PublicKey())), "agent", "1h")
 	if err != nil {
 		t.Fatal(err)
 	}

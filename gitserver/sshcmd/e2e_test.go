@@ -22,6 +22,7 @@ import (
 	"bex.co/bex/gitserver/access"
 	"bex.co/bex/gitserver/backend"
 	"bex.co/bex/gitserver/sshcmd"
+	"bex.co/bex/gitserver/tokens"
 	"bex.co/bex/internal/testenv"
 )
 
@@ -34,7 +35,12 @@ type server struct {
 	addr string
 	dir  *access.Kube
 	log  *testenv.SyncBuffer
+	// b is the backend the commands run on (VerifyToken is the agents' door).
+	b *backend.Backend
 }
+
+// baseDomain is the test server's: apps answer at <app>.apps.bex.test.
+const baseDomain = "apps.bex.test"
 
 func newServer(t testing.TB) *server {
 	t.Helper()
@@ -54,10 +60,13 @@ func newServer(t testing.TB) *server {
 	bcfg.Releases = &releases.Recorder{Client: cp.Client, Namespace: ns, PollInterval: 20 * time.Millisecond}
 	bcfg.Logs, bcfg.Builds, bcfg.Log, bcfg.RolloutTimeout = followLogs{}, fakeBuilds{}, log, 20*time.Second
 	bcfg.RemoveRepository = func(ctx context.Context, app string) error { return srv.RemoveRepository(ctx, app, time.Second) }
+	bcfg.BaseDomain = baseDomain
+	bcfg.Tokens = &tokens.Store{Client: cp.Client, Users: c, Namespace: ns}
 	b, err := backend.New(bcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.b = b
 	cmds, err := sshcmd.New(sshcmd.Config{Backend: b})
 	if err != nil {
 		t.Fatal(err)

@@ -45,12 +45,12 @@ func (s *session) keyCommands() []*cobra.Command {
 	list.Aliases = []string{"keys"}
 
 	var rmUser string
-	remove := newCmd(groupAccess, "keys:remove NAME|FINGERPRINT [--user USER]", "Remove an SSH key; its open sessions close", args(1, 1), func(_ *cobra.Command, a []string) error {
-		name, owner, err := s.b.RemoveKey(s.ctx, s.user, rmUser, a[0])
+	remove := newCmd(groupAccess, "keys:remove NAME|FINGERPRINT [--user USER]", "Remove an SSH key; its open sessions close and the tokens made with it are revoked", args(1, 1), func(_ *cobra.Command, a []string) error {
+		name, owner, revoked, err := s.b.RemoveKey(s.ctx, s.user, rmUser, a[0])
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(s.out, "Removed key %s of %s: it is refused from now on, and its open sessions close.\n", name, owner)
+		fmt.Fprintf(s.out, "Removed key %s of %s: it is refused from now on, its open sessions close, and the tokens made with it (%d) are revoked.\n", name, owner, revoked)
 		return nil
 	})
 	flags(remove).StringVar(&rmUser, "user", "", "remove a key of this user (admins)")

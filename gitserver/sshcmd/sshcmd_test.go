@@ -43,6 +43,8 @@ type fixture struct {
 	b    *backend.Backend
 	log  bytes.Buffer
 	logs *fakeLogs
+	// fp is the fingerprint of the key the sessions of run are signed in with.
+	fp string
 }
 
 var (
@@ -64,7 +66,7 @@ func newFixtureWith(t *testing.T, tweak func(*backend.Config), objs ...client.Ob
 	_ = clientgoscheme.AddToScheme(s)
 	_ = appv1.AddToScheme(s)
 	c := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).WithStatusSubresource(&appv1.App{}).Build()
-	f := &fixture{t: t, c: c, logs: &fakeLogs{}}
+	f := &fixture{t: t, c: c, logs: &fakeLogs{}, fp: "SHA256:test"}
 	cfg := backend.DefaultConfig()
 	cfg.Client, cfg.Namespace = c, ns
 	cfg.Releases = &releases.Recorder{Client: c, Namespace: ns, PollInterval: 10 * time.Millisecond}
@@ -87,7 +89,7 @@ func newFixtureWith(t *testing.T, tweak func(*backend.Config), objs ...client.Ob
 
 func (f *fixture) run(u *backend.User, stdin string, args ...string) (string, string, int) {
 	var out, errOut bytes.Buffer
-	code := f.cmds.Run(context.Background(), gitserver.CommandSession{User: u, KeyFingerprint: "SHA256:test", Args: args,
+	code := f.cmds.Run(context.Background(), gitserver.CommandSession{User: u, KeyFingerprint: f.fp, Args: args,
 		Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errOut})
 	return out.String(), errOut.String(), code
 }

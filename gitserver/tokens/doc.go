@@ -19,7 +19,9 @@
 // the User of that name has that UID, so a user removed and made again under the
 // same name never inherits the old one's tokens (users:remove deletes them too,
 // RemoveOfUser). It records the SHA256 fingerprint of the SSH key whose session
-// made it (annotation app.bex.co/key-fingerprint), shown by tokens:list. Tokens
+// made it (annotation app.bex.co/key-fingerprint), shown by tokens:list, and
+// verifies only while the User still holds that key: keys:remove deletes the
+// key's tokens (RemoveOfKey), and Verify refuses any it left behind. Tokens
 // made before this binding carry no UID and are refused, with a message saying
 // to make a new one: nothing says whose they were. A token of the wrong shape
 // (WellFormed) is refused before any read of the API server.

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	gossh "golang.org/x/crypto/ssh"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -109,18 +110,40 @@ type Token struct {
 const (
 	refusedUnbound = "made before tokens were bound to their user: tokens:create makes a new one"
 	refusedOther   = "made for an earlier user of this name, removed since: tokens:create makes a new one"
+	refusedNoKey   = "made before tokens were bound to their key: tokens:create makes a new one"
+	refusedKeyGone = "made with a key removed since (keys:remove): tokens:create makes a new one"
 )
 
-// refusal is why the token of sec does not verify for the User whose UID is
-// uid, or "".
-func refusal(sec *corev1.Secret, uid types.UID) string {
+// refusal is why the token of sec does not verify for u (its User, read now),
+// or "": it must have been made for u's UID, with a key u still has. Checked
+// at every verification, so that a token of a removed key is refused even if
+// keys:remove stopped before it deleted the key's tokens.
+func refusal(sec *corev1.Secret, u *appv1.User) string {
 	switch stored := sec.Labels[LabelUserUID]; {
 	case stored == "":
 		return refusedUnbound
-	case types.UID(stored) != uid:
+	case types.UID(stored) != u.UID:
 		return refusedOther
 	}
+	fp := sec.Annotations[AnnotationKeyFingerprint]
+	if fp == "" {
+		return refusedNoKey
+	}
+	if !HasKey(u, fp) {
+		return refusedKeyGone
+	}
 	return ""
+}
+
+// HasKey reports whether u holds a key whose SHA256 fingerprint is fp.
+func HasKey(u *appv1.User, fp string) bool {
+	for _, k := range u.Spec.Keys {
+		pk, _, _, _, err := gossh.ParseAuthorizedKey([]byte(k.PublicKey))
+		if err == nil && gossh.FingerprintSHA256(pk) == fp {
+			return true
+		}
+	}
+	return false
 }
 
 // WellFormed reports whether token has the shape of a token: "bex_" and the
@@ -189,18 +212,24 @@ func (s *Store) Create(ctx context.Context, o Owner, name string, ttl time.Durat
 }
 
 // List returns the tokens made under user's name, by name; those that do not
-// verify for the User whose UID is uid say why in Refused (they are listed so
-// that they can be revoked, and so that a name they hold is explained).
+// verify for the User whose UID is uid (as Users has it) say why in Refused
+// (they are listed so that they can be revoked, and so that a name they hold
+// is explained).
 func (s *Store) List(ctx context.Context, user string, uid types.UID) ([]Token, error) {
 	var list corev1.SecretList
 	if err := s.Client.List(ctx, &list, client.InNamespace(s.Namespace), client.MatchingLabels{LabelKind: KindToken, LabelUser: user}); err != nil {
 		return nil, fmt.Errorf("listing tokens: %w", err)
 	}
+	u := &appv1.User{}
+	if err := s.Users.Get(ctx, client.ObjectKey{Name: user}, u); err != nil && !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("reading user %s: %w", user, err)
+	}
+	u.UID = uid
 	out := []Token{}
 	for _, sec := range list.Items {
 		t, _ := time.Parse(time.RFC3339, sec.Annotations[AnnotationMade])
 		out = append(out, Token{Name: sec.Labels[LabelName], User: user, Created: t, Expires: expiry(&sec),
-			Fingerprint: sec.Annotations[AnnotationKeyFingerprint], Refused: refusal(&sec, uid)})
+			Fingerprint: sec.Annotations[AnnotationKeyFingerprint], Refused: refusal(&sec, u)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
@@ -238,12 +267,36 @@ func (s *Store) RemoveOfUser(ctx context.Context, user string) (int, error) {
 	return len(list.Items), nil
 }
 
+// RemoveOfKey deletes the tokens made under user's name with the key whose
+// SHA256 fingerprint is fp (keys:remove), and returns how many there were.
+// Verify refuses them anyway once the key is gone from the User; deleting them
+// keeps tokens:list true and the names free.
+func (s *Store) RemoveOfKey(ctx context.Context, user, fp string) (int, error) {
+	var list corev1.SecretList
+	if err := s.Client.List(ctx, &list, client.InNamespace(s.Namespace), client.MatchingLabels{LabelKind: KindToken, LabelUser: user}); err != nil {
+		return 0, fmt.Errorf("listing the tokens of %s: %w", user, err)
+	}
+	n := 0
+	for i := range list.Items {
+		if list.Items[i].Annotations[AnnotationKeyFingerprint] != fp {
+			continue
+		}
+		if err := s.Client.Delete(ctx, &list.Items[i]); err != nil && !apierrors.IsNotFound(err) {
+			return n, fmt.Errorf("deleting a token of %s: %w", user, err)
+		}
+		n++
+	}
+	return n, nil
+}
+
 // Verify returns the User a token acts as, read now, and the token's name; or an
 // error wrapping ErrInvalid. A token of the wrong shape is refused before any
 // read. A token verifies only while its User has the UID it was made for: a
-// user removed and made again under the same name does not inherit it. A token
-// made before tokens were bound to a UID is refused, its message saying to make
-// a new one (there is no telling whose it was).
+// user removed and made again under the same name does not inherit it; and only
+// while that User still has the key the token was made with: keys:remove ends
+// the key's tokens even if deleting them failed. A token made before tokens
+// were bound to a UID (or to a key) is refused, its message saying to make a
+// new one (there is no telling whose it was).
 func (s *Store) Verify(ctx context.Context, token string) (*appv1.User, string, error) {
 	if !WellFormed(token) {
 		return nil, "", fmt.Errorf("%w: not the shape of a bex token (bex_ and 43 characters of base64url)", ErrInvalid)
@@ -276,7 +329,7 @@ func (s *Store) Verify(ctx context.Context, token string) (*appv1.User, string, 
 		}
 		return nil, "", err
 	}
-	if why := refusal(sec, u.UID); why != "" {
+	if why := refusal(sec, u); why != "" {
 		return nil, "", fmt.Errorf("%w: token %s of %s was %s", ErrInvalid, tokenName, name, why)
 	}
 	return u, tokenName, nil

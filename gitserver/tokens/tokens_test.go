@@ -1,15 +1,20 @@
 package tokens_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	gossh "golang.org/x/crypto/ssh"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -19,16 +24,42 @@ import (
 	"bex.co/bex/internal/testenv"
 )
 
+// Keys of the users, each an authorized key and its fingerprint.
+var (
+	bobKey, bobFP   = testKey(1)
+	anaKey, anaFP   = testKey(2)
+	bob2Key, bob2FP = testKey(3)
+)
+
 // bobOwner is bob, signed in with his key.
-var bobOwner = tokens.Owner{User: "bob", UID: "uid-bob", KeyFingerprint: "SHA256:bobkey"}
+var bobOwner = tokens.Owner{User: "bob", UID: "uid-bob", KeyFingerprint: bobFP}
+
+// testKey is an ed25519 key made from seed: its authorized-key line and its
+// SHA256 fingerprint.
+func testKey(seed byte) (string, string) {
+	pk, err := gossh.NewPublicKey(ed25519.NewKeyFromSeed(bytes.Repeat([]byte{seed}, ed25519.SeedSize)).Public())
+	if err != nil {
+		panic(err)
+	}
+	return string(gossh.MarshalAuthorizedKey(pk)), gossh.FingerprintSHA256(pk)
+}
+
+// userWith is the User name of UID uid holding the keys.
+func userWith(name, uid string, role appv1.UserRole, keys ...string) *appv1.User {
+	u := &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(uid)}, Spec: appv1.UserSpec{Role: role}}
+	for i, k := range keys {
+		u.Spec.Keys = append(u.Spec.Keys, appv1.SSHKey{Name: fmt.Sprintf("k%d", i), PublicKey: k})
+	}
+	return u
+}
 
 func TestTokens(t *testing.T) {
 	s := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(s)
 	_ = appv1.AddToScheme(s)
 	c := fake.NewClientBuilder().WithScheme(s).WithObjects(
-		&appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "ana", UID: "uid-ana"}, Spec: appv1.UserSpec{Role: appv1.RoleAdmin}},
-		&appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "bob", UID: "uid-bob"}, Spec: appv1.UserSpec{Role: appv1.RoleMember}},
+		userWith("ana", "uid-ana", appv1.RoleAdmin, anaKey),
+		userWith("bob", "uid-bob", appv1.RoleMember, bobKey),
 	).Build()
 	st := &tokens.Store{Client: c, Users: c, Namespace: "bex-system"}
 	ctx := context.Background()
@@ -43,7 +74,7 @@ func TestTokens(t *testing.T) {
 	if _, err := st.Create(ctx, bobOwner, "Bad Name", 0); !errors.Is(err, tokens.ErrInvalidName) {
 		t.Fatalf("bad name: %v", err)
 	}
-	adminTok, _ := st.Create(ctx, tokens.Owner{User: "ana", UID: "uid-ana", KeyFingerprint: "SHA256:ana"}, "ci", 0) // names are per user
+	adminTok, _ := st.Create(ctx, tokens.Owner{User: "ana", UID: "uid-ana", KeyFingerprint: anaFP}, "ci", 0) // names are per user
 	u, name, err := st.Verify(ctx, tok)
 	if err != nil || u.Name != "bob" || u.Spec.Role == appv1.RoleAdmin || name != "ci" {
 		t.Fatalf("Verify: %+v %q %v", u, name, err)
@@ -102,7 +133,7 @@ func TestTokenExpiry(t *testing.T) {
 	_ = clientgoscheme.AddToScheme(s)
 	_ = appv1.AddToScheme(s)
 	c := fake.NewClientBuilder().WithScheme(s).WithObjects(
-		&appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "bob", UID: "uid-bob"}, Spec: appv1.UserSpec{Role: appv1.RoleMember}}).Build()
+		userWith("bob", "uid-bob", appv1.RoleMember, bobKey)).Build()
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	st := &tokens.Store{Client: c, Users: c, Namespace: "bex-system", Now: func() time.Time { return now }}
 	ctx := context.Background()
@@ -157,7 +188,7 @@ func newStore(t *testing.T, objs ...client.Object) (*tokens.Store, client.WithWa
 // name. bob removed and a new bob made (another UID): the old token never
 // verifies, says why, and is listed as refused; the new bob's token works.
 func TestTokenBoundToUID(t *testing.T) {
-	st, c := newStore(t, &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "bob", UID: "uid-bob"}})
+	st, c := newStore(t, userWith("bob", "uid-bob", appv1.RoleMember, bobKey))
 	ctx := context.Background()
 	old, err := st.Create(ctx, bobOwner, "ci", 0)
 	if err != nil {
@@ -169,13 +200,13 @@ func TestTokenBoundToUID(t *testing.T) {
 	var secs corev1.SecretList
 	c.List(ctx, &secs)
 	sec := secs.Items[0]
-	if sec.Labels[tokens.LabelUserUID] != "uid-bob" || sec.Annotations[tokens.AnnotationKeyFingerprint] != "SHA256:bobkey" {
+	if sec.Labels[tokens.LabelUserUID] != "uid-bob" || sec.Annotations[tokens.AnnotationKeyFingerprint] != bobFP {
 		t.Fatalf("the Secret does not bind the token: %v %v", sec.Labels, sec.Annotations)
 	}
 	if err := c.Delete(ctx, &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "bob"}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Create(ctx, &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "bob", UID: "uid-bob-2"}}); err != nil {
+	if err := c.Create(ctx, userWith("bob", "uid-bob-2", appv1.RoleMember, bob2Key)); err != nil {
 		t.Fatal(err)
 	}
 	_, _, err = st.Verify(ctx, old)
@@ -187,7 +218,7 @@ func TestTokenBoundToUID(t *testing.T) {
 		t.Fatalf("List for the new bob: %+v", list)
 	}
 	// The control: the new bob's own token works.
-	fresh, err := st.Create(ctx, tokens.Owner{User: "bob", UID: "uid-bob-2", KeyFingerprint: "SHA256:new"}, "ci2", 0)
+	fresh, err := st.Create(ctx, tokens.Owner{User: "bob", UID: "uid-bob-2", KeyFingerprint: bob2FP}, "ci2", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +247,7 @@ func TestTokenBoundToUID(t *testing.T) {
 // were bound to their user) is refused with a line saying to make a new one,
 // and listed as refused.
 func TestTokenMadeBeforeBinding(t *testing.T) {
-	st, c := newStore(t, &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "bob", UID: "uid-bob"}})
+	st, c := newStore(t, userWith("bob", "uid-bob", appv1.RoleMember, bobKey))
 	ctx := context.Background()
 	tok, err := st.Create(ctx, bobOwner, "old", 0)
 	if err != nil {
@@ -244,7 +275,7 @@ func TestTokenMadeBeforeBinding(t *testing.T) {
 // refused before any read of the API server; a well-formed unknown one costs
 // exactly one Get (the control that the counter counts).
 func TestMalformedTokenNoRead(t *testing.T) {
-	_, c := newStore(t, &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: "bob", UID: "uid-bob"}})
+	_, c := newStore(t, userWith("bob", "uid-bob", appv1.RoleMember, bobKey))
 	cc := &testenv.CountingClient{WithWatch: c}
 	st := &tokens.Store{Client: cc, Users: cc, Namespace: "bex-system"}
 	ctx := context.Background()
@@ -273,5 +304,67 @@ func TestMalformedTokenNoRead(t *testing.T) {
 	tok, err := st.Create(ctx, bobOwner, "ci", 0)
 	if err != nil || !tokens.WellFormed(tok) {
 		t.Fatalf("a made token is not well formed: %q %v", tok, err)
+	}
+}
+
+// TestTokenOfARemovedKey: a token verifies only while its User still has the
+// key that made it. bob's laptop key goes from the User without its tokens
+// being deleted (keys:remove stopped between its two writes): the laptop's
+// token is refused, saying why, and listed as refused; the token of bob's
+// other key works on (the control). RemoveOfKey deletes the laptop's token
+// only. A token that records no key is refused too.
+func TestTokenOfARemovedKey(t *testing.T) {
+	st, c := newStore(t, userWith("bob", "uid-bob", appv1.RoleMember, bobKey, bob2Key))
+	ctx := context.Background()
+	laptop, err := st.Create(ctx, bobOwner, "laptop", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ciOwner := tokens.Owner{User: "bob", UID: "uid-bob", KeyFingerprint: bob2FP}
+	ci, err := st.Create(ctx, ciOwner, "ci", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.Verify(ctx, laptop); err != nil {
+		t.Fatalf("before the removal: %v", err)
+	}
+	u := &appv1.User{}
+	if err := c.Get(ctx, client.ObjectKey{Name: "bob"}, u); err != nil {
+		t.Fatal(err)
+	}
+	u.Spec.Keys = u.Spec.Keys[1:] // the laptop key goes
+	if err := c.Update(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = st.Verify(ctx, laptop)
+	if !errors.Is(err, tokens.ErrInvalid) || !strings.Contains(err.Error(), "token laptop of bob was made with a key removed since (keys:remove)") {
+		t.Fatalf("the token of a removed key: %v", err)
+	}
+	if got, _, err := st.Verify(ctx, ci); err != nil || got.Name != "bob" {
+		t.Fatalf("the token of the key that stays (the control): %v", err)
+	}
+	list, _ := st.List(ctx, "bob", "uid-bob")
+	if len(list) != 2 || list[0].Name != "ci" || list[0].Refused != "" || !strings.Contains(list[1].Refused, "key removed since") {
+		t.Fatalf("List: %+v", list)
+	}
+	if n, err := st.RemoveOfKey(ctx, "bob", bobFP); err != nil || n != 1 {
+		t.Fatalf("RemoveOfKey: %d %v", n, err)
+	}
+	if list, _ := st.List(ctx, "bob", "uid-bob"); len(list) != 1 || list[0].Name != "ci" {
+		t.Fatalf("List after RemoveOfKey: %+v", list)
+	}
+	if _, _, err := st.Verify(ctx, ci); err != nil {
+		t.Fatalf("RemoveOfKey took the other key's token: %v", err)
+	}
+	// Bound to its user but to no key: refused, saying to make a new one.
+	var secs corev1.SecretList
+	c.List(ctx, &secs)
+	sec := secs.Items[0]
+	delete(sec.Annotations, tokens.AnnotationKeyFingerprint)
+	if err := c.Update(ctx, &sec); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.Verify(ctx, ci); !errors.Is(err, tokens.ErrInvalid) || !strings.Contains(err.Error(), "made before tokens were bound to their key") {
+		t.Fatalf("a token without its key: %v", err)
 	}
 }

@@ -485,7 +485,7 @@ func (p *Platform) startComponents(ctx context.Context) error {
 		}
 	}
 
-	gitArgs := []string{"--ssh-addr", p.cfg.SSHAddr, "--ssh-url", p.SSHURL(), "--runtime", "local",
+	gitArgs := []string{"--ssh-addr", p.cfg.SSHAddr, "--ssh-url", p.SSHURL(), "--runtime", "local", "--base-domain", p.cfg.BaseDomain,
 		"--buildkit-addr", "unix://" + filepath.Join(p.cfg.StateDir, "buildkitd", "buildkitd.sock"),
 		// system:df and system:prune read the images where the deployer runs them.
 		"--containerd-addr", p.containerdAddr, "--containerd-namespace", ContainerdNamespace}

@@ -71,7 +71,7 @@ func (z *zeros) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func emptyRepo(t *testing.T) *Repo {
+func emptyRepo(t testing.TB) *Repo {
 	t.Helper()
 	repo, err := Init(filepath.Join(t.TempDir(), "app.git"), "main")
 	if err != nil {

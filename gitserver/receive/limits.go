@@ -36,9 +36,9 @@ type Limits struct {
 // below it (git's own repository holds about 400,000 objects).
 const DefaultMaxObjects = 2_000_000
 
-// maxObjects is the largest bound: entries are numbered in 32 bits, and a thin
-// pack's completion may add as many bases as it has deltas.
-const maxObjects = 1<<31 - 1
+// MaxObjectsLimit is the largest Limits.MaxObjects: entries are numbered in 32
+// bits, and a thin pack's completion may add as many bases as it has deltas.
+const MaxObjectsLimit = 1<<31 - 1
 
 // TooManyObjectsError refuses a pack that announces more objects than
 // Limits.MaxObjects.

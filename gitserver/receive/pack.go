@@ -86,7 +86,7 @@ func (r *Repo) StorePack(ctx context.Context, in io.Reader, lim Limits) (*Pack, 
 	}
 	st := r.storage()
 	has := func(h plumbing.Hash) bool { return st.HasEncodedObject(h) == nil }
-	ix := newIndexer(f, lim.MaxObjectBytes, uint32(min(lim.MaxObjects, maxObjects)), has)
+	ix := newIndexer(f, lim.MaxObjectBytes, uint32(min(lim.MaxObjects, MaxObjectsLimit)), has)
 	defer ix.close()
 	count, size, err := ix.receive(ctx, &ctxReader{ctx: ctx, r: lr})
 	if err != nil {

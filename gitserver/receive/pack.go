@@ -134,6 +134,16 @@ func (r *Repo) StorePack(ctx context.Context, in io.Reader, lim Limits) (*Pack, 
 	if err := ix.checkConnected(); err != nil {
 		return nil, err
 	}
+	r.mu.Lock()
+	for _, h := range lim.Tips {
+		if i, ok := ix.lookup(h[:]); ok {
+			if r.stored == nil {
+				r.stored = map[plumbing.Hash]plumbing.ObjectType{}
+			}
+			r.stored[h] = plumbing.ObjectType(ix.entry(i).typ)
+		}
+	}
+	r.mu.Unlock()
 	if err := f.Sync(); err != nil {
 		return nil, err
 	}
@@ -244,12 +254,18 @@ func (r *Repo) CheckCommand(cmd Command) error {
 	if cmd.IsDelete() {
 		return nil
 	}
-	obj, err := r.storage().EncodedObject(plumbing.AnyObject, cmd.New)
-	if err != nil {
-		return fmt.Errorf("object %s is missing", cmd.New)
+	r.mu.Lock()
+	t, ok := r.stored[cmd.New]
+	r.mu.Unlock()
+	if !ok {
+		obj, err := r.storage().EncodedObject(plumbing.AnyObject, cmd.New)
+		if err != nil {
+			return fmt.Errorf("object %s is missing", cmd.New)
+		}
+		t = obj.Type()
 	}
-	if cmd.Name.IsBranch() && obj.Type() != plumbing.CommitObject {
-		return fmt.Errorf("%s would point at a %s, not a commit", cmd.Name.Short(), obj.Type())
+	if cmd.Name.IsBranch() && t != plumbing.CommitObject {
+		return fmt.Errorf("%s would point at a %s, not a commit", cmd.Name.Short(), t)
 	}
 	return nil
 }

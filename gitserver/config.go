@@ -70,7 +70,7 @@ type Config struct {
 	MaxObjectBytes int64
 	// MaxPushObjects bounds the objects of a push or an upstream fetch, checked
 	// on the count its pack's header announces, before any object is read: the
-	// index of a pack costs memory per object (about 80 bytes).
+	// index of a pack costs memory per object (about 90 bytes).
 	MaxPushObjects int64
 	// MinFreeBytes and MinFreePercent are the free space kept on the file system
 	// of StateDir: the smaller of MinFreeBytes and MinFreePercent of its size.

@@ -204,8 +204,9 @@ func TestConfigValidate(t *testing.T) {
 	cfg.MaxConcurrentBuilds = 0
 	cfg.BuildTimeout = -1
 	cfg.MaxUnauthPerSource, cfg.MaxSessionsPerConn, cfg.MaxEnvBytes = 0, 0, 0
+	cfg.MaxPushObjects = 0
 	err := cfg.Validate()
-	for _, want := range []string{"Config.MaxConcurrentBuilds", "Config.BuildTimeout", "Config.MaxUnauthPerSource", "Config.MaxSessionsPerConn", "Config.MaxEnvBytes"} {
+	for _, want := range []string{"Config.MaxConcurrentBuilds", "Config.BuildTimeout", "Config.MaxUnauthPerSource", "Config.MaxSessionsPerConn", "Config.MaxEnvBytes", "Config.MaxPushObjects"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate = %v, want it to name %s", err, want)
 		}

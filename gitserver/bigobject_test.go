@@ -36,7 +36,7 @@ func peakRSS(t testing.TB, pid int) int64 {
 
 // childServer runs the gitserver in a process of its own (this test binary again,
 // see runChildServer), so that its memory can be measured alone.
-func childServer(t *testing.T, e *env, state string) (addr string, pid int) {
+func childServer(t testing.TB, e *env, state string) (addr string, pid int) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -50,7 +50,7 @@ func childServer(t *testing.T, e *env, state string) (addr string, pid int) {
 // startChildServer starts this test binary as a gitserver on addr with its state
 // in state (runChildServer; extraEnv adds to what it is told), killed when the
 // test ends, and returns once it accepts connections.
-func startChildServer(t *testing.T, e *env, state, addr string, extraEnv ...string) *exec.Cmd {
+func startChildServer(t testing.TB, e *env, state, addr string, extraEnv ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"=1", "BEX_TEST_KUBECONFIG="+e.cp.Kubeconfig,

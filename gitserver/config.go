@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"bex.co/bex/gitserver/receive"
 	"bex.co/bex/gitserver/upstream"
 )
 
@@ -75,6 +76,10 @@ type Config struct {
 	// mostly), checked on the size the pack declares before anything is inflated.
 	// It also bounds the gitserver's memory: no object larger is ever held.
 	MaxObjectBytes int64
+	// MaxPushObjects bounds the objects of a push or an upstream fetch, checked
+	// on the count its pack's header announces, before any object is read: the
+	// index of a pack costs memory per object (about 90 bytes).
+	MaxPushObjects int64
 	// MinFreeBytes and MinFreePercent are the free space kept on the file system
 	// of StateDir: the smaller of MinFreeBytes and MinFreePercent of its size.
 	// With less free, a push is refused before its pack is read and a Deploy
@@ -117,6 +122,9 @@ type Config struct {
 // DefaultMaxObjectBytes is GitHub's limit on one file: 100 MiB.
 const DefaultMaxObjectBytes = 100 << 20
 
+// DefaultMaxPushObjects is 2,000,000 objects (receive.DefaultMaxObjects says why).
+const DefaultMaxPushObjects = receive.DefaultMaxObjects
+
 // DefaultConfig returns the defaults. It names no StateDir: cmd/bex sets it.
 func DefaultConfig() Config {
 	return Config{
@@ -142,6 +150,7 @@ func DefaultConfig() Config {
 		IdleTimeout:              10 * time.Minute,
 		MaxPackBytes:             2 << 30,
 		MaxObjectBytes:           DefaultMaxObjectBytes,
+		MaxPushObjects:           DefaultMaxPushObjects,
 		SessionRecheck:           time.Second,
 		MinFreeBytes:             DefaultMinFreeBytes,
 		MinFreePercent:           DefaultMinFreePercent,
@@ -233,6 +242,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxObjectBytes <= 0 {
 		errs = append(errs, fmt.Errorf("Config.MaxObjectBytes %d: must be positive", c.MaxObjectBytes))
+	}
+	if c.MaxPushObjects <= 0 || c.MaxPushObjects > receive.MaxObjectsLimit {
+		errs = append(errs, fmt.Errorf("Config.MaxPushObjects %d: must be between 1 and %d", c.MaxPushObjects, receive.MaxObjectsLimit))
 	}
 	if c.MinFreeBytes < 0 {
 		errs = append(errs, fmt.Errorf("Config.MinFreeBytes %d: must not be negative (0 turns the free-space check off)", c.MinFreeBytes))

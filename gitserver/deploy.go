@@ -386,7 +386,7 @@ func (s *Server) fetchUpstream(ctx context.Context, app, dir, upstream, branch s
 		case req.Capabilities.Supports(capability.Sideband):
 			pack = sideband.NewDemuxer(sideband.Sideband, resp)
 		}
-		_, err = repo.StorePack(ctx, pack, receive.Limits{MaxPackBytes: s.cfg.MaxPackBytes, MaxObjectBytes: s.cfg.MaxObjectBytes, Tips: []plumbing.Hash{want}})
+		_, err = repo.StorePack(ctx, pack, receive.Limits{MaxPackBytes: s.cfg.MaxPackBytes, MaxObjectBytes: s.cfg.MaxObjectBytes, MaxObjects: s.cfg.MaxPushObjects, Tips: []plumbing.Hash{want}})
 		if err != nil {
 			// A pack refused part way (the disk full) leaves the sender writing:
 			// Close waits for it (file:// waits for its git-upload-pack), so read

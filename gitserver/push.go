@@ -152,7 +152,7 @@ func (p *push) run(ctx context.Context) string {
 
 	if p.req.HasPack() {
 		start := time.Now()
-		lim := receive.Limits{MaxPackBytes: p.s.cfg.MaxPackBytes, MaxObjectBytes: p.s.cfg.MaxObjectBytes}
+		lim := receive.Limits{MaxPackBytes: p.s.cfg.MaxPackBytes, MaxObjectBytes: p.s.cfg.MaxObjectBytes, MaxObjects: p.s.cfg.MaxPushObjects}
 		for _, cmd := range p.req.Commands {
 			if !cmd.IsDelete() {
 				lim.Tips = append(lim.Tips, cmd.New)
@@ -267,16 +267,22 @@ func (p *push) run(ctx context.Context) string {
 	return result
 }
 
-// objectRefusal is the line that refuses a push for one of its objects (an fsck
-// finding, an object over the size limit), or "" for any other outcome.
+// objectRefusal is the line that refuses a push for its objects (an fsck
+// finding, an object over the size limit, more objects than the limit), or ""
+// for any other outcome.
 func objectRefusal(err error) string {
 	var fe *fsck.Error
 	var big *receive.TooLargeError
+	var many *receive.TooManyObjectsError
 	switch {
 	case errors.As(err, &fe):
 		return fe.Error()
 	case errors.As(err, &big):
 		return big.Error()
+	case errors.As(err, &many):
+		// The limit is per push: the history arrives in parts, and a push to a
+		// branch other than the deploy branch stores without building.
+		return many.Error() + ": push older commits first (git push bex <older commit>:refs/heads/import, then the rest), or have the operator raise --max-push-objects"
 	}
 	return ""
 }

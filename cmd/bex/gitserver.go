@@ -80,6 +80,7 @@ type gitserverCmd struct {
 	registryInsecure       bool
 	trustedProxies         []string
 	maxObjectSize          byteSize
+	maxPushObjects         int64
 	minFreeDisk            byteSize
 	buildMemory            byteSize
 	buildCgroup            string
@@ -133,6 +134,7 @@ func (c *gitserverCmd) command() *cobra.Command {
 	f.StringVar(&c.hooksURL, "hooks-url", "", "how git hosts reach the webhooks, for `webhooks APP` (default http://HOOKS-ADDR)")
 	c.maxObjectSize = gitserver.DefaultMaxObjectBytes
 	f.Var(&c.maxObjectSize, "max-object-size", "largest object (a file, mostly) that a push or an upstream fetch may hold, checked before it is inflated (GitHub's limit is 100MiB); it also bounds the gitserver's memory")
+	f.Int64Var(&c.maxPushObjects, "max-push-objects", gitserver.DefaultMaxPushObjects, "most objects a push (or an upstream fetch) may hold, refused from its pack's header before any object is read; the gitserver holds about 90 bytes an object of a push, 170 MiB at the default (larger histories are pushed in parts)")
 	c.minFreeDisk = gitserver.DefaultMinFreeBytes
 	f.Var(&c.minFreeDisk, "min-free-disk", fmt.Sprintf("free space kept on the file system of --state-dir: with less free (this or %d%% of the file system, whichever is smaller) pushes and deploys are refused at once, saying how much is free", gitserver.DefaultMinFreePercent))
 	f.Var(&c.buildMemory, "build-memory", "the memory limit of build steps, as set on --build-cgroup (e.g. 4Gi), named when a step is killed by it")
@@ -231,6 +233,7 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	gcfg.StateDir, gcfg.Addr = c.stateDir, c.sshAddr
 	gcfg.AllowFileUpstreams, gcfg.AllowPrivateUpstreams = c.allowFile, c.allowPrivate
 	gcfg.MaxObjectBytes = int64(c.maxObjectSize)
+	gcfg.MaxPushObjects = c.maxPushObjects
 	gcfg.MinFreeBytes = int64(c.minFreeDisk)
 	var hooksListener net.Listener
 	if c.hooksAddr != "" {

@@ -14,8 +14,10 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
 
 	"github.com/go-git/go-git/v5/plumbing"
+	githash "github.com/go-git/go-git/v5/plumbing/hash"
 
 	"bex.co/bex/gitserver/receive/fsck"
 )
@@ -37,37 +39,97 @@ const maxChainDepth = 4095
 // descendants are resolved; past it a base is dropped and rebuilt when needed.
 const heldBudget = 32 << 20
 
-// entry is one object of the pack as indexed.
+// noBase is the base of a delta whose base is not known yet.
+const noBase = ^uint32(0)
+
+// entry is one object of the pack as indexed. The indexer keeps entries in a
+// table of entrySize-byte records (see records): 46 bytes an object, whatever
+// their number, where a struct, a map entry by id, children lists and go-git's
+// index writer cost about ten times as much.
 type entry struct {
-	off     int64 // of the entry's header
-	dataOff int64 // of its zlib stream
-	size    int64 // declared inflated size (of the delta data, for a delta)
-	result  int64 // a delta's declared result size
-	baseOff int64 // an OFS_DELTA's base
-	baseRef plumbing.Hash
-	id      plumbing.Hash
-	crc     uint32
-	kind    int8 // the entry's type in the pack
-	typ     int8 // the object's type, once known
-	known   bool // id and typ are set
-	big     bool // over the object limit: not resolved, refused
+	off    int64 // of the entry's header
+	size   int64 // declared: a whole object's; a delta's result's (its own, for a delta over the limit)
+	id     plumbing.Hash
+	crc    uint32
+	base   uint32 // a delta's base (an index), noBase until known
+	kind   int8   // the entry's type in the pack
+	typ    int8   // the object's type, once known
+	hdrLen uint8  // of the entry's header: its zlib stream starts at off+hdrLen
+	known  bool   // id and typ are set
+	big    bool   // over the object limit: not resolved, refused
 }
 
-func (e *entry) isDelta() bool { return e.kind == typeOfsDelta || e.kind == typeRefDelta }
+const entrySize = 46
+
+func (e *entry) isDelta() bool  { return e.kind == typeOfsDelta || e.kind == typeRefDelta }
+func (e *entry) dataOff() int64 { return e.off + int64(e.hdrLen) }
+
+func (e *entry) put(b []byte) {
+	copy(b[0:20], e.id[:])
+	binary.LittleEndian.PutUint64(b[20:], uint64(e.off))
+	binary.LittleEndian.PutUint64(b[28:], uint64(e.size))
+	binary.LittleEndian.PutUint32(b[36:], e.crc)
+	binary.LittleEndian.PutUint32(b[40:], e.base)
+	f := byte(e.kind&7) | byte(e.typ&7)<<3
+	if e.known {
+		f |= 1 << 6
+	}
+	if e.big {
+		f |= 1 << 7
+	}
+	b[44] = f
+	b[45] = e.hdrLen
+}
+
+func getEntry(b []byte) (e entry) {
+	copy(e.id[:], b[0:20])
+	e.off = int64(binary.LittleEndian.Uint64(b[20:]))
+	e.size = int64(binary.LittleEndian.Uint64(b[28:]))
+	e.crc = binary.LittleEndian.Uint32(b[36:])
+	e.base = binary.LittleEndian.Uint32(b[40:])
+	e.kind, e.typ = int8(b[44]&7), int8(b[44]>>3&7)
+	e.known, e.big = b[44]&(1<<6) != 0, b[44]&(1<<7) != 0
+	e.hdrLen = b[45]
+	return e
+}
+
+// Records of the other tables: a REF_DELTA (its base's id, its index, and
+// whether a whole object of the pack has that id); an OFS_DELTA (its base's
+// index, its own); an id; an index.
+const (
+	refSize = 25
+	ofsSize = 8
+	idSize  = 20
+	ixSize  = 4
+)
+
+func u32(b []byte) uint32 { return binary.LittleEndian.Uint32(b) }
 
 // indexer indexes one pack with bounded memory: whole objects are held only up to
-// the object limit, and only commits, trees, tags and delta bases are held at all.
+// the object limit, and only commits, trees, tags and delta bases are held at all;
+// what it keeps per object is in fixed-size records outside the heap (records).
 type indexer struct {
-	f       *os.File
-	limit   int64 // per object; 0: none
-	entries []entry
-	byID    map[plumbing.Hash]int
-	// children lists the deltas on each entry; refWait the REF_DELTAs whose base is
-	// not known yet, by base id.
-	children map[int][]int
-	refWait  map[plumbing.Hash][]int
-	// needed are the ids that new commits, trees and tags refer to.
-	needed   map[plumbing.Hash]struct{}
+	f          *os.File
+	limit      int64  // per object; 0: none
+	maxObjects uint32 // per pack; 0: none
+	// has reports whether the repository (not the pack) holds an object.
+	has   func(plumbing.Hash) bool
+	count uint32 // the objects the pack's header announces
+	end   int64  // where the last entry ends: the trailer
+
+	entries *records // every object, in pack order (entrySize)
+	// ofsKids are the OFS_DELTAs and refs the REF_DELTAs, sorted by base once the
+	// pack is in: the deltas on an object are a range of each.
+	ofsKids *records
+	refs    *records
+	// needed are the ids that new commits, trees and tags refer to, sorted and
+	// deduplicated when the table reaches neededCap.
+	needed    *records
+	neededCap int
+	neededErr error
+	// byID are the indices of the known objects sorted by id, once all are known.
+	byID *records
+
 	firstBig int // index of the first entry over the limit, -1 if none
 	held     int64
 	// spare holds buffers of dropped contents for the next ones: large objects
@@ -76,21 +138,82 @@ type indexer struct {
 	// fsckErr is the first fsck finding; the pack is still read to its end, so
 	// that the pusher gets the refusal rather than a broken pipe.
 	fsckErr error
+
+	// Reused from object to object, so that many small objects make little garbage.
+	sum     hash.Hash // object ids
+	obj     []byte    // a commit, tree or tag as it streams in
+	copyBuf []byte
+	raw     []byte        // a small entry's zlib stream, read at once
+	rawR    bytes.Reader  // over raw
+	fileBuf *bufio.Reader // a large entry's zlib stream
+	zr      io.ReadCloser
+	zbuf    *bufio.Reader // inflated bytes
 }
 
-func newIndexer(f *os.File, limit int64) *indexer {
-	return &indexer{f: f, limit: limit, byID: map[plumbing.Hash]int{},
-		children: map[int][]int{}, refWait: map[plumbing.Hash][]int{}, needed: map[plumbing.Hash]struct{}{}, firstBig: -1}
+func newIndexer(f *os.File, limit int64, maxObjects uint32, has func(plumbing.Hash) bool) *indexer {
+	return &indexer{f: f, limit: limit, maxObjects: maxObjects, has: has, firstBig: -1,
+		entries: newRecords(entrySize), ofsKids: newRecords(ofsSize), refs: newRecords(refSize),
+		needed: newRecords(idSize), byID: newRecords(ixSize),
+		sum: githash.New(githash.CryptoType), copyBuf: make([]byte, 32<<10)}
+}
+
+// close gives back the tables' memory.
+func (ix *indexer) close() {
+	for _, r := range []*records{ix.entries, ix.ofsKids, ix.refs, ix.needed, ix.byID} {
+		r.free()
+	}
+}
+
+func (ix *indexer) entry(i int) entry        { return getEntry(ix.entries.at(i)) }
+func (ix *indexer) setEntry(i int, e *entry) { e.put(ix.entries.at(i)) }
+func (ix *indexer) idAt(i int) []byte        { return ix.entries.at(i)[0:20] }
+func (ix *indexer) offAt(i int) int64 {
+	return int64(binary.LittleEndian.Uint64(ix.entries.at(i)[20:]))
 }
 
 // atOffset finds the entry at a pack offset: entries are in pack order, so a
 // search takes the place of a map of every offset.
 func (ix *indexer) atOffset(off int64) (int, bool) {
-	i := sort.Search(len(ix.entries), func(i int) bool { return ix.entries[i].off >= off })
-	return i, i < len(ix.entries) && ix.entries[i].off == off
+	i := sort.Search(ix.entries.len(), func(i int) bool { return ix.offAt(i) >= off })
+	return i, i < ix.entries.len() && ix.offAt(i) == off
+}
+
+// endOf is where entry i's zlib stream ends: at the next entry, or the trailer.
+func (ix *indexer) endOf(i int) int64 {
+	if i+1 < ix.entries.len() {
+		return ix.offAt(i + 1)
+	}
+	return ix.end
 }
 
 func (ix *indexer) over(n int64) bool { return ix.limit > 0 && n > ix.limit }
+
+// hasher starts the id of an object of type t and size bytes.
+func (ix *indexer) hasher(t int8, size int64) hash.Hash {
+	ix.sum.Reset()
+	var hdr [32]byte
+	b := hdr[:0]
+	switch t {
+	case typeCommit:
+		b = append(b, "commit"...)
+	case typeTree:
+		b = append(b, "tree"...)
+	case typeBlob:
+		b = append(b, "blob"...)
+	case typeTag:
+		b = append(b, "tag"...)
+	}
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, size, 10)
+	b = append(b, 0)
+	ix.sum.Write(b)
+	return ix.sum
+}
+
+func (ix *indexer) sumID() (id plumbing.Hash) {
+	ix.sum.Sum(id[:0])
+	return id
+}
 
 // streamReader reads the pack from the network, writes every byte it hands out
 // to the file, and hashes it into the pack checksum and the current entry's CRC.
@@ -167,8 +290,17 @@ func (s *streamReader) Read(p []byte) (int, error) {
 
 func (s *streamReader) offset() int64 { return s.base + int64(s.r) }
 
-// readHeader reads an entry's type and size, and a delta's base.
-func readHeader(br io.ByteReader, e *entry) error {
+// header is an entry's header as read in pass 1.
+type header struct {
+	kind    int8
+	size    int64 // of the inflated data (of the delta itself, for a delta)
+	baseOff int64 // an OFS_DELTA's base
+	baseRef plumbing.Hash
+}
+
+// readHeader reads the header of the entry at off: its type and size, and a
+// delta's base.
+func readHeader(br io.ByteReader, off int64, e *header) error {
 	c, err := br.ReadByte()
 	if err != nil {
 		return err
@@ -207,7 +339,7 @@ func readHeader(br io.ByteReader, e *entry) error {
 			}
 			rel = (rel+1)<<7 | int64(c&0x7f)
 		}
-		e.baseOff = e.off - rel
+		e.baseOff = off - rel
 		if rel <= 0 || e.baseOff < 12 {
 			return errors.New("delta base offset out of the pack")
 		}
@@ -248,11 +380,12 @@ func deltaSizes(br io.ByteReader) (base, result int64, err error) {
 	return
 }
 
-// inflateExact copies exactly size inflated bytes of zr to w and checks that the
-// stream ends there (its checksum included). More bytes than declared is an error
-// as soon as one is seen, so a zlib bomb is never inflated past its header's word.
-func inflateExact(zr io.Reader, w io.Writer, size int64) error {
-	n, err := io.Copy(w, io.LimitReader(zr, size))
+// inflateExact copies exactly size inflated bytes of zr to w (through buf) and
+// checks that the stream ends there (its checksum included). More bytes than
+// declared is an error as soon as one is seen, so a zlib bomb is never inflated
+// past its header's word.
+func inflateExact(zr io.Reader, w io.Writer, size int64, buf []byte) error {
+	n, err := io.CopyBuffer(w, io.LimitReader(zr, size), buf)
 	if err != nil {
 		return err
 	}
@@ -274,7 +407,7 @@ func inflateExact(zr io.Reader, w io.Writer, size int64) error {
 	}
 }
 
-// collector keeps what is written to it up to a bound.
+// collector keeps what is written to it.
 type collector struct{ b []byte }
 
 func (c *collector) Write(p []byte) (int, error) { c.b = append(c.b, p...); return len(p), nil }
@@ -309,7 +442,8 @@ func (d *deltaHead) Write(p []byte) (int, error) {
 
 // receive is pass 1: it reads the pack from in into the file, checks its
 // structure, sizes and checksum, hashes and checks every whole object, and notes
-// the deltas. It returns the object count and the pack's size.
+// the deltas. It returns the object count and the pack's size. A pack announcing
+// more objects than maxObjects is refused from its header, before any object.
 func (ix *indexer) receive(ctx context.Context, in io.Reader) (uint32, int64, error) {
 	bw := bufio.NewWriterSize(ix.f, 1<<20)
 	s := &streamReader{src: in, buf: make([]byte, 64<<10), out: bw, sum: sha1.New(), crc: crc32.NewIEEE(), hashing: true}
@@ -324,6 +458,13 @@ func (ix *indexer) receive(ctx context.Context, in io.Reader) (uint32, int64, er
 		return 0, 0, fmt.Errorf("reading pack header: unsupported version %d", v)
 	}
 	count := binary.BigEndian.Uint32(hdr[8:12])
+	if ix.maxObjects > 0 && count > ix.maxObjects {
+		return 0, 0, &TooManyObjectsError{Objects: int64(count), Limit: int64(ix.maxObjects)}
+	}
+	ix.count = count
+	// Room for twice the objects' ids before the first compaction: most objects
+	// are referred to once, so a push is usually compacted only at its end.
+	ix.neededCap = 2*int(count) + 4096
 	var zr io.ReadCloser
 	for i := uint32(0); i < count; i++ {
 		if err := ctx.Err(); err != nil {
@@ -333,15 +474,19 @@ func (ix *indexer) receive(ctx context.Context, in io.Reader) (uint32, int64, er
 			return 0, 0, err
 		}
 		s.crc.Reset()
-		e := entry{off: s.offset()}
-		if err := readHeader(s, &e); err != nil {
+		var h header
+		e := entry{off: s.offset(), base: noBase}
+		if err := readHeader(s, e.off, &h); err != nil {
 			return 0, 0, fmt.Errorf("reading object %d of %d: %w", i+1, count, err)
 		}
-		e.dataOff = s.offset()
+		e.kind = h.kind
+		e.hdrLen = uint8(s.offset() - e.off)
 		if e.kind == typeOfsDelta {
-			if _, ok := ix.atOffset(e.baseOff); !ok {
+			b, ok := ix.atOffset(h.baseOff)
+			if !ok {
 				return 0, 0, fmt.Errorf("reading object %d of %d: its delta base is not an object of the pack", i+1, count)
 			}
+			e.base = uint32(b)
 		}
 		var err error
 		if zr == nil {
@@ -352,20 +497,24 @@ func (ix *indexer) receive(ctx context.Context, in io.Reader) (uint32, int64, er
 		if err != nil {
 			return 0, 0, fmt.Errorf("reading object %d of %d: %w", i+1, count, err)
 		}
-		if err := ix.inflateEntry(zr, &e); err != nil {
+		if err := ix.inflateEntry(zr, &e, h.size); err != nil {
 			return 0, 0, fmt.Errorf("reading object %d of %d: %w", i+1, count, err)
+		}
+		if ix.neededErr != nil {
+			return 0, 0, ix.neededErr
 		}
 		if err := s.flush(); err != nil {
 			return 0, 0, err
 		}
 		e.crc = s.crc.Sum32()
-		if err := ix.add(e); err != nil {
+		if err := ix.add(&e, h.baseRef); err != nil {
 			return 0, 0, err
 		}
 	}
 	if err := s.flush(); err != nil {
 		return 0, 0, err
 	}
+	ix.end = s.offset()
 	s.hashing = false
 	want := s.sum.Sum(nil)
 	var trailer [20]byte
@@ -381,91 +530,138 @@ func (ix *indexer) receive(ctx context.Context, in io.Reader) (uint32, int64, er
 	if err := bw.Flush(); err != nil {
 		return 0, 0, err
 	}
+	ix.sortDeltas()
 	return count, s.offset(), nil
 }
 
-// inflateEntry inflates one entry as it arrives: a whole object is hashed (and
-// checked, for a commit, tree or tag); a delta is only measured.
-func (ix *indexer) inflateEntry(zr io.Reader, e *entry) error {
+// inflateEntry inflates one entry of size bytes as it arrives: a whole object is
+// hashed (and checked, for a commit, tree or tag); a delta is only measured.
+func (ix *indexer) inflateEntry(zr io.Reader, e *entry, size int64) error {
+	e.size = size
 	if e.isDelta() {
-		if ix.over(e.size) {
+		if ix.over(size) {
 			e.big = true
-			e.result = e.size
-			return inflateExact(zr, io.Discard, e.size)
+			return inflateExact(zr, io.Discard, size, ix.copyBuf)
 		}
 		var dh deltaHead
-		if err := inflateExact(zr, &dh, e.size); err != nil {
+		if err := inflateExact(zr, &dh, size, ix.copyBuf); err != nil {
 			return err
 		}
 		if dh.n < 2 || dh.bad {
 			return errors.New("malformed delta header")
 		}
-		e.result = dh.vals[1]
-		if ix.over(e.result) {
+		e.size = dh.vals[1]
+		if ix.over(e.size) {
 			e.big = true
 		}
 		return nil
 	}
 	e.typ = e.kind
-	h := plumbing.NewHasher(plumbing.ObjectType(e.typ), e.size)
-	if ix.over(e.size) {
-		// Streamed to learn its id (to name its path), never held.
-		e.big = true
-		if err := inflateExact(zr, h, e.size); err != nil {
+	h := ix.hasher(e.typ, size)
+	if ix.over(size) || e.typ == typeBlob {
+		// Over the limit: streamed to learn its id (to name its path), never held.
+		e.big = ix.over(size)
+		if err := inflateExact(zr, h, size, ix.copyBuf); err != nil {
 			return err
 		}
-		e.id, e.known = h.Sum(), true
+		e.id, e.known = ix.sumID(), true
 		return nil
 	}
-	if e.typ == typeBlob {
-		if err := inflateExact(zr, h, e.size); err != nil {
-			return err
-		}
-		e.id, e.known = h.Sum(), true
-		return nil
-	}
-	c := &collector{b: make([]byte, 0, min(e.size, 1<<20))}
-	if err := inflateExact(zr, io.MultiWriter(h, c), e.size); err != nil {
+	c := &collector{b: ix.obj[:0]}
+	if err := inflateExact(zr, io.MultiWriter(h, c), size, ix.copyBuf); err != nil {
 		return err
 	}
-	e.id, e.known = h.Sum(), true
+	// The buffer is kept for the next object unless it grew large.
+	if cap(c.b) <= 1<<20 {
+		ix.obj = c.b
+	} else {
+		ix.obj = nil
+	}
+	e.id, e.known = ix.sumID(), true
 	return ix.check(e.typ, e.id, c.b)
 }
 
-// add records an entry of pass 1.
-func (ix *indexer) add(e entry) error {
-	i := len(ix.entries)
-	ix.entries = append(ix.entries, e)
+// add records an entry.
+func (ix *indexer) add(e *entry, baseRef plumbing.Hash) error {
+	i := ix.entries.len()
+	if uint64(i) >= uint64(noBase) {
+		return errors.New("the pack holds too many objects")
+	}
+	b, err := ix.entries.add()
+	if err != nil {
+		return err
+	}
+	e.put(b)
 	if e.big && ix.firstBig < 0 {
 		ix.firstBig = i
 	}
 	switch e.kind {
 	case typeOfsDelta:
-		b, _ := ix.atOffset(e.baseOff)
-		ix.children[b] = append(ix.children[b], i)
-	case typeRefDelta:
-		if b, ok := ix.byID[e.baseRef]; ok {
-			ix.children[b] = append(ix.children[b], i)
-		} else {
-			ix.refWait[e.baseRef] = append(ix.refWait[e.baseRef], i)
+		r, err := ix.ofsKids.add()
+		if err != nil {
+			return err
 		}
-	default:
-		ix.known(i)
+		binary.LittleEndian.PutUint32(r[0:], e.base)
+		binary.LittleEndian.PutUint32(r[4:], uint32(i))
+	case typeRefDelta:
+		r, err := ix.refs.add()
+		if err != nil {
+			return err
+		}
+		copy(r[0:20], baseRef[:])
+		binary.LittleEndian.PutUint32(r[20:], uint32(i))
+		r[24] = 0
 	}
 	return nil
 }
 
-// known files entry i under its id and takes over the deltas waiting for it.
-func (ix *indexer) known(i int) {
-	id := ix.entries[i].id
-	if _, dup := ix.byID[id]; dup {
+// sortDeltas sorts the deltas by base (ties in pack order), so that the deltas on
+// an object are a range found by search, and marks the REF_DELTAs whose base is
+// a whole object of the pack.
+func (ix *indexer) sortDeltas() {
+	ix.ofsKids.sortBy(func(a, b []byte) bool {
+		if x, y := u32(a), u32(b); x != y {
+			return x < y
+		}
+		return u32(a[4:]) < u32(b[4:])
+	})
+	if ix.refs.len() == 0 {
 		return
 	}
-	ix.byID[id] = i
-	if waiting, ok := ix.refWait[id]; ok {
-		ix.children[i] = append(ix.children[i], waiting...)
-		delete(ix.refWait, id)
+	ix.refs.sortBy(func(a, b []byte) bool {
+		if c := bytes.Compare(a[:20], b[:20]); c != 0 {
+			return c < 0
+		}
+		return u32(a[20:]) < u32(b[20:])
+	})
+	for i := 0; i < ix.entries.len(); i++ {
+		e := ix.entries.at(i)
+		if e[44]&(1<<6) == 0 { // not known: a delta
+			continue
+		}
+		for k := ix.refsOn(e[0:20]); k < ix.refs.len() && bytes.Equal(ix.refs.at(k)[:20], e[0:20]); k++ {
+			ix.refs.at(k)[24] = 1
+		}
 	}
+}
+
+// refsOn is the first of the sorted REF_DELTAs whose base is id (or after).
+func (ix *indexer) refsOn(id []byte) int {
+	return ix.refs.search(func(r []byte) bool { return bytes.Compare(r[:20], id) >= 0 })
+}
+
+// missingBases are the REF_DELTAs' bases that no whole object of the pack is:
+// in the repository when the pack is thin, or deltas of the pack, or missing.
+func (ix *indexer) missingBases() []plumbing.Hash {
+	var out []plumbing.Hash
+	for k := 0; k < ix.refs.len(); k++ {
+		r := ix.refs.at(k)
+		if r[24] != 0 || (len(out) > 0 && bytes.Equal(out[len(out)-1][:], r[:20])) {
+			continue
+		}
+		out = append(out, plumbing.Hash(r[:20]))
+	}
+	return out
 }
 
 // check runs fsck on a commit, tree or tag and notes what it refers to.
@@ -480,7 +676,7 @@ func (ix *indexer) check(t int8, id plumbing.Hash, data []byte) error {
 		}
 		ix.fsckErr = err
 	}
-	return nil
+	return ix.neededErr
 }
 
 func (ix *indexer) checkObject(t int8, id plumbing.Hash, data []byte) error {
@@ -491,14 +687,14 @@ func (ix *indexer) checkObject(t int8, id plumbing.Hash, data []byte) error {
 		if err != nil {
 			return err
 		}
-		ix.needed[refs.Tree] = struct{}{}
+		ix.need(refs.Tree[:])
 		for _, p := range refs.Parents {
-			ix.needed[p] = struct{}{}
+			ix.need(p[:])
 		}
 	case typeTree:
 		return fsck.CheckTree(hexID, data, func(e fsck.Entry) {
 			if !e.IsGitlink() {
-				ix.needed[e.ID] = struct{}{}
+				ix.need(e.ID[:])
 			}
 		})
 	case typeTag:
@@ -506,9 +702,50 @@ func (ix *indexer) checkObject(t int8, id plumbing.Hash, data []byte) error {
 		if err != nil {
 			return err
 		}
-		ix.needed[refs.Object] = struct{}{}
+		ix.need(refs.Object[:])
 	}
 	return nil
+}
+
+// need notes an id that a new object refers to. When the table is full it is
+// sorted and deduplicated; if it then holds more ids than the pack has objects,
+// those the repository has are set aside (they are there), and if more remain,
+// the push cannot hold them all: it is refused (neededErr).
+func (ix *indexer) need(id []byte) {
+	if ix.neededErr != nil {
+		return
+	}
+	if ix.needed.len() >= ix.neededCap {
+		ix.compactNeeded(true)
+		if ix.neededErr != nil {
+			return
+		}
+	}
+	r, err := ix.needed.add()
+	if err != nil {
+		ix.neededErr = err
+		return
+	}
+	copy(r, id)
+}
+
+func (ix *indexer) compactNeeded(filter bool) {
+	ix.needed.sortBy(func(a, b []byte) bool { return bytes.Compare(a, b) < 0 })
+	ix.needed.dedup()
+	if !filter || ix.needed.len() <= int(ix.count) {
+		return
+	}
+	w := 0
+	for i := 0; i < ix.needed.len(); i++ {
+		if !ix.has(plumbing.Hash(ix.needed.at(i))) {
+			copy(ix.needed.at(w), ix.needed.at(i))
+			w++
+		}
+	}
+	ix.needed.truncate(w)
+	if w > int(ix.count) {
+		ix.neededErr = fmt.Errorf("the pushed objects refer to %d objects that the repository does not have, more than the %d the push holds", w, ix.count)
+	}
 }
 
 // take returns a buffer of length 0 and capacity at least n.
@@ -544,23 +781,55 @@ func (ix *indexer) give(b []byte) {
 	ix.spare = append(ix.spare, b)
 }
 
-// inflater opens the zlib stream of entry e in the file.
-func (ix *indexer) inflater(e *entry) (io.ReadCloser, *bufio.Reader, error) {
-	sr := io.NewSectionReader(ix.f, e.dataOff, 1<<62)
-	zr, err := zlib.NewReader(bufio.NewReaderSize(sr, 32<<10))
-	if err != nil {
-		return nil, nil, err
+// smallEntry is the size of a zlib stream read from the file at once.
+const smallEntry = 64 << 10
+
+// inflater opens the zlib stream of entry i (e) in the file. The reader is the
+// indexer's own: it serves one entry at a time.
+func (ix *indexer) inflater(i int, e *entry) (*bufio.Reader, error) {
+	var src io.Reader
+	if n := ix.endOf(i) - e.dataOff(); n > 0 && n <= smallEntry {
+		if cap(ix.raw) < int(n) {
+			ix.raw = make([]byte, smallEntry)
+		}
+		ix.raw = ix.raw[:n]
+		if _, err := ix.f.ReadAt(ix.raw, e.dataOff()); err != nil {
+			return nil, err
+		}
+		ix.rawR.Reset(ix.raw)
+		src = &ix.rawR
+	} else {
+		sr := io.NewSectionReader(ix.f, e.dataOff(), 1<<62)
+		if ix.fileBuf == nil {
+			ix.fileBuf = bufio.NewReaderSize(sr, 32<<10)
+		} else {
+			ix.fileBuf.Reset(sr)
+		}
+		src = ix.fileBuf
 	}
-	return zr, bufio.NewReaderSize(zr, 32<<10), nil
+	if ix.zr == nil {
+		zr, err := zlib.NewReader(src)
+		if err != nil {
+			return nil, err
+		}
+		ix.zr = zr
+	} else if err := ix.zr.(zlib.Resetter).Reset(src, nil); err != nil {
+		return nil, err
+	}
+	if ix.zbuf == nil {
+		ix.zbuf = bufio.NewReaderSize(ix.zr, 32<<10)
+	} else {
+		ix.zbuf.Reset(ix.zr)
+	}
+	return ix.zbuf, nil
 }
 
-// readWhole inflates a whole (non-delta) entry from the file.
-func (ix *indexer) readWhole(e *entry) ([]byte, error) {
-	zr, br, err := ix.inflater(e)
+// readWhole inflates whole (non-delta) entry i from the file.
+func (ix *indexer) readWhole(i int, e *entry) ([]byte, error) {
+	br, err := ix.inflater(i, e)
 	if err != nil {
 		return nil, err
 	}
-	defer zr.Close()
 	buf := ix.take(e.size)[:e.size]
 	if _, err := io.ReadFull(br, buf); err != nil {
 		return nil, err
@@ -568,19 +837,18 @@ func (ix *indexer) readWhole(e *entry) ([]byte, error) {
 	return buf, nil
 }
 
-// applyDelta rebuilds delta entry e on base, reading its instructions from the
-// file as they are applied: only the base and the result are in memory.
-func (ix *indexer) applyDelta(base []byte, e *entry) ([]byte, error) {
-	zr, br, err := ix.inflater(e)
+// applyDelta rebuilds delta entry i (e) on base, reading its instructions from
+// the file as they are applied: only the base and the result are in memory.
+func (ix *indexer) applyDelta(base []byte, i int, e *entry) ([]byte, error) {
+	br, err := ix.inflater(i, e)
 	if err != nil {
 		return nil, err
 	}
-	defer zr.Close()
 	baseSize, resultSize, err := deltaSizes(br)
 	if err != nil {
 		return nil, err
 	}
-	if baseSize != int64(len(base)) || resultSize != e.result {
+	if baseSize != int64(len(base)) || resultSize != e.size {
 		return nil, fmt.Errorf("delta at offset %d does not fit its base", e.off)
 	}
 	out := ix.take(resultSize)
@@ -640,31 +908,32 @@ func (ix *indexer) applyDelta(base []byte, e *entry) ([]byte, error) {
 	return out, nil
 }
 
-// base returns the index of a delta's base.
-func (ix *indexer) base(e *entry) int {
-	if e.kind == typeOfsDelta {
-		b, _ := ix.atOffset(e.baseOff)
-		return b
-	}
-	return ix.byID[e.baseRef]
-}
-
 // materialize rebuilds entry i's content from the whole object at the root of
 // its chain, holding two objects at a time.
 func (ix *indexer) materialize(i int) ([]byte, error) {
 	chain := []int{i}
-	for ix.entries[chain[len(chain)-1]].isDelta() {
+	for {
+		e := ix.entry(chain[len(chain)-1])
+		if !e.isDelta() {
+			break
+		}
 		if len(chain) > maxChainDepth {
 			return nil, errors.New("a delta chain is deeper than git allows")
 		}
-		chain = append(chain, ix.base(&ix.entries[chain[len(chain)-1]]))
+		if e.base == noBase {
+			return nil, fmt.Errorf("the delta at offset %d has no base", e.off)
+		}
+		chain = append(chain, int(e.base))
 	}
-	content, err := ix.readWhole(&ix.entries[chain[len(chain)-1]])
+	root := chain[len(chain)-1]
+	re := ix.entry(root)
+	content, err := ix.readWhole(root, &re)
 	if err != nil {
 		return nil, err
 	}
 	for j := len(chain) - 2; j >= 0; j-- {
-		next, err := ix.applyDelta(content, &ix.entries[chain[j]])
+		e := ix.entry(chain[j])
+		next, err := ix.applyDelta(content, chain[j], &e)
 		if err != nil {
 			return nil, err
 		}
@@ -674,21 +943,53 @@ func (ix *indexer) materialize(i int) ([]byte, error) {
 	return content, nil
 }
 
+// kids are the deltas on an object: a range of the OFS_DELTAs and one of the
+// REF_DELTAs (by its id, once known).
+type kids struct{ ofsLo, ofsHi, refLo, refHi int }
+
+func (k kids) len() int { return k.ofsHi - k.ofsLo + k.refHi - k.refLo }
+
+func (ix *indexer) kidsOf(i int, e *entry) kids {
+	var k kids
+	k.ofsLo = ix.ofsKids.search(func(r []byte) bool { return u32(r) >= uint32(i) })
+	k.ofsHi = ix.ofsKids.search(func(r []byte) bool { return u32(r) > uint32(i) })
+	if e.known && ix.refs.len() > 0 {
+		k.refLo = ix.refsOn(e.id[:])
+		k.refHi = k.refLo
+		for k.refHi < ix.refs.len() && bytes.Equal(ix.refs.at(k.refHi)[:20], e.id[:]) {
+			k.refHi++
+		}
+	}
+	return k
+}
+
+// kid is the index of the n-th delta of k.
+func (ix *indexer) kid(k kids, n int) int {
+	if n < k.ofsHi-k.ofsLo {
+		return int(u32(ix.ofsKids.at(k.ofsLo + n)[4:]))
+	}
+	return int(u32(ix.refs.at(k.refLo + n - (k.ofsHi - k.ofsLo))[20:]))
+}
+
 // resolve is pass 2: every delta is rebuilt, hashed and checked, depth first
 // from the whole objects, in pack order.
 func (ix *indexer) resolve(ctx context.Context) error {
-	for i := 0; i < len(ix.entries); i++ {
-		e := &ix.entries[i]
-		if e.isDelta() || e.big || len(ix.children[i]) == 0 {
+	for i := 0; i < ix.entries.len(); i++ {
+		e := ix.entry(i)
+		if e.isDelta() || e.big || ix.kidsOf(i, &e).len() == 0 {
 			continue
 		}
 		if err := ix.walk(ctx, i, nil, 1); err != nil {
 			return err
 		}
 	}
-	for i := range ix.entries {
-		e := &ix.entries[i]
-		if e.isDelta() && !e.known && !ix.underBig(i) {
+	if ix.firstBig >= 0 {
+		// Refused for that object: the deltas on it are not resolved.
+		return nil
+	}
+	for i := 0; i < ix.entries.len(); i++ {
+		e := ix.entry(i)
+		if e.isDelta() && !e.known {
 			if e.kind == typeRefDelta {
 				return errMissingBase
 			}
@@ -699,29 +1000,6 @@ func (ix *indexer) resolve(ctx context.Context) error {
 }
 
 var errMissingBase = errors.New("the pack refers to objects this repository does not have: fetch, rebase and push again")
-
-// underBig reports whether a delta's chain goes through an object over the limit.
-func (ix *indexer) underBig(i int) bool {
-	for n := 0; n <= maxChainDepth; n++ {
-		e := &ix.entries[i]
-		if e.big {
-			return true
-		}
-		if !e.isDelta() {
-			return false
-		}
-		if e.kind == typeRefDelta {
-			b, ok := ix.byID[e.baseRef]
-			if !ok {
-				return false
-			}
-			i = b
-		} else {
-			i, _ = ix.atOffset(e.baseOff)
-		}
-	}
-	return false
-}
 
 // walk resolves the deltas on entry i, whose content is given (or nil: read or
 // rebuilt when needed).
@@ -738,12 +1016,14 @@ func (ix *indexer) walk(ctx context.Context, i int, content []byte, depth int) e
 			ix.give(content)
 		}
 	}()
-	for k := 0; k < len(ix.children[i]); k++ {
+	pe := ix.entry(i)
+	ks := ix.kidsOf(i, &pe)
+	for k := 0; k < ks.len(); k++ {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		c := ix.children[i][k]
-		ce := &ix.entries[c]
+		c := ix.kid(ks, k)
+		ce := ix.entry(c)
 		if ce.big || ce.known {
 			continue
 		}
@@ -755,27 +1035,26 @@ func (ix *indexer) walk(ctx context.Context, i int, content []byte, depth int) e
 			own = int64(len(content))
 			ix.held += own
 		}
-		pe := &ix.entries[i]
-		result, err := ix.applyDelta(content, ce)
+		result, err := ix.applyDelta(content, c, &ce)
 		if err != nil {
 			return err
 		}
-		ce.typ = pe.typ
-		h := plumbing.NewHasher(plumbing.ObjectType(ce.typ), int64(len(result)))
+		ce.typ, ce.base = pe.typ, uint32(i)
+		h := ix.hasher(ce.typ, int64(len(result)))
 		h.Write(result)
-		ce.id, ce.known = h.Sum(), true
+		ce.id, ce.known = ix.sumID(), true
+		ix.setEntry(c, &ce)
 		if err := ix.check(ce.typ, ce.id, result); err != nil {
 			return err
 		}
-		ix.known(c)
-		if len(ix.children[c]) == 0 {
+		if ix.kidsOf(c, &ce).len() == 0 {
 			ix.give(result)
 			continue
 		}
 		// This base is dropped before going deeper when no delta of it is left, and
 		// kept for the ones left only while the chain's bases fit the budget;
 		// otherwise it is rebuilt for them.
-		if k+1 == len(ix.children[i]) || ix.held+int64(len(result)) > heldBudget {
+		if k+1 == ks.len() || ix.held+int64(len(result)) > heldBudget {
 			ix.held -= own
 			own = 0
 			ix.give(content)
@@ -788,13 +1067,71 @@ func (ix *indexer) walk(ctx context.Context, i int, content []byte, depth int) e
 	return nil
 }
 
+// sortByID fills byID with the known objects, sorted by id (ties in pack order).
+func (ix *indexer) sortByID() error {
+	ix.byID.truncate(0)
+	for i := 0; i < ix.entries.len(); i++ {
+		if ix.entries.at(i)[44]&(1<<6) == 0 {
+			continue
+		}
+		r, err := ix.byID.add()
+		if err != nil {
+			return err
+		}
+		binary.LittleEndian.PutUint32(r, uint32(i))
+	}
+	ix.byID.sortBy(func(a, b []byte) bool {
+		x, y := u32(a), u32(b)
+		if c := bytes.Compare(ix.idAt(int(x)), ix.idAt(int(y))); c != 0 {
+			return c < 0
+		}
+		return x < y
+	})
+	return nil
+}
+
+// lookup finds a known object of the pack by id (after sortByID).
+func (ix *indexer) lookup(id []byte) (int, bool) {
+	k := ix.byID.search(func(r []byte) bool { return bytes.Compare(ix.idAt(int(u32(r))), id) >= 0 })
+	if k < ix.byID.len() {
+		if i := int(u32(ix.byID.at(k))); bytes.Equal(ix.idAt(i), id) {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// checkConnected checks that every commit, tree and tag of the new pack refers only
+// to objects that the pack or the repository holds. The repository was connected
+// before the push, so this proves it still is, in time proportional to the push, not
+// to the history.
+func (ix *indexer) checkConnected() error {
+	if ix.neededErr != nil {
+		return ix.neededErr
+	}
+	ix.compactNeeded(false)
+	for k := 0; k < ix.needed.len(); k++ {
+		id := ix.needed.at(k)
+		if _, ok := ix.lookup(id); ok {
+			continue
+		}
+		if h := plumbing.Hash(id); !ix.has(h) {
+			return fmt.Errorf("a pushed object refers to %s, which is neither in the push nor in the repository", h)
+		}
+	}
+	return nil
+}
+
 // pathOf finds the path of object id in the trees of tips, walking the pushed
 // commits and trees (only those of this pack, rebuilt from it one at a time).
 func (ix *indexer) pathOf(tips []plumbing.Hash, id plumbing.Hash) string {
 	seen := map[plumbing.Hash]bool{}
 	content := func(h plumbing.Hash, t int8) []byte {
-		i, ok := ix.byID[h]
-		if !ok || seen[h] || ix.entries[i].typ != t || ix.entries[i].big {
+		i, ok := ix.lookup(h[:])
+		if !ok || seen[h] {
+			return nil
+		}
+		if e := ix.entry(i); e.typ != t || e.big {
 			return nil
 		}
 		seen[h] = true
@@ -859,14 +1196,13 @@ func (ix *indexer) pathOf(tips []plumbing.Hash, id plumbing.Hash) string {
 
 // tooLarge describes the first object over the limit.
 func (ix *indexer) tooLarge(tips []plumbing.Hash) *TooLargeError {
-	e := &ix.entries[ix.firstBig]
+	e := ix.entry(ix.firstBig)
 	err := &TooLargeError{Size: e.size, Limit: ix.limit}
-	if e.isDelta() {
-		err.Size = e.result
-	}
 	if e.known {
 		err.ID = e.id
-		err.Path = ix.pathOf(tips, e.id)
+		if ix.sortByID() == nil {
+			err.Path = ix.pathOf(tips, e.id)
+		}
 	}
 	return err
 }

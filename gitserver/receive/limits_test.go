@@ -7,6 +7,7 @@ import (
 	"crypto/sha1"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -71,7 +72,7 @@ func (z *zeros) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func emptyRepo(t *testing.T) *Repo {
+func emptyRepo(t testing.TB) *Repo {
 	t.Helper()
 	repo, err := Init(filepath.Join(t.TempDir(), "app.git"), "main")
 	if err != nil {
@@ -185,4 +186,57 @@ func FuzzStorePack(f *testing.F) {
 			noPacksLeft(t, repo)
 		}
 	})
+}
+
+// headerOnly hands out a pack's 12-byte header, then fails: whatever reads
+// further has read into the objects.
+type headerOnly struct {
+	hdr  []byte
+	read bool
+}
+
+func (h *headerOnly) Read(p []byte) (int, error) {
+	if h.read {
+		return 0, errors.New("read past the pack's header")
+	}
+	h.read = true
+	return copy(p, h.hdr[:12]), nil
+}
+
+func TestTooManyObjectsAreRefusedFromThePackHeader(t *testing.T) {
+	src := workTree(t, 3) // 9 objects
+	pack := packOf(t, src, false, "main")
+	count := int64(binary.BigEndian.Uint32(pack[8:12]))
+	repo := emptyRepo(t)
+	// Nothing past the header is read: no object is inflated, nor even received.
+	_, err := repo.StorePack(context.Background(), &headerOnly{hdr: pack}, Limits{MaxObjects: count - 1})
+	var many *TooManyObjectsError
+	want := fmt.Sprintf("the push holds %d objects, more than the limit of %d per push", count, count-1)
+	if !errors.As(err, &many) || err.Error() != want {
+		t.Fatalf("got %v, want %q", err, want)
+	}
+	noPacksLeft(t, repo)
+
+	// A header announcing four billion objects costs nothing either.
+	huge := bytes.Clone(pack[:12])
+	binary.BigEndian.PutUint32(huge[8:], 4_000_000_000)
+	_, err = repo.StorePack(context.Background(), &headerOnly{hdr: huge}, Limits{})
+	if !errors.As(err, &many) || err.Error() != "the push holds 4,000,000,000 objects, more than the limit of 2,000,000 per push" {
+		t.Fatalf("got %v", err)
+	}
+	noPacksLeft(t, repo)
+
+	// The same pack at the limit is stored.
+	p, err := repo.StorePack(context.Background(), bytes.NewReader(pack), Limits{MaxObjects: count})
+	if err != nil || int64(p.Objects) != count {
+		t.Fatalf("at the limit: %+v, %v", p, err)
+	}
+}
+
+func TestThousands(t *testing.T) {
+	for n, want := range map[int64]string{0: "0", 999: "999", 1000: "1,000", 2_000_000: "2,000,000", 4_294_967_295: "4,294,967,295", -1234: "-1,234"} {
+		if got := thousands(n); got != want {
+			t.Errorf("thousands(%d) = %q, want %q", n, got, want)
+		}
+	}
 }

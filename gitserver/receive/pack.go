@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 
 	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
 
 	"github.com/go-git/go-git/v5/plumbing/storer"
 )
@@ -82,7 +81,13 @@ func (r *Repo) StorePack(ctx context.Context, in io.Reader, lim Limits) (*Pack, 
 	if lim.MaxObjectBytes <= 0 {
 		lim.MaxObjectBytes = 1 << 30
 	}
-	ix := newIndexer(f, lim.MaxObjectBytes)
+	if lim.MaxObjects <= 0 {
+		lim.MaxObjects = DefaultMaxObjects
+	}
+	st := r.storage()
+	has := func(h plumbing.Hash) bool { return st.HasEncodedObject(h) == nil }
+	ix := newIndexer(f, lim.MaxObjectBytes, uint32(min(lim.MaxObjects, MaxObjectsLimit)), has)
+	defer ix.close()
 	count, size, err := ix.receive(ctx, &ctxReader{ctx: ctx, r: lr})
 	if err != nil {
 		return nil, err
@@ -94,10 +99,9 @@ func (r *Repo) StorePack(ctx context.Context, in io.Reader, lim Limits) (*Pack, 
 
 	// 2. Complete a thin pack. A REF_DELTA base that the repository holds was left
 	// out by the client on purpose; one it does not hold must be in the pack.
-	st := r.storage()
 	var external []plumbing.Hash
-	for h := range ix.refWait {
-		if st.HasEncodedObject(h) == nil {
+	for _, h := range ix.missingBases() {
+		if has(h) {
 			external = append(external, h)
 		}
 	}
@@ -112,7 +116,7 @@ func (r *Repo) StorePack(ctx context.Context, in io.Reader, lim Limits) (*Pack, 
 		p.Completed = len(external)
 	}
 
-	// 3. Resolve and index.
+	// 3. Resolve.
 	if err := ix.resolve(ctx); err != nil {
 		return nil, err
 	}
@@ -122,24 +126,24 @@ func (r *Repo) StorePack(ctx context.Context, in io.Reader, lim Limits) (*Pack, 
 	if ix.firstBig >= 0 {
 		return nil, ix.tooLarge(lim.Tips)
 	}
-	idxw := new(idxfile.Writer)
-	_ = idxw.OnHeader(uint32(len(ix.entries)))
-	for i := range ix.entries {
-		e := &ix.entries[i]
-		idxw.Add(e.id, uint64(e.off), e.crc)
-	}
-	if err := idxw.OnFooter(checksum); err != nil {
-		return nil, err
-	}
-	idx, err := idxw.Index()
-	if err != nil {
-		return nil, err
-	}
 
 	// 4. Connectivity, before anything becomes visible.
-	if err := ix.checkConnected(st); err != nil {
+	if err := ix.sortByID(); err != nil {
 		return nil, err
 	}
+	if err := ix.checkConnected(); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	for _, h := range lim.Tips {
+		if i, ok := ix.lookup(h[:]); ok {
+			if r.stored == nil {
+				r.stored = map[plumbing.Hash]plumbing.ObjectType{}
+			}
+			r.stored[h] = plumbing.ObjectType(ix.entry(i).typ)
+		}
+	}
+	r.mu.Unlock()
 	if err := f.Sync(); err != nil {
 		return nil, err
 	}
@@ -149,7 +153,7 @@ func (r *Repo) StorePack(ctx context.Context, in io.Reader, lim Limits) (*Pack, 
 	if _, err := os.Stat(idxPath); err == nil {
 		return p, nil // the same pack is already stored: a retried push
 	}
-	if err := writeIndex(idxPath, idx); err != nil {
+	if err := ix.writeIndex(idxPath+".tmp", checksum); err != nil {
 		return nil, err
 	}
 	// The pack goes into place before its index: go-git and git find packs through
@@ -193,11 +197,14 @@ func (ix *indexer) appendBases(size int64, count uint32, bases []plumbing.Hash, 
 		if err := bw.Flush(); err != nil {
 			return plumbing.ZeroHash, err
 		}
-		e := entry{off: off, dataOff: off + int64(hdrLen), size: obj.Size(), kind: int8(obj.Type()), typ: int8(obj.Type()),
-			id: h, known: true, crc: crc.Sum32()}
+		e := entry{off: off, hdrLen: uint8(hdrLen), size: obj.Size(), kind: int8(obj.Type()), typ: int8(obj.Type()),
+			id: h, known: true, crc: crc.Sum32(), base: noBase}
 		off += cw.n
-		ix.add(e)
+		if err := ix.add(&e, plumbing.ZeroHash); err != nil {
+			return plumbing.ZeroHash, err
+		}
 	}
+	ix.end = off
 	var n [4]byte
 	binary.BigEndian.PutUint32(n[:], count+uint32(len(bases)))
 	if _, err := f.WriteAt(n[:], 8); err != nil {
@@ -241,55 +248,24 @@ func writeWholeObject(w io.Writer, obj plumbing.EncodedObject) (int, error) {
 	return len(hdr), zw.Close()
 }
 
-func writeIndex(path string, idx *idxfile.MemoryIndex) error {
-	f, err := os.OpenFile(path+".tmp", os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	bw := bufio.NewWriter(f)
-	if _, err := idxfile.NewEncoder(bw).Encode(idx); err != nil {
-		f.Close()
-		return err
-	}
-	if err := bw.Flush(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-// checkConnected checks that every commit, tree and tag of the new pack refers only
-// to objects that the pack or the repository holds. The repository was connected
-// before the push, so this proves it still is, in time proportional to the push, not
-// to the history.
-func (ix *indexer) checkConnected(st storer.EncodedObjectStorer) error {
-	for h := range ix.needed {
-		if _, ok := ix.byID[h]; ok {
-			continue
-		}
-		if st.HasEncodedObject(h) != nil {
-			return fmt.Errorf("a pushed object refers to %s, which is neither in the push nor in the repository", h)
-		}
-	}
-	return nil
-}
-
 // CheckCommand checks a command against the stored objects: a branch must point at a
 // commit, a tag at an object, both present.
 func (r *Repo) CheckCommand(cmd Command) error {
 	if cmd.IsDelete() {
 		return nil
 	}
-	obj, err := r.storage().EncodedObject(plumbing.AnyObject, cmd.New)
-	if err != nil {
-		return fmt.Errorf("object %s is missing", cmd.New)
+	r.mu.Lock()
+	t, ok := r.stored[cmd.New]
+	r.mu.Unlock()
+	if !ok {
+		obj, err := r.storage().EncodedObject(plumbing.AnyObject, cmd.New)
+		if err != nil {
+			return fmt.Errorf("object %s is missing", cmd.New)
+		}
+		t = obj.Type()
 	}
-	if cmd.Name.IsBranch() && obj.Type() != plumbing.CommitObject {
-		return fmt.Errorf("%s would point at a %s, not a commit", cmd.Name.Short(), obj.Type())
+	if cmd.Name.IsBranch() && t != plumbing.CommitObject {
+		return fmt.Errorf("%s would point at a %s, not a commit", cmd.Name.Short(), t)
 	}
 	return nil
 }

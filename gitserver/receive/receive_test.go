@@ -268,3 +268,35 @@ func TestStorePackRefusesAPackWithDanglingReferences(t *testing.T) {
 		t.Fatalf("a refused pack was kept: %v", left)
 	}
 }
+
+// TestCheckCommandOnTheObjectsOfAStoredPack: a branch may point at a pushed
+// commit, not at a pushed tree (a tag may); an id that is nowhere is missing. The
+// tips' types come from the store itself, and from the repository for the others.
+func TestCheckCommandOnTheObjectsOfAStoredPack(t *testing.T) {
+	src := workTree(t, 2)
+	repo := emptyRepo(t)
+	commit := plumbing.NewHash(git(t, src, "rev-parse", "main"))
+	tree := plumbing.NewHash(git(t, src, "rev-parse", "main^{tree}"))
+	parent := plumbing.NewHash(git(t, src, "rev-parse", "main~1"))
+	if _, err := repo.StorePack(context.Background(), bytes.NewReader(packOf(t, src, false, "main")), Limits{Tips: []plumbing.Hash{commit, tree}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []*Repo{repo, {Dir: repo.Dir}} { // the Repo that stored, and a fresh one
+		if err := r.CheckCommand(Command{Name: "refs/heads/main", New: commit}); err != nil {
+			t.Errorf("branch to the pushed commit: %v", err)
+		}
+		if err := r.CheckCommand(Command{Name: "refs/heads/main", New: parent}); err != nil {
+			t.Errorf("branch to a commit that is not a tip: %v", err)
+		}
+		if err := r.CheckCommand(Command{Name: "refs/heads/main", New: tree}); err == nil || err.Error() != "main would point at a tree, not a commit" {
+			t.Errorf("branch to a tree: %v", err)
+		}
+		if err := r.CheckCommand(Command{Name: "refs/tags/v1", New: tree}); err != nil {
+			t.Errorf("tag to a tree: %v", err)
+		}
+		ghost := plumbing.NewHash(strings.Repeat("ab", 20))
+		if err := r.CheckCommand(Command{Name: "refs/heads/main", New: ghost}); err == nil || !strings.Contains(err.Error(), "is missing") {
+			t.Errorf("branch to nothing: %v", err)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 
 	"github.com/go-git/go-billy/v5/osfs"
 	"github.com/go-git/go-git/v5/plumbing"
@@ -21,6 +22,12 @@ import (
 type Repo struct {
 	// Dir is the repository's directory (the one that holds HEAD, objects/, refs/).
 	Dir string
+
+	mu sync.Mutex
+	// stored are the types of the tips (Limits.Tips) that StorePack found in the
+	// packs it stored, for CheckCommand: go-git would load the whole index of the
+	// pack to find one object, 50 bytes an object of the push.
+	stored map[plumbing.Hash]plumbing.ObjectType
 }
 
 // ErrNotExist is returned by Open for a directory that holds no repository.

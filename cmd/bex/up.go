@@ -62,6 +62,7 @@ func (c *upCmd) command() *cobra.Command {
 	f.StringVar(&c.cfg.ImageResolveMode, "image-resolve-mode", d.ImageResolveMode, "how builds find base images: default, pull, or local (images already in containerd; no registry)")
 	c.maxObjectSize = byteSize(d.MaxObjectBytes)
 	f.Var(&c.maxObjectSize, "max-object-size", "largest object (a file, mostly) that a push may hold, passed to the gitserver (GitHub's limit is 100MiB)")
+	f.Int64Var(&c.cfg.MaxPushObjects, "max-push-objects", 0, "most objects a push may hold, passed to the gitserver, which refuses a larger one from its pack's header before reading any object (0: the gitserver's default, 2,000,000)")
 	c.minFreeDisk = byteSize(d.MinFreeDiskBytes)
 	f.Var(&c.minFreeDisk, "min-free-disk", "free space kept on the file system of --state-dir, passed to the gitserver: with less free (this or 5% of the file system, whichever is smaller) pushes and deploys are refused at once")
 	f.BoolVar(&c.cfg.AllowPrivateRegistries, "allow-private-registries", false, "let deploy:image pull from registries on loopback, private (RFC 1918, CGNAT, ULA) and link-local addresses, passed to the gitserver (a registry on the LAN); off: a member could reach this machine's and the LAN's services")

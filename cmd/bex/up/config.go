@@ -72,6 +72,9 @@ type Config struct {
 	// MaxObjectBytes is passed to the gitserver (--max-object-size); 0 keeps its
 	// default.
 	MaxObjectBytes int64
+	// MaxPushObjects is passed to the gitserver (--max-push-objects); 0 keeps its
+	// default.
+	MaxPushObjects int64
 	// MinFreeDiskBytes is passed to the gitserver (--min-free-disk); 0 keeps its
 	// default.
 	MinFreeDiskBytes int64
@@ -160,6 +163,9 @@ func (c Config) Validate() error {
 	}
 	if c.MinFreeDiskBytes < 0 {
 		errs = append(errs, fmt.Errorf("--min-free-disk %d: must not be negative", c.MinFreeDiskBytes))
+	}
+	if c.MaxPushObjects < 0 {
+		errs = append(errs, fmt.Errorf("--max-push-objects %d: must not be negative", c.MaxPushObjects))
 	}
 	if c.BuildMemory < 0 || c.BuildMemory > 0 && c.BuildMemory < 16<<20 {
 		errs = append(errs, fmt.Errorf("--build-memory %d: give at least 16Mi, or nothing for the default", c.BuildMemory))

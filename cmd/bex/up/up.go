@@ -244,6 +244,22 @@ func (p *Platform) egressArgs() []string {
 
 // limitBuildSteps makes the cgroup build steps run under, with --build-memory as its
 // limit (daemons.BuildCgroup), and points buildkitd's worker at it.
+// pushBoundArgs pass bex up's bounds of a push on to the gitserver; a bound left
+// at 0 keeps the gitserver's default.
+func (p *Platform) pushBoundArgs() []string {
+	var args []string
+	if p.cfg.MaxObjectBytes > 0 {
+		args = append(args, "--max-object-size", strconv.FormatInt(p.cfg.MaxObjectBytes, 10))
+	}
+	if p.cfg.MaxPushObjects > 0 {
+		args = append(args, "--max-push-objects", strconv.FormatInt(p.cfg.MaxPushObjects, 10))
+	}
+	if p.cfg.MinFreeDiskBytes > 0 {
+		args = append(args, "--min-free-disk", strconv.FormatInt(p.cfg.MinFreeDiskBytes, 10))
+	}
+	return args
+}
+
 func (p *Platform) limitBuildSteps(b *daemons.Buildkitd) error {
 	limit := p.cfg.BuildMemory
 	if limit == 0 {
@@ -492,12 +508,7 @@ func (p *Platform) startComponents(ctx context.Context) error {
 	if p.cfg.ImageResolveMode != "" {
 		gitArgs = append(gitArgs, "--image-resolve-mode", p.cfg.ImageResolveMode)
 	}
-	if p.cfg.MaxObjectBytes > 0 {
-		gitArgs = append(gitArgs, "--max-object-size", strconv.FormatInt(p.cfg.MaxObjectBytes, 10))
-	}
-	if p.cfg.MinFreeDiskBytes > 0 {
-		gitArgs = append(gitArgs, "--min-free-disk", strconv.FormatInt(p.cfg.MinFreeDiskBytes, 10))
-	}
+	gitArgs = append(gitArgs, p.pushBoundArgs()...)
 	if p.cfg.AllowPrivateUpstreams {
 		gitArgs = append(gitArgs, "--allow-private-upstreams")
 	}

@@ -228,3 +228,21 @@ func TestEgressArgs(t *testing.T) {
 		t.Errorf("with ranges: %q", got)
 	}
 }
+
+// TestPushBoundArgs: bex up's bounds of a push reach the gitserver, and a bound
+// left at 0 leaves the gitserver's default alone.
+func TestPushBoundArgs(t *testing.T) {
+	p := &Platform{cfg: validConfig()}
+	if got := p.pushBoundArgs(); got != nil {
+		t.Errorf("defaults: %q", got)
+	}
+	p.cfg.MaxObjectBytes, p.cfg.MaxPushObjects, p.cfg.MinFreeDiskBytes = 1<<20, 5000, 1<<30
+	want := []string{"--max-object-size", "1048576", "--max-push-objects", "5000", "--min-free-disk", "1073741824"}
+	if got := p.pushBoundArgs(); !slices.Equal(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	p.cfg.MaxPushObjects = -1
+	if err := p.cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--max-push-objects") {
+		t.Errorf("a negative --max-push-objects: %v", err)
+	}
+}

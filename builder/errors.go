@@ -37,7 +37,7 @@ func explain(ctx context.Context, err error, r *renderer) error {
 		}
 		return fmt.Errorf("pushing the image failed: %s", msg)
 	}
-	if derr, ok := deniedSource(msg); ok {
+	if derr, ok := deniedSource(err, msg); ok {
 		return derr
 	}
 	if m := baseImageRE.FindStringSubmatch(msg); m != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/distribution/reference"
 	"github.com/moby/buildkit/frontend/dockerfile/parser"
+	"github.com/moby/buildkit/solver/errdefs"
 	spb "github.com/moby/buildkit/sourcepolicy/pb"
 )
 
@@ -142,12 +143,35 @@ func normalRepo(imageRepo string) (string, error) {
 // deniedRE is buildkitd's error for a source the policy denies.
 var deniedRE = regexp.MustCompile(`source "docker-image(?:\+blob)?://([^"]+)" denied by policy`)
 
-// deniedSource turns buildkitd's denial into the line the pusher reads; ok is
-// false when msg is not one.
-func deniedSource(msg string) (error, bool) {
+// deniedSource turns buildkitd's denial into the line the pusher reads, naming the
+// instruction that asked for the image when buildkitd says which Dockerfile line
+// it was (FROM bex.local/other:abc is another app's image: ...); ok is false when
+// msg is not a denial.
+func deniedSource(err error, msg string) (error, bool) {
 	m := deniedRE.FindStringSubmatch(msg)
 	if m == nil {
 		return nil, false
 	}
-	return fmt.Errorf("%s is another app's image: a build starts from base images or this app's own (FROM, COPY --from, RUN --mount from=)", oneLine(m[1])), true
+	what := map[string]string{"FROM": "FROM ", "COPY": "COPY --from=", "RUN": "RUN --mount from="}[instructionOf(err)]
+	if what == "" {
+		return fmt.Errorf("%s is another app's image: a build starts from base images or this app's own (FROM, COPY --from, RUN --mount from=)", oneLine(m[1])), true
+	}
+	return fmt.Errorf("%s%s is another app's image: a build starts from base images or this app's own", what, oneLine(m[1])), true
+}
+
+// instructionOf is the instruction of the Dockerfile line err comes from, upper
+// case, as buildkitd's source location gives it; "" when it gives none.
+func instructionOf(err error) string {
+	for _, src := range errdefs.Sources(err) {
+		if src.Info == nil || len(src.Ranges) == 0 || src.Ranges[0].Start == nil {
+			continue
+		}
+		lines := strings.Split(string(src.Info.Data), "\n")
+		if n := int(src.Ranges[0].Start.Line); n >= 1 && n <= len(lines) {
+			if f := strings.Fields(lines[n-1]); len(f) > 0 {
+				return strings.ToUpper(f[0])
+			}
+		}
+	}
+	return ""
 }

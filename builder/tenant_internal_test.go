@@ -54,7 +54,7 @@ func TestTheSourcePolicyAllowsBaseImagesAndTheAppsOwn(t *testing.T) {
 			t.Errorf("%s: %v", tc.id, err)
 		}
 		if err != nil {
-			line, ok := deniedSource(err, "failed to solve: could not resolve image due to policy: " + err.Error())
+			line, ok := deniedSource(err, "failed to solve: could not resolve image due to policy: "+err.Error())
 			if !ok || !strings.HasSuffix(line.Error(), " is another app's image: a build starts from base images or this app's own (FROM, COPY --from, RUN --mount from=)") {
 				t.Errorf("%s: the denial reads %v", tc.id, line)
 			}

@@ -120,7 +120,11 @@ func (b *Builder) client(ctx context.Context) (*bkclient.Client, error) {
 
 // Request is one build.
 type Request struct {
-	App     string
+	App string
+	// AppUID is the App's metadata.uid: the build's cache is namespaced by it, so
+	// that no other app's build reaches it, not even one of an app that took the
+	// name of a destroyed one. Required.
+	AppUID  string
 	RepoDir string // the bare repository
 	Commit  string // full hex object id
 	NoCache bool
@@ -162,6 +166,9 @@ var commitRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
 func (b *Builder) Build(ctx context.Context, req Request, progress io.Writer) (*Result, error) {
 	if !commitRE.MatchString(req.Commit) {
 		return nil, fmt.Errorf("commit %q is not a full object id", req.Commit)
+	}
+	if !appUIDRE.MatchString(req.AppUID) {
+		return nil, fmt.Errorf("app %s: uid %q is not an App's uid; its build cache could not be kept to it", req.App, req.AppUID)
 	}
 	logFile, err := b.logs.create(req.App, req.Commit)
 	if err != nil {
@@ -276,6 +283,12 @@ func (b *Builder) build(ctx context.Context, req Request, out io.Writer) (*Resul
 	for k, v := range req.Args {
 		attrs["build-arg:"+k] = v
 	}
+	// After the app's arguments: these are bex's.
+	tenantAttrs(attrs, b.cfg.ImageRepo, req.App, req.AppUID, out)
+	policy, err := sourcePolicy(b.cfg.ImageRepo, req.App)
+	if err != nil {
+		return nil, err
+	}
 	if req.NoCache {
 		attrs["no-cache"] = ""
 	}
@@ -309,6 +322,7 @@ func (b *Builder) build(ctx context.Context, req Request, out io.Writer) (*Resul
 		LocalMounts:   map[string]fsutil.FS{"context": fsutil.NewRootFS(contextFS), "dockerfile": fsutil.NewRootFS(dockerfileFS)},
 		Exports:       []bkclient.ExportEntry{{Type: bkclient.ExporterImage, Attrs: exportAttrs}},
 		Session:       attachables,
+		SourcePolicy:  policy,
 	}, ch)
 	wg.Wait()
 	if err != nil {
@@ -356,6 +370,14 @@ func (b *Builder) dockerfile(req Request, ctxRoot *os.Root, work string, out io.
 		r, err := ctxRoot.OpenRoot(dfDir)
 		if err != nil {
 			return nil, "", err
+		}
+		note, err := syntaxNote(r, file)
+		if err != nil {
+			r.Close()
+			return nil, "", err
+		}
+		if note != "" {
+			fmt.Fprintln(out, note)
 		}
 		return fsutil.NewRoot(r), file, nil
 	} else if req.Dockerfile != "" {

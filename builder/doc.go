@@ -9,6 +9,13 @@
 // lines for the pusher, the stored build log and a terminal. Failures are turned into
 // sentences a user can act on: which step failed, its exit code and its last lines.
 //
+// One buildkitd builds every app, and a build is its app's (tenant.go): its cache
+// mounts are namespaced by the App's uid whatever id the Dockerfile names, its RUN
+// steps' cache keys carry the uid (so a step's result is never taken for another
+// app's), the built-in Dockerfile frontend always builds (a `# syntax=` directive
+// is ignored, with a line), and a source policy refuses another app's images as a
+// FROM, COPY --from or RUN --mount from=.
+//
 // Each build's log is kept with its outcome as data (BuildLog: running, succeeded,
 // failed with a one-line error, canceled), written by the builder when the build
 // ends; nothing needs to read the log's text to know how a build ended.

@@ -37,6 +37,9 @@ func explain(ctx context.Context, err error, r *renderer) error {
 		}
 		return fmt.Errorf("pushing the image failed: %s", msg)
 	}
+	if derr, ok := deniedSource(err, msg); ok {
+		return derr
+	}
 	if m := baseImageRE.FindStringSubmatch(msg); m != nil {
 		return fmt.Errorf("base image %s not found: check the FROM line, and that this host can pull it", m[1])
 	}

@@ -2,10 +2,12 @@ package builder_test
 
 import (
 	"context"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -159,4 +161,107 @@ func writeTree(t testing.TB, dir string, files map[string]string) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkGoPlanAfterAOneLineChange measures what a push of a one-line change to a
+// Go app costs once its cache is warm: the string main.go answers with changes at
+// each iteration, and the app is built
+//   - through bex, with the Go plan's cache mounts (build and module caches),
+//   - with buildctl, from the same plan without its cache mounts (the plan as it
+//     was before them: each build compiles the dependencies and the standard
+//     library again),
+//   - with `go build` on this machine, with a warm build cache, as a developer
+//     would between two edits: the floor.
+//
+// All three start warm (one build of the tree first).
+func BenchmarkGoPlanAfterAOneLineChange(b *testing.B) {
+	testenv.SharedStandIns(b)
+	n := testenv.StandInsConfig().Names
+	images := plan.Images{Go: n.Go, Node: n.Node, Python: n.Python, Runtime: n.Runtime, Shell: n.Debian, Static: testenv.BusyboxRef}
+	bldr, bk := newBuilder(b, func(c *builder.Config) { c.Plan.Images = images })
+	buildctl, err := testenv.Binary("buildctl")
+	if err != nil {
+		b.Fatal(err)
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		b.Fatal(err)
+	}
+	files := readTree(b, filepath.Join("plan", "testdata", "go-module", "src"))
+	const line = "hello from go as uid"
+	if !strings.Contains(files["main.go"], line) {
+		b.Fatalf("main.go does not answer %q", line)
+	}
+	changed := func(i int) string {
+		return strings.Replace(files["main.go"], line, fmt.Sprintf("hello from go (change %d) as uid", i), 1)
+	}
+	r := newRepo(b, files)
+	req := r.request("bench-go-change")
+
+	ctxDir, hostDir, dfDir := b.TempDir(), b.TempDir(), b.TempDir()
+	writeTree(b, ctxDir, files)
+	writeTree(b, hostDir, files)
+	p, err := plan.Detect(os.DirFS(ctxDir), plan.Config{Images: images})
+	if err != nil {
+		b.Fatal(err)
+	}
+	noMounts := regexp.MustCompile(`--mount=type=cache,target=\S+ (\\\n\s*)?`).ReplaceAllString(p.Dockerfile, "")
+	if noMounts == p.Dockerfile || strings.Contains(noMounts, "--mount") {
+		b.Fatalf("the plan's cache mounts were not taken out:\n%s", noMounts)
+	}
+	if err := os.WriteFile(filepath.Join(dfDir, "Dockerfile"), []byte(noMounts), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	goCache := b.TempDir()
+
+	viaBex := func() time.Duration {
+		var out strings.Builder
+		req := r.request(req.App)
+		start := time.Now()
+		_, err := bldr.Build(context.Background(), req, &out)
+		took := time.Since(start)
+		if err != nil {
+			b.Fatalf("bex: %v\n%s", err, out.String())
+		}
+		return took
+	}
+	viaBuildctl := func() time.Duration {
+		start := time.Now()
+		out, err := exec.Command(buildctl, "--addr", bk.Address, "build", "--frontend", "dockerfile.v0",
+			"--local", "context="+ctxDir, "--local", "dockerfile="+dfDir, "--opt", "image-resolve-mode=local",
+			"--output", "type=image,name=bex.local/bench-go-nomounts:1,unpack=true", "--progress", "quiet").CombinedOutput()
+		if err != nil {
+			b.Fatalf("buildctl: %v\n%s", err, out)
+		}
+		return time.Since(start)
+	}
+	viaGo := func() time.Duration {
+		cmd := exec.Command(goBin, "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(hostDir, "app"), ".")
+		cmd.Dir = hostDir
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOCACHE="+goCache, "GOFLAGS=-buildvcs=false", "GOTOOLCHAIN=local")
+		start := time.Now()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("go build: %v\n%s", err, out)
+		}
+		return time.Since(start)
+	}
+	// Warm: each built the tree once.
+	viaBex()
+	viaBuildctl()
+	viaGo()
+	var bex, ctl, host time.Duration
+	for i := 1; b.Loop(); i++ {
+		src := changed(i)
+		r.commit(map[string]string{"main.go": src})
+		writeTree(b, ctxDir, map[string]string{"main.go": src})
+		writeTree(b, hostDir, map[string]string{"main.go": src})
+		bex += viaBex()
+		ctl += viaBuildctl()
+		host += viaGo()
+	}
+	n2 := float64(b.N)
+	b.ReportMetric(float64(bex.Milliseconds())/n2, "bex-ms/op")
+	b.ReportMetric(float64(ctl.Milliseconds())/n2, "nomounts-ms/op")
+	b.ReportMetric(float64(host.Milliseconds())/n2, "gobuild-ms/op")
+	b.ReportMetric(float64(bex)/float64(host), "bex/gobuild")
 }

@@ -105,9 +105,11 @@ func (b *Builder) record(r *bkclient.UsageInfo) CacheRecord {
 
 // appOfRecord is the app a cache record's description names: an image of
 // the app (<ImageRepo>/<app>:… or @…) or a cache mount whose id begins
-// with <ImageRepo>/<app>/ ("with id \"bex.local/shop/go\""). The plans'
-// generated Dockerfiles use no cache mounts yet, so today most records (layers,
-// the build context, base images) name no app and are the platform's.
+// with <ImageRepo>/<app>/ (bex namespaces every build's cache mounts as
+// <ImageRepo>/<app>/<uid>/: "with id \"bex.local/shop/<uid>//root/.cache\"").
+// Other records (layers, the build context, base images) name no app and are the
+// platform's. The cache mounts of a destroyed app whose name was taken again are
+// counted as the new app's until they are pruned.
 func (b *Builder) appOfRecord(desc string) string {
 	prefix := b.cfg.ImageRepo + "/"
 	for rest, at := desc, 0; ; {

@@ -14,6 +14,7 @@ func TestAppOfRecord(t *testing.T) {
 		"pulled from docker.io/library/busybox:latest":                                 "",
 		"exporting to image bex.local/shop:0123456789ab":                               "shop",
 		"cached mount /root/.cache from exec go build with id \"bex.local/shop-2/go\"": "shop-2",
+		"cached mount /root/.cache/go-build from exec go build with id \"bex.local/shop/2f0e4b0a-1c2d-4e5f-8a9b-0c1d2e3f4a5b//root/.cache/go-build\"": "shop",
 		"bex.local/Shop:x":                       "",
 		"other.registry/bex.local/blog@sha256:…": "",
 		"an image bex.local/blog@sha256:…":       "blog",

@@ -41,6 +41,13 @@ func (d *dockerfile) line(format string, args ...any) {
 	d.b.WriteByte('\n')
 }
 
+// cacheMount is the RUN option that mounts a cache directory of the build at
+// target: kept from one build of the app to the next, in no image. bex keeps each
+// app's caches to it.
+func cacheMount(target string) string {
+	return "--mount=type=cache,target=" + target
+}
+
 // blank separates groups of instructions, as a person would.
 func (d *dockerfile) blank() { d.b.WriteByte('\n') }
 

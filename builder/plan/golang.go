@@ -49,14 +49,34 @@ func (a *app) goPlan(d *dockerfile) error {
 	d.line("FROM %s AS build", a.cfg.Images.Go)
 	d.line("WORKDIR /src")
 	if vendored {
+		d.comment(
+			"Go's build cache is a cache mount, kept from one build of the app to the next",
+			"(bex keeps each app's to it): a change of the code compiles the app's own",
+			"packages again, not its dependencies and the standard library. It is not in",
+			"the image, and the binary does not depend on what it holds: go compiles what",
+			"is missing.",
+		)
+		d.line("ENV GOCACHE=%s", goBuildCache)
 		d.comment("The dependencies are in vendor/, copied with the code: nothing to download.")
 	} else {
 		d.comment(
-			"The module files first, in a layer of their own: the download is cached until",
-			"go.mod or go.sum change, instead of running again at every change of the code.",
+			"Go's build cache and module cache are cache mounts, kept from one build of the",
+			"app to the next (bex keeps each app's to it): a change of the code compiles the",
+			"app's own packages again, not its dependencies and the standard library. They",
+			"are not in the image, and the binary does not depend on what they hold: go",
+			"downloads and compiles what is missing.",
+		)
+		d.line("ENV GOCACHE=%s GOMODCACHE=%s", goBuildCache, goModCache)
+		d.comment(
+			"The module files first, in a step of its own: the download runs again only",
+			"when go.mod or go.sum change, not at every change of the code.",
 		)
 		d.line("COPY go.mod go.sum* ./")
-		d.line("RUN go mod download")
+		d.line("RUN %s go mod download", cacheMount(goModCache))
+	}
+	mounts := cacheMount(goBuildCache)
+	if !vendored {
+		mounts = cacheMount(goModCache) + " " + mounts
 	}
 	d.line("COPY . .")
 	d.comment("No cgo: a static binary runs on a base without a C library. -trimpath, -s and -w",
@@ -65,7 +85,8 @@ func (a *app) goPlan(d *dockerfile) error {
 	if vendored {
 		mod = " -mod=vendor"
 	}
-	d.line(`RUN CGO_ENABLED=0 go build%s -trimpath -ldflags="-s -w" -o /out/app %s`, mod, pkg)
+	d.line(`RUN %s \
+    CGO_ENABLED=0 go build%s -trimpath -ldflags="-s -w" -o /out/app %s`, mounts, mod, pkg)
 	d.blank()
 	base := "the runtime base"
 	if a.cfg.Images.Runtime == DefaultConfig().Images.Runtime {
@@ -92,6 +113,14 @@ func (a *app) goPlan(d *dockerfile) error {
 	d.exec("CMD", "/app")
 	return nil
 }
+
+// Where the Go plan's caches are: the official image's own places for root
+// (GOPATH /go, HOME /root), set in the Dockerfile so that a Go image configured
+// otherwise uses them too.
+const (
+	goBuildCache = "/root/.cache/go-build"
+	goModCache   = "/go/pkg/mod"
+)
 
 // goProcesses checks that each Procfile command can run without a shell, which a Go
 // app's runtime image does not have.

@@ -172,6 +172,9 @@ func (m nodeManager) install(prod bool) string {
 	return cmd
 }
 
+// npmCache is npm's cache for root, who installs (the official image's HOME).
+const npmCache = "/root/.npm"
+
 // nodePlan installs the dependencies, builds, and starts the app as the node user.
 func (a *app) nodePlan(d *dockerfile) error {
 	data, err := a.read("package.json")
@@ -247,16 +250,24 @@ func (a *app) nodePlan(d *dockerfile) error {
 	if m.berry && a.isDir(".yarn") {
 		d.line("COPY .yarn ./.yarn")
 	}
+	run := "RUN "
+	if m.name == "npm" {
+		d.comment(
+			"npm's cache is a cache mount, kept from one build of the app to the next and in",
+			"no image: a changed lockfile downloads only the packages that are new.",
+		)
+		run += cacheMount(npmCache) + " "
+	}
 	if hasBuild {
 		d.comment("devDependencies too: the build script needs them (a compiler, a bundler).")
-		d.line("RUN %s", m.install(false))
+		d.line("%s%s", run, m.install(false))
 	} else {
 		if m.berry {
 			d.comment("Yarn 2+ installs devDependencies too: it has no production-only install.")
 		} else {
 			d.comment("Only the production dependencies: there is no build script to need the others.")
 		}
-		d.line("RUN %s", m.install(true))
+		d.line("%s%s", run, m.install(true))
 	}
 	d.line("COPY . .")
 	if hasBuild {

@@ -34,7 +34,7 @@ func (a *app) pythonPlan(d *dockerfile) error {
 		if hasProject {
 			a.note("also found pyproject.toml: requirements.txt lists the dependencies")
 		}
-		const install = "RUN pip install --no-cache-dir -r requirements.txt"
+		install := "RUN " + pipCacheMount + " pip install -r requirements.txt"
 		if len(refs) > 0 {
 			fromTree = true
 			a.note("requirements.txt refers to other files (%s): it is installed with the code, not in a layer of its own", strings.Join(refs, ", "))
@@ -47,7 +47,7 @@ func (a *app) pythonPlan(d *dockerfile) error {
 					"change of the code.",
 				)
 				d.line("COPY requirements.txt ./")
-				d.line(install)
+				d.line("%s", install)
 			}
 		}
 	default:
@@ -68,7 +68,7 @@ func (a *app) pythonPlan(d *dockerfile) error {
 		} else {
 			a.note("found pyproject.toml")
 		}
-		afterCode = []string{"RUN pip install --no-cache-dir ."}
+		afterCode = []string{"RUN " + pipCacheMount + " pip install ."}
 		switch {
 		case !proj.depsKnown:
 			fromTree = true
@@ -87,7 +87,7 @@ func (a *app) pythonPlan(d *dockerfile) error {
 					"file is kept as the app's Dockerfile, a new dependency is installed by the",
 					"`pip install .` below instead, uncached, until it is added here too.",
 				)
-				d.line("RUN pip install --no-cache-dir \\")
+				d.line("RUN %s pip install \\", pipCacheMount)
 				for i, dep := range proj.deps {
 					end := " \\"
 					if i == len(proj.deps)-1 {
@@ -154,6 +154,10 @@ func (a *app) pythonPlan(d *dockerfile) error {
 	)
 	d.line("ENV PYTHONUNBUFFERED=1 \\\n    PYTHONDONTWRITEBYTECODE=1 \\\n    PIP_DISABLE_PIP_VERSION_CHECK=1 \\\n    PIP_ROOT_USER_ACTION=ignore")
 	d.line("WORKDIR /app")
+	d.comment(
+		"pip's cache is a cache mount, kept from one build of the app to the next and in no",
+		"image: an install downloads and builds again only the packages that are new.",
+	)
 	if depsLayer != nil {
 		depsLayer()
 	}
@@ -177,6 +181,9 @@ func (a *app) pythonPlan(d *dockerfile) error {
 	a.startWithShell(d, why, start, desc)
 	return nil
 }
+
+// pipCacheMount mounts pip's cache for root, who installs (HOME /root).
+var pipCacheMount = cacheMount("/root/.cache/pip")
 
 func plural(n int, what string) string {
 	if n == 1 {

@@ -2,11 +2,8 @@ package testenv
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/netip"
-	"os/exec"
-	"strings"
 	"sync"
 	"testing"
 
@@ -42,29 +39,8 @@ type Datagram struct {
 // all go when the test ends.
 func StartLAN(t testing.TB, addrs ...netip.Addr) *LAN {
 	t.Helper()
-	third, fourth := rand.IntN(256), 4*rand.IntN(64)
-	hostAddr := netip.AddrFrom4([4]byte{198, 19, byte(third), byte(fourth + 1)})
-	nsAddr := netip.AddrFrom4([4]byte{198, 19, byte(third), byte(fourth + 2)})
-	tag := fmt.Sprintf("%02x%02x", third, fourth)
-	name := "bexlan-" + tag
-	hostIf, nsIf := "bxl"+tag+"h", "bxl"+tag+"n"
-	ip := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
-	ip("netns", "add", name)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
-	ip("link", "add", hostIf, "type", "veth", "peer", "name", nsIf)
-	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", hostIf).Run() })
-	ip("link", "set", nsIf, "netns", name)
-	ip("addr", "add", hostAddr.String()+"/30", "dev", hostIf)
-	ip("link", "set", hostIf, "up")
-	ip("-n", name, "addr", "add", nsAddr.String()+"/30", "dev", nsIf)
-	ip("-n", name, "link", "set", nsIf, "up")
-	ip("-n", name, "link", "set", "lo", "up")
-	ip("-n", name, "route", "add", "default", "via", hostAddr.String())
+	p := newPeerNS(t, 19, "bexlan-", "bxl")
+	name, hostIf, nsAddr, ip := p.name, p.hostIf, p.nsAddr, p.ip
 	for _, a := range addrs {
 		ip("-n", name, "addr", "add", a.String()+"/32", "dev", "lo")
 		// The host's route to it: the veth's deletion takes it along.

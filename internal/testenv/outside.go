@@ -3,11 +3,8 @@ package testenv
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/netip"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -44,29 +41,8 @@ const Domain = "outside.bex-test"
 // when the test ends.
 func StartOutside(t testing.TB) *Outside {
 	t.Helper()
-	third, fourth := rand.IntN(256), 4*rand.IntN(64)
-	hostAddr := netip.AddrFrom4([4]byte{198, 18, byte(third), byte(fourth + 1)})
-	nsAddr := netip.AddrFrom4([4]byte{198, 18, byte(third), byte(fourth + 2)})
-	tag := fmt.Sprintf("%02x%02x", third, fourth)
-	name := "bexout-" + tag
-	hostIf, nsIf := "bxo"+tag+"h", "bxo"+tag+"n"
-	ip := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
-	ip("netns", "add", name)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
-	ip("link", "add", hostIf, "type", "veth", "peer", "name", nsIf)
-	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", hostIf).Run() })
-	ip("link", "set", nsIf, "netns", name)
-	ip("addr", "add", hostAddr.String()+"/30", "dev", hostIf)
-	ip("link", "set", hostIf, "up")
-	ip("-n", name, "addr", "add", nsAddr.String()+"/30", "dev", nsIf)
-	ip("-n", name, "link", "set", nsIf, "up")
-	ip("-n", name, "link", "set", "lo", "up")
-	ip("-n", name, "route", "add", "default", "via", hostAddr.String())
+	p := newPeerNS(t, 18, "bexout-", "bxo")
+	name, nsAddr := p.name, p.nsAddr
 
 	o := &Outside{Addr: nsAddr, Name: "probe." + Domain}
 	var l net.Listener

@@ -12,6 +12,7 @@ import (
 
 	"bex.co/bex/internal/daemons"
 	"bex.co/bex/internal/supervise"
+	"bex.co/bex/internal/testenv"
 )
 
 func validConfig() Config {
@@ -212,4 +213,30 @@ func TestBuildCacheBound(t *testing.T) {
 	if err := p.boundBuildCache(&b); err == nil || !strings.Contains(err.Error(), "--build-cache-size") {
 		t.Errorf("a state dir that cannot be measured: %v", err)
 	}
+}
+
+// bex up says which runc runs the containers, with its version, and refuses
+// Debian 12's (1.1.5, without the 2025 fixes) in one line that says how to get a
+// newer: the real runc of `make tools` and the real Debian one.
+func TestCheckRuncSaysWhichAndRefusesAnOldOne(t *testing.T) {
+	runc, err := testenv.Binary("runc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := validConfig()
+	out := &bytes.Buffer{}
+	cfg.Out = out
+	if err := checkRunc(cfg, Binaries{"runc": runc}); err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 1 || !strings.Contains(lines[0], "runc 1.") || !strings.Contains(lines[0], runc) {
+		t.Fatalf("said: %q", out)
+	}
+	t.Logf("%s", strings.TrimSpace(out.String()))
+	const debian = "/usr/sbin/runc" // Debian 12's package, which containerd's depends on
+	err = checkRunc(cfg, Binaries{"runc": debian})
+	if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "make tools") || !strings.Contains(err.Error(), "--runc") {
+		t.Fatalf("Debian's runc: %v", err)
+	}
+	t.Logf("refused: %v", err)
 }

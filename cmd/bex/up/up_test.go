@@ -240,3 +240,25 @@ func TestCheckRuncSaysWhichAndRefusesAnOldOne(t *testing.T) {
 	}
 	t.Logf("refused: %v", err)
 }
+
+// --runc wins over the runc next to bex, and one that is not there is named.
+func TestPreflightTakesRuncFlag(t *testing.T) {
+	dir := t.TempDir()
+	for _, p := range programs {
+		if err := os.WriteFile(filepath.Join(dir, p.name), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", filepath.Join(dir, "nothing-here"))
+	c := validConfig()
+	c.Bex = filepath.Join(dir, "bex")
+	c.Runc = filepath.Join(dir, "buildkitd") // any executable file
+	bins, err := Preflight(c)
+	if err != nil || bins["runc"] != c.Runc {
+		t.Fatalf("runc %q, %v", bins["runc"], err)
+	}
+	c.Runc = filepath.Join(dir, "no-runc")
+	if _, err := Preflight(c); err == nil || !strings.Contains(err.Error(), "--runc "+c.Runc) || !strings.Contains(err.Error(), "make tools") {
+		t.Fatalf("missing --runc: %v", err)
+	}
+}

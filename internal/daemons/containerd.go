@@ -91,12 +91,13 @@ runc=%[2]s
 jq=%[3]s
 pids=%[4]d
 step='(.linux.cgroupsPath // "") | test("(^|/)buildkit/[^/]+$")'
-confine='.capabilities |= (if . == null then null else with_entries(.value |= (if type == "array" then map(select(. != "CAP_NET_RAW" and . != "CAP_MKNOD")) else . end)) end) | .noNewPrivileges = true'
-config_prog="def confine: $confine;"'
+defs='def confine: .capabilities |= (if . == null then null else with_entries(.value |= (if type == "array" then map(select(. != "CAP_NET_RAW" and . != "CAP_MKNOD")) else . end)) end) | .noNewPrivileges = true;'
+config_prog="$defs"' if '"$step"' then
 	.process |= confine
 	| (.linux.resources.pids.limit // 0) as $l
 	| .linux.resources.pids.limit = (if $l > 0 and $l < $pids then $l else $pids end)
-	| .mounts = ((.mounts // []) | map(select(.destination != "/dev/otel-grpc.sock")))'
+	| .mounts = ((.mounts // []) | map(select(.destination != "/dev/otel-grpc.sock")))
+	else false end'
 
 # The command (the first word that is neither a flag nor a flag's value), and
 # the values of --root, --bundle and --process; the container id comes last.
@@ -125,32 +126,46 @@ for a in "$@"; do
 	esac
 done
 
-# is_step CONFIG: 0 for a build step's spec, 1 for another's; exits on a spec it cannot read.
+# rewrite FILE PROGRAM [ARGS]: FILE through jq's PROGRAM, in place, unless it
+# prints false: 0 when rewritten, 1 when not. Exits on a FILE it cannot read:
+# nothing runs unconfined by mistake.
+rewrite() {
+	f=$1 prog=$2
+	shift 2
+	"$jq" -e "$@" "$prog" "$f" > "$f.bex"
+	case $? in
+	0) mv "$f.bex" "$f" && return 0 ;;
+	1) rm -f "$f.bex"; return 1 ;;
+	esac
+	rm -f "$f.bex"
+	echo "bex runc wrapper: cannot read $f" >&2
+	exit 1
+}
+
+# is_step CONFIG: whether CONFIG is a build step's spec. One that does not name
+# buildkit is not read by jq (an app's container starts without it).
 is_step() {
-	"$jq" -e "$step" "$1" >/dev/null
+	grep -q buildkit "$1" || return 1
+	"$jq" -e "$step" "$1" > /dev/null
 	case $? in
 	0) return 0 ;;
 	1) return 1 ;;
-	*) echo "bex runc wrapper: cannot read $1" >&2; exit 1 ;;
 	esac
-}
-
-# rewrite FILE PROGRAM: FILE through jq, in place.
-rewrite() {
-	"$jq" --argjson pids "$pids" "$2" "$1" > "$1.bex" && mv "$1.bex" "$1" || {
-		echo "bex runc wrapper: cannot confine the build step of $1" >&2
-		exit 1
-	}
+	echo "bex runc wrapper: cannot read $1" >&2
+	exit 1
 }
 
 case $cmd in
 create | run)
-	if is_step "$bundle/config.json"; then rewrite "$bundle/config.json" "$config_prog"; fi
+	# One jq for a step's spec; none for another's.
+	if grep -q buildkit "$bundle/config.json"; then
+		rewrite "$bundle/config.json" "$config_prog" --argjson pids "$pids" || true
+	fi
 	;;
 exec)
 	if [ -n "$process" ]; then
 		b=$("$runc" --root "$root" state "$last" | "$jq" -r .bundle) || exit 1
-		if is_step "$b/config.json"; then rewrite "$process" "$confine"; fi
+		if is_step "$b/config.json"; then rewrite "$process" "$defs confine"; fi
 	fi
 	;;
 esac

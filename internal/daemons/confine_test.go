@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	bkclient "github.com/moby/buildkit/client"
+	"github.com/moby/buildkit/client/llb"
+
 	"bex.co/bex/internal/daemons"
 	"bex.co/bex/internal/testenv"
 )
@@ -65,14 +68,49 @@ func (b *builds) build(tb testing.TB, dockerfile string) (string, error) {
 	return out, err
 }
 
-// probe is a RUN step that prints what confines it, one "probe KEY VALUE" line each.
-const probe = `FROM busybox
-RUN grep -E '^(CapEff|CapBnd|CapPrm|NoNewPrivs|Seccomp):' /proc/self/status | sed 's/^/probe /'; \
-    echo "probe uid_map: $(tr -s ' ' < /proc/self/uid_map)"; \
-    echo "probe pids.max: $(cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max)"; \
-    if [ -e /dev/otel-grpc.sock ]; then echo "probe otel: present"; else echo "probe otel: absent"; fi; \
-    if mknod /tmp/null c 1 3 2>/dev/null; then echo "probe mknod: made"; else echo "probe mknod: refused"; fi
-`
+// probeScript prints what confines the step it runs in, one "probe KEY: VALUE"
+// line each; probe is a Dockerfile whose RUN step is it.
+const probeScript = `grep -E '^(CapEff|CapBnd|CapPrm|NoNewPrivs|Seccomp):' /proc/self/status | sed 's/^/probe /'; ` +
+	`echo "probe uid_map: $(tr -s ' ' < /proc/self/uid_map)"; ` +
+	`echo "probe pids.max: $(cat /sys/fs/cgroup/pids/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids.max)"; ` +
+	`if [ -e /dev/otel-grpc.sock ]; then echo "probe otel: present"; else echo "probe otel: absent"; fi; ` +
+	`if mknod /tmp/null c 1 3 2>/dev/null; then echo "probe mknod: made"; else echo "probe mknod: refused"; fi`
+
+const probe = "FROM busybox\nRUN " + probeScript + "\n"
+
+// solveLLB runs script in a busybox exec of raw LLB (what a frontend of the
+// tenant's own, `# syntax=`, sends) with the given cgroup parent, and returns
+// its output.
+func (b *builds) solveLLB(tb testing.TB, script, cgroupParent string) (string, error) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	st := llb.Image("docker.io/library/busybox:latest", llb.ResolveModePreferLocal).
+		Run(llb.Args([]string{"/bin/sh", "-c", script}), llb.WithCgroupParent(cgroupParent), llb.IgnoreCache).Root()
+	def, err := st.Marshal(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c, err := b.bk.Client(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer c.Close()
+	ch := make(chan *bkclient.SolveStatus)
+	var out strings.Builder
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for s := range ch {
+			for _, l := range s.Logs {
+				out.Write(l.Data)
+			}
+		}
+	}()
+	_, err = c.Solve(ctx, def, bkclient.SolveOpt{}, ch)
+	<-done
+	return out.String(), err
+}
 
 func probed(tb testing.TB, out string) map[string]string {
 	tb.Helper()
@@ -170,6 +208,19 @@ RUN test "$(cat /app/data/f)" = "$(printf 'hello\nmore')" && echo second step se
 `)
 	if err != nil || !strings.Contains(out, "owner 1000:1000") || !strings.Contains(out, "second step sees it") {
 		t.Fatalf("an ordinary build: %v\n%s", err, out)
+	}
+
+	// A step under a cgroup of its own choosing (raw LLB names its parent; the
+	// systemd form makes buildkitd use it as the whole path) is confined all
+	// the same: it has no user namespace.
+	out, err = b.solveLLB(t, probeScript+`; echo "probe cgroup: $(grep pids /proc/self/cgroup)"`, "evil.slice:")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	evil := probed(t, out)
+	t.Logf("a step under its own cgroup parent: %v", evil)
+	if hasCap(t, evil["CapEff"], capNetRaw) || evil["NoNewPrivs"] != "1" || evil["pids.max"] != strconv.Itoa(stepPids) || evil["mknod"] != "refused" || evil["otel"] != "absent" {
+		t.Errorf("a step under another cgroup parent is not confined: %v", evil)
 	}
 
 	// The same probe on the same runc without the wrapper: what it took away.

@@ -69,8 +69,12 @@ type Containerd struct {
 //
 // Build steps are tenants too, and buildkitd's containerd worker takes no
 // per-step security options, so the wrapper confines them here, before runc reads
-// their spec: a container whose cgroup path ends in buildkit/<id> (buildkitd puts
-// every step there, whatever its cgroup parent) gets
+// their spec. A step is a container whose cgroup path ends in buildkit/<id>
+// (buildkitd puts every step there under its cgroup parent) or that has no user
+// namespace: buildkitd's steps never have one, every app's container has one
+// (deployer/runtime/local), and an LLB exec may name any cgroup parent (a
+// tenant's own frontend, `# syntax=`, sends LLB of its own), so the path alone
+// would let such a step out. A step gets
 //   - no CAP_NET_RAW (raw packets: spoofing on the builds' network) and no
 //     CAP_MKNOD (device nodes) in any capability set,
 //   - no_new_privs (a setuid binary in a base image gains nothing),
@@ -90,7 +94,7 @@ echo %[1]d > /proc/self/oom_score_adj || exit 1
 runc=%[2]s
 jq=%[3]s
 pids=%[4]d
-step='(.linux.cgroupsPath // "") | test("(^|/)buildkit/[^/]+$")'
+step='((.linux.cgroupsPath // "") | test("(^|/)buildkit/[^/]+$")) or ([(.linux.namespaces // [])[] | select(.type == "user")] | length == 0)'
 defs='def confine: .capabilities |= (if . == null then null else with_entries(.value |= (if type == "array" then map(select(. != "CAP_NET_RAW" and . != "CAP_MKNOD")) else . end)) end) | .noNewPrivileges = true;'
 config_prog="$defs"' if '"$step"' then
 	.process |= confine
@@ -142,10 +146,16 @@ rewrite() {
 	exit 1
 }
 
-# is_step CONFIG: whether CONFIG is a build step's spec. One that does not name
-# buildkit is not read by jq (an app's container starts without it).
+# maybe_step CONFIG: whether CONFIG may be a build step's spec, so that jq must
+# read it: it names buildkit, or has no user namespace (containerd writes compact
+# JSON; a spec written otherwise is read by jq). An app's is not read by jq.
+maybe_step() {
+	grep -q buildkit "$1" || ! grep -q '"type":"user"' "$1"
+}
+
+# is_step CONFIG: whether CONFIG is a build step's spec.
 is_step() {
-	grep -q buildkit "$1" || return 1
+	maybe_step "$1" || return 1
 	"$jq" -e "$step" "$1" > /dev/null
 	case $? in
 	0) return 0 ;;
@@ -157,8 +167,8 @@ is_step() {
 
 case $cmd in
 create | run)
-	# One jq for a step's spec; none for another's.
-	if grep -q buildkit "$bundle/config.json"; then
+	# One jq for a step's spec; none for an app's.
+	if maybe_step "$bundle/config.json"; then
 		rewrite "$bundle/config.json" "$config_prog" --argjson pids "$pids" || true
 	fi
 	;;

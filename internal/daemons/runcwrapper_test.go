@@ -88,7 +88,9 @@ func TestRuncWrapperConfinesBuildSteps(t *testing.T) {
 		return append([]string{"--root", "/run/containerd/runc/bex", "--log", "/x/log.json", "--log-format", "json", cmd}, rest...)
 	}
 
-	for _, cg := range []string{"/bex-builds-0123abcd/buildkit/q1w2e3", "/buildkit/q1w2e3"} {
+	// A step under the build cgroup, one under the root's (an LLB exec may name
+	// its cgroup parent), and one under a path of its choosing.
+	for _, cg := range []string{"/bex-builds-0123abcd/buildkit/q1w2e3", "/buildkit/q1w2e3", "x.slice:q1w2e3", ""} {
 		bundle := t.TempDir()
 		config := writeSpec(t, bundle, buildStepSpec(cg))
 		run(nil, shimArgs("create", "--bundle", bundle, "--pid-file", "/x/init.pid", "q1w2e3")...)
@@ -129,10 +131,13 @@ func TestRuncWrapperConfinesBuildSteps(t *testing.T) {
 		}
 	}
 
-	// Control: an app's container (another cgroup path) and its exec'd
-	// processes are passed on untouched.
+	// Control: an app's container (a user namespace, another cgroup path) and
+	// its exec'd processes are passed on untouched.
 	bundle := t.TempDir()
-	config := writeSpec(t, bundle, buildStepSpec("/bex-tenants/web-1"))
+	app := buildStepSpec("/bex/web-1")
+	app.Linux.Namespaces = []specs.LinuxNamespace{{Type: specs.PIDNamespace}, {Type: specs.UserNamespace}}
+	app.Linux.UIDMappings = []specs.LinuxIDMapping{{ContainerID: 0, HostID: 1 << 30, Size: 65536}}
+	config := writeSpec(t, bundle, app)
 	before, _ := os.ReadFile(config)
 	run(nil, shimArgs("create", "--bundle", bundle, "web-1")...)
 	proc := filepath.Join(t.TempDir(), "process.json")
@@ -190,7 +195,9 @@ func BenchmarkRuncWrapper(b *testing.B) {
 	for b.Loop() {
 		sb, ab := b.TempDir(), b.TempDir()
 		writeSpecB(b, sb, buildStepSpec("/bex-builds-0123abcd/buildkit/x"))
-		writeSpecB(b, ab, buildStepSpec("/bex-tenants/web-1"))
+		appSpec := buildStepSpec("/bex/web-1")
+		appSpec.Linux.Namespaces = []specs.LinuxNamespace{{Type: specs.UserNamespace}}
+		writeSpecB(b, ab, appSpec)
 		direct += run(real, ab)
 		step += run(wrapper, sb)
 		app += run(wrapper, ab)

@@ -31,7 +31,9 @@ type builds struct {
 func startBuilds(tb testing.TB, opts ...testenv.ContainerdOption) (*builds, func()) {
 	tb.Helper()
 	dir := tb.TempDir()
-	c, err := testenv.StartContainerd(filepath.Join(dir, "containerd"), opts...)
+	bdir := filepath.Join(dir, "buildkitd")
+	cg := daemons.BuildCgroupFor(bdir, 512<<20)
+	c, err := testenv.StartContainerd(filepath.Join(dir, "containerd"), append([]testenv.ContainerdOption{testenv.WithBuildCgroup(cg.Name)}, opts...)...)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -41,8 +43,7 @@ func startBuilds(tb testing.TB, opts ...testenv.ContainerdOption) (*builds, func
 		_ = c.Stop()
 		tb.Fatal(err)
 	}
-	bdir := filepath.Join(dir, "buildkitd")
-	bk, err := testenv.StartBuildkitd(bdir, c, testenv.WithBuildMemory(512<<20))
+	bk, err := testenv.StartBuildkitd(bdir, c, testenv.WithBuildMemory(cg.Memory))
 	if err != nil {
 		_ = c.Stop()
 		tb.Fatal(err)
@@ -221,6 +222,10 @@ RUN test "$(cat /app/data/f)" = "$(printf 'hello\nmore')" && echo second step se
 	t.Logf("a step under its own cgroup parent: %v", evil)
 	if hasCap(t, evil["CapEff"], capNetRaw) || evil["NoNewPrivs"] != "1" || evil["pids.max"] != strconv.Itoa(stepPids) || evil["mknod"] != "refused" || evil["otel"] != "absent" {
 		t.Errorf("a step under another cgroup parent is not confined: %v", evil)
+	}
+	// ... and is put back under the build cgroup, with the other steps' limits.
+	if name := filepath.Base(b.bk.StepCgroup); !strings.Contains(evil["cgroup"], "/"+name+"/buildkit/") {
+		t.Errorf("a step under another cgroup parent runs in %s, not below %s", evil["cgroup"], name)
 	}
 
 	// The same probe on the same runc without the wrapper: what it took away.

@@ -60,6 +60,11 @@ type Containerd struct {
 	Jq string
 	// StepPids is each build step's pids limit; 0 is StepPidsMax().
 	StepPids int64
+	// BuildCgroup, when set, is the build cgroup's name (BuildCgroup.Name): a
+	// step whose cgroup path is not below it (an LLB exec names its own cgroup
+	// parent) is put there, at BuildCgroup/buildkit/<container id>, under the
+	// limits all the steps share.
+	BuildCgroup string
 }
 
 // runcWrapper raises its own oom_score_adj (always allowed, and the kernel then
@@ -79,6 +84,8 @@ type Containerd struct {
 //     CAP_MKNOD (device nodes) in any capability set,
 //   - no_new_privs (a setuid binary in a base image gains nothing),
 //   - linux.resources.pids.limit at most StepPids (a fork bomb fails in its step),
+//   - with BuildCgroup, a cgroup path below it (else the step's own choice
+//     would leave the steps' shared memory and pids limits),
 //   - no bind mount of buildkitd's OTel socket (/dev/otel-grpc.sock: a way into a
 //     platform daemon; buildkitd mounts it into every step when the file exists).
 //
@@ -94,6 +101,7 @@ echo %[1]d > /proc/self/oom_score_adj || exit 1
 runc=%[2]s
 jq=%[3]s
 pids=%[4]d
+cgroup=%[5]s
 step='((.linux.cgroupsPath // "") | test("(^|/)buildkit/[^/]+$")) or ([(.linux.namespaces // [])[] | select(.type == "user")] | length == 0)'
 defs='def confine: .capabilities |= (if . == null then null else with_entries(.value |= (if type == "array" then map(select(. != "CAP_NET_RAW" and . != "CAP_MKNOD")) else . end)) end) | .noNewPrivileges = true;'
 config_prog="$defs"' if '"$step"' then
@@ -101,6 +109,8 @@ config_prog="$defs"' if '"$step"' then
 	| (.linux.resources.pids.limit // 0) as $l
 	| .linux.resources.pids.limit = (if $l > 0 and $l < $pids then $l else $pids end)
 	| .mounts = ((.mounts // []) | map(select(.destination != "/dev/otel-grpc.sock")))
+	| if $cg != "" and ((.linux.cgroupsPath // "") | test("^/" + $cg + "/buildkit/[^/]+$") and (test("/[.]{1,2}$") | not) | not)
+	  then .linux.cgroupsPath = "/" + $cg + "/buildkit/" + $id else . end
 	else false end'
 
 # The command (the first word that is neither a flag nor a flag's value), and
@@ -169,7 +179,7 @@ case $cmd in
 create | run)
 	# One jq for a step's spec; none for an app's.
 	if maybe_step "$bundle/config.json"; then
-		rewrite "$bundle/config.json" "$config_prog" --argjson pids "$pids" || true
+		rewrite "$bundle/config.json" "$config_prog" --argjson pids "$pids" --arg cg "$cgroup" --arg id "$last" || true
 	fi
 	;;
 exec)
@@ -238,7 +248,10 @@ func (c Containerd) WriteConfig() ([]string, error) {
 		if pids <= 0 {
 			pids = StepPidsMax()
 		}
-		script := fmt.Sprintf(runcWrapper, c.TenantOOMScoreAdj, shellQuote(c.Runc), shellQuote(jq), pids)
+		if strings.ContainsAny(c.BuildCgroup, "/.") && c.BuildCgroup != "" {
+			return nil, fmt.Errorf("build cgroup %q: want a name, not a path", c.BuildCgroup)
+		}
+		script := fmt.Sprintf(runcWrapper, c.TenantOOMScoreAdj, shellQuote(c.Runc), shellQuote(jq), pids, shellQuote(c.BuildCgroup))
 		if err := os.WriteFile(filepath.Join(c.Dir, "bin", "runc"), []byte(script), 0o700); err != nil {
 			return nil, err
 		}

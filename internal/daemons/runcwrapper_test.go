@@ -65,7 +65,7 @@ func TestRuncWrapperConfinesBuildSteps(t *testing.T) {
 	if err := os.WriteFile(real, []byte(fakeRunc), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	c := Containerd{Dir: filepath.Join(dir, "containerd"), Runc: real, TenantOOMScoreAdj: 500, StepPids: 1234}
+	c := Containerd{Dir: filepath.Join(dir, "containerd"), Runc: real, TenantOOMScoreAdj: 500, StepPids: 1234, BuildCgroup: "bex-builds-0123abcd"}
 	if _, err := c.WriteConfig(); err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,8 @@ func TestRuncWrapperConfinesBuildSteps(t *testing.T) {
 
 	// A step under the build cgroup, one under the root's (an LLB exec may name
 	// its cgroup parent), and one under a path of its choosing.
-	for _, cg := range []string{"/bex-builds-0123abcd/buildkit/q1w2e3", "/buildkit/q1w2e3", "x.slice:q1w2e3", ""} {
+	for _, cg := range []string{"/bex-builds-0123abcd/buildkit/q1w2e3", "/buildkit/q1w2e3", "x.slice:q1w2e3", "",
+		"/bex-builds-0123abcd/../x.slice:q1w2e3", "/bex-builds-0123abcd/buildkit/.."} {
 		bundle := t.TempDir()
 		config := writeSpec(t, bundle, buildStepSpec(cg))
 		run(nil, shimArgs("create", "--bundle", bundle, "--pid-file", "/x/init.pid", "q1w2e3")...)
@@ -114,6 +115,11 @@ func TestRuncWrapperConfinesBuildSteps(t *testing.T) {
 		}
 		if len(s.Mounts) != 1 {
 			t.Errorf("%s: mounts %v", cg, s.Mounts)
+		}
+		// Below the build cgroup: kept where buildkitd put it, else moved there.
+		want := "/bex-builds-0123abcd/buildkit/q1w2e3"
+		if s.Linux.CgroupsPath != want {
+			t.Errorf("%s: cgroup path %q, want %q", cg, s.Linux.CgroupsPath, want)
 		}
 
 		// A process started in the running step (runc exec --process FILE).

@@ -88,6 +88,13 @@ func WithStepPids(n int64) ContainerdOption {
 	return func(o *containerdOptions) { o.StepPids = n }
 }
 
+// WithBuildCgroup names the build cgroup (daemons.BuildCgroup.Name) a build step
+// that chose another cgroup parent is put back under, as bex up does; the
+// harness's shared containerd, which several buildkitds share, has none.
+func WithBuildCgroup(name string) ContainerdOption {
+	return func(o *containerdOptions) { o.BuildCgroup = name }
+}
+
 // Unconfined runs containers with the same runc but without bex's wrapper: build
 // steps are not confined. Only for the baseline of a benchmark.
 func Unconfined() ContainerdOption {

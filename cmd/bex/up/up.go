@@ -150,7 +150,11 @@ func (p *Platform) start(ctx context.Context, proc supervise.Process, what strin
 func (p *Platform) startDaemons(ctx context.Context) error {
 	p.containerdAddr = p.cfg.ContainerdAddr
 	if p.containerdAddr == "" {
-		d := daemons.Containerd{Dir: filepath.Join(p.cfg.StateDir, "containerd"), Runc: p.bins["runc"], Jq: p.bins["jq"], TenantOOMScoreAdj: TenantOOMScoreAdj}
+		// The build cgroup buildkitd's steps go to (limitBuildSteps makes it): a
+		// step that names another cgroup parent is put back there by the wrapper.
+		buildCgroup := daemons.BuildCgroupFor(filepath.Join(p.cfg.StateDir, "buildkitd"), 0).Name
+		d := daemons.Containerd{Dir: filepath.Join(p.cfg.StateDir, "containerd"), Runc: p.bins["runc"], Jq: p.bins["jq"],
+			TenantOOMScoreAdj: TenantOOMScoreAdj, BuildCgroup: buildCgroup}
 		args, err := d.WriteConfig()
 		if err != nil {
 			return err

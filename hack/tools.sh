@@ -2,10 +2,15 @@
 # Makes this machine ready to build, run and test bex, and says what it does.
 # Idempotent: a second run checks and returns in seconds.
 #
-#   1. Debian packages: git, openssh, runc, containerd, busybox-static, CNI plugins,
-#      mmdebstrap (the Debian stand-ins for the official base images), jq (docs/cluster.md's migration), ...
+#   1. Debian packages: git, openssh, containerd, busybox-static, CNI plugins,
+#      mmdebstrap (the Debian stand-ins for the official base images), jq (docs/cluster.md's
+#      migration, and the runc wrapper's rewrite of build steps' specs), libseccomp-dev and
+#      pkg-config (runc's seccomp support, cgo), runc (Debian's, 1.1: only containerd's
+#      package depends on it; bex uses bin/runc), ...
 #   2. Daemons built from their Go modules into bin/<name>-<version>/, with
 #      stable links bin/<binary> -> <name>-<version>/<binary>:
+#        runc                               (hack/tools/runc: a release with the
+#                                            November 2025 fixes that Debian's lacks)
 #        buildkitd, buildctl                (hack/tools/buildkit)
 #        kube-apiserver, etcd, kubectl      (hack/tools/kube)
 #        kubelet, kube-proxy, kube-scheduler,
@@ -42,7 +47,7 @@ go1.2[6-9]* | go1.[3-9][0-9]* | go[2-9]*) ;;
 esac
 
 # --- Debian packages --------------------------------------------------------------
-packages=(git openssh-client openssh-server runc containerd busybox-static ca-certificates curl iproute2 iptables containernetworking-plugins nginx-light util-linux mmdebstrap jq openssl)
+packages=(git openssh-client openssh-server runc containerd busybox-static ca-certificates curl iproute2 iptables containernetworking-plugins nginx-light util-linux mmdebstrap jq openssl libseccomp-dev pkg-config)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
@@ -86,6 +91,13 @@ build() {
 	say "$name: built in $((SECONDS - start)) s"
 }
 
+# runc as its Makefile builds it (seccomp through cgo and libseccomp-dev; no
+# libpathrs, a Rust library Debian does not package: runc's Go pathrs-lite does the
+# same job); its version is the module's VERSION file, the commit the release tag.
+CGO_ENABLED=1 GOFLAGS="-tags=seccomp,urfave_cli_no_docs" build "runc $RUNC_VERSION" "runc-$RUNC_VERSION" hack/tools/runc \
+	"-s -w -X main.gitCommit=$RUNC_VERSION" "runc" \
+	github.com/opencontainers/runc
+
 build "buildkit $BUILDKIT_VERSION" "buildkit-$BUILDKIT_VERSION" hack/tools/buildkit \
 	"-s -w -X github.com/moby/buildkit/version.Version=$BUILDKIT_VERSION" "buildkitd buildctl" \
 	github.com/moby/buildkit/cmd/buildkitd github.com/moby/buildkit/cmd/buildctl
@@ -116,6 +128,7 @@ CGO_ENABLED=0 build "registry $REGISTRY_VERSION" "registry-$REGISTRY_VERSION" ha
 	github.com/distribution/distribution/v3/cmd/registry
 
 link() { ln -sfn "$1/$2" "bin/$2"; }
+link "runc-$RUNC_VERSION" runc
 link "buildkit-$BUILDKIT_VERSION" buildkitd
 link "buildkit-$BUILDKIT_VERSION" buildctl
 link "kube-$KUBE_VERSION" kube-apiserver
@@ -129,7 +142,7 @@ link "coredns-$COREDNS_VERSION" coredns
 link "registry-$REGISTRY_VERSION" registry
 [ -x bin/coredns ] && [ -x bin/registry ] || die "bin/coredns or bin/registry is missing after the build: remove bin/coredns-* bin/registry-* and run make tools again"
 
-for b in buildkitd buildctl kube-apiserver etcd kubectl kubelet kube-proxy kube-scheduler kube-controller-manager pebble pebble-challtestsrv caddy; do
+for b in runc buildkitd buildctl kube-apiserver etcd kubectl kubelet kube-proxy kube-scheduler kube-controller-manager pebble pebble-challtestsrv caddy; do
 	[ -x "bin/$b" ] || die "bin/$b is missing after the build: remove bin/ and run make tools again"
 done
 

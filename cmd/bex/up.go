@@ -59,6 +59,7 @@ func (c *upCmd) command() *cobra.Command {
 	f.StringVar(&c.cfg.ACMECA, "acme-ca", "", "ACME directory URL; without it and --acme-email, or for the base domain localhost, a local CA issues certificates (STATE_DIR/ca.pem)")
 	f.StringVar(&c.cfg.TrustedProxies, "trusted-proxies", "", "CIDR,... of load balancers in front of this machine, passed to the edge: their PROXY protocol headers and X-Forwarded-For name the client")
 	f.StringVar(&c.cfg.ContainerdAddr, "containerd-addr", "", "an existing containerd's socket (default: start one in STATE_DIR/containerd)")
+	f.StringVar(&c.cfg.Runc, "runc", "", "the runc the containerd bex up starts runs every container with; it must have the November 2025 fixes (1.2.8, 1.3.3, 1.4.0 or later) (default: runc next to the bex binary, where `make tools` builds it, else in PATH)")
 	f.StringVar(&c.cfg.ImageResolveMode, "image-resolve-mode", d.ImageResolveMode, "how builds find base images: default, pull, or local (images already in containerd; no registry)")
 	c.maxObjectSize = byteSize(d.MaxObjectBytes)
 	f.Var(&c.maxObjectSize, "max-object-size", "largest object (a file, mostly) that a push may hold, passed to the gitserver (GitHub's limit is 100MiB)")

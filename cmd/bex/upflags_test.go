@@ -85,3 +85,18 @@ func TestAllowTenantEgressFlag(t *testing.T) {
 		t.Errorf("an IPv6 range: %v", err)
 	}
 }
+
+// --runc names the runc the containers run with; without it bex up looks next to
+// the bex binary and in PATH (Preflight).
+func TestUpRuncFlag(t *testing.T) {
+	c := &upCmd{}
+	cmd := c.command()
+	if err := cmd.ParseFlags(nil); err != nil || c.cfg.Runc != "" {
+		t.Fatalf("default %q, %v", c.cfg.Runc, err)
+	}
+	c = &upCmd{}
+	cmd = c.command()
+	if err := cmd.ParseFlags([]string{"--runc", "/opt/runc/runc"}); err != nil || c.cfg.Runc != "/opt/runc/runc" {
+		t.Fatalf("set %q, %v", c.cfg.Runc, err)
+	}
+}

@@ -8,10 +8,11 @@ import (
 
 // writeConfigs writes every daemon's configuration under DIR. They are written on
 // each up, so a changed checkout's settings apply to a cluster brought up again.
-func (l *layout) writeConfigs() error {
+// bin is where `make tools` built the daemons (the node's runc among them).
+func (l *layout) writeConfigs(bin string) error {
 	files := map[string]string{
 		l.kubeconfig():                                              l.kubeconfigFor("admin"),
-		l.path("containerd", "config.toml"):                         l.containerdConfig(),
+		l.path("containerd", "config.toml"):                         l.containerdConfig(filepath.Join(bin, "runc")),
 		l.path("cni", "net.d", "10-bex-pods.conflist"):              l.cniConfig(),
 		l.path("config", "kubelet.yaml"):                            l.kubeletConfig(),
 		l.path("config", "kube-proxy.yaml"):                         l.proxyConfig(),
@@ -73,8 +74,9 @@ func (l *layout) registryMirror() string {
 // under DIR. restrict_oom_score_adj: this machine's root has no CAP_SYS_RESOURCE,
 // so the sandbox's default OOM score (-998, lower than containerd's own) cannot be
 // set, and runc fails every pod with "can't get final child's PID from pipe"; with
-// it, containers get at least containerd's score.
-func (l *layout) containerdConfig() string {
+// it, containers get at least containerd's score. runc is bin/runc, as under bex up
+// (BinaryName: Debian's 1.1.5 lacks the 2025 fixes).
+func (l *layout) containerdConfig(runc string) string {
 	return fmt.Sprintf(`version = 2
 root = %q
 state = %q
@@ -93,10 +95,12 @@ state = %q
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        BinaryName = %q
   [plugins."io.containerd.grpc.v1.cri".registry]
     config_path = %q
 `, l.path("containerd", "root"), l.path("containerd", "state"), l.containerdSocket(),
-		pauseImage, l.path("cni", "net.d"), l.path("containerd", "certs.d"))
+		pauseImage, l.path("cni", "net.d"), runc, l.path("containerd", "certs.d"))
 }
 
 // cniConfig: one bridge in the node's network namespace, with host-local

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -32,5 +35,26 @@ func TestLayoutNamesFollowDir(t *testing.T) {
 	}
 	if _, err := newLayout("relative/dir"); err == nil || !strings.Contains(err.Error(), "absolute") {
 		t.Errorf("a relative DIR: %v", err)
+	}
+}
+
+// The node's containerd runs pods with bin/runc (the CRI's runc BinaryName), as
+// Debian's containerd 1.6 reads it: `containerd config dump` of the written file.
+func TestNodeContainerdUsesBinRunc(t *testing.T) {
+	l, err := newLayout(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const runc = "/src/bex/bin/runc"
+	path := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(path, []byte(l.containerdConfig(runc)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("containerd", "--config", path, "config", "dump").CombinedOutput()
+	if err != nil {
+		t.Fatalf("containerd config dump: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), `BinaryName = "`+runc+`"`) {
+		t.Fatalf("the runc runtime's options lack BinaryName %s:\n%s", runc, out)
 	}
 }

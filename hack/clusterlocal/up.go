@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"bex.co/bex/internal/daemons"
 )
 
 // baseDomain is where the apps of the local cluster answer (<app>.baseDomain). .test
@@ -31,7 +33,12 @@ func up(l *layout, root, bin string) error {
 	if err := l.writePKI(); err != nil {
 		return fmt.Errorf("certificates: %w", err)
 	}
-	if err := l.writeConfigs(); err != nil {
+	v, err := daemons.CheckRunc(filepath.Join(bin, "runc"))
+	if err != nil {
+		return err
+	}
+	say("node's containers run with runc %s (%s)", v, filepath.Join(bin, "runc"))
+	if err := l.writeConfigs(bin); err != nil {
 		return err
 	}
 	if err := l.createCgroups(); err != nil {

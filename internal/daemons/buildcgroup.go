@@ -21,12 +21,16 @@ import (
 // bex and buildkitd run in: the kernel's OOM killer, when the limit is hit, chooses
 // its victim among the steps only, and buildkitd, containerd and the platform live
 // on. Swap is included in the limit where the kernel accounts it, so that a step
-// cannot go on past it in swap.
+// cannot go on past it in swap. Pids bounds the tasks of all the steps together in
+// the same way (pids.go): a fork bomb in a step fails there, not in the platform.
 type BuildCgroup struct {
 	// Name is its path below the hierarchy's root, e.g. bex-builds-1a2b3c4d.
 	Name string
 	// Memory is the limit, in bytes.
 	Memory int64
+	// Pids is the most tasks (processes and threads) of all the steps together;
+	// 0 is BuildPidsMax().
+	Pids int64
 	// Root is where the cgroup file systems are mounted; empty is /sys/fs/cgroup.
 	Root string
 }
@@ -41,6 +45,22 @@ func BuildCgroupFor(dir string, memory int64) BuildCgroup {
 	}
 	sum := sha256.Sum256([]byte(abs))
 	return BuildCgroup{Name: "bex-builds-" + hex.EncodeToString(sum[:4]), Memory: memory}
+}
+
+func (c BuildCgroup) pids() int64 {
+	if c.Pids > 0 {
+		return c.Pids
+	}
+	return BuildPidsMax()
+}
+
+// PidsDir is the directory of the cgroup in the pids controller's hierarchy, where
+// its pids.max is: Dir on cgroup v2.
+func (c BuildCgroup) PidsDir() string {
+	if c.Unified() {
+		return c.Dir()
+	}
+	return filepath.Join(c.root(), "pids", c.Name)
 }
 
 func (c BuildCgroup) root() string {
@@ -105,16 +125,25 @@ func (c BuildCgroup) setupV1() error {
 			return err
 		}
 	}
-	return nil
+	// runc makes each step's cgroup in every v1 hierarchy; the pids one is where
+	// the steps' tasks are counted together.
+	if _, err := os.Stat(filepath.Join(c.root(), "pids")); err != nil {
+		return fmt.Errorf("no cgroup v1 pids controller at %s/pids: build steps' tasks cannot be limited (%w)", c.root(), err)
+	}
+	pdir := c.PidsDir()
+	if err := os.MkdirAll(pdir, 0o755); err != nil {
+		return fmt.Errorf("making the build steps' pids cgroup: %w", err)
+	}
+	return writeCgroup(filepath.Join(pdir, "pids.max"), strconv.FormatInt(c.pids(), 10))
 }
 
 func (c BuildCgroup) setupV2() error {
-	// The root's subtree_control must hand the memory controller down; writing
-	// "+memory" to the root is allowed whatever processes it holds.
+	// The root's subtree_control must hand the memory and pids controllers down;
+	// writing "+memory +pids" to the root is allowed whatever processes it holds.
 	ctl := filepath.Join(c.root(), "cgroup.subtree_control")
-	if !hasController(ctl, "memory") {
-		if err := writeCgroup(ctl, "+memory"); err != nil {
-			return fmt.Errorf("enabling the memory controller for build steps: %w", err)
+	if enable := missingControllers(ctl); enable != "" {
+		if err := writeCgroup(ctl, enable); err != nil {
+			return fmt.Errorf("enabling the memory and pids controllers for build steps: %w", err)
 		}
 	}
 	dir := c.Dir()
@@ -129,14 +158,29 @@ func (c BuildCgroup) setupV2() error {
 			return err
 		}
 	}
+	if err := writeCgroup(filepath.Join(dir, "pids.max"), strconv.FormatInt(c.pids(), 10)); err != nil {
+		return err
+	}
 	// runc makes NAME/buildkit and enables the controllers down to each step's
-	// cgroup; NAME's own subtree_control must list memory for that.
-	if sub := filepath.Join(dir, "cgroup.subtree_control"); !hasController(sub, "memory") {
-		if err := writeCgroup(sub, "+memory"); err != nil {
-			return fmt.Errorf("enabling the memory controller below %s: %w", dir, err)
+	// cgroup; NAME's own subtree_control must list memory and pids for that.
+	if sub := filepath.Join(dir, "cgroup.subtree_control"); missingControllers(sub) != "" {
+		if err := writeCgroup(sub, missingControllers(sub)); err != nil {
+			return fmt.Errorf("enabling the memory and pids controllers below %s: %w", dir, err)
 		}
 	}
 	return nil
+}
+
+// missingControllers is what to write to a cgroup.subtree_control file that lacks
+// memory or pids ("+memory +pids", "+pids", ...); empty when it has both.
+func missingControllers(file string) string {
+	var add []string
+	for _, name := range []string{"memory", "pids"} {
+		if !hasController(file, name) {
+			add = append(add, "+"+name)
+		}
+	}
+	return strings.Join(add, " ")
 }
 
 // Remove removes the cgroup and the buildkit/ directory runc made in it, in every

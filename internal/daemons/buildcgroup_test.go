@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -81,6 +82,9 @@ func TestBuildCgroupOnThisMachine(t *testing.T) {
 			t.Fatalf("memory.memsw.limit_in_bytes %s", readFile(t, sw))
 		}
 	}
+	if got, want := readFile(t, filepath.Join(c.PidsDir(), "pids.max")), strconv.FormatInt(BuildPidsMax(), 10); got != want {
+		t.Fatalf("pids.max %s, want %s (a quarter of pid_max %d)", got, want, PidMax())
+	}
 	// A second start finds it, and may raise or lower the limit (memsw is kept at
 	// or above memory in between).
 	for _, limit := range []int64{200 << 20, 64 << 20} {
@@ -92,8 +96,10 @@ func TestBuildCgroupOnThisMachine(t *testing.T) {
 	if err := c.Remove(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(c.Dir()); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("after Remove: %v", err)
+	for _, d := range []string{c.Dir(), c.PidsDir()} {
+		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("after Remove, %s: %v", d, err)
+		}
 	}
 }
 
@@ -105,11 +111,11 @@ func TestBuildCgroupV2Files(t *testing.T) {
 	root := t.TempDir()
 	os.WriteFile(filepath.Join(root, "cgroup.controllers"), []byte("cpu io memory pids\n"), 0o644)
 	os.WriteFile(filepath.Join(root, "cgroup.subtree_control"), []byte("cpu\n"), 0o644)
-	c := BuildCgroup{Name: "bex-builds-test", Memory: 4 << 30, Root: root}
+	c := BuildCgroup{Name: "bex-builds-test", Memory: 4 << 30, Pids: 8192, Root: root}
 	// The kernel makes the interface files with the directory; here the test does.
 	dir := filepath.Join(root, c.Name)
 	os.MkdirAll(dir, 0o755)
-	for _, f := range []string{"memory.max", "memory.swap.max", "cgroup.subtree_control"} {
+	for _, f := range []string{"memory.max", "memory.swap.max", "pids.max", "cgroup.subtree_control"} {
 		os.WriteFile(filepath.Join(dir, f), nil, 0o644)
 	}
 	if !c.Unified() || c.Dir() != dir {
@@ -119,10 +125,11 @@ func TestBuildCgroupV2Files(t *testing.T) {
 		t.Fatal(err)
 	}
 	for file, want := range map[string]string{
-		filepath.Join(root, "cgroup.subtree_control"): "+memory",
+		filepath.Join(root, "cgroup.subtree_control"): "+memory +pids",
 		filepath.Join(dir, "memory.max"):              "4294967296",
 		filepath.Join(dir, "memory.swap.max"):         "0",
-		filepath.Join(dir, "cgroup.subtree_control"):  "+memory",
+		filepath.Join(dir, "pids.max"):                "8192",
+		filepath.Join(dir, "cgroup.subtree_control"):  "+memory +pids",
 	} {
 		if got := readFile(t, file); got != want {
 			t.Errorf("%s: %q, want %q", file, got, want)

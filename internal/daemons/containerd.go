@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -49,21 +50,146 @@ type Containerd struct {
 	// Runc, when set, is the real runc: containerd's shims then run the
 	// containers through a wrapper (Dir/bin/runc, found first in the PATH that
 	// Env gives) that sets TenantOOMScoreAdj on itself before it execs runc, so
-	// that every container (an app's, a build step's) starts with that value.
-	// Without it a container inherits its shim's, which is containerd's plus one:
-	// a protected containerd would protect every tenant with it.
+	// that every container (an app's, a build step's) starts with that value,
+	// and that confines build steps (runcWrapper). Without it a container
+	// inherits its shim's oom_score_adj, which is containerd's plus one: a
+	// protected containerd would protect every tenant with it.
 	Runc              string
 	TenantOOMScoreAdj int
+	// Jq is the jq the wrapper rewrites build steps' specs with; empty: jq in PATH.
+	Jq string
+	// StepPids is each build step's pids limit; 0 is StepPidsMax().
+	StepPids int64
+	// BuildCgroup, when set, is the build cgroup's name (BuildCgroup.Name): a
+	// step whose cgroup path is not below it (an LLB exec names its own cgroup
+	// parent) is put there, at BuildCgroup/buildkit/<container id>, under the
+	// limits all the steps share.
+	BuildCgroup string
 }
 
 // runcWrapper raises its own oom_score_adj (always allowed, and the kernel then
 // refuses to lower it again without CAP_SYS_RESOURCE) and becomes runc; runc's
 // children, the container's processes, inherit the value. A spec that sets
 // process.oomScoreAdj still wins: runc writes it.
+//
+// Build steps are tenants too, and buildkitd's containerd worker takes no
+// per-step security options, so the wrapper confines them here, before runc reads
+// their spec. A step is a container whose cgroup path ends in buildkit/<id>
+// (buildkitd puts every step there under its cgroup parent) or that has no user
+// namespace: buildkitd's steps never have one, every app's container has one
+// (deployer/runtime/local), and an LLB exec may name any cgroup parent (a
+// tenant's own frontend, `# syntax=`, sends LLB of its own), so the path alone
+// would let such a step out. A step gets
+//   - no CAP_NET_RAW (raw packets: spoofing on the builds' network) and no
+//     CAP_MKNOD (device nodes) in any capability set,
+//   - no_new_privs (a setuid binary in a base image gains nothing),
+//   - linux.resources.pids.limit at most StepPids (a fork bomb fails in its step),
+//   - with BuildCgroup, a cgroup path below it (else the step's own choice
+//     would leave the steps' shared memory and pids limits),
+//   - no bind mount of buildkitd's OTel socket (/dev/otel-grpc.sock: a way into a
+//     platform daemon; buildkitd mounts it into every step when the file exists).
+//
+// `runc create` (and run) has its bundle's config.json rewritten; `runc exec`
+// (a process started in a running step: buildkit's interactive containers) has
+// its --process file confined the same way when its container is a step. A spec
+// the wrapper cannot read is refused: nothing runs unconfined by mistake.
+// buildkitd already gives each step the default seccomp profile.
 const runcWrapper = `#!/bin/sh
-# Written by bex: containers start with the tenants' oom_score_adj.
-echo %d > /proc/self/oom_score_adj || exit 1
-exec %s "$@"
+# Written by bex: containers start with the tenants' oom_score_adj, and build
+# steps are confined (internal/daemons/containerd.go, runcWrapper).
+echo %[1]d > /proc/self/oom_score_adj || exit 1
+runc=%[2]s
+jq=%[3]s
+pids=%[4]d
+cgroup=%[5]s
+step='((.linux.cgroupsPath // "") | test("(^|/)buildkit/[^/]+$")) or ([(.linux.namespaces // [])[] | select(.type == "user")] | length == 0)'
+defs='def confine: .capabilities |= (if . == null then null else with_entries(.value |= (if type == "array" then map(select(. != "CAP_NET_RAW" and . != "CAP_MKNOD")) else . end)) end) | .noNewPrivileges = true;'
+config_prog="$defs"' if '"$step"' then
+	.process |= confine
+	| (.linux.resources.pids.limit // 0) as $l
+	| .linux.resources.pids.limit = (if $l > 0 and $l < $pids then $l else $pids end)
+	| .mounts = ((.mounts // []) | map(select(.destination != "/dev/otel-grpc.sock")))
+	| if $cg != "" and ((.linux.cgroupsPath // "") | test("^/" + $cg + "/buildkit/[^/]+$") and (test("/[.]{1,2}$") | not) | not)
+	  then .linux.cgroupsPath = "/" + $cg + "/buildkit/" + $id else . end
+	else false end'
+
+# The command (the first word that is neither a flag nor a flag's value), and
+# the values of --root, --bundle and --process; the container id comes last.
+cmd= root=/run/runc bundle=. process= want= last=
+for a in "$@"; do
+	last=$a
+	if [ -n "$want" ]; then
+		case $want in
+		root) root=$a ;;
+		bundle) bundle=$a ;;
+		process) process=$a ;;
+		esac
+		want=
+		continue
+	fi
+	case $a in
+	--root) want=root ;;
+	--root=*) root=${a#--root=} ;;
+	--bundle | -b) want=bundle ;;
+	--bundle=*) bundle=${a#--bundle=} ;;
+	--process | -p) want=process ;;
+	--process=*) process=${a#--process=} ;;
+	--log | --log-format | --criu | --pid-file | --console-socket | --preserve-fds | --cwd | --env | -e | --user | -u | --additional-gids | -g | --process-label | --apparmor | --cap | -c | --cgroup) want=value ;;
+	-*) ;;
+	*) [ -z "$cmd" ] && cmd=$a ;;
+	esac
+done
+
+# rewrite FILE PROGRAM [ARGS]: FILE through jq's PROGRAM, in place, unless it
+# prints false: 0 when rewritten, 1 when not. Exits on a FILE it cannot read:
+# nothing runs unconfined by mistake.
+rewrite() {
+	f=$1 prog=$2
+	shift 2
+	"$jq" -e "$@" "$prog" "$f" > "$f.bex"
+	case $? in
+	0) mv "$f.bex" "$f" && return 0 ;;
+	1) rm -f "$f.bex"; return 1 ;;
+	esac
+	rm -f "$f.bex"
+	echo "bex runc wrapper: cannot read $f" >&2
+	exit 1
+}
+
+# maybe_step CONFIG: whether CONFIG may be a build step's spec, so that jq must
+# read it: it names buildkit, or has no user namespace (containerd writes compact
+# JSON; a spec written otherwise is read by jq). An app's is not read by jq.
+maybe_step() {
+	grep -q buildkit "$1" || ! grep -q '"type":"user"' "$1"
+}
+
+# is_step CONFIG: whether CONFIG is a build step's spec.
+is_step() {
+	maybe_step "$1" || return 1
+	"$jq" -e "$step" "$1" > /dev/null
+	case $? in
+	0) return 0 ;;
+	1) return 1 ;;
+	esac
+	echo "bex runc wrapper: cannot read $1" >&2
+	exit 1
+}
+
+case $cmd in
+create | run)
+	# One jq for a step's spec; none for an app's.
+	if maybe_step "$bundle/config.json"; then
+		rewrite "$bundle/config.json" "$config_prog" --argjson pids "$pids" --arg cg "$cgroup" --arg id "$last" || true
+	fi
+	;;
+exec)
+	if [ -n "$process" ]; then
+		b=$("$runc" --root "$root" state "$last" | "$jq" -r .bundle) || exit 1
+		if is_step "$b/config.json"; then rewrite "$process" "$defs confine"; fi
+	fi
+	;;
+esac
+exec "$runc" "$@"
 `
 
 // Env is the environment containerd runs with: the runc wrapper's directory
@@ -111,7 +237,21 @@ func (c Containerd) WriteConfig() ([]string, error) {
 		if err := os.MkdirAll(filepath.Join(c.Dir, "bin"), 0o700); err != nil {
 			return nil, err
 		}
-		script := fmt.Sprintf(runcWrapper, c.TenantOOMScoreAdj, shellQuote(c.Runc))
+		jq := c.Jq
+		if jq == "" {
+			var err error
+			if jq, err = exec.LookPath("jq"); err != nil {
+				return nil, errors.New("jq is not installed: containerd's runc wrapper confines build steps with it (run: apt-get install jq)")
+			}
+		}
+		pids := c.StepPids
+		if pids <= 0 {
+			pids = StepPidsMax()
+		}
+		if strings.ContainsAny(c.BuildCgroup, "/.") && c.BuildCgroup != "" {
+			return nil, fmt.Errorf("build cgroup %q: want a name, not a path", c.BuildCgroup)
+		}
+		script := fmt.Sprintf(runcWrapper, c.TenantOOMScoreAdj, shellQuote(c.Runc), shellQuote(jq), pids, shellQuote(c.BuildCgroup))
 		if err := os.WriteFile(filepath.Join(c.Dir, "bin", "runc"), []byte(script), 0o700); err != nil {
 			return nil, err
 		}

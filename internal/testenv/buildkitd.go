@@ -24,8 +24,11 @@ type Buildkitd struct {
 	Containerd *Containerd
 	// StepCgroup is the directory of the cgroup its build steps run under, and
 	// StepMemory that cgroup's limit (WithBuildMemory); empty without a limit.
-	StepCgroup string
-	StepMemory int64
+	// StepPidsCgroup is its directory in the pids hierarchy (StepCgroup on
+	// cgroup v2), whose pids.max bounds the steps' tasks together.
+	StepCgroup     string
+	StepMemory     int64
+	StepPidsCgroup string
 
 	proc   *process
 	cgroup *daemons.BuildCgroup
@@ -103,7 +106,7 @@ func StartBuildkitd(dir string, c *Containerd, opts ...BuildkitdOption) (*Buildk
 			return nil, err
 		}
 		d.CgroupParent = cg.Name
-		b.cgroup, b.StepCgroup, b.StepMemory = &cg, cg.Dir(), o.buildMemory
+		b.cgroup, b.StepCgroup, b.StepMemory, b.StepPidsCgroup = &cg, cg.Dir(), o.buildMemory, cg.PidsDir()
 	}
 	if err := d.InstallNetwork(context.Background()); err != nil {
 		return nil, err

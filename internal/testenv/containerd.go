@@ -2,6 +2,8 @@ package testenv
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -26,24 +28,41 @@ type Containerd struct {
 }
 
 // StartContainerd starts containerd (Debian's package) with everything under dir.
-func StartContainerd(dir string) (*Containerd, error) {
+// Its shims run containers with the runc bex up uses (bin/runc, from `make tools`),
+// through the same wrapper, which confines build steps (daemons.Containerd.Runc);
+// a runc without the 2025 fixes is refused as bex up refuses it.
+func StartContainerd(dir string, opts ...ContainerdOption) (*Containerd, error) {
 	bin, err := Binary("containerd")
 	if err != nil {
 		return nil, err
 	}
-	if _, err := Binary("runc"); err != nil {
+	runc, err := Binary("runc")
+	if err != nil {
+		return nil, err
+	}
+	if _, err := daemons.CheckRunc(runc); err != nil {
 		return nil, err
 	}
 	if _, err := Binary("containerd-shim-runc-v2"); err != nil {
 		return nil, err
 	}
-	d := daemons.Containerd{Dir: dir}
+	o := containerdOptions{Containerd: daemons.Containerd{Dir: dir, Runc: runc}}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	d := o.Containerd
+	env := d.Env()
+	if o.unconfined {
+		// The same runc, found first in PATH, with no wrapper between.
+		d.Runc = ""
+		env = []string{"PATH=" + filepath.Dir(runc) + ":" + os.Getenv("PATH")}
+	}
 	c := &Containerd{Address: d.Address(), Root: d.Root(), daemon: d}
 	args, err := d.WriteConfig()
 	if err != nil {
 		return nil, err
 	}
-	c.proc, err = startProcess(dir, "containerd", bin, args)
+	c.proc, err = startProcess(dir, "containerd", bin, args, env...)
 	if err != nil {
 		return nil, err
 	}
@@ -53,6 +72,33 @@ func StartContainerd(dir string) (*Containerd, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// ContainerdOption changes how StartContainerd configures the daemon.
+type ContainerdOption func(*containerdOptions)
+
+type containerdOptions struct {
+	daemons.Containerd
+	unconfined bool
+}
+
+// WithStepPids gives each build step that pids limit instead of
+// daemons.StepPidsMax(), so that a test reaches it with a few hundred processes.
+func WithStepPids(n int64) ContainerdOption {
+	return func(o *containerdOptions) { o.StepPids = n }
+}
+
+// WithBuildCgroup names the build cgroup (daemons.BuildCgroup.Name) a build step
+// that chose another cgroup parent is put back under, as bex up does; the
+// harness's shared containerd, which several buildkitds share, has none.
+func WithBuildCgroup(name string) ContainerdOption {
+	return func(o *containerdOptions) { o.BuildCgroup = name }
+}
+
+// Unconfined runs containers with the same runc but without bex's wrapper: build
+// steps are not confined. Only for the baseline of a benchmark.
+func Unconfined() ContainerdOption {
+	return func(o *containerdOptions) { o.unconfined = true }
 }
 
 // Client connects to the daemon, with Namespace as the default namespace.

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +28,9 @@ func TestPlatform(t *testing.T) {
 	p.start(t)
 	if !strings.Contains(p.out.String(), "busybox base    docker.io/library/busybox:latest from") {
 		t.Errorf("bex up --busybox-base did not say it made the base image:\n%s", p.out.String())
+	}
+	if !regexp.MustCompile(`runc +runc 1\.\d+\.\d+ at \S+/bin/runc runs every container`).MatchString(p.out.String()) {
+		t.Errorf("bex up did not say it runs containers with bin/runc:\n%s", p.out.String())
 	}
 	shell := p.newRepo(t, "hello-shell", "hello-shell")
 	var firstCommit string

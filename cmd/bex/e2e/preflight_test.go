@@ -55,3 +55,20 @@ func TestUpSaysWhatIsMissing(t *testing.T) {
 		t.Error("bex up made its state dir before it found what is missing")
 	}
 }
+
+// bex up refuses Debian 12's runc (1.1.5, without the November 2025 fixes) in one
+// line that says how to get a newer, before it makes anything.
+func TestUpRefusesAnOldRunc(t *testing.T) {
+	dir := t.TempDir()
+	p := &platform{dir: filepath.Join(dir, "state")}
+	cmd := p.upCommand("--state-dir", p.dir, "--runc", "/usr/sbin/runc")
+	out := runUp(t, cmd)
+	for _, want := range []string{"runc 1.1.5", "/usr/sbin/runc", "CVE-2025-31133", "make tools", "--runc"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q: %s", want, out)
+		}
+	}
+	if _, err := os.Stat(p.dir); err == nil {
+		t.Error("bex up made its state dir before it refused the runc")
+	}
+}

@@ -39,6 +39,10 @@ type Config struct {
 	TrustedProxies string
 	// ContainerdAddr is an existing containerd's socket; empty starts one.
 	ContainerdAddr string
+	// Runc is the runc the containerd bex up starts runs every container with
+	// (--runc); empty: runc next to the bex binary (bin/, where `make tools`
+	// builds it), else in PATH. One without daemons.RuncFixes is refused.
+	Runc string
 	// ImageResolveMode is how builds find base images: default, pull or local.
 	ImageResolveMode string
 	// BusyboxBase puts Debian's busybox-static into containerd as

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"bex.co/bex/internal/daemons"
 )
 
 // The programs bex up runs or needs, and the Debian package or make target that
@@ -14,7 +16,8 @@ import (
 var programs = []struct{ name, from string }{
 	{"containerd", "apt-get install containerd"},
 	{"containerd-shim-runc-v2", "apt-get install containerd"},
-	{"runc", "apt-get install runc"},
+	{"runc", "make tools"},       // Debian 12's runc lacks the 2025 fixes: CheckRunc
+	{"jq", "apt-get install jq"}, // the runc wrapper's rewrite of build steps' specs
 	{"buildkitd", "make tools"},
 	{"etcd", "make tools"},
 	{"kube-apiserver", "make tools"},
@@ -31,7 +34,7 @@ type Binaries map[string]string
 // Preflight checks what bex up needs before it starts anything, and says in one line
 // what is missing and the command that brings it. Programs are looked for next to
 // the bex binary (bin/ of a source tree, where `make tools` puts them) and then in
-// PATH.
+// PATH; runc is --runc when given. The runc's version is checked by checkRunc.
 func Preflight(cfg Config) (Binaries, error) {
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("bex up must run as root: containerd and runc need it (run: sudo %s up ...)", cfg.Bex)
@@ -39,8 +42,16 @@ func Preflight(cfg Config) (Binaries, error) {
 	found := Binaries{}
 	var missing, fixes []string
 	for _, p := range programs {
-		if cfg.ContainerdAddr != "" && strings.HasPrefix(p.name, "containerd") || p.name == "busybox" && !cfg.BusyboxBase && !cfg.LocalBases ||
+		if cfg.ContainerdAddr != "" && (strings.HasPrefix(p.name, "containerd") || p.name == "runc" || p.name == "jq") ||
+			p.name == "busybox" && !cfg.BusyboxBase && !cfg.LocalBases ||
 			p.name == "mmdebstrap" && !cfg.LocalBases {
+			continue
+		}
+		if p.name == "runc" && cfg.Runc != "" {
+			if fi, err := os.Stat(cfg.Runc); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+				return nil, fmt.Errorf("--runc %s: not an executable file: run `make tools` in the bex source tree (it builds runc into bin/), or give the path of a runc 1.2.8, 1.3.3, 1.4.0 or later", cfg.Runc)
+			}
+			found[p.name] = cfg.Runc
 			continue
 		}
 		if path, err := lookPath(p.name, filepath.Dir(cfg.Bex)); err == nil {
@@ -70,4 +81,21 @@ func lookPath(name, dir string) (string, error) {
 		return p, nil
 	}
 	return exec.LookPath(name)
+}
+
+// checkRunc says which runc the containers will run with, in one line with its
+// version, and refuses one without the 2025 fixes (daemons.CheckRunc) in one line
+// that says how to get a newer. With --containerd-addr the containers run with
+// that containerd's runc, which bex neither chooses nor wraps: it says so.
+func checkRunc(cfg Config, bins Binaries) error {
+	if cfg.ContainerdAddr != "" {
+		fmt.Fprintf(cfg.Out, "    %-15s the containerd at %s runs containers with its own runc: bex cannot check it has %s, nor confine build steps\n", "runc", cfg.ContainerdAddr, daemons.RuncFixes)
+		return nil
+	}
+	v, err := daemons.CheckRunc(bins["runc"])
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(cfg.Out, "    %-15s runc %s at %s runs every container (it has the 2025 fixes)\n", "runc", v, bins["runc"])
+	return nil
 }

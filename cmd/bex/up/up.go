@@ -56,6 +56,9 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkRunc(cfg, bins); err != nil {
+		return nil, err
+	}
 	// Everything bex writes in the state dir is root's alone (0700 and 0600) but
 	// ca.pem, which users give to curl and browsers: the state dir itself is
 	// 0711, so that a path known (ca.pem) opens and nothing can be listed. A
@@ -147,7 +150,11 @@ func (p *Platform) start(ctx context.Context, proc supervise.Process, what strin
 func (p *Platform) startDaemons(ctx context.Context) error {
 	p.containerdAddr = p.cfg.ContainerdAddr
 	if p.containerdAddr == "" {
-		d := daemons.Containerd{Dir: filepath.Join(p.cfg.StateDir, "containerd"), Runc: p.bins["runc"], TenantOOMScoreAdj: TenantOOMScoreAdj}
+		// The build cgroup buildkitd's steps go to (limitBuildSteps makes it): a
+		// step that names another cgroup parent is put back there by the wrapper.
+		buildCgroup := daemons.BuildCgroupFor(filepath.Join(p.cfg.StateDir, "buildkitd"), 0).Name
+		d := daemons.Containerd{Dir: filepath.Join(p.cfg.StateDir, "containerd"), Runc: p.bins["runc"], Jq: p.bins["jq"],
+			TenantOOMScoreAdj: TenantOOMScoreAdj, BuildCgroup: buildCgroup}
 		args, err := d.WriteConfig()
 		if err != nil {
 			return err
@@ -270,7 +277,7 @@ func (p *Platform) limitBuildSteps(b *daemons.Buildkitd) error {
 		return fmt.Errorf("limiting the memory of build steps: %w", err)
 	}
 	b.CgroupParent = p.buildCgroup.Name
-	fmt.Fprintf(p.cfg.Out, "    %-15s build steps share %d MiB of memory (--build-memory), cgroup %s\n", "", limit>>20, p.buildCgroup.Dir())
+	fmt.Fprintf(p.cfg.Out, "    %-15s build steps share %d MiB of memory (--build-memory) and %d tasks (each at most %d), cgroup %s\n", "", limit>>20, daemons.BuildPidsMax(), daemons.StepPidsMax(), p.buildCgroup.Dir())
 	return nil
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"bex.co/bex/internal/daemons"
 	"bex.co/bex/internal/supervise"
+	"bex.co/bex/internal/testenv"
 )
 
 func validConfig() Config {
@@ -244,5 +245,53 @@ func TestPushBoundArgs(t *testing.T) {
 	p.cfg.MaxPushObjects = -1
 	if err := p.cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--max-push-objects") {
 		t.Errorf("a negative --max-push-objects: %v", err)
+	}
+}
+
+// bex up says which runc runs the containers, with its version, and refuses
+// Debian 12's (1.1.5, without the 2025 fixes) in one line that says how to get a
+// newer: the real runc of `make tools` and the real Debian one.
+func TestCheckRuncSaysWhichAndRefusesAnOldOne(t *testing.T) {
+	runc, err := testenv.Binary("runc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := validConfig()
+	out := &bytes.Buffer{}
+	cfg.Out = out
+	if err := checkRunc(cfg, Binaries{"runc": runc}); err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 1 || !strings.Contains(lines[0], "runc 1.") || !strings.Contains(lines[0], runc) {
+		t.Fatalf("said: %q", out)
+	}
+	t.Logf("%s", strings.TrimSpace(out.String()))
+	const debian = "/usr/sbin/runc" // Debian 12's package, which containerd's depends on
+	err = checkRunc(cfg, Binaries{"runc": debian})
+	if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "make tools") || !strings.Contains(err.Error(), "--runc") {
+		t.Fatalf("Debian's runc: %v", err)
+	}
+	t.Logf("refused: %v", err)
+}
+
+// --runc wins over the runc next to bex, and one that is not there is named.
+func TestPreflightTakesRuncFlag(t *testing.T) {
+	dir := t.TempDir()
+	for _, p := range programs {
+		if err := os.WriteFile(filepath.Join(dir, p.name), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", filepath.Join(dir, "nothing-here"))
+	c := validConfig()
+	c.Bex = filepath.Join(dir, "bex")
+	c.Runc = filepath.Join(dir, "buildkitd") // any executable file
+	bins, err := Preflight(c)
+	if err != nil || bins["runc"] != c.Runc {
+		t.Fatalf("runc %q, %v", bins["runc"], err)
+	}
+	c.Runc = filepath.Join(dir, "no-runc")
+	if _, err := Preflight(c); err == nil || !strings.Contains(err.Error(), "--runc "+c.Runc) || !strings.Contains(err.Error(), "make tools") {
+		t.Fatalf("missing --runc: %v", err)
 	}
 }

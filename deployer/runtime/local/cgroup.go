@@ -1,6 +1,7 @@
 package local
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 
-	"context"
 	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/pkg/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -22,21 +22,6 @@ var cgroupNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$`)
 
 // cgroupRoot is where the cgroup file systems are mounted.
 const cgroupRoot = "/sys/fs/cgroup"
-
-// defaultTenantsPidsMax is half of the host's pid_max: a tenant that forks
-// without end stops at its instance's 4096, and several of them together at
-// this, leaving the other half to the platform (containerd and its shims,
-// etcd, the API server, buildkitd and the builds, sshd), which a pid_max of
-// 32,768 (the kernel's default below 32 CPUs) would otherwise lose at once.
-func defaultTenantsPidsMax() int64 {
-	n := int64(32768)
-	if b, err := os.ReadFile("/proc/sys/kernel/pid_max"); err == nil {
-		if v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && v > 0 {
-			n = v
-		}
-	}
-	return n / 2
-}
 
 // withCgroupParent puts the container's cgroup under the tenants' parent.
 func withCgroupParent(parent string) oci.SpecOpts {

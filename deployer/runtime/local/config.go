@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"bex.co/bex/internal/daemons"
 	"bex.co/bex/internal/tenantnet"
 )
 
@@ -170,7 +171,7 @@ func (cfg Config) withDefaults() Config {
 		cfg.CgroupParent = cfg.Namespace
 	}
 	if cfg.TenantsPidsMax == 0 {
-		cfg.TenantsPidsMax = defaultTenantsPidsMax()
+		cfg.TenantsPidsMax = daemons.TenantsPidsMax()
 	}
 	return cfg
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"bex.co/bex/internal/daemons"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -53,7 +54,7 @@ func TestConfigDefaultsAndValidate(t *testing.T) {
 		cfg.CrashLoopRestarts != 3 || cfg.CrashLoopWindow.Minutes() != 1 {
 		t.Errorf("unexpected defaults: %+v", cfg)
 	}
-	if cfg.CgroupParent != "bex" || cfg.TenantsPidsMax != defaultTenantsPidsMax() || cfg.TenantsPidsMax < 1024 {
+	if cfg.CgroupParent != "bex" || cfg.TenantsPidsMax != daemons.TenantsPidsMax() || cfg.TenantsPidsMax < 1024 {
 		t.Errorf("the tenants' cgroup: %q with pids.max %d, want bex (containerd's own path) and half of pid_max", cfg.CgroupParent, cfg.TenantsPidsMax)
 	}
 	bad := Config{PortMin: 30000, PortMax: 20000, RestartBackoff: 10, RestartBackoffMax: 5, LogMaxBytes: 10, CgroupParent: "../x", TenantsPidsMax: 10}

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/containerd/containerd/v2/pkg/oci"
+	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
@@ -476,6 +477,11 @@ func (r *Runtime) volumeUsers(ctx context.Context, key types.NamespacedName) (ma
 	out := map[string][]string{}
 	for _, ctr := range ctrs {
 		l, err := ctr.Labels(ctx)
+		if errdefs.IsNotFound(err) {
+			// Removed since the list (a replacement's cleanup, a one-off that
+			// ended): it holds no volume any more.
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}

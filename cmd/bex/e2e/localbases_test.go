@@ -55,7 +55,7 @@ func TestLocalBasesBuildANodeAppWithoutDockerfile(t *testing.T) {
 		t.Fatalf("push: %v\n%s", err, out)
 	}
 	t.Logf("push:\n%s", out)
-	for _, want := range []string{"remote: ", "FROM " + cfg.Names.Node, "RUN npm ci --omit=dev", "https://hello-node.localhost:" + p.port(p.httpsAddr)} {
+	for _, want := range []string{"remote: ", "FROM " + cfg.Names.Node, "RUN --mount=type=cache,target=/root/.npm npm ci --omit=dev", "https://hello-node.localhost:" + p.port(p.httpsAddr)} {
 		if !strings.Contains(out, want) {
 			t.Errorf("push output lacks %q", want)
 		}

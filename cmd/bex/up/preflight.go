@@ -83,19 +83,19 @@ func lookPath(name, dir string) (string, error) {
 	return exec.LookPath(name)
 }
 
-// checkRunc says which runc the containers will run with, in one line with its
-// version, and refuses one without the 2025 fixes (daemons.CheckRunc) in one line
-// that says how to get a newer. With --containerd-addr the containers run with
-// that containerd's runc, which bex neither chooses nor wraps: it says so.
-func checkRunc(cfg Config, bins Binaries) error {
+// checkRunc returns the line that says which runc the containers will run
+// with, with its version, and refuses one without the 2025 fixes
+// (daemons.CheckRunc) in one line that says how to get a newer. With
+// --containerd-addr the containers run with that containerd's runc, which bex
+// neither chooses nor wraps: the line says so. Start prints the line once it
+// holds the state dir's lock, so that a refused second bex up says one line.
+func checkRunc(cfg Config, bins Binaries) (string, error) {
 	if cfg.ContainerdAddr != "" {
-		fmt.Fprintf(cfg.Out, "    %-15s the containerd at %s runs containers with its own runc: bex cannot check it has %s, nor confine build steps\n", "runc", cfg.ContainerdAddr, daemons.RuncFixes)
-		return nil
+		return fmt.Sprintf("    %-15s the containerd at %s runs containers with its own runc: bex cannot check it has %s, nor confine build steps\n", "runc", cfg.ContainerdAddr, daemons.RuncFixes), nil
 	}
 	v, err := daemons.CheckRunc(bins["runc"])
 	if err != nil {
-		return err
+		return "", err
 	}
-	fmt.Fprintf(cfg.Out, "    %-15s runc %s at %s runs every container (it has the 2025 fixes)\n", "runc", v, bins["runc"])
-	return nil
+	return fmt.Sprintf("    %-15s runc %s at %s runs every container (it has the 2025 fixes)\n", "runc", v, bins["runc"]), nil
 }

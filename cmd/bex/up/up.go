@@ -56,7 +56,8 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkRunc(cfg, bins); err != nil {
+	runcLine, err := checkRunc(cfg, bins)
+	if err != nil {
 		return nil, err
 	}
 	// Everything bex writes in the state dir is root's alone (0700 and 0600) but
@@ -74,6 +75,7 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 	if err := p.takeLock(); err != nil {
 		return nil, err
 	}
+	fmt.Fprint(cfg.Out, runcLine)
 	defer func() {
 		if err != nil {
 			_ = p.Stop()

@@ -257,17 +257,16 @@ func TestCheckRuncSaysWhichAndRefusesAnOldOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := validConfig()
-	out := &bytes.Buffer{}
-	cfg.Out = out
-	if err := checkRunc(cfg, Binaries{"runc": runc}); err != nil {
+	out, err := checkRunc(cfg, Binaries{"runc": runc})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if lines := strings.Split(strings.TrimSpace(out.String()), "\n"); len(lines) != 1 || !strings.Contains(lines[0], "runc 1.") || !strings.Contains(lines[0], runc) {
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 1 || !strings.Contains(lines[0], "runc 1.") || !strings.Contains(lines[0], runc) {
 		t.Fatalf("said: %q", out)
 	}
-	t.Logf("%s", strings.TrimSpace(out.String()))
+	t.Logf("%s", strings.TrimSpace(out))
 	const debian = "/usr/sbin/runc" // Debian 12's package, which containerd's depends on
-	err = checkRunc(cfg, Binaries{"runc": debian})
+	_, err = checkRunc(cfg, Binaries{"runc": debian})
 	if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "make tools") || !strings.Contains(err.Error(), "--runc") {
 		t.Fatalf("Debian's runc: %v", err)
 	}

@@ -94,7 +94,14 @@ func TestNodeImages(t *testing.T) {
 		t.FailNow()
 	}
 
-	c := testenv.SharedContainerd(t)
+	// The images run as the one-node cluster's containerd runs them: bin/runc
+	// without bex's wrapper, which takes a container without a user namespace
+	// (buildkitd's here, privileged) for a build step and confines it.
+	c, err := testenv.StartContainerd(t.TempDir(), testenv.Unconfined())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop() })
 	ctrBin, err := testenv.Binary("ctr")
 	if err != nil {
 		t.Fatal(err)

@@ -96,7 +96,8 @@ func WithBuildCgroup(name string) ContainerdOption {
 }
 
 // Unconfined runs containers with the same runc but without bex's wrapper: build
-// steps are not confined. Only for the baseline of a benchmark.
+// steps are not confined. For the baseline of a benchmark, and for what runs as
+// the one-node cluster's containerd runs it (bin/runc, no wrapper: hack/nodeimages).
 func Unconfined() ContainerdOption {
 	return func(o *containerdOptions) { o.unconfined = true }
 }

@@ -157,8 +157,11 @@ func TestVolumeKeepsItsFilesAndIsBoundedAndPrivate(t *testing.T) {
 	if err := unix.Stat(img, &after); err != nil {
 		t.Fatal(err)
 	}
-	if after.Size != 16<<20 || after.Blocks*512 > 16<<20 || after.Blocks*512 != before.Blocks*512 {
-		t.Fatalf("the volume's image: %d bytes, %d allocated (before %d): want 16 MiB preallocated and no more", after.Size, after.Blocks*512, before.Blocks*512)
+	// Fewer blocks than before can happen: ext4 zeroes parts of extents it
+	// splits with a write-zeroes request, which the loop driver turns into a
+	// hole in the image (seen once in a full run). More cannot.
+	if after.Size != 16<<20 || after.Blocks*512 > before.Blocks*512 {
+		t.Fatalf("the volume's image: %d bytes, %d allocated (before %d): want 16 MiB and no more blocks than it had", after.Size, after.Blocks*512, before.Blocks*512)
 	}
 	used, size, err := f.cfg.VolumeUsage(f.key(), "data")
 	if err != nil || size > 16<<20 || used < size*9/10 {

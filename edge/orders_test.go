@@ -214,3 +214,35 @@ func aheadOfTimeLimited(t *testing.T, roots *x509.CertPool, newCerts func(*Table
 		}
 	}
 }
+
+// TestAheadOfTimeAppHostsAreNotLimited: the apps' own hosts under the base
+// domain are ordered ahead of time whatever the limits (they were before the
+// limits applied ahead of time, and a busy day of new apps must not leave one
+// without a certificate for hours); a custom domain past the limits is refused.
+func TestAheadOfTimeAppHostsAreNotLimited(t *testing.T) {
+	ca, err := LoadOrCreateLocalCA(filepath.Join(t.TempDir(), "ca"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := staticTable("apps.example.com", nil, nil)
+	table.cfg = Config{BaseDomain: "apps.example.com", OrdersPerDomain: OrderRate{N: 1, Per: time.Hour}, Orders: OrderRate{N: 1, Per: time.Hour}}
+	certs, err := NewCertificates(table, FileStorage(t.TempDir()), ca, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := range 5 {
+		name := fmt.Sprintf("app%d.apps.example.com", i)
+		if err := certs.aheadEvent(ctx, "cert_obtaining", map[string]any{"identifier": name}); err != nil {
+			t.Fatalf("%s, an app's host: %v", name, err)
+		}
+	}
+	if err := certs.aheadEvent(ctx, "cert_obtaining", map[string]any{"identifier": "www.shop.example"}); err != nil {
+		t.Fatalf("the first custom domain: %v", err)
+	}
+	for _, name := range []string{"api.shop.example", "apps.example.com", "x.apps.example.com.evil.example"} {
+		if err := certs.aheadEvent(ctx, "cert_obtaining", map[string]any{"identifier": name}); err == nil {
+			t.Errorf("%s past the limits: ordered", name)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/certmagic"
@@ -47,6 +48,7 @@ type Certificates struct {
 	log    *slog.Logger
 	m      *certMetrics
 	orders *orderLimiter
+	base   string // the base domain: its app hosts are ordered ahead of time without the limits
 }
 
 // decide is the on-demand decision, at every handshake for a name without a
@@ -73,10 +75,10 @@ func (c *Certificates) decide(_ context.Context, name string) error {
 // start (certmagic emits cert_obtaining after it has looked in storage, under
 // the name's lock), not in decide: decide is also asked before a certificate
 // already in storage is loaded (after a restart, or one another replica
-// obtained), which costs no order and must not be refused. Orders ahead of
-// time count as on-demand ones do: a member who adds domains, or creates apps
-// (each has a host under the base domain), would otherwise spend the
-// platform's ACME account limits. ErrNoRetry: certmagic would otherwise retry
+// obtained), which costs no order and must not be refused. Custom domains
+// ordered ahead of time count as on-demand ones do (aheadEvent): a member who
+// adds domains would otherwise spend the platform's ACME account limits.
+// ErrNoRetry: certmagic would otherwise retry
 // the refused order in the background; a host refused ahead of time gets its
 // certificate on demand, at a handshake once the limits have room.
 func (c *Certificates) orderEvent(ctx context.Context, event string, data map[string]any) error {
@@ -93,6 +95,25 @@ func (c *Certificates) orderEvent(ctx context.Context, event string, data map[st
 	return c.m.onEvent(ctx, event, data)
 }
 
+// aheadEvent is the OnEvent of the ahead-of-time config. An app's host under
+// the base domain is the platform's own name, one per app, and who may create
+// apps is decided by the gitserver: it is ordered without the limits, as it
+// always was (10 a day under one registered domain would leave the eleventh
+// app of a day without a certificate for hours). Every other name, a custom
+// domain a member added, goes through orderEvent's limits.
+func (c *Certificates) aheadEvent(ctx context.Context, event string, data map[string]any) error {
+	if name, _ := data["identifier"].(string); event == "cert_obtaining" && underDomain(name, c.base) {
+		return c.m.onEvent(ctx, event, data)
+	}
+	return c.orderEvent(ctx, event, data)
+}
+
+// underDomain reports whether name is a host below domain (not domain itself).
+func underDomain(name, domain string) bool {
+	name, domain = strings.ToLower(strings.TrimSuffix(name, ".")), strings.ToLower(strings.TrimSuffix(domain, "."))
+	return domain != "" && strings.HasSuffix(name, "."+domain)
+}
+
 // FileStorage keeps certificates in a directory: one edge on one node.
 func FileStorage(dir string) certmagic.Storage { return &certmagic.FileStorage{Path: dir} }
 
@@ -107,7 +128,7 @@ func NewCertificates(table *Table, storage certmagic.Storage, local *LocalCA, ac
 		return nil, errors.New("edge: certificates come from either the local CA or an ACME CA")
 	}
 	cfg := table.cfg.withDefaults()
-	c := &Certificates{table: table, log: log, m: newCertMetrics(reg), orders: newOrderLimiter(cfg.OrdersPerDomain, cfg.Orders)}
+	c := &Certificates{table: table, log: log, m: newCertMetrics(reg), orders: newOrderLimiter(cfg.OrdersPerDomain, cfg.Orders), base: cfg.BaseDomain}
 	c.cache = certmagic.NewCache(certmagic.CacheOptions{
 		GetConfigForCert: func(certmagic.Certificate) (*certmagic.Config, error) { return c.magic, nil },
 		Logger:           zap.NewNop(),
@@ -122,7 +143,7 @@ func NewCertificates(table *Table, storage certmagic.Storage, local *LocalCA, ac
 	// A config with OnDemand set only adds ManageAsync's names to an allowlist and
 	// waits for a handshake; this one, without, obtains them at once.
 	c.ahead = certmagic.New(c.cache, certmagic.Config{
-		Storage: storage, OnEvent: c.orderEvent, ShouldEmitFunc: c.m.wants, Logger: zap.NewNop(),
+		Storage: storage, OnEvent: c.aheadEvent, ShouldEmitFunc: c.m.wants, Logger: zap.NewNop(),
 	})
 	if local != nil {
 		c.magic.Issuers = []certmagic.Issuer{local}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/internal/testenv"
 )
 
 // bigHistory writes, with git fast-import, a repository of commits commits on main
@@ -17,42 +18,23 @@ import (
 // commit plus one file edited by every commit (so later pushes can send deltas).
 func bigHistory(t testing.TB, dir string, commits, totalBytes int) {
 	t.Helper()
-	cmd := exec.Command("git", "init", "-q", "-b", "main", dir)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("git init: %v\n%s", err, out)
-	}
-	fi := exec.Command("git", "fast-import", "--quiet")
-	fi.Dir = dir
-	stdin, err := fi.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	fi.Stderr = &stderr
-	if err := fi.Start(); err != nil {
-		t.Fatal(err)
-	}
-	w := bufio.NewWriterSize(stdin, 1<<20)
-	rng := rand.New(rand.NewPCG(1, 2))
-	per := totalBytes / commits
-	blob := make([]byte, per)
-	log := strings.Repeat("a line that every version of the log shares\n", 200)
-	for i := 1; i <= commits; i++ {
-		for j := range blob {
-			blob[j] = byte(rng.Uint32())
+	testenv.FastImport(t, dir, func(w *bufio.Writer) {
+		rng := rand.New(rand.NewPCG(1, 2))
+		per := totalBytes / commits
+		blob := make([]byte, per)
+		log := strings.Repeat("a line that every version of the log shares\n", 200)
+		for i := 1; i <= commits; i++ {
+			for j := range blob {
+				blob[j] = byte(rng.Uint32())
+			}
+			log += fmt.Sprintf("commit %d\n", i)
+			fmt.Fprintf(w, "commit refs/heads/main\ncommitter bex <test@bex.co> %d +0000\ndata <<EOT\ncommit %d\nEOT\n", 1700000000+i, i)
+			fmt.Fprintf(w, "M 644 inline data/%04d.bin\ndata %d\n", i, len(blob))
+			w.Write(blob)
+			fmt.Fprintf(w, "\nM 644 inline log.txt\ndata %d\n%s\n", len(log), log)
 		}
-		log += fmt.Sprintf("commit %d\n", i)
-		fmt.Fprintf(w, "commit refs/heads/main\ncommitter bex <test@bex.co> %d +0000\ndata <<EOT\ncommit %d\nEOT\n", 1700000000+i, i)
-		fmt.Fprintf(w, "M 644 inline data/%04d.bin\ndata %d\n", i, len(blob))
-		w.Write(blob)
-		fmt.Fprintf(w, "\nM 644 inline log.txt\ndata %d\n%s\n", len(log), log)
-	}
-	flushErr := w.Flush()
-	stdin.Close()
-	if err := fi.Wait(); err != nil || flushErr != nil {
-		t.Fatalf("fast-import: %v, %v\n%s", err, flushErr, stderr.String())
-	}
-	cmd = exec.Command("git", "checkout", "-q", "main")
+	})
+	cmd := exec.Command("git", "checkout", "-q", "main")
 	cmd.Dir = dir
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("checkout: %v\n%s", err, out)

@@ -1,7 +1,6 @@
 package gitserver_test
 
 import (
-	"bufio"
 	"crypto/rand"
 	"fmt"
 	"os"
@@ -14,6 +13,7 @@ import (
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/gitserver"
+	"bex.co/bex/internal/testenv"
 )
 
 // TestAPushOverTheObjectLimitIsRefusedThenPushedInParts: with MaxPushObjects 30, a
@@ -77,37 +77,6 @@ func TestAPushOverTheObjectLimitIsRefusedThenPushedInParts(t *testing.T) {
 	u.mustGit(e.repoDir("many"), "fsck", "--strict", "--no-dangling")
 }
 
-// manyFiles writes, with git fast-import, a repository whose one commit on main
-// holds n small files in directories of 1,000.
-func manyFiles(t testing.TB, dir string, n int) {
-	t.Helper()
-	if out, err := exec.Command("git", "init", "-q", "-b", "main", dir).CombinedOutput(); err != nil {
-		t.Fatalf("git init: %v\n%s", err, out)
-	}
-	fi := exec.Command("git", "fast-import", "--quiet")
-	fi.Dir = dir
-	stdin, err := fi.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	fi.Stderr = &stderr
-	if err := fi.Start(); err != nil {
-		t.Fatal(err)
-	}
-	w := bufio.NewWriterSize(stdin, 1<<20)
-	fmt.Fprintf(w, "commit refs/heads/main\ncommitter bex <test@bex.co> 1700000000 +0000\ndata 6\nmany.\n")
-	for i := range n {
-		content := fmt.Sprintf("file %d of %d: a small file, as a vendored tree has many\n", i, n)
-		fmt.Fprintf(w, "M 644 inline d%04d/f%04d.txt\ndata %d\n%s\n", i/1000, i%1000, len(content), content)
-	}
-	flushErr := w.Flush()
-	stdin.Close()
-	if err := fi.Wait(); err != nil || flushErr != nil {
-		t.Fatalf("fast-import: %v, %v\n%s", err, flushErr, stderr.String())
-	}
-}
-
 // BenchmarkPushManyObjects pushes a commit of 1,000,000 small files (the push
 // that took a gitserver from 78 to 413 MB) with the real git over ssh to a
 // gitserver in a process of its own, into a new app each iteration, and reports
@@ -120,7 +89,7 @@ func BenchmarkPushManyObjects(b *testing.B) {
 	e := newEnv(b)
 	admin := e.addUser("many", appv1.RoleAdmin, false)
 	dir := filepath.Join(b.TempDir(), "many")
-	manyFiles(b, dir, n)
+	testenv.ManySmallFiles(b, dir, n)
 	state := b.TempDir()
 	addr, pid := childServer(b, e, state)
 

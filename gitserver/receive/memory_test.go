@@ -15,38 +15,15 @@ import (
 	"testing"
 	"time"
 
+	"bex.co/bex/internal/testenv"
 	"github.com/go-git/go-git/v5/plumbing"
 )
 
-// manySmallObjects writes, with git fast-import, a repository whose one commit on
-// main holds n small files (each its own blob, a few dozen bytes) in directories
-// of 1,000, and returns its directory.
+// manySmallObjects is testenv.ManySmallFiles in a directory of its own, returned.
 func manySmallObjects(t testing.TB, n int) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "many")
-	git(t, t.TempDir(), "init", "-q", "-b", "main", dir)
-	fi := exec.Command("git", "fast-import", "--quiet")
-	fi.Dir = dir
-	stdin, err := fi.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	fi.Stderr = &stderr
-	if err := fi.Start(); err != nil {
-		t.Fatal(err)
-	}
-	w := bufio.NewWriterSize(stdin, 1<<20)
-	fmt.Fprintf(w, "commit refs/heads/main\ncommitter bex <test@bex.co> 1700000000 +0000\ndata 6\nmany.\n")
-	for i := range n {
-		content := fmt.Sprintf("file %d of %d: a small file, as a vendored tree has many\n", i, n)
-		fmt.Fprintf(w, "M 644 inline d%04d/f%04d.txt\ndata %d\n%s\n", i/1000, i%1000, len(content), content)
-	}
-	flushErr := w.Flush()
-	stdin.Close()
-	if err := fi.Wait(); err != nil || flushErr != nil {
-		t.Fatalf("fast-import: %v, %v\n%s", err, flushErr, stderr.String())
-	}
+	testenv.ManySmallFiles(t, dir, n)
 	return dir
 }
 

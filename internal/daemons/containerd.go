@@ -77,9 +77,9 @@ type Containerd struct {
 // their spec. A step is a container whose cgroup path ends in buildkit/<id>
 // (buildkitd puts every step there under its cgroup parent) or that has no user
 // namespace: buildkitd's steps never have one, every app's container has one
-// (deployer/runtime/local), and an LLB exec may name any cgroup parent (a
-// tenant's own frontend, `# syntax=`, sends LLB of its own), so the path alone
-// would let such a step out. A step gets
+// (deployer/runtime/local), and an LLB exec may name any cgroup parent (the
+// builder pins the built-in Dockerfile frontend, but buildkitd itself would run
+// any frontend's LLB), so the path alone would let such a step out. A step gets
 //   - no CAP_NET_RAW (raw packets: spoofing on the builds' network) and no
 //     CAP_MKNOD (device nodes) in any capability set,
 //   - no_new_privs (a setuid binary in a base image gains nothing),

@@ -95,7 +95,7 @@ func (r *repo) commit(files map[string]string) string {
 }
 
 func (r *repo) request(app string) builder.Request {
-	return builder.Request{App: app, AppUID: testUID(app), RepoDir: filepath.Join(r.dir, ".git"), Commit: r.git("rev-parse", "HEAD")}
+	return builder.Request{App: app, AppUID: testUID(r.t, app), RepoDir: filepath.Join(r.dir, ".git"), Commit: r.git("rev-parse", "HEAD")}
 }
 
 func build(t testing.TB, b *builder.Builder, req builder.Request) (*builder.Result, string, error) {

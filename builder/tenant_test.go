@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 
 	"bex.co/bex/builder"
@@ -12,8 +14,15 @@ import (
 
 // testUID is the App uid the tests' requests carry: one per app name, as the API
 // server gives one per App.
-func testUID(app string) string {
-	return fmt.Sprintf("%08x-0000-4000-8000-000000000000", fnv32(app))
+// uidSalts holds a random number per test (its testing.TB): the apps of one run
+// of a test keep their uids from build to build, and a repeated run
+// (go test -count=N) has apps of its own, whose steps and cache mounts are new to
+// the shared buildkitd as the first run's were.
+var uidSalts sync.Map
+
+func testUID(t testing.TB, app string) string {
+	salt, _ := uidSalts.LoadOrStore(t, rand.Uint32())
+	return fmt.Sprintf("%08x-%04x-4000-8000-000000000000", fnv32(app), salt.(uint32)&0xffff)
 }
 
 func fnv32(s string) uint32 {
@@ -116,14 +125,14 @@ func TestANewAppUnderAnOldNameDoesNotFindItsCache(t *testing.T) {
 		return fmt.Sprintf("FROM busybox\nRUN --mount=type=cache,target=/c if [ -f /c/x ]; then echo found-$(cat /c/x); else echo left > /c/x; echo empty; fi && echo reused-name-%d\n", n)
 	}
 	r := newRepo(t, map[string]string{"Dockerfile": df(1)})
-	mustBuild(t, b, requestFor(r, "reused", "11111111-0000-4000-8000-000000000001"))
+	mustBuild(t, b, requestFor(r, "reused", testUID(t, "reused-first")))
 	r.commit(map[string]string{"Dockerfile": df(2)})
-	_, out := mustBuild(t, b, requestFor(r, "reused", "11111111-0000-4000-8000-000000000002"))
+	_, out := mustBuild(t, b, requestFor(r, "reused", testUID(t, "reused-second")))
 	if p := printed(out); !strings.Contains(p, "empty") || strings.Contains(p, "found-left") {
 		t.Fatalf("the new app found the old one's cache:\n%s", out)
 	}
 	r.commit(map[string]string{"Dockerfile": df(3)})
-	_, out = mustBuild(t, b, requestFor(r, "reused", "11111111-0000-4000-8000-000000000002"))
+	_, out = mustBuild(t, b, requestFor(r, "reused", testUID(t, "reused-second")))
 	if !strings.Contains(printed(out), "found-left") {
 		t.Fatalf("the app's second build did not find its cache:\n%s", out)
 	}

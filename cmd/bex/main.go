@@ -96,6 +96,7 @@ func newRoot(out, errOut io.Writer) (*cobra.Command, slog.Handler) {
 		&deployerCmd{errOut: errOut, log: log},
 		&edgeCmd{errOut: errOut, log: log},
 		&upCmd{out: out, errOut: errOut, log: log, logFormat: &logs.format},
+		&buildNetworkCmd{out: out},
 	} {
 		root.AddCommand(wire(s))
 	}

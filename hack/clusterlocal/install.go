@@ -138,6 +138,9 @@ const bexPatches = `- patch: |
           enabled = true
           gc = true
           gckeepstorage = "20GB"
+          networkMode = "cni"
+          cniConfigPath = "/etc/buildkit/cni.conflist"
+          cniBinaryPath = "/opt/cni/bin"
         [worker.containerd]
           enabled = false
         [registry."bex-registry.bex-system.svc.cluster.local:5000"]

@@ -36,6 +36,10 @@ const Path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 // and buildkitd (pulling bases, pushing to a registry over TLS) check peers with.
 const caCerts = "/etc/ssl/certs/ca-certificates.crt"
 
+// cniDir is where Debian's containernetworking-plugins (hack/tools.sh installs
+// it) keeps the CNI plugins: static Go programs, copied as they are.
+const cniDir = "/usr/lib/cni"
+
 // registryConfig is the registry image's own configuration, as the official
 // image's: what it serves with when it is given no arguments. infra/bex mounts
 // its own over /etc/distribution.
@@ -169,11 +173,16 @@ func Build(ctx context.Context, o Options) ([]Written, error) {
 			files:      map[string]string{"/bin/registry": registry, "/etc/distribution/config.yml": regConfig, caCerts: caCerts},
 			entrypoint: []string{"/bin/registry"}, cmd: []string{"serve", "/etc/distribution/config.yml"}},
 		// What buildkitd's OCI worker runs: runc for each step (at /usr/sbin,
-		// where PATH finds it). Its other needs (overlay and the mounts of a step)
-		// are the kernel's, given a privileged container.
+		// where PATH finds it), and the CNI plugins of the steps' network where
+		// BuildKit's own image has them (infra/bex/buildkitd.yaml links them by
+		// their plugin names). Its other needs (overlay and the mounts of a
+		// step) are the kernel's, given a privileged container.
 		{key: "BUILDKIT", file: "buildkit.tar", image: "docker.io/moby/buildkit:" + versions["BUILDKIT_VERSION"],
 			files: map[string]string{"/usr/bin/buildkitd": buildkitd, "/usr/bin/buildctl": buildctl,
-				"/usr/sbin/runc": runc, caCerts: caCerts},
+				"/usr/sbin/runc": runc, caCerts: caCerts,
+				"/usr/bin/buildkit-cni-bridge":     filepath.Join(cniDir, "bridge"),
+				"/usr/bin/buildkit-cni-host-local": filepath.Join(cniDir, "host-local"),
+				"/usr/bin/buildkit-cni-loopback":   filepath.Join(cniDir, "loopback")},
 			entrypoint: []string{"buildkitd"}},
 	}
 	var written []Written

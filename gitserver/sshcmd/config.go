@@ -1,6 +1,7 @@
 package sshcmd
 
 import (
+	"encoding/base64"
 	"fmt"
 	"strings"
 
@@ -51,7 +52,7 @@ func (s *session) configCommands() []*cobra.Command {
 	})
 	jsonFlag(get, &getJSON)
 
-	var setDetach bool
+	var setDetach, setEncoded bool
 	set := newCmd(groupConfig, "config:set APP KEY=VALUE...", "Set config vars: one release, one restart", args(2, -1), func(_ *cobra.Command, a []string) error {
 		var ch backend.ConfigChange
 		for _, kv := range a[1:] {
@@ -59,11 +60,19 @@ func (s *session) configCommands() []*cobra.Command {
 			if !ok {
 				return fail("%q is not KEY=VALUE: quote a value with blanks, e.g. config:set %s 'KEY=a b'", kv, a[0])
 			}
+			if setEncoded {
+				dec, err := decodeValue(v)
+				if err != nil {
+					return fail("the value of %s is not base64 (--encoded): %v; encode it with: printf %%s 'VALUE' | base64 -w0", k, err)
+				}
+				v = dec
+			}
 			ch.Set = append(ch.Set, backend.EnvVar{Name: k, Value: v})
 		}
 		return s.changeConfig(a[0], ch, setDetach)
 	})
 	flags(set).BoolVar(&setDetach, "detach", false, "return once the release is recorded, without waiting for it to serve")
+	flags(set).BoolVar(&setEncoded, "encoded", false, "the values are base64 (standard alphabet, as base64(1) writes it), for newlines and quotes that ssh's command line mangles, as Dokku's config:set --encoded")
 
 	var unsetDetach bool
 	unset := newCmd(groupConfig, "config:unset APP KEY...", "Remove config vars: one release, one restart", args(2, -1), func(_ *cobra.Command, a []string) error {
@@ -109,6 +118,21 @@ func (s *session) await(app string, n int64, detach bool) error {
 	}
 	fmt.Fprintf(s.out, "v%d serves at %s\n", n, url)
 	return nil
+}
+
+// decodeValue decodes a value of config:set --encoded: base64 as base64(1) writes
+// it, whose lines a shell's $(...) keeps (blanks are dropped), padded or not.
+func decodeValue(v string) (string, error) {
+	v = strings.Join(strings.Fields(v), "")
+	enc := base64.StdEncoding
+	if !strings.HasSuffix(v, "=") && len(v)%4 != 0 {
+		enc = base64.RawStdEncoding
+	}
+	b, err := enc.DecodeString(v)
+	if err != nil {
+		return "", err
+	}
+	return string(b), nil
 }
 
 // shellQuote quotes v for a POSIX shell when it needs it, so that a printed

@@ -2,6 +2,7 @@ package sshcmd_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -347,6 +348,19 @@ func TestOverSSH(t *testing.T) {
 		t.Fatalf("rollback:\n%s", out)
 	}
 	bob.refused("shop has no release v42", "rollback", "shop", "v42")
+
+	// --encoded (Dokku's): base64 values, for newlines and quotes; base64(1)'s
+	// wrapped lines are taken as they come.
+	twoLines := "first line with 'single' and \"double\" quotes\nsecond line; $(not run)"
+	enc := base64.StdEncoding.EncodeToString([]byte(twoLines))
+	wrapped := enc[:20] + "\n" + enc[20:]
+	bob.ok("", "config:set", "--encoded", "--detach", "shop", "ENC="+enc, "'WRAPPED="+wrapped+"'")
+	for _, k := range []string{"ENC", "WRAPPED"} {
+		if got := bob.ok("", "config:get", "shop", k); got != twoLines+"\n" {
+			t.Errorf("config:get %s after config:set --encoded = %q, want %q", k, got, twoLines)
+		}
+	}
+	bob.refused("the value of BAD is not base64 (--encoded)", "config:set", "--encoded", "shop", "BAD=not*base64")
 
 	// Processes, restarts, suspension, domains.
 	a = s.app("shop")

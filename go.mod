@@ -30,6 +30,7 @@ require (
 	github.com/sirupsen/logrus v1.10.2
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.10
+	github.com/tailscale/hujson v0.0.0-20260727124030-b80ff77dac4f
 	github.com/tonistiigi/fsutil v0.0.0-20261103091533-a72de9dcf763
 	go.uber.org/zap v1.28.0
 	golang.org/x/crypto v0.57.0

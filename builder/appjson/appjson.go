@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/robfig/cron/v3"
+	"github.com/tailscale/hujson"
 
 	"bex.co/bex/builder/plan"
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
@@ -92,6 +94,13 @@ func Parse(data []byte) (*File, error) {
 		return nil, &Error{Msg: fmt.Sprintf("the file is %d bytes, and bex reads at most %d: keep app.json small", len(data), MaxSize)}
 	}
 	data = bytes.TrimPrefix(data, []byte("\ufeff"))
+	// JSONC, as Dokku reads app.json since 0.38: comments and trailing commas
+	// become blanks, so every offset, and every line an error names, stays.
+	std, err := hujson.Standardize(bytes.Clone(data))
+	if err != nil {
+		return nil, jsoncError(err)
+	}
+	data = std
 	p := &parser{data: data, offsets: map[string]int64{}, file: &File{}}
 	if err := p.index(); err != nil {
 		return nil, err
@@ -127,6 +136,26 @@ func Parse(data []byte) (*File, error) {
 		}
 	}
 	return p.file, nil
+}
+
+// hujsonPosition is how hujson names where its parse failed.
+var hujsonPosition = regexp.MustCompile(`^hujson: line (\d+), column \d+: (.*)$`)
+
+// jsoncError is a syntax error of hujson's as an *Error with its line.
+func jsoncError(err error) *Error {
+	m := hujsonPosition.FindStringSubmatch(err.Error())
+	if m == nil {
+		return &Error{Msg: "not JSON: " + err.Error()}
+	}
+	line, _ := strconv.Atoi(m[1])
+	// "parsing object after value: unexpected EOF" says no more than its end.
+	msg := m[2]
+	if i := strings.Index(msg, ": "); strings.HasPrefix(msg, "parsing ") && i > 0 {
+		msg = msg[i+2:]
+	}
+	msg = strings.NewReplacer("unexpected EOF", "unexpected end of the file",
+		"after top-level value", "after the end of the object (text after the end)").Replace(msg)
+	return &Error{Line: line, Msg: "not JSON: " + msg}
 }
 
 // index walks the tokens once, noting where each value starts; a syntax error

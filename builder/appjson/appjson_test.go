@@ -43,6 +43,26 @@ func TestParse(t *testing.T) {
 	}
 }
 
+// TestJSONC reads app.json as Dokku does since 0.38: comments of both kinds and
+// trailing commas.
+func TestJSONC(t *testing.T) {
+	f, err := Parse([]byte(`// Dokku's own fixtures carry comments
+{
+  /* the release tasks */
+  "scripts": {"dokku": {"predeploy": "touch /app/predeploy.test", "postdeploy": "echo done",},},
+  "cron": [
+    {"command": "echo hi", "schedule": "@daily"}, // daily
+  ],
+}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Predeploy != "touch /app/predeploy.test" || f.Postdeploy != "echo done" || len(f.Cron) != 1 {
+		t.Errorf("%+v", f)
+	}
+}
+
 func TestDefaults(t *testing.T) {
 	f, err := Parse([]byte(`{"healthchecks": {"web": [{"path": "/"}]}, "scripts": {"postdeploy": {"command": "./seed", "size": "x"}}}`))
 	if err != nil {
@@ -68,7 +88,9 @@ func TestErrors(t *testing.T) {
 	for _, c := range []struct{ in, want string }{
 		{"{\n  \"cron\": [\n    {\n      \"command\": \"x\",\n\n\n      \"schedule\": \"every day\"\n    }\n  ]\n}",
 			`app.json line 7: cron[0].schedule: "every day" is not a cron schedule: use 5 fields such as "0 3 * * *" or @daily`},
-		{"{\n  \"formation\": {\n    \"web\": {\"quantity\": 2,}\n  }\n}", "app.json line 3: not JSON: invalid character '}'"},
+		{"{\n  \"formation\": {\n    \"web\": {\"quantity\": 2 3}\n  }\n}", "app.json line 3: not JSON: invalid character '3'"},
+		{"// the app\n{\n  /* many\n  lines */\n  \"cron\": [{\"command\": \"x\", \"schedule\": \"soon\",},],\n}", `app.json line 5: cron[0].schedule: "soon" is not a cron schedule`},
+		{"{\"cron\": [] /* never closed", "app.json line 1: not JSON: unexpected end of the file"},
 		{"{\"a\": 1", "app.json line 1: not JSON: unexpected end of the file"},
 		{"[]", "app.json line 1: app.json is a JSON object"},
 		{"{} {}", "text after the end"},

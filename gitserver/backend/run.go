@@ -111,8 +111,14 @@ func (b *Backend) Run(ctx context.Context, u *User, name string, opts RunOptions
 	if a.Spec.Image == "" {
 		return RunResult{}, Errorf(Invalid, "%s has no release serving yet: git push deploys it first", name)
 	}
+	command := opts.Command
+	if p, ok := a.Spec.Processes[command[0]]; ok && len(p.Command) > 0 {
+		// Heroku's and Dokku's `run APP console`: a process type's command,
+		// with the words after it appended.
+		command = processCommand(p.Command, command[1:])
+	}
 	spec := RunSpec{App: a, ID: newRunID(), Release: a.Spec.Release, Image: a.Spec.Image,
-		Command: opts.Command, Env: a.Spec.Env, Timeout: opts.Timeout}
+		Command: command, Env: a.Spec.Env, Timeout: opts.Timeout}
 	spec.Process = "run." + spec.ID
 	if t := runType(a); t != "" {
 		spec.Resources = a.Spec.Processes[t].Resources
@@ -150,6 +156,35 @@ func (b *Backend) Run(ctx context.Context, u *User, name string, opts RunOptions
 	}
 	res.Exit = exit
 	return res, nil
+}
+
+// processCommand is the argv of a one-off that runs a process type's command
+// with args after it. A process's command is written for the container's command
+// field, where $$ is a dollar sign and $(VAR) a variable (builder/plan escapes the
+// Procfile's line that way); a one-off's is taken verbatim, so the escaping is
+// undone. A shell's command line (sh -c LINE, a Procfile's line on an image with a
+// shell) gets the args as its positional parameters after LINE ("$@"): they reach
+// the command as the words they were, not read again by the shell; another argv
+// gets them appended.
+func processCommand(process []string, args []string) []string {
+	argv := make([]string, len(process))
+	for i, w := range process {
+		argv[i] = unescapeContainerCommand(w)
+	}
+	if len(args) == 0 {
+		return argv
+	}
+	if len(argv) == 3 && (argv[0] == "sh" || argv[0] == "/bin/sh") && argv[1] == "-c" {
+		return append([]string{argv[0], "-c", argv[2] + ` "$@"`, argv[0]}, args...)
+	}
+	return append(argv, args...)
+}
+
+// unescapeContainerCommand undoes the escaping of a container command's word: $$
+// is one dollar sign. A $(VAR) stays as it is written (the runtime expands
+// variables in a process's command, not in a one-off's).
+func unescapeContainerCommand(w string) string {
+	return strings.ReplaceAll(w, "$$", "$")
 }
 
 // MaxRunsPerApp bounds the one-off commands of one app running at once through

@@ -241,6 +241,27 @@ func TestRun(t *testing.T) {
 		})
 	})
 
+	t.Run("a process type's command, with arguments", func(t *testing.T) {
+		// Heroku's and Dokku's `run APP console`: the Procfile's command for
+		// the type, the words after it appended as words (not read again by a
+		// shell); a word that is no type runs as given.
+		app.commit(t, "a console", map[string]string{"Procfile": "web: exec httpd -f -p \"$PORT\" -h /www\n" +
+			"console: printf '[%s]' \"$(echo console)\"\n"})
+		if out, err := app.push(); err != nil {
+			t.Fatalf("push: %v\n%s", err, out)
+		}
+		if out := p.mustSSH(t, "run", "hello-shell", "console"); out != "[console]" {
+			t.Errorf("run hello-shell console: %q, want the Procfile's console command", out)
+		}
+		out, errOut, err := p.ssh(t, quoteWords([]string{"run", "hello-shell", "console", "a", "b c", "$(not run)"})...)
+		if err != nil || out != "[console][a][b c][$(not run)]" {
+			t.Errorf("run hello-shell console a 'b c' '$(not run)': %v %q %q", err, out, errOut)
+		}
+		if out := p.mustSSH(t, "run", "hello-shell", "echo", "console"); out != "console\n" {
+			t.Errorf("run hello-shell echo console: %q", out)
+		}
+	})
+
 	testenv.Eventually(t, time.Minute, "no one-off container left", func() error {
 		if ids := p.oneOffContainers(t); len(ids) > 0 {
 			return fmt.Errorf("left: %v", ids)

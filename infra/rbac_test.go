@@ -7,10 +7,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"bex.co/bex/internal/testenv"
 )
 
 // A grant is what a component's code needs: verbs on group/resource[/subresource]
@@ -296,9 +299,13 @@ func TestMetricsReaderRole(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = c.Delete(context.Background(), binding) })
 
-	if !canGetURL(t, scraper, saGroups("bex-metrics-test"), "/metrics") {
-		t.Error("bound to bex-metrics-reader, a ServiceAccount may not GET /metrics")
-	}
+	// The API server's authorizer sees the new binding through its informers.
+	testenv.Eventually(t, 30*time.Second, "bound to bex-metrics-reader, a ServiceAccount may GET /metrics", func() error {
+		if !canGetURL(t, scraper, saGroups("bex-metrics-test"), "/metrics") {
+			return fmt.Errorf("denied")
+		}
+		return nil
+	})
 	// Other URLs: whatever the binding adds beyond what any ServiceAccount of the
 	// namespace may (discovery is open to every authenticated caller).
 	const unbound = "system:serviceaccount:bex-metrics-test:other"

@@ -7,8 +7,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"bex.co/bex/internal/testenv"
 )
 
 // A grant is what a component's code needs: verbs on group/resource[/subresource]
@@ -44,6 +49,10 @@ var needs = map[string][]grant{
 		{[]string{"create"}, "coordination.k8s.io/leases", "bex-system", ""},
 		{[]string{"get", "update"}, "coordination.k8s.io/leases", "bex-system", "bex-deployer.app.bex.co"},
 		{[]string{"create", "patch"}, "/events", "bex-system", ""},
+		// --metrics-secure (cmd/bex/deployer.go metricsOptions): each scraper's
+		// token reviewed, and its right to GET /metrics asked.
+		{[]string{"create"}, "authentication.k8s.io/tokenreviews", "*", ""},
+		{[]string{"create"}, "authorization.k8s.io/subjectaccessreviews", "*", ""},
 	},
 	"bex-gitserver": {
 		{[]string{"get", "list", "watch", "create", "update", "patch", "delete"}, "app.bex.co/users", "*", ""},
@@ -81,6 +90,7 @@ var (
 		"events.k8s.io/events", "apps/deployments", "apps/daemonsets", "batch/cronjobs", "batch/jobs", "discovery.k8s.io/endpointslices", "coordination.k8s.io/leases",
 		"rbac.authorization.k8s.io/roles", "rbac.authorization.k8s.io/rolebindings", "rbac.authorization.k8s.io/clusterrolebindings",
 		"apiextensions.k8s.io/customresourcedefinitions",
+		"authentication.k8s.io/tokenreviews", "authorization.k8s.io/subjectaccessreviews",
 	}
 	gridNamespaces = []string{"default", "bex-system", "bex-gitserver", "kube-system", ""}
 )
@@ -120,6 +130,20 @@ func can(t *testing.T, sa, verb, resource, ns, name string) bool {
 		ResourceAttributes: &authorizationv1.ResourceAttributes{
 			Namespace: ns, Verb: verb, Group: group, Resource: res, Subresource: sub, Name: name,
 		},
+	}}
+	if err := controlPlane(t).Client.Create(context.Background(), review); err != nil {
+		t.Fatalf("SubjectAccessReview: %v", err)
+	}
+	return review.Status.Allowed
+}
+
+// canGetURL asks the API server whether user (in groups) may GET the
+// non-resource URL path.
+func canGetURL(t *testing.T, user string, groups []string, path string) bool {
+	t.Helper()
+	review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User: user, Groups: groups,
+		NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: path, Verb: "get"},
 	}}
 	if err := controlPlane(t).Client.Create(context.Background(), review); err != nil {
 		t.Fatalf("SubjectAccessReview: %v", err)
@@ -241,5 +265,63 @@ func TestRBACLeastPrivilege(t *testing.T) {
 		if got := can(t, c.sa, c.verb, c.resource, c.ns, ""); got != c.want {
 			t.Errorf("%s: allowed %v, want %v", describe(c.sa, c.verb, c.resource, c.ns, ""), got, c.want)
 		}
+	}
+}
+
+// TestMetricsReaderRole: the ClusterRole bex-metrics-reader, which an operator
+// binds to their Prometheus (docs/cluster.md), lets its subject GET /metrics and
+// nothing else; without that binding no one of bex's ServiceAccounts, and no
+// other authenticated ServiceAccount, may (the deployer's --metrics-secure asks
+// exactly this SubjectAccessReview).
+func TestMetricsReaderRole(t *testing.T) {
+	applyBex(t)
+	saGroups := func(ns string) []string {
+		return []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}
+	}
+	const scraper = "system:serviceaccount:bex-metrics-test:prometheus"
+	for sa := range needs {
+		if canGetURL(t, "system:serviceaccount:bex-system:"+sa, saGroups("bex-system"), "/metrics") {
+			t.Errorf("%s may GET /metrics without being bound to bex-metrics-reader", sa)
+		}
+	}
+	if canGetURL(t, scraper, saGroups("bex-metrics-test"), "/metrics") {
+		t.Fatal("an unbound ServiceAccount may GET /metrics: the check below would pass vacuously")
+	}
+
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "bex-metrics-test-" + strings.ToLower(t.Name())},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "bex-metrics-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "bex-metrics-test", Name: "prometheus"}},
+	}
+	c := controlPlane(t).Client
+	if err := c.Create(context.Background(), binding); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), binding) })
+
+	// The API server's authorizer sees the new binding through its informers.
+	testenv.Eventually(t, 30*time.Second, "bound to bex-metrics-reader, a ServiceAccount may GET /metrics", func() error {
+		if !canGetURL(t, scraper, saGroups("bex-metrics-test"), "/metrics") {
+			return fmt.Errorf("denied")
+		}
+		return nil
+	})
+	// Other URLs: whatever the binding adds beyond what any ServiceAccount of the
+	// namespace may (discovery is open to every authenticated caller).
+	const unbound = "system:serviceaccount:bex-metrics-test:other"
+	for _, path := range []string{"/api", "/healthz/etcd", "/debug/pprof/", "/logs/", "/metrics/slis", "/readyz"} {
+		if canGetURL(t, scraper, saGroups("bex-metrics-test"), path) && !canGetURL(t, unbound, saGroups("bex-metrics-test"), path) {
+			t.Errorf("bex-metrics-reader grants GET %s", path)
+		}
+	}
+	review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User: scraper, Groups: saGroups("bex-metrics-test"),
+		NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: "/metrics", Verb: "post"},
+	}}
+	if err := c.Create(context.Background(), review); err != nil {
+		t.Fatal(err)
+	}
+	if review.Status.Allowed {
+		t.Error("bex-metrics-reader grants more verbs on /metrics than get")
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"bex.co/bex/deployer"
@@ -50,6 +52,7 @@ type deployerCmd struct {
 	leaderElect      bool
 	leaderElectNS    string
 	metricsAddr      string
+	metricsSecure    bool
 	healthAddr       string
 
 	closeRuntime func() error
@@ -84,6 +87,7 @@ func (c *deployerCmd) command() *cobra.Command {
 	f.BoolVar(&c.leaderElect, "leader-elect", false, "elect a leader, for several deployer replicas on a cluster")
 	f.StringVar(&c.leaderElectNS, "leader-election-namespace", "", "namespace of the leader election Lease (default: --namespace, else default)")
 	f.StringVar(&c.metricsAddr, "metrics-addr", "127.0.0.1:9091", "Prometheus metrics address (0 turns it off)")
+	f.BoolVar(&c.metricsSecure, "metrics-secure", false, "serve the metrics over HTTPS (a self-signed certificate) to callers with a Kubernetes bearer token allowed to GET the non-resource URL /metrics (a TokenReview and a SubjectAccessReview per caller, cached); for a cluster, where every pod reaches the deployer's pod")
 	f.StringVar(&c.healthAddr, "health-addr", "127.0.0.1:9092", "health and readiness probes address, or unix:PATH for a socket only root reaches (0 turns it off)")
 	return cmd
 }
@@ -100,7 +104,7 @@ func (c *deployerCmd) run(ctx context.Context) error {
 	}
 	opts := ctrl.Options{
 		Scheme:                  s,
-		Metrics:                 metricsserver.Options{BindAddress: c.metricsAddr},
+		Metrics:                 c.metricsOptions(),
 		HealthProbeBindAddress:  probeAddr,
 		LeaderElection:          c.leaderElect,
 		LeaderElectionID:        "bex-deployer.app.bex.co",
@@ -148,6 +152,27 @@ func (c *deployerCmd) run(ctx context.Context) error {
 	}
 	say(c.errOut, c.log, "bex deployer: reconciling Apps with the %s runtime", c.runtimeName)
 	return mgr.Start(ctx)
+}
+
+// metricsOptions is the metrics server: plain HTTP on loopback for bex up, where
+// the address is the protection; with --metrics-secure, HTTPS that asks the API
+// server who the caller is (TokenReview) and whether it may GET /metrics
+// (SubjectAccessReview), since on a cluster any tenant's pod reaches the
+// deployer's pod IP and the metrics name every app.
+func (c *deployerCmd) metricsOptions() metricsserver.Options {
+	o := metricsserver.Options{BindAddress: c.metricsAddr}
+	if !c.metricsSecure {
+		return o
+	}
+	o.SecureServing = true
+	o.FilterProvider = filters.WithAuthenticationAndAuthorization
+	// No CertDir: controller-runtime makes a self-signed certificate in memory at
+	// each start; it encrypts, and the bearer token is what authenticates. HTTP/1.1
+	// only, as operators scaffolded by kubebuilder do: HTTP/2's stream resets and
+	// floods (CVE-2023-44487, CVE-2023-39325) are reachable by any pod before the
+	// token is checked.
+	o.TLSOpts = []func(*tls.Config){func(t *tls.Config) { t.NextProtos = []string{"http/1.1"} }}
+	return o
 }
 
 // unixHealthServer serves /healthz and /readyz on a unix socket (mode 0600), for

@@ -2,7 +2,8 @@
 // HTTP on $PORT like any app, and each request of the isolation test
 // (infra/cluster/isolation_test.go) makes it try one kind of connection from
 // inside the pod and answer with what happened, as JSON. It holds no
-// credentials: what it reaches, any tenant reaches.
+// credentials: what it reaches, any tenant reaches (a token the test hands it,
+// bearer=, is the control that the same path works for who holds one).
 package main
 
 import (
@@ -33,6 +34,8 @@ type result struct {
 	Status    int    `json:"status,omitempty"`
 	Body      string `json:"body,omitempty"`
 	Err       string `json:"err,omitempty"`
+	// Found: the body contains the request's find=S.
+	Found bool `json:"found,omitempty"`
 }
 
 func main() {
@@ -59,10 +62,13 @@ func main() {
 		reply(w, out)
 	})
 	// /http?url=U&method=M (and /https, which checks no certificate): a request
-	// with no credentials.
+	// with no credentials, or with bearer=TOKEN the header Authorization: Bearer
+	// TOKEN (a token the test made, for the control of a check that demands one);
+	// find=S says whether the whole body, not only its start, contains S.
 	for _, scheme := range []string{"http", "https"} {
 		mux.HandleFunc("/"+scheme, func(w http.ResponseWriter, r *http.Request) {
-			reply(w, request(r.URL.Query().Get("method"), r.URL.Query().Get("url")))
+			q := r.URL.Query()
+			reply(w, request(q.Get("method"), q.Get("url"), q.Get("bearer"), q.Get("find")))
 		})
 	}
 	// /buildkit?addr=tcp://H:P&tls=none|nocert: BuildKit's own client lists the
@@ -115,7 +121,7 @@ func main() {
 	}
 }
 
-func request(method, url string) result {
+func request(method, url, bearer, find string) result {
 	res := result{Target: method + " " + url}
 	if method == "" {
 		method = http.MethodGet
@@ -135,14 +141,20 @@ func request(method, url string) result {
 		res.Err = err.Error()
 		return res
 	}
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
 	resp, err := hc.Do(req)
 	if err != nil {
 		res.Err = err.Error()
 		return res
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
-	res.Status, res.Body = resp.StatusCode, string(body)
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	res.Status, res.Body = resp.StatusCode, string(body[:min(len(body), 300)])
+	if find != "" {
+		res.Found = strings.Contains(string(body), find)
+	}
 	return res
 }
 

@@ -59,10 +59,14 @@ func main() {
 		reply(w, out)
 	})
 	// /http?url=U&method=M (and /https, which checks no certificate): a request
-	// with no credentials.
+	// with no credentials but what the test hands it: header=K:V (repeated)
+	// adds headers, which a tenant writes as it likes (forged X-Forwarded-For,
+	// a guessed bearer token); host=H sends Host H (and, over TLS, SNI H) to
+	// the URL's address, as a client resolving H there would.
 	for _, scheme := range []string{"http", "https"} {
 		mux.HandleFunc("/"+scheme, func(w http.ResponseWriter, r *http.Request) {
-			reply(w, request(r.URL.Query().Get("method"), r.URL.Query().Get("url")))
+			q := r.URL.Query()
+			reply(w, request(q.Get("method"), q.Get("url"), q.Get("host"), q["header"]))
 		})
 	}
 	// /buildkit?addr=tcp://H:P&tls=none|nocert: BuildKit's own client lists the
@@ -115,13 +119,14 @@ func main() {
 	}
 }
 
-func request(method, url string) result {
+func request(method, url, host string, headers []string) result {
 	res := result{Target: method + " " + url}
 	if method == "" {
 		method = http.MethodGet
 	}
 	hc := &http.Client{Timeout: 2 * timeout, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, // the tenant has no CA: it only sees what answers
+		// The tenant has no CA: it only sees what answers.
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true, ServerName: host},
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			c, err := (&net.Dialer{Timeout: timeout}).DialContext(ctx, network, addr)
 			if err == nil {
@@ -134,6 +139,17 @@ func request(method, url string) result {
 	if err != nil {
 		res.Err = err.Error()
 		return res
+	}
+	if host != "" {
+		req.Host = host
+	}
+	for _, h := range headers {
+		k, v, ok := strings.Cut(h, ":")
+		if !ok {
+			res.Err = fmt.Sprintf("header %q: want K:V", h)
+			return res
+		}
+		req.Header.Add(strings.TrimSpace(k), strings.TrimSpace(v))
 	}
 	resp, err := hc.Do(req)
 	if err != nil {

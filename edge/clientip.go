@@ -30,11 +30,15 @@ func isClientAddrHeader(k string) bool {
 }
 
 // setClientAddr makes h, the headers of a request on its way to an app, say
-// that the client is ip and nothing else about the client's address.
+// that the client is ip and nothing else about the client's address. It drops
+// the proxy secret's header too, which would vouch for that address at the
+// gitserver: only the edge sets it, on the platform's requests (Proxy.rewrite),
+// never passing on a client's.
 func setClientAddr(h http.Header, ip string) {
 	for _, k := range clientAddrHeaders {
 		delete(h, k)
 	}
+	delete(h, clientaddr.HeaderProxySecret)
 	for k := range h {
 		if strings.IndexByte(k, '_') >= 0 && isClientAddrHeader(k) {
 			delete(h, k)

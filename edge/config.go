@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"bex.co/bex/internal/clientaddr"
 )
 
 // Config is the edge's configuration; DefaultConfig gives the defaults, and a zero
@@ -50,6 +52,12 @@ type Config struct {
 	// PlatformHost is the host the platform's endpoints answer at. Default
 	// BaseDomain itself: no app can have it (apps are <app>.<BaseDomain>).
 	PlatformHost string
+	// PlatformSecret, when set, is sent in clientaddr.HeaderProxySecret on every
+	// request to PlatformBackend, and on no other: it tells the gitserver that
+	// the X-Forwarded-For of the request is the edge's, where the edge's
+	// address cannot (a cluster, whose pods share its networks). A client's own
+	// copy of the header is dropped from every request, to apps too.
+	PlatformSecret []byte
 
 	// TrustedProxies are the addresses of load balancers in front of the edge,
 	// which it believes about the client's address: the client a PROXY protocol
@@ -200,6 +208,13 @@ func (c Config) Validate() error {
 		}
 		if msgs := validation.IsDNS1123Subdomain(c.PlatformHost); len(msgs) > 0 {
 			errs = append(errs, fmt.Errorf("Config.PlatformHost %q: %s", c.PlatformHost, strings.Join(msgs, "; ")))
+		}
+	}
+	if c.PlatformSecret != nil {
+		if c.PlatformBackend == "" {
+			errs = append(errs, errors.New("Config.PlatformSecret: set without PlatformBackend, which it is sent to"))
+		} else if err := clientaddr.CheckSecret(c.PlatformSecret); err != nil {
+			errs = append(errs, fmt.Errorf("Config.PlatformSecret: %w", err))
 		}
 	}
 	for _, r := range []struct {

@@ -238,6 +238,11 @@ func (p *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetXForwarded()
 	peer, _, _ := net.SplitHostPort(pr.In.RemoteAddr)
 	setClientAddr(pr.Out.Header, clientaddr.Trusted(p.cfg.TrustedProxies).Client(peer, pr.In.Header["X-Forwarded-For"]))
+	if st.route.Platform && len(p.cfg.PlatformSecret) > 0 {
+		// The gitserver's limits on failed tokens and signatures believe the
+		// address above because of this; an app's backend never sees it.
+		pr.Out.Header[clientaddr.HeaderProxySecret] = []string{string(p.cfg.PlatformSecret)}
+	}
 	pr.Out.Header.Set(HeaderRequestID, st.id)
 }
 

@@ -141,10 +141,30 @@ if ! "$kubectl" -n bex-system get secret bex-buildkitd-tls >/dev/null 2>&1 ||
 	if "$kubectl" -n bex-system get deployment bex-buildkitd >/dev/null 2>&1; then restart_buildkit=1; fi
 fi
 
+# The secret the edge sends with the requests it proxies to the gitserver's
+# webhooks and MCP endpoint (X-Bex-Edge-Secret), so that the gitserver believes
+# the client the edge names there for its limits on failed tokens and signatures
+# per client. The edge's address cannot vouch for it: any pod reaches the
+# gitserver too where the CNI enforces no NetworkPolicy. Random, made once,
+# mounted into the edge and the gitserver only. To renew: delete the Secret and
+# run this script again (both restart to read it).
+restart_platform=
+if ! "$kubectl" -n bex-system get secret bex-platform-secret >/dev/null 2>&1; then
+	say "making the edge's proxy secret (Secret bex-system/bex-platform-secret)"
+	(umask 077 && openssl rand -hex 32 >"$work/platform-secret")
+	"$kubectl" -n bex-system create secret generic bex-platform-secret --from-file=secret="$work/platform-secret" \
+		--dry-run=client -o yaml | "$kubectl" apply --server-side --force-conflicts -f - >/dev/null
+	rm -f "$work/platform-secret"
+	if "$kubectl" -n bex-system get daemonset bex-edge >/dev/null 2>&1; then restart_platform=1; fi
+fi
+
 say "applying infra/bex (image $image, apps at *.$base_domain)"
 "$kubectl" apply --server-side -k "$work"
 if [[ -n $restart_buildkit ]]; then
 	"$kubectl" -n bex-system rollout restart deployment/bex-buildkitd statefulset/bex-gitserver
+fi
+if [[ -n $restart_platform ]]; then
+	"$kubectl" -n bex-system rollout restart daemonset/bex-edge statefulset/bex-gitserver
 fi
 say "the first admin's key: $key (ConfigMap bex-system/bex-admin-keys)"
 "$kubectl" -n bex-system create configmap bex-admin-keys --from-file=admin.pub="$key" \

@@ -51,6 +51,7 @@ type edgeCmd struct {
 	shutdownTimeout   time.Duration
 	platformBackend   string
 	platformHost      string
+	platformSecret    string
 	trustedProxies    string
 
 	// ready, when set, receives the listen address once the edge accepts.
@@ -87,6 +88,7 @@ func (c *edgeCmd) command() *cobra.Command {
 	f.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long requests in flight may take to finish before their connections are closed")
 	f.StringVar(&c.platformBackend, "platform-backend", "", "host:port of bex's webhooks and MCP endpoint (bex gitserver --hooks-addr), served at https://PLATFORM-HOST/hooks/ and /mcp (empty: not served)")
 	f.StringVar(&c.platformHost, "platform-host", "", "host of bex's own endpoints (default: the base domain itself)")
+	f.StringVar(&c.platformSecret, "platform-secret-file", "", "file holding the secret (16 or more printable ASCII bytes, e.g. from openssl rand -hex 32) sent in the X-Bex-Edge-Secret header of every request to --platform-backend and no other, so that the gitserver (--hooks-proxy-secret-file, the same secret) believes the client this edge names for its limits on failed tokens and signatures where the edge's address cannot say it is the edge (a cluster); empty: none sent")
 	f.StringVar(&c.trustedProxies, "trusted-proxies", "", "CIDR,... of load balancers in front of the edge: from them, the PROXY protocol (v1/v2) is read and X-Forwarded-For's last untrusted hop names the client (empty: the client is the connection's peer)")
 	return cmd
 }
@@ -112,6 +114,14 @@ func (c *edgeCmd) run(ctx context.Context) error {
 	if err != nil {
 		bad = append(bad, fmt.Errorf("--trusted-proxies: %w", err))
 	}
+	var platformSecret []byte
+	if c.platformSecret != "" {
+		if c.platformBackend == "" {
+			bad = append(bad, errors.New("--platform-secret-file: give --platform-backend too (the secret is sent only there)"))
+		} else if platformSecret, err = clientaddr.ReadSecret(c.platformSecret); err != nil {
+			bad = append(bad, fmt.Errorf("--platform-secret-file: %w", err))
+		}
+	}
 	if err := errors.Join(bad...); err != nil {
 		return err
 	}
@@ -124,7 +134,7 @@ func (c *edgeCmd) run(ctx context.Context) error {
 	cfg.DialTimeout, cfg.ResponseHeaderTimeout = c.dialTimeout, c.backendTimeout
 	cfg.ReadHeaderTimeout, cfg.ClientIdleTimeout, cfg.MaxHeaderBytes = c.readHeaderTimeout, c.idleTimeout, c.maxHeaderBytes
 	// PlatformHost empty is derived from BaseDomain when PlatformBackend is set.
-	cfg.PlatformBackend, cfg.PlatformHost = c.platformBackend, c.platformHost
+	cfg.PlatformBackend, cfg.PlatformHost, cfg.PlatformSecret = c.platformBackend, c.platformHost, platformSecret
 	cfg.TrustedProxies = trusted
 	if err := cfg.Validate(); err != nil {
 		return err

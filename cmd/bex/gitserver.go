@@ -79,6 +79,7 @@ type gitserverCmd struct {
 	allowPrivateRegistries bool
 	registryInsecure       bool
 	trustedProxies         []string
+	proxySecretFile        string
 	maxObjectSize          byteSize
 	maxPushObjects         int64
 	minFreeDisk            byteSize
@@ -150,7 +151,8 @@ func (c *gitserverCmd) command() *cobra.Command {
 	for _, p := range webhook.DefaultConfig().TrustedProxies {
 		trusted = append(trusted, p.String())
 	}
-	f.StringSliceVar(&c.trustedProxies, "hooks-trusted-proxies", trusted, "addresses or CIDRs of the proxies (bex's edge) whose X-Forwarded-For names the source of a webhook delivery, for the limit on bad signatures per source")
+	f.StringSliceVar(&c.trustedProxies, "hooks-trusted-proxies", trusted, "addresses or CIDRs of the proxies (bex's edge) whose X-Forwarded-For names the source of a webhook delivery or MCP request, for the limits on bad signatures and failed tokens per source")
+	f.StringVar(&c.proxySecretFile, "hooks-proxy-secret-file", "", "file holding the secret bex's edge sends in X-Bex-Edge-Secret (its --platform-secret-file): a request with it is a trusted proxy's, from any address (a cluster, where the edge's address is no better than a tenant pod's); empty: only --hooks-trusted-proxies are")
 	f.BoolVar(&c.allowFile, "allow-file-upstreams", false, "let webhooks fetch file:// upstreams (a file:// URL can name any repository on this machine, another app's too)")
 	f.BoolVar(&c.allowPrivateRegistries, "allow-private-registries", false, "let deploy:image pull from registries on loopback, private (RFC 1918, CGNAT 100.64/10, ULA), link-local and metadata addresses, e.g. a registry on the LAN (off: a member could make this server reach the platform's listeners, the LAN or the cloud's metadata service)")
 	f.BoolVar(&c.registryInsecure, "registry-insecure", false, "with --push: speak plain HTTP to --image-repo's registry (bex's own, inside the cluster) when deploy:image copies an image into it")
@@ -366,12 +368,17 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 		if wcfg.TrustedProxies, err = clientaddr.Parse(strings.Join(c.trustedProxies, ",")); err != nil {
 			return fmt.Errorf("--hooks-trusted-proxies: %w", err)
 		}
+		if c.proxySecretFile != "" {
+			if wcfg.ProxySecret, err = clientaddr.ReadSecret(c.proxySecretFile); err != nil {
+				return fmt.Errorf("--hooks-proxy-secret-file: %w", err)
+			}
+		}
 		hooks, err = webhook.New(wcfg, be, hookRedeployer{be}, c.log)
 		if err != nil {
 			return err
 		}
 		mcfg := mcpserver.DefaultConfig()
-		mcfg.Backend, mcfg.Version, mcfg.Log, mcfg.TrustedProxies = be, version, c.log, wcfg.TrustedProxies
+		mcfg.Backend, mcfg.Version, mcfg.Log, mcfg.TrustedProxies, mcfg.ProxySecret = be, version, c.log, wcfg.TrustedProxies, wcfg.ProxySecret
 		agents, err := mcpserver.New(mcfg)
 		if err != nil {
 			return err

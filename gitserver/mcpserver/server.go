@@ -38,6 +38,9 @@ type Config struct {
 	// client a request is counted under; the webhooks' setting, as both share
 	// the gitserver's HTTP listener.
 	TrustedProxies clientaddr.Trusted
+	// ProxySecret is the webhooks' too: any peer that sends it in
+	// clientaddr.HeaderProxySecret (bex's edge on a cluster) is a trusted proxy.
+	ProxySecret []byte
 	// Recheck is how often a tool call still running checks its user again
 	// (the User, its role and its access to the apps the call works on), so
 	// that a call of a user whose access was taken away ends within about it.
@@ -69,6 +72,11 @@ func (c Config) Validate() error {
 	}
 	if c.Recheck <= 0 {
 		errs = append(errs, fmt.Errorf("mcpserver: Config.Recheck %s must be positive", c.Recheck))
+	}
+	if c.ProxySecret != nil {
+		if err := clientaddr.CheckSecret(c.ProxySecret); err != nil {
+			errs = append(errs, fmt.Errorf("mcpserver: Config.ProxySecret: %w", err))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -108,7 +116,8 @@ type attemptKey struct{}
 // token. Failed tokens are limited per source address: a source past the limit
 // gets 429 with Retry-After for every request, before any verification (so
 // without a read of the API). The source is the request's client: the peer, or
-// behind a trusted proxy (the edge, Config.TrustedProxies) the client it names.
+// behind a trusted proxy (the edge: Config.TrustedProxies by its address, or
+// Config.ProxySecret) the client it names.
 func (s *Server) Handler() http.Handler {
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, &mcp.StreamableHTTPOptions{
 		Logger: s.log,
@@ -140,7 +149,7 @@ func (s *Server) Handler() http.Handler {
 	}
 	authed := auth.RequireBearerToken(verify, nil)(h)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		attempt, wait := s.failed.Begin(sourcelimit.Source(s.cfg.TrustedProxies.OfRequest(r)))
+		attempt, wait := s.failed.Begin(sourcelimit.Source(s.cfg.TrustedProxies.OfProxiedRequest(r, s.cfg.ProxySecret)))
 		if attempt == nil {
 			secs := sourcelimit.RetryAfter(wait)
 			w.Header().Set("Retry-After", strconv.Itoa(secs))

@@ -89,9 +89,13 @@ type Config struct {
 	// TrustedProxies are the peers whose X-Forwarded-For is believed: a request
 	// from one of them is counted under the last hop of that header (the address
 	// the proxy saw), any other under its own address. bex's edge reaches the
-	// gitserver from 127.0.0.1 under `bex up`, hence the default; on a cluster,
-	// the addresses the edge's pods connect from.
+	// gitserver from 127.0.0.1 under `bex up`, hence the default. On a
+	// cluster the edge is known by ProxySecret instead.
 	TrustedProxies clientaddr.Trusted
+	// ProxySecret, when set, makes a trusted proxy of any peer that sends it in
+	// clientaddr.HeaderProxySecret: bex's edge on a cluster, whose address no
+	// list can tell from a tenant's pod's (clientaddr.OfProxiedRequest).
+	ProxySecret []byte
 }
 
 // DefaultConfig returns the defaults.
@@ -135,6 +139,11 @@ func (c Config) Validate() error {
 	for i, p := range c.TrustedProxies {
 		if !p.IsValid() {
 			errs = append(errs, fmt.Errorf("Config.TrustedProxies[%d]: not a valid address prefix", i))
+		}
+	}
+	if c.ProxySecret != nil {
+		if err := clientaddr.CheckSecret(c.ProxySecret); err != nil {
+			errs = append(errs, fmt.Errorf("Config.ProxySecret: %w", err))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -414,9 +423,10 @@ func (h *Handler) badSignature(source string) (wait int, limited bool) {
 }
 
 // source is who a request is counted under: its client (clientaddr: the peer,
-// or behind a trusted proxy the address it names), an IPv6 address by its /64.
+// or behind a trusted proxy, by address or by ProxySecret, the address it
+// names), an IPv6 address by its /64.
 func (h *Handler) source(r *http.Request) string {
-	return sourcelimit.Source(h.cfg.TrustedProxies.OfRequest(r))
+	return sourcelimit.Source(h.cfg.TrustedProxies.OfProxiedRequest(r, h.cfg.ProxySecret))
 }
 
 // queue is an app's redeploys: one running (its presence in Handler.queues) and at

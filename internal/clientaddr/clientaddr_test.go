@@ -1,8 +1,11 @@
 package clientaddr
 
 import (
+	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -53,5 +56,70 @@ func TestClient(t *testing.T) {
 	}
 	if got := Trusted(nil).OfRequest(r); got != "127.0.0.1" {
 		t.Errorf("OfRequest with nothing trusted: %s", got)
+	}
+}
+
+// TestOfProxiedRequest: the proxy secret makes any peer a trusted proxy (the
+// edge on a cluster, whose address a tenant's pod shares the networks of);
+// without it, with a wrong one, or with two copies, the peer is the client.
+func TestOfProxiedRequest(t *testing.T) {
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	trusted, _ := Parse("127.0.0.1")
+	req := func(peer, xff string, secrets ...string) *http.Request {
+		r := httptest.NewRequest("POST", "/mcp", nil)
+		r.RemoteAddr = peer
+		if xff != "" {
+			r.Header.Set("X-Forwarded-For", xff)
+		}
+		for _, s := range secrets {
+			r.Header.Add(HeaderProxySecret, s)
+		}
+		return r
+	}
+	for _, c := range []struct {
+		name   string
+		r      *http.Request
+		secret []byte
+		want   string
+	}{
+		{"the edge's secret", req("10.244.0.1:4000", "198.51.100.9", string(secret)), secret, "198.51.100.9"},
+		{"the secret, past a client's own hops", req("10.244.0.1:4000", "6.6.6.6, 198.51.100.9", string(secret)), secret, "198.51.100.9"},
+		{"no secret", req("10.244.0.7:4000", "198.51.100.9"), secret, "10.244.0.7"},
+		{"a wrong secret", req("10.244.0.7:4000", "198.51.100.9", "0123456789abcdef0123456789abcdeX"), secret, "10.244.0.7"},
+		{"a prefix of the secret", req("10.244.0.7:4000", "198.51.100.9", string(secret[:16])), secret, "10.244.0.7"},
+		{"an empty header", req("10.244.0.7:4000", "198.51.100.9", ""), secret, "10.244.0.7"},
+		{"two copies, one right", req("10.244.0.7:4000", "198.51.100.9", "wrong", string(secret)), secret, "10.244.0.7"},
+		{"no secret configured: an empty header vouches for nobody", req("10.244.0.7:4000", "198.51.100.9", ""), nil, "10.244.0.7"},
+		{"a trusted peer needs no secret", req("127.0.0.1:4000", "198.51.100.9"), secret, "198.51.100.9"},
+	} {
+		if got := trusted.OfProxiedRequest(c.r, c.secret); got != c.want {
+			t.Errorf("%s: OfProxiedRequest = %s, want %s", c.name, got, c.want)
+		}
+	}
+}
+
+func TestReadSecret(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		content, want, err string
+	}{
+		{"0123456789abcdef0123456789abcdef\n", "0123456789abcdef0123456789abcdef", ""},
+		{"short\n", "", "5 bytes, want at least 16"},
+		{"0123456789abcdef 0123456789abcdef", "", "printable ASCII"},
+	} {
+		p := filepath.Join(dir, "secret")
+		if err := os.WriteFile(p, []byte(c.content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		got, err := ReadSecret(p)
+		if c.err == "" && (err != nil || string(got) != c.want) {
+			t.Errorf("ReadSecret(%q) = %q, %v", c.content, got, err)
+		}
+		if c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err) || strings.Contains(err.Error(), "0123456789abcdef")) {
+			t.Errorf("ReadSecret(%q): %v, want an error with %q that does not show the secret", c.content, err, c.err)
+		}
+	}
+	if _, err := ReadSecret(filepath.Join(dir, "missing")); err == nil {
+		t.Error("a missing file: no error")
 	}
 }

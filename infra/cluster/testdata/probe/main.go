@@ -62,13 +62,17 @@ func main() {
 		reply(w, out)
 	})
 	// /http?url=U&method=M (and /https, which checks no certificate): a request
-	// with no credentials, or with bearer=TOKEN the header Authorization: Bearer
-	// TOKEN (a token the test made, for the control of a check that demands one);
-	// find=S says whether the whole body, not only its start, contains S.
+	// with no credentials but what the test hands it: header=K:V (repeated)
+	// adds headers, which a tenant writes as it likes (forged X-Forwarded-For,
+	// a guessed bearer token); bearer=TOKEN the header Authorization: Bearer
+	// TOKEN (a token the test made, for the control of a check that demands
+	// one); host=H sends Host H (and, over TLS, SNI H) to the URL's address, as
+	// a client resolving H there would; find=S says whether the whole body, not
+	// only its start, contains S.
 	for _, scheme := range []string{"http", "https"} {
 		mux.HandleFunc("/"+scheme, func(w http.ResponseWriter, r *http.Request) {
 			q := r.URL.Query()
-			reply(w, request(q.Get("method"), q.Get("url"), q.Get("bearer"), q.Get("find")))
+			reply(w, request(q.Get("method"), q.Get("url"), q.Get("host"), q["header"], q.Get("bearer"), q.Get("find")))
 		})
 	}
 	// /buildkit?addr=tcp://H:P&tls=none|nocert: BuildKit's own client lists the
@@ -121,13 +125,14 @@ func main() {
 	}
 }
 
-func request(method, url, bearer, find string) result {
+func request(method, url, host string, headers []string, bearer, find string) result {
 	res := result{Target: method + " " + url}
 	if method == "" {
 		method = http.MethodGet
 	}
 	hc := &http.Client{Timeout: 2 * timeout, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, // the tenant has no CA: it only sees what answers
+		// The tenant has no CA: it only sees what answers.
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true, ServerName: host},
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			c, err := (&net.Dialer{Timeout: timeout}).DialContext(ctx, network, addr)
 			if err == nil {
@@ -143,6 +148,17 @@ func request(method, url, bearer, find string) result {
 	}
 	if bearer != "" {
 		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	if host != "" {
+		req.Host = host
+	}
+	for _, h := range headers {
+		k, v, ok := strings.Cut(h, ":")
+		if !ok {
+			res.Err = fmt.Sprintf("header %q: want K:V", h)
+			return res
+		}
+		req.Header.Add(strings.TrimSpace(k), strings.TrimSpace(v))
 	}
 	resp, err := hc.Do(req)
 	if err != nil {

@@ -31,6 +31,19 @@ MGMT_CLUSTER=${MGMT_CLUSTER:-bex-mgmt}
 work=${WORK_DIR:-$root/.state/cluster-$CLUSTER_NAME}
 mkdir -p "$work"
 
+# The password of bex's registry's user node: the nodes' kubelets pull with it
+# (/var/lib/kubelet/config.json of infra/clusterapi's kubeadm files, filled in
+# by generate) and hack/install-bex.sh puts it in the registry's htpasswd. Made
+# once and kept in $work, so machines made later (and a second run) get the
+# same; or REGISTRY_NODE_PASSWORD from the environment.
+if [[ -z ${REGISTRY_NODE_PASSWORD:-} ]]; then
+	if [[ ! -s $work/registry-node-password ]]; then
+		(umask 077 && openssl rand -hex 24 >"$work/registry-node-password")
+	fi
+	REGISTRY_NODE_PASSWORD=$(<"$work/registry-node-password")
+fi
+export REGISTRY_NODE_PASSWORD
+
 # management_cluster makes the kind cluster that runs Cluster API's controllers
 # (extra kind config on stdin), unless it exists.
 management_cluster() {

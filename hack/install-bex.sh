@@ -16,6 +16,13 @@
 #                  (default https://BASE_DOMAIN, where the edge serves them)
 #   ADMIN_KEY      the first admin's public key (default ~/.ssh/id_ed25519.pub)
 #   KUBECTL        the kubectl to use (default: bin/kubectl, else kubectl on PATH)
+#   REGISTRY_NODE_PASSWORD
+#                  the password of the registry's user node, with which every
+#                  node's kubelet pulls the apps' images: the one set in the
+#                  nodes' /var/lib/kubelet/config.json (docs/cluster.md; made
+#                  and kept by hack/cluster-*.sh). Needed when the registry's
+#                  credentials are made (the first run); 16 or more of A-Z a-z
+#                  0-9 . _ ~ -
 #   EXTRA_PATCHES  a file of kustomize patches (a YAML list, as under `patches:`)
 #                  added to the overlay, for what a cluster needs of its own
 #                  (hack/cluster-local.sh: a node port for the gitserver,
@@ -158,6 +165,56 @@ if ! "$kubectl" -n bex-system get secret bex-platform-secret >/dev/null 2>&1; th
 	if "$kubectl" -n bex-system get daemonset bex-edge >/dev/null 2>&1; then restart_platform=1; fi
 fi
 
+# The registry's credentials (infra/bex/registry.yaml): it takes no request
+# without HTTP basic authentication against an htpasswd file of bcrypt entries
+# (Secret bex-registry-htpasswd), for three users with passwords of their own:
+# builder, the gitserver's builds and deploy:image (its Docker config.json,
+# Secret bex-registry-builder); deployer, its --registry-delete (Secret
+# bex-registry-deployer); node, the kubelets' pulls, whose password is
+# REGISTRY_NODE_PASSWORD, set in every node's /var/lib/kubelet/config.json and
+# held by no Secret, so no pod can read it. distribution authorises nothing per
+# user: each of them may read, push and delete. Made once; all again when any is
+# missing. To change the passwords: delete the Secret bex-registry-htpasswd and
+# run this script again (with the nodes' REGISTRY_NODE_PASSWORD).
+registry_host=bex-registry.bex-system.svc.cluster.local:5000
+restart_registry=
+if ! "$kubectl" -n bex-system get secret bex-registry-htpasswd >/dev/null 2>&1 ||
+	! "$kubectl" -n bex-system get secret bex-registry-builder >/dev/null 2>&1 ||
+	! "$kubectl" -n bex-system get secret bex-registry-deployer >/dev/null 2>&1; then
+	node_password=${REGISTRY_NODE_PASSWORD:-}
+	[[ -n $node_password ]] ||
+		die "REGISTRY_NODE_PASSWORD is not set: set it to the password in the nodes' /var/lib/kubelet/config.json (docs/cluster.md, \"The registry's credentials\")"
+	[[ ${#node_password} -ge 16 && $node_password =~ ^[A-Za-z0-9._~-]+$ ]] ||
+		die "REGISTRY_NODE_PASSWORD must be 16 or more of A-Z a-z 0-9 . _ ~ - (openssl rand -hex 24 makes one)"
+	command -v go >/dev/null 2>&1 || [[ -x /usr/local/go/bin/go ]] ||
+		die "Go is missing (hack/htpasswd makes the registry's bcrypt entries): install Go 1.26 or newer, then run again"
+	go=go
+	command -v go >/dev/null 2>&1 || go=/usr/local/go/bin/go
+	say "making the registry's credentials (Secrets bex-system/bex-registry-htpasswd, bex-registry-builder, bex-registry-deployer)"
+	reg=$work/registry-auth
+	mkdir -m 0700 "$reg"
+	builder_password=$(openssl rand -hex 24)
+	deployer_password=$(openssl rand -hex 24)
+	printf 'builder %s\ndeployer %s\nnode %s\n' "$builder_password" "$deployer_password" "$node_password" |
+		(cd "$root" && "$go" run ./hack/htpasswd) >"$reg/htpasswd" || die "hack/htpasswd failed"
+	# dockerconfig USER PASSWORD: a Docker config.json with the one registry.
+	dockerconfig() {
+		printf '{"auths":{"%s":{"auth":"%s"}}}\n' "$registry_host" "$(printf '%s:%s' "$1" "$2" | openssl base64 -A)"
+	}
+	dockerconfig builder "$builder_password" >"$reg/builder.json"
+	dockerconfig deployer "$deployer_password" >"$reg/deployer.json"
+	"$kubectl" -n bex-system create secret generic bex-registry-htpasswd --from-file=htpasswd="$reg/htpasswd" \
+		--dry-run=client -o yaml | "$kubectl" apply --server-side --force-conflicts -f - >/dev/null
+	for s in builder deployer; do
+		"$kubectl" -n bex-system create secret generic "bex-registry-$s" --from-file=config.json="$reg/$s.json" \
+			--dry-run=client -o yaml | "$kubectl" apply --server-side --force-conflicts -f - >/dev/null
+	done
+	rm -rf "$reg"
+	# Pods already running would see the new files only after the kubelet's
+	# next sync of their volumes.
+	if "$kubectl" -n bex-system get deployment bex-registry >/dev/null 2>&1; then restart_registry=1; fi
+fi
+
 say "applying infra/bex (image $image, apps at *.$base_domain)"
 "$kubectl" apply --server-side -k "$work"
 if [[ -n $restart_buildkit ]]; then
@@ -165,6 +222,9 @@ if [[ -n $restart_buildkit ]]; then
 fi
 if [[ -n $restart_platform ]]; then
 	"$kubectl" -n bex-system rollout restart daemonset/bex-edge statefulset/bex-gitserver
+fi
+if [[ -n $restart_registry ]]; then
+	"$kubectl" -n bex-system rollout restart deployment/bex-registry deployment/bex-deployer statefulset/bex-gitserver
 fi
 say "the first admin's key: $key (ConfigMap bex-system/bex-admin-keys)"
 "$kubectl" -n bex-system create configmap bex-admin-keys --from-file=admin.pub="$key" \

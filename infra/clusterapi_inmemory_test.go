@@ -194,6 +194,7 @@ func runClusterAPIInMemory(t *testing.T) {
 		"KUBERNETES_VERSION":          "v1.35.0",
 		"CONTROL_PLANE_MACHINE_COUNT": "1",
 		"WORKER_MACHINE_COUNT":        "1",
+		"REGISTRY_NODE_PASSWORD":      "0123456789abcdef0123456789abcdef",
 	}
 	rendered := manifests(t, overlay{dir: "testdata/clusterapi-inmemory", vars: vars})
 	if _, err := kubectl(t, rendered, "--kubeconfig", cp.Kubeconfig, "apply", "--server-side", "--field-manager=bex-infra-test", "-n", ns, "-f", "-"); err != nil {

@@ -45,6 +45,7 @@ var common = map[string]string{
 	"KUBERNETES_VERSION":          "v1.35.0",
 	"CONTROL_PLANE_MACHINE_COUNT": "1",
 	"WORKER_MACHINE_COUNT":        "2",
+	"REGISTRY_NODE_PASSWORD":      "0123456789abcdef0123456789abcdef",
 }
 
 var hetzner = merge(common, map[string]string{

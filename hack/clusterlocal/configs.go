@@ -1,6 +1,10 @@
 package main
 
 import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +14,10 @@ import (
 // each up, so a changed checkout's settings apply to a cluster brought up again.
 // bin is where `make tools` built the daemons (the node's runc among them).
 func (l *layout) writeConfigs(bin string) error {
+	pullAuth, err := l.kubeletRegistryAuth()
+	if err != nil {
+		return err
+	}
 	files := map[string]string{
 		l.kubeconfig():                                              l.kubeconfigFor("admin"),
 		l.path("containerd", "config.toml"):                         l.containerdConfig(filepath.Join(bin, "runc")),
@@ -18,6 +26,7 @@ func (l *layout) writeConfigs(bin string) error {
 		l.path("config", "kube-proxy.yaml"):                         l.proxyConfig(),
 		l.path("config", "resolv.conf"):                             "nameserver " + dnsService + "\n",
 		l.path("containerd", "certs.d", registryHost, "hosts.toml"): l.registryMirror(),
+		l.path("kubelet", "config.json"):                            pullAuth,
 	}
 	for _, c := range []string{"kubelet", "controller-manager", "scheduler", "proxy"} {
 		files[l.componentKubeconfig(c)] = l.kubeconfigFor(c)
@@ -68,6 +77,47 @@ func (l *layout) registryMirror() string {
 [host."http://%s:%d"]
   capabilities = ["pull", "resolve"]
 `, l.nodeIP, registryNodePort, l.nodeIP, registryNodePort)
+}
+
+// kubeletRegistryAuth is the kubelet's Docker config.json ({--root-dir}/config.json,
+// which the kubelet reads for every pull and hands to containerd with it): the
+// registry's user node, whose password hack/install-bex.sh puts in the
+// registry's htpasswd (REGISTRY_NODE_PASSWORD). On the node, not in any Secret
+// or pod: no tenant reads it. Not containerd's registry.configs auth, which
+// containerd deprecates (removed in 2.7) and which disables its transfer
+// service; the kubelet's file works with every containerd, as on Cluster API's
+// nodes (infra/clusterapi).
+func (l *layout) kubeletRegistryAuth() (string, error) {
+	p, err := l.registryNodePassword()
+	if err != nil {
+		return "", err
+	}
+	b, err := json.Marshal(map[string]any{"auths": map[string]any{registryHost: map[string]string{"username": registryNodeUser, "password": p}}})
+	return string(b) + "\n", err
+}
+
+// registryNodeUser is the registry's user of the nodes' pulls (install-bex.sh).
+const registryNodeUser = "node"
+
+// registryNodePassword is the node user's password: made on the first up and
+// kept in DIR, as the cluster's Secrets are kept in its etcd there (an up again
+// in the same DIR keeps the registry's htpasswd).
+func (l *layout) registryNodePassword() (string, error) {
+	p := l.path("config", "registry-node-password")
+	if b, err := os.ReadFile(p); err == nil && len(bytes.TrimSpace(b)) > 0 {
+		return string(bytes.TrimSpace(b)), nil
+	} else if err != nil && !os.IsNotExist(err) {
+		return "", err
+	}
+	var r [24]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		return "", err
+	}
+	pw := hex.EncodeToString(r[:])
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return "", err
+	}
+	return pw, os.WriteFile(p, []byte(pw+"\n"), 0o600)
 }
 
 // containerdConfig: containerd 1.6's CRI with runc, its own root, state and socket

@@ -56,6 +56,10 @@ func (l *layout) installBex(root string, k kubectl) error {
 	if err != nil {
 		return err
 	}
+	nodePassword, err := l.registryNodePassword()
+	if err != nil {
+		return err
+	}
 	patches := l.path("config", "bex-patches.yaml")
 	if err := os.WriteFile(patches, []byte(strings.NewReplacer("SSH_NODE_PORT", fmt.Sprint(sshNodePort), "APP_STORAGE_CLASS", appStorageClass).Replace(bexPatches)), 0o644); err != nil {
 		return err
@@ -71,6 +75,8 @@ func (l *layout) installBex(root string, k kubectl) error {
 		fmt.Sprintf("SSH_URL=ssh://git@%s:%d", l.nodeIP, sshNodePort),
 		"ADMIN_KEY="+pub,
 		"EXTRA_PATCHES="+patches,
+		// The kubelet's config.json has it (writeConfigs).
+		"REGISTRY_NODE_PASSWORD="+nodePassword,
 	)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {

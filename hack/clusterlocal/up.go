@@ -67,7 +67,7 @@ func up(l *layout, root, bin string) error {
 	if err := l.installBex(root, k); err != nil {
 		return err
 	}
-	if err := l.seedRegistry(context.Background()); err != nil {
+	if err := l.seedRegistry(context.Background(), k); err != nil {
 		return err
 	}
 	if err := l.writeEnv(k); err != nil {

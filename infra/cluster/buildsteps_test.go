@@ -7,9 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -32,16 +29,7 @@ func TestBuildStepNetwork(t *testing.T) {
 	const app = "stepprobe"
 	_, _, _ = bex("apps:destroy", app, "--confirm", app)
 	t.Cleanup(func() { _, _, _ = bex("apps:destroy", app, "--confirm", app) })
-	r := newRepo(t, "hello-shell", app)
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(r.dir, "probe"), "./infra/cluster/testdata/probe")
-	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build the probe: %v\n%s", err, out)
-	}
+	r := probeRepo(t, app)
 
 	nodeIP := netip.MustParseAddr(strings.TrimSpace(kubectl(t, "get", "nodes", "-o", `jsonpath={.items[0].status.addresses[?(@.type=="InternalIP")].address}`)))
 	hostIP := nodeIP.Prev() // hack/clusterlocal: the node's link is a /30

@@ -238,6 +238,28 @@ func newRepo(t testing.TB, sample, app string) *repo {
 	return r
 }
 
+// probeDockerfile runs the probe (testdata/probe) as the app.
+const probeDockerfile = "FROM busybox\nCOPY --chmod=755 probe /probe\nCMD [\"/probe\"]\n"
+
+// probeRepo is newRepo of app with the probe program (testdata/probe) built into
+// its tree, not committed yet: a test commits the Dockerfile that runs it
+// (probeDockerfile, or one of its own). The app is destroyed when the test ends.
+func probeRepo(t testing.TB, app string) *repo {
+	t.Helper()
+	t.Cleanup(func() { _, _, _ = bex("apps:destroy", app, "--confirm", app) })
+	r := newRepo(t, "hello-shell", app)
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(r.dir, "probe"), "./infra/cluster/testdata/probe")
+	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build the probe: %v\n%s", err, out)
+	}
+	return r
+}
+
 func (r *repo) git(t testing.TB, args ...string) string {
 	t.Helper()
 	out, err := r.tryGit(args...)

@@ -50,17 +50,8 @@ func TestTenantPodIsolation(t *testing.T) {
 	// the last one: a new app each run, removed at the end.
 	_, _, _ = bex("apps:destroy", "probe", "--confirm", "probe")
 	t.Cleanup(func() { _, _, _ = bex("apps:destroy", "probe", "--confirm", "probe") })
-	r := newRepo(t, "hello-shell", "probe")
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(r.dir, "probe"), "./infra/cluster/testdata/probe")
-	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build the probe: %v\n%s", err, out)
-	}
-	r.commit(t, "probe", map[string]string{"Dockerfile": "FROM busybox\nCOPY --chmod=755 probe /probe\nCMD [\"/probe\"]\n"})
+	r := probeRepo(t, "probe")
+	r.commit(t, "probe", map[string]string{"Dockerfile": probeDockerfile})
 	start := time.Now()
 	out, err := r.push()
 	if err != nil {

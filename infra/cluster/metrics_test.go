@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -22,17 +20,8 @@ import (
 func pushProbe(t *testing.T, app string) func(t *testing.T, path string, q url.Values, v any) {
 	t.Helper()
 	t.Cleanup(func() { _, _, _ = bex("apps:destroy", app, "--confirm", app) })
-	r := newRepo(t, "hello-shell", app)
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(r.dir, "probe"), "./infra/cluster/testdata/probe")
-	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build the probe: %v\n%s", err, out)
-	}
-	r.commit(t, "probe", map[string]string{"Dockerfile": "FROM busybox\nCOPY --chmod=755 probe /probe\nCMD [\"/probe\"]\n"})
+	r := probeRepo(t, app)
+	r.commit(t, "probe", map[string]string{"Dockerfile": probeDockerfile})
 	if out, err := r.push(); err != nil {
 		t.Fatalf("push the probe: %v\n%s", err, out)
 	}

@@ -7,9 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -40,17 +37,8 @@ func TestRegistryRequiresCredentials(t *testing.T) {
 		t.Fatalf("push %s: %v\n%s", victim, err, out)
 	}
 	// The attacker: the probe, which holds no credentials.
-	r := newRepo(t, "hello-shell", attacker)
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(r.dir, "probe"), "./infra/cluster/testdata/probe")
-	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build the probe: %v\n%s", err, out)
-	}
-	r.commit(t, "probe", map[string]string{"Dockerfile": "FROM busybox\nCOPY --chmod=755 probe /probe\nCMD [\"/probe\"]\n"})
+	r := probeRepo(t, attacker)
+	r.commit(t, "probe", map[string]string{"Dockerfile": probeDockerfile})
 	if out, err := r.push(); err != nil {
 		t.Fatalf("push %s: %v\n%s", attacker, err, out)
 	}

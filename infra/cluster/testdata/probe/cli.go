@@ -23,21 +23,7 @@ func init() {
 	var out []result
 	switch os.Args[1] {
 	case "tcp":
-		out = make([]result, len(os.Args)-2)
-		var wg sync.WaitGroup
-		for i, a := range os.Args[2:] {
-			wg.Go(func() {
-				out[i] = result{Target: a}
-				c, err := net.DialTimeout("tcp", a, timeout)
-				if err != nil {
-					out[i].Err = err.Error()
-					return
-				}
-				out[i].Connected = true
-				c.Close()
-			})
-		}
-		wg.Wait()
+		out = dialAll(os.Args[2:])
 	case "dns":
 		for _, name := range os.Args[2:] {
 			res := result{Target: "dns " + name}
@@ -60,4 +46,24 @@ func init() {
 		fmt.Printf("PROBE %s\n", b)
 	}
 	os.Exit(0)
+}
+
+// dialAll makes a TCP connection to each of addrs, at once.
+func dialAll(addrs []string) []result {
+	out := make([]result, len(addrs))
+	var wg sync.WaitGroup
+	for i, a := range addrs {
+		wg.Go(func() {
+			out[i] = result{Target: a}
+			c, err := net.DialTimeout("tcp", a, timeout)
+			if err != nil {
+				out[i].Err = err.Error()
+				return
+			}
+			out[i].Connected = true
+			c.Close()
+		})
+	}
+	wg.Wait()
+	return out
 }

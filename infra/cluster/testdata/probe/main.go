@@ -16,7 +16,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	bkclient "github.com/moby/buildkit/client"
@@ -43,23 +42,7 @@ func main() {
 	mux.HandleFunc("/{$}", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "probe") })
 	// /tcp?addr=H:P&addr=...: a TCP connection to each, at once.
 	mux.HandleFunc("/tcp", func(w http.ResponseWriter, r *http.Request) {
-		addrs := r.URL.Query()["addr"]
-		out := make([]result, len(addrs))
-		var wg sync.WaitGroup
-		for i, a := range addrs {
-			wg.Go(func() {
-				out[i] = result{Target: a}
-				c, err := net.DialTimeout("tcp", a, timeout)
-				if err != nil {
-					out[i].Err = err.Error()
-					return
-				}
-				out[i].Connected = true
-				c.Close()
-			})
-		}
-		wg.Wait()
-		reply(w, out)
+		reply(w, dialAll(r.URL.Query()["addr"]))
 	})
 	// /http?url=U&method=M (and /https, which checks no certificate): a request
 	// with no credentials but what the test hands it: header=K:V (repeated)

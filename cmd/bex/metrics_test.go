@@ -106,10 +106,16 @@ func TestDeployerMetricsSecure(t *testing.T) {
 	}
 	const metric = "rest_client_requests_total"
 
-	testenv.Eventually(t, time.Minute, "the deployer serves metrics with the scraper's token", func() error {
+	testenv.Eventually(t, 3*time.Minute, "the deployer serves metrics with the scraper's token", func() error {
+		select {
+		case err := <-done:
+			done <- err // for the cleanup
+			t.Fatalf("the deployer ended before it served metrics: %v\n%s", err, stderr.String())
+		default:
+		}
 		resp, body, err := fetch("https", scraper)
 		if err != nil {
-			return err
+			return fmt.Errorf("%w (the deployer's log so far: %.2000s)", err, stderr.String())
 		}
 		if resp.StatusCode != 200 || !strings.Contains(body, metric) {
 			return fmt.Errorf("%d %.200q", resp.StatusCode, body)

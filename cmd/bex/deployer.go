@@ -33,6 +33,10 @@ import (
 type deployerCmd struct {
 	errOut io.Writer
 	log    *slog.Logger
+	// inProcessAgain lets a test start a second deployer in its process:
+	// controller-runtime refuses a controller name it registered before (for
+	// its metrics), which a real process never does twice.
+	inProcessAgain bool
 
 	apiFlags
 	namespace        string
@@ -120,6 +124,10 @@ func (c *deployerCmd) run(ctx context.Context) error {
 	}
 	if c.leaderElectNS != "" {
 		opts.LeaderElectionNamespace = c.leaderElectNS
+	}
+	if c.inProcessAgain {
+		skip := true
+		opts.Controller.SkipNameValidation = &skip
 	}
 	mgr, err := ctrl.NewManager(restCfg, opts)
 	if err != nil {

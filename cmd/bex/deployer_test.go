@@ -50,7 +50,8 @@ func TestDeployerRunsAReleaseOnContainerd(t *testing.T) {
 	}
 
 	var stderr bytes.Buffer
-	d := &deployerCmd{errOut: &stderr, log: slog.New(slog.NewTextHandler(io.MultiWriter(&stderr), nil))}
+	// The package's other tests may have run a deployer in this process.
+	d := &deployerCmd{errOut: &stderr, log: slog.New(slog.NewTextHandler(io.MultiWriter(&stderr), nil)), inProcessAgain: true}
 	cmd := wire(d)
 	cmd.SetArgs([]string{"--state-dir", t.TempDir(), "--kubeconfig", cp.Kubeconfig, "--namespace", ns,
 		"--containerd-addr", bk.Containerd.Address, "--containerd-namespace", testenv.Namespace,

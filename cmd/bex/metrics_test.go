@@ -39,7 +39,8 @@ func TestDeployerMetricsSecure(t *testing.T) {
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	var stderr bytes.Buffer
-	d := &deployerCmd{errOut: &stderr, log: slog.New(slog.NewTextHandler(&stderr, nil))}
+	// The package's other tests may have run a deployer in this process.
+	d := &deployerCmd{errOut: &stderr, log: slog.New(slog.NewTextHandler(&stderr, nil)), inProcessAgain: true}
 	cmd := wire(d)
 	cmd.SetArgs([]string{"--state-dir", t.TempDir(), "--kubeconfig", cp.Kubeconfig, "--namespace", ns,
 		"--runtime", "kubernetes", "--metrics-addr", addr, "--metrics-secure", "--health-addr", "0"})

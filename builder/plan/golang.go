@@ -98,7 +98,12 @@ func (a *app) goPlan(d *dockerfile) error {
 	d.line("COPY --from=build /out/app /app")
 	d.comment("Not root: nobody, as a number, which works on a base without /etc/passwd.")
 	d.line("USER %s", nonRootUser)
-	portEnv(d, "")
+	d.comment(
+		"The app's own directory, where it starts: WORKDIR after USER makes it owned by",
+		"nobody, so the app may write there (the base has no shell to run chown).",
+	)
+	d.line("WORKDIR %s", goHome)
+	portEnv(d, " HOME="+goHome, homeWhy)
 	if len(a.procs) > 0 {
 		d.comment(
 			"The base has no shell to run the Procfile's commands with: bex runs each",
@@ -113,6 +118,9 @@ func (a *app) goPlan(d *dockerfile) error {
 	d.exec("CMD", "/app")
 	return nil
 }
+
+// goHome is a Go app's working directory and HOME: /app is the binary.
+const goHome = "/home/app"
 
 // Where the Go plan's caches are: the official image's own places for root
 // (GOPATH /go, HOME /root), set in the Dockerfile so that a Go image configured

@@ -172,6 +172,9 @@ func (m nodeManager) install(prod bool) string {
 	return cmd
 }
 
+// nodeUser owns a Node app's files: the official image's node user and its group.
+const nodeUser = "node:node"
+
 // npmCache is npm's cache for root, who installs (the official image's HOME).
 const npmCache = "/root/.npm"
 
@@ -269,15 +272,19 @@ func (a *app) nodePlan(d *dockerfile) error {
 		}
 		d.line("%s%s", run, m.install(true))
 	}
-	d.line("COPY . .")
+	d.comment("The code, owned by the node user that runs it: the app may write into its tree.")
+	copyOwned(d, nodeUser, ".", ".")
 	if hasBuild {
 		d.line("RUN %s run build", m.name)
 	}
-	d.blank()
 	d.comment(
-		"Not root: the image's node user. The code stays owned by root, so the app cannot",
-		"rewrite it; it writes to /tmp.",
+		"The workdir and what the root steps wrote are the node user's too, but for the",
+		"files in node_modules, which stay root's (readable, and not stored twice in the",
+		"image); node_modules itself is the node user's, for the caches tools make in it.",
 	)
+	ownRest(d, nodeUser, "./node_modules/*")
+	d.blank()
+	d.comment("Not root: the image's node user.")
 	d.line("USER node")
 	if hasBuild {
 		portEnv(d, " NODE_ENV=production", "NODE_ENV=production makes libraries run in production mode;",

@@ -149,8 +149,8 @@ func (a *app) pythonPlan(d *dockerfile) error {
 	d.line("FROM %s", a.cfg.Images.Python)
 	d.comment(
 		"Output reaches the logs at once, not when a buffer fills. No .pyc files next to the",
-		"code, which the app's user cannot write to. pip says nothing about running as root",
-		"or about its own version.",
+		"code: written at run time, they would be lost with each instance. pip says nothing",
+		"about running as root or about its own version.",
 	)
 	d.line("ENV PYTHONUNBUFFERED=1 \\\n    PYTHONDONTWRITEBYTECODE=1 \\\n    PIP_DISABLE_PIP_VERSION_CHECK=1 \\\n    PIP_ROOT_USER_ACTION=ignore")
 	d.line("WORKDIR /app")
@@ -163,21 +163,23 @@ func (a *app) pythonPlan(d *dockerfile) error {
 	}
 	if fromTree {
 		d.comment(
-			"The code, and the dependencies with it: any change of the code installs them",
-			"again, because the install needs more of the tree than one file.",
+			"The code, owned by the user that runs it (the app may write into its tree), and",
+			"the dependencies with it: any change of the code installs them again, because",
+			"the install needs more of the tree than one file.",
 		)
+	} else {
+		d.comment("The code, owned by the user that runs it: the app may write into its tree.")
 	}
-	d.line("COPY . .")
+	copyOwned(d, nonRootUser, ".", ".")
 	for _, l := range afterCode {
 		d.line("%s", l)
 	}
+	d.comment("The workdir and what the root steps wrote into it are the app's user's too.")
+	ownRest(d, nonRootUser)
 	d.blank()
-	d.comment(
-		"Not root: nobody, as a number. The code stays owned by root, so the app cannot",
-		"rewrite it; it writes to /tmp.",
-	)
+	d.comment("Not root: nobody, as a number.")
 	d.line("USER %s", nonRootUser)
-	portEnv(d, "")
+	portEnv(d, " HOME=/app", homeWhy)
 	a.startWithShell(d, why, start, desc)
 	return nil
 }

@@ -6,15 +6,38 @@ import (
 )
 
 // staticPlan serves the tree as files with busybox httpd.
+//
+// busybox httpd serves every file under its directory, dotfiles included, and
+// follows links wherever they point: what must not be served is kept out of the
+// image. The copy leaves out the dotfiles at any depth (.env, .git/, .htpasswd),
+// but for the root's .well-known/ (ACME challenges, security.txt), and the files
+// that are bex's and not the site's (Procfile, app.json); a link that leads out of
+// the site (to /etc/passwd, to /proc/self/environ and the app's config) fails the
+// build with its name. httpd itself refuses a path that climbs out with "..".
 func (a *app) staticPlan(d *dockerfile) error {
 	a.note("found index.html: a static site, served by busybox httpd")
 	a.noteProcfile()
 	d.header("a static site (found index.html)")
 	d.blank()
 	d.line("FROM %s", a.cfg.Images.Static)
-	d.comment("The site as it is: every file of the app, served from /srv.")
-	d.line("COPY . /srv")
-	d.comment("Not root: nobody, as a number. The files stay owned by root, so the server cannot change them.")
+	d.comment(
+		"The site, served from /srv and owned by the user that serves it. Not the dotfiles",
+		"(.env, .git/, at any depth), which httpd would serve as any file, except the",
+		".well-known/ of the root (ACME challenges, security.txt); nor the Procfile and",
+		"app.json, which are bex's.",
+	)
+	excludes := ""
+	for _, e := range staticExcludes {
+		excludes += "--exclude=" + e + " "
+	}
+	copyOwned(d, nonRootUser, excludes+".", "/srv")
+	d.comment(
+		"httpd follows links: one that leads out of /srv (to /etc/passwd, or to",
+		"/proc/self/environ and the app's config) stops the build. /srv itself is the",
+		"user's too.",
+	)
+	d.line("RUN %s", staticLinkCheck)
+	d.comment("Not root: nobody, as a number.")
 	d.line("USER %s", nonRootUser)
 	portEnv(d, "")
 	a.startWithShell(d, []string{
@@ -23,6 +46,18 @@ func (a *app) staticPlan(d *dockerfile) error {
 	}, []string{"sh", "-c", `exec httpd -f -v -p "${PORT:-` + DefaultPort + `}" -h /srv`}, "busybox httpd")
 	return nil
 }
+
+// staticExcludes are the COPY --exclude patterns of a static site (.dockerignore
+// syntax, from the root of the tree; a ! pattern takes back what the ones before it
+// left out).
+var staticExcludes = []string{"**/.*", "!.well-known", ".well-known/**/.*", "Procfile", "app.json"}
+
+// staticLinkCheck is the shell step that refuses the links of /srv that resolve
+// outside it (readlink -f follows every link of the chain), and gives /srv to the
+// user. A link to a file that is left out (env -> .env) resolves inside and
+// serves nothing.
+const staticLinkCheck = `find /srv -type l -exec sh -c 'for l; do t=$(readlink -f "$l"); case "$t" in /srv|/srv/*) ;; *) echo "${l#/srv/} is a link to $(readlink "$l"), outside the site: bex serves only the site'"'"'s own files; put the file itself in the repository" >&2; exit 1;; esac; done' sh {} + && \
+    chown ` + nonRootUser + ` /srv`
 
 // procfilePlan runs the Procfile's commands on a plain system with a shell.
 func (a *app) procfilePlan(d *dockerfile) error {
@@ -34,11 +69,14 @@ func (a *app) procfilePlan(d *dockerfile) error {
 	d.blank()
 	d.line("FROM %s", a.cfg.Images.Shell)
 	d.line("WORKDIR /app")
-	d.comment("The app as it is: the Procfile's commands run from here.")
-	d.line("COPY . .")
-	d.comment("Not root: nobody, as a number. The files stay owned by root, so the app cannot rewrite them.")
+	d.comment("The app as it is, owned by the user that runs it: the Procfile's commands run",
+		"from here, and may write into the tree.")
+	copyOwned(d, nonRootUser, ".", ".")
+	d.comment("The workdir too, which WORKDIR made as root.")
+	d.line("RUN chown %s .", nonRootUser)
+	d.comment("Not root: nobody, as a number.")
 	d.line("USER %s", nonRootUser)
-	portEnv(d, "")
+	portEnv(d, " HOME=/app", homeWhy)
 	a.startWithShell(d, nil, nil, "")
 	return nil
 }

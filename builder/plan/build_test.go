@@ -39,8 +39,8 @@ func localConfig() plan.Config {
 }
 
 // buildPlan detects the tree src, builds its Dockerfile with the real BuildKit into
-// containerd as image name, and returns the plan.
-func buildPlan(t *testing.T, bk *testenv.Buildkitd, src, name string) *plan.Plan {
+// containerd as image name, and returns the plan and the build's output.
+func buildPlan(t *testing.T, bk *testenv.Buildkitd, src, name string) (*plan.Plan, string) {
 	t.Helper()
 	p, err := plan.Detect(os.DirFS(src), localConfig())
 	if err != nil {
@@ -54,10 +54,11 @@ func buildPlan(t *testing.T, bk *testenv.Buildkitd, src, name string) *plan.Plan
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if _, log, err := bk.BuildImage(ctx, src, dfDir, name); err != nil {
+	_, log, err := bk.BuildImage(ctx, src, dfDir, name)
+	if err != nil {
 		t.Fatalf("%v\n%s\nDockerfile:\n%s", err, log, p.Dockerfile)
 	}
-	return p
+	return p, log
 }
 
 // imageConfig reads the OCI config (user, env, command) of image name in containerd.
@@ -98,10 +99,52 @@ func TestStaticPlanServesTheSite(t *testing.T) {
 	bk := testenv.SharedBuildkitd(t)
 	testenv.SharedBusybox(t)
 	const name = "docker.io/library/plan-static:test"
-	src := filepath.Join("testdata", "static", "src")
-	p := buildPlan(t, bk, src, name)
+	// The site of testdata/static, and what a pushed tree may hold that must not be
+	// served: dotfiles at any depth, bex's own files, links out of the site.
+	src := t.TempDir()
+	if err := os.CopyFS(src, os.DirFS(filepath.Join("testdata", "static", "src"))); err != nil {
+		t.Fatal(err)
+	}
+	for file, content := range map[string]string{
+		".env":                          "SECRET_KEY=hunter2\n",
+		".git/config":                   "[core]\n",
+		".git/HEAD":                     "ref: refs/heads/main\n",
+		"sub/.secret":                   "token\n",
+		"sub/page.html":                 "<p>a page</p>\n",
+		".well-known/security.txt":      "Contact: mailto:security@example.com\n",
+		".well-known/acme-challenge/t1": "t1.key\n",
+		".well-known/.hidden":           "hidden\n",
+		"Procfile":                      "worker: sleep 1\n",
+		"app.json":                      `{"name": "site"}` + "\n",
+	} {
+		path := filepath.Join(src, file)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for link, target := range map[string]string{
+		"passwd":        "/etc/passwd",
+		"environ":       "/proc/self/environ",
+		"sub/up":        "../../etc/passwd",
+		"inside.html":   "sub/page.html",
+		"env.txt":       ".env",
+		"sub/hostfiles": "/etc",
+	} {
+		if err := os.Symlink(target, filepath.Join(src, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, log := buildPlan(t, bk, src, name)
 	if p.Stack != plan.StackStatic {
 		t.Fatalf("stack %q, want static", p.Stack)
+	}
+	for _, l := range []string{"passwd is a link to /etc/passwd", "environ is a link to /proc/self/environ", "sub/up is a link to ../../etc/passwd", "sub/hostfiles is a link to /etc"} {
+		if !strings.Contains(log, "not served: "+l+", outside the site") {
+			t.Errorf("the build does not say that %s is not served:\n%s", l, log)
+		}
 	}
 
 	cfg := imageConfig(t, bk, name)
@@ -117,13 +160,40 @@ func TestStaticPlanServesTheSite(t *testing.T) {
 
 	// The image's own command serves forever (httpd -f), so a script runs it in the
 	// background on a free port (the container shares the host's network), fetches
-	// the page, stops it, and prints what it saw. httpd's request log (-v) goes to
-	// stdout too, and the shell may say "Terminated" on its stderr: stdout and
-	// stderr reach the test through two FIFOs, in no fixed order between them, so
-	// the test looks for the page anywhere in the output.
+	// the page, asks for each path with nc (httpd answers HTTP/1.0 and closes) and
+	// prints the status line, stops it, and prints what it saw. httpd's request log
+	// (-v) goes to stdout too, and the shell may say "Terminated" on its stderr:
+	// stdout and stderr reach the test through two FIFOs, in no fixed order between
+	// them, so the test looks for each line anywhere in the output. Then, as the
+	// image's user, it writes into the site, as a one-off may.
 	port, err := testenv.FreePort()
 	if err != nil {
 		t.Fatal(err)
+	}
+	status := map[string]string{
+		"/index.html":                    "200 OK",
+		"/sub/page.html":                 "200 OK",
+		"/inside.html":                   "200 OK",
+		"/.well-known/security.txt":      "200 OK",
+		"/.well-known/acme-challenge/t1": "200 OK",
+		"/.well-known/.hidden":           "404 Not Found",
+		"/.env":                          "404 Not Found",
+		"/env.txt":                       "404 Not Found",
+		"/.git/config":                   "404 Not Found",
+		"/.git/HEAD":                     "404 Not Found",
+		"/sub/.secret":                   "404 Not Found",
+		"/sub/../.env":                   "404 Not Found",
+		"/Procfile":                      "404 Not Found",
+		"/app.json":                      "404 Not Found",
+		"/passwd":                        "404 Not Found",
+		"/environ":                       "404 Not Found",
+		"/sub/up":                        "404 Not Found",
+		"/sub/hostfiles/passwd":          "404 Not Found",
+		"/../etc/passwd":                 "400 Bad Request",
+	}
+	var paths []string
+	for p := range status {
+		paths = append(paths, p)
 	}
 	script := `export PORT=` + fmt.Sprint(port) + `
 "$@" 2>&1 &
@@ -133,11 +203,15 @@ for i in $(seq 50); do
 	sleep 0.1
 done
 css=$(wget -qO- "http://127.0.0.1:$PORT/css/site.css")
+for p in ` + strings.Join(paths, " ") + `; do
+	echo "status $p $(printf 'GET %s HTTP/1.0\r\n\r\n' "$p" | nc 127.0.0.1 "$PORT" | head -n 1 | tr -d '\r')"
+done
 kill $server
 wait $server
 echo "uid=$(id -u)"
 echo "css=$css"
-echo "body=$body"`
+echo "body=$body"
+cd /srv && touch new.html && echo "/* more */" >> css/site.css && mkdir tmp && echo "wrote into /srv"`
 	out := run(t, bk, name, append([]string{"sh", "-c", script, "sh"}, cfg.Cmd...)...)
 	t.Logf("CMD %q on port %d:\n%s", cfg.Cmd, port, out)
 	want, err := os.ReadFile(filepath.Join(src, "index.html"))
@@ -150,8 +224,16 @@ echo "body=$body"`
 	if !strings.Contains(out, "css=h1 { font-family: sans-serif; }") {
 		t.Errorf("css/site.css was not served: output\n%s", out)
 	}
+	for _, p := range paths {
+		if !strings.Contains(out, "status "+p+" HTTP/1.1 "+status[p]+"\n") {
+			t.Errorf("GET %s does not answer %s: output\n%s", p, status[p], out)
+		}
+	}
 	if !strings.Contains(out, "uid=65534\n") {
 		t.Errorf("the image does not run as 65534: output\n%s", out)
+	}
+	if !strings.Contains(out, "wrote into /srv") {
+		t.Errorf("the image's user could not write into /srv: output\n%s", out)
 	}
 }
 
@@ -159,9 +241,15 @@ func TestProcfilePlanRunsTheWebProcess(t *testing.T) {
 	bk := testenv.SharedBuildkitd(t)
 	testenv.SharedBusybox(t)
 	const name = "docker.io/library/plan-procfile:test"
-	p := buildPlan(t, bk, filepath.Join("testdata", "procfile-only", "src"), name)
+	p, _ := buildPlan(t, bk, filepath.Join("testdata", "procfile-only", "src"), name)
 	if p.Stack != plan.StackProcfile {
 		t.Fatalf("stack %q, want procfile", p.Stack)
+	}
+
+	// The app's user writes into its tree, and HOME is the app's directory. What it
+	// wrote stays in that container: the runs below see greeting.txt as built.
+	if got := writesItsTree(t, bk, name, "greeting.txt"); got != "uid=65534 dir=/app home=/app" {
+		t.Errorf("writing into the tree ended with %q", got)
 	}
 
 	// The image's own command is the web process, with the default PORT.
@@ -190,6 +278,24 @@ func TestProcfilePlanRunsTheWebProcess(t *testing.T) {
 	if !strings.HasPrefix(out, "worker in /app\ndone: ") {
 		t.Errorf("worker %q printed %q", argv, out)
 	}
+}
+
+// writesItsTree runs a script in image name as the image's user, from its working
+// directory, that does what a release command or a process of a Heroku app does
+// there: create a file, tmp/ and log/, and append to existing, a file of the tree.
+// It checks that each step worked and returns the script's last line, "uid=N
+// dir=DIR home=HOME".
+func writesItsTree(t *testing.T, bk *testenv.Buildkitd, name, existing string, more ...string) string {
+	t.Helper()
+	script := `set -e
+touch released
+mkdir -p tmp/cache log
+echo "one more line" >> "$1"
+` + strings.Join(more, "\n") + `
+test -w . -a -w "$1" -a -w tmp/cache
+echo "uid=$(id -u) dir=$PWD home=$HOME"`
+	out := strings.TrimSpace(run(t, bk, name, "sh", "-c", script, "sh", existing))
+	return out[strings.LastIndexByte(out, '\n')+1:]
 }
 
 func contains(list []string, s string) bool {

@@ -127,6 +127,11 @@ func TestNodePlansBuildAndServe(t *testing.T) {
 			if !strings.Contains(out, "body="+tc.want) {
 				t.Errorf("the app did not answer %q:\n%s", tc.want, out)
 			}
+			// The node user writes into the tree and into what the build wrote (dist/),
+			// and node_modules takes a cache.
+			if got := writesItsTree(t, bk, image, "package.json", "mkdir node_modules/.cache", "if [ -d dist ]; then touch dist/new.js; fi"); got != "uid=1000 dir=/app home=/home/node" {
+				t.Errorf("writing into the tree ended with %q", got)
+			}
 
 			// The same tree again: every step from the cache, npm not run.
 			began = time.Now()
@@ -176,7 +181,9 @@ func TestGoPlansBuildAndServe(t *testing.T) {
 		{name: "go-vendored", want: "hello from vendored go as uid 65534, request ", uuid: true},
 		// No main package at the root: the plan builds ./cmd/server, which imports
 		// the module's root package (the library).
-		{name: "go-cmd-layout", want: "welcome from cmd/server as uid 65534\n"},
+		// The app writes a file into its working directory, its HOME (the plan's
+		// /home/app, owned by nobody): the runtime base has no shell to test it from.
+		{name: "go-cmd-layout", want: "welcome from cmd/server as uid 65534, wrote visits in /home/app, its HOME\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			image := "docker.io/library/plan-" + tc.name + ":test"
@@ -281,6 +288,9 @@ func TestPythonPlansBuildAndServe(t *testing.T) {
 			t.Logf("served:\n%s", out)
 			if !strings.Contains(out, "body="+tc.want) {
 				t.Errorf("the app did not answer %q:\n%s", tc.want, out)
+			}
+			if got := writesItsTree(t, bk, image, "main.py"); got != "uid=65534 dir=/app home=/app" {
+				t.Errorf("writing into the tree ended with %q", got)
 			}
 			began = time.Now()
 			_, log = buildWith(t, bk, cfg, src, image)

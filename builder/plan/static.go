@@ -12,8 +12,9 @@ import (
 // image. The copy leaves out the dotfiles at any depth (.env, .git/, .htpasswd),
 // but for the root's .well-known/ (ACME challenges, security.txt), and the files
 // that are bex's and not the site's (Procfile, app.json); a link that leads out of
-// the site (to /etc/passwd, to /proc/self/environ and the app's config) fails the
-// build with its name. httpd itself refuses a path that climbs out with "..".
+// the site (to /etc/passwd, to /proc/self/environ and the app's config) is
+// removed, with a line in the build's output that names it. httpd itself refuses
+// a path that climbs out with "..".
 func (a *app) staticPlan(d *dockerfile) error {
 	a.note("found index.html: a static site, served by busybox httpd")
 	a.noteProcfile()
@@ -33,8 +34,8 @@ func (a *app) staticPlan(d *dockerfile) error {
 	copyOwned(d, nonRootUser, excludes+".", "/srv")
 	d.comment(
 		"httpd follows links: one that leads out of /srv (to /etc/passwd, or to",
-		"/proc/self/environ and the app's config) stops the build. /srv itself is the",
-		"user's too.",
+		"/proc/self/environ and the app's config) is removed, and the build says so.",
+		"/srv itself is the user's too.",
 	)
 	d.line("RUN %s", staticLinkCheck)
 	d.comment("Not root: nobody, as a number.")
@@ -52,11 +53,11 @@ func (a *app) staticPlan(d *dockerfile) error {
 // left out).
 var staticExcludes = []string{"**/.*", "!.well-known", ".well-known/**/.*", "Procfile", "app.json"}
 
-// staticLinkCheck is the shell step that refuses the links of /srv that resolve
+// staticLinkCheck is the shell step that removes the links of /srv that resolve
 // outside it (readlink -f follows every link of the chain), and gives /srv to the
 // user. A link to a file that is left out (env -> .env) resolves inside and
 // serves nothing.
-const staticLinkCheck = `find /srv -type l -exec sh -c 'for l; do t=$(readlink -f "$l"); case "$t" in /srv|/srv/*) ;; *) echo "${l#/srv/} is a link to $(readlink "$l"), outside the site: bex serves only the site'"'"'s own files; put the file itself in the repository" >&2; exit 1;; esac; done' sh {} + && \
+const staticLinkCheck = `find /srv -type l -exec sh -c 'for l; do t=$(readlink -f "$l"); case "$t" in /srv|/srv/*) ;; *) echo "not served: ${l#/srv/} is a link to $(readlink "$l"), outside the site; put the file itself in the repository to serve it" >&2; rm "$l";; esac; done' sh {} + && \
     chown ` + nonRootUser + ` /srv`
 
 // procfilePlan runs the Procfile's commands on a plain system with a shell.

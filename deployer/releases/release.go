@@ -73,7 +73,7 @@ func (r *Recorder) releasePhase(ctx context.Context, name string, ch Change) err
 	fmt.Fprintf(out, "-----> Running the release command of v%d\n", n)
 	exit, err := r.OneOffs.Run(ctx, runtime.OneOff{
 		App: app, ID: runtime.NewOneOffID(), Process: "release", Release: n, Image: spec.Image,
-		Command: spec.Scripts.Release, Env: spec.Env, Timeout: timeout, Stdout: out, Stderr: out,
+		Command: spec.Scripts.Release, Expand: true, Env: spec.Env, Timeout: timeout, Stdout: out, Stderr: out,
 	})
 	if err != nil {
 		return fmt.Errorf("the release command of %s could not run: %w", name, err)
@@ -213,7 +213,7 @@ func (r *Recorder) postdeploy(ctx context.Context, name string, n int64, progres
 	say(fmt.Sprintf("Running the postdeploy script of v%d", n))
 	exit, err := r.OneOffs.Run(ctx, runtime.OneOff{
 		App: app, ID: runtime.NewOneOffID(), Process: "postdeploy", Release: n, Image: rel.Spec.Image,
-		Command: sc.Postdeploy, Env: rel.Spec.Config.Env, Timeout: time.Duration(sc.ReleaseTimeout()) * time.Second,
+		Command: sc.Postdeploy, Expand: true, Env: rel.Spec.Config.Env, Timeout: time.Duration(sc.ReleaseTimeout()) * time.Second,
 		Stdout: lw, Stderr: lw,
 	})
 	lw.flush()

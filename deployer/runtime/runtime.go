@@ -192,6 +192,12 @@ type OneOff struct {
 	Image string
 	// Command is the argv; empty is the image's own entrypoint and command.
 	Command []string
+	// Expand says that Command is written as a container's command is, like the
+	// App's processes and scripts (builder/plan escapes a Procfile's line so): the
+	// runtime expands $(NAME) from the instance's environment, PORT included, and
+	// $$ is one $. False: Command is taken as it is (a `run`'s argv, a cron job's
+	// sh -c).
+	Expand bool
 	// Env are the config vars; values from Secrets are resolved by the runtime.
 	// PORT is set by the runtime, as for any instance (nothing routes to it).
 	Env []appv1.EnvVar

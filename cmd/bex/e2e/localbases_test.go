@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -74,5 +76,30 @@ func TestLocalBasesBuildANodeAppWithoutDockerfile(t *testing.T) {
 	if !strings.Contains(body, "express 4.") || !strings.Contains(body, "uid 1000") {
 		t.Errorf("the app says %q, want express 4 run as uid 1000 (the node user)", body)
 	}
+
+	t.Run("a release command writes into /app, and the web process serves", func(t *testing.T) {
+		// A Heroku app's Procfile as it is: its release command makes Rails' tmp/
+		// and log/ and a file in /app, as the node user that runs it; `$$` and
+		// `$(...)` reach sh as written. What it wrote stays in its own instance:
+		// the web process does not find /app/released, and serves.
+		app := p.newRepo(t, "hello-node", "writes-node")
+		procfile := `release: mkdir -p tmp/cache log && touch /app/released tmp/cache/x log/release.log && test "$$" -gt 0 && echo "the release wrote $(ls released) in $(pwd) as uid $(id -u)"
+web: test ! -e released && mkdir -p tmp && touch tmp/web && exec node server.js
+`
+		if err := os.WriteFile(filepath.Join(app.dir, "Procfile"), []byte(procfile), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		app.git(t, "add", "Procfile")
+		app.git(t, "commit", "-q", "-m", "a Procfile with a release command")
+		out, err := app.push()
+		if err != nil {
+			t.Fatalf("push: %v\n%s", err, out)
+		}
+		t.Logf("push:\n%s", out)
+		if !strings.Contains(out, "the release wrote released in /app as uid 1000") {
+			t.Errorf("the push does not show the release command's output")
+		}
+		testenv.Eventually(t, 30*time.Second, "https://writes-node.localhost answers", p.answers("writes-node", "/", "hello from node v18."))
+	})
 	p.stop(t)
 }

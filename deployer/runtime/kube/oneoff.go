@@ -67,7 +67,7 @@ func OneOffPodName(app, id string) string { return app + "-oneoff-" + id }
 
 // escapeArgv makes an argv literal for Kubernetes, which expands `$(NAME)` and
 // `$$` in a container's command: one-off commands are literal, as on the local
-// runtime.
+// runtime, unless OneOff.Expand says they are written as a container's command.
 func escapeArgv(argv []string) []string {
 	out := make([]string, len(argv))
 	for i, a := range argv {
@@ -93,7 +93,11 @@ func oneOffContainer(cfg Config, image string, command []string, env []appv1.Env
 
 // oneOffPod is the apply configuration of o's pod.
 func oneOffPod(cfg Config, o runtime.OneOff, attach bool) *corev1ac.PodApplyConfiguration {
-	c := oneOffContainer(cfg, o.Image, escapeArgv(o.Command), o.Env, o.Resources)
+	command := o.Command
+	if !o.Expand {
+		command = escapeArgv(command)
+	}
+	c := oneOffContainer(cfg, o.Image, command, o.Env, o.Resources)
 	if attach {
 		// stdinOnce: the container's stdin is closed when the attach that
 		// wrote it ends, which is how the process gets its EOF.

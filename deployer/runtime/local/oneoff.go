@@ -242,17 +242,30 @@ func (o *OneOffs) create(ctx context.Context, oo runtime.OneOff) (*prepared, err
 	p.netns = att.id
 
 	envList := make([]string, 0, len(env)+2)
+	vars := map[string]string{}
 	for _, e := range env {
 		if e.name == "PORT" {
 			continue
 		}
+		vars[e.name] = e.value
 		envList = append(envList, e.name+"="+e.value)
 	}
+	vars["PORT"] = strconv.Itoa(port)
 	envList = append(envList, "PORT="+strconv.Itoa(port))
 	opts := []oci.SpecOpts{oci.WithImageConfig(img), oci.WithEnv(envList)}
 	opts = append(opts, o.r.net.specOpts(att)...)
 	if len(oo.Command) > 0 {
-		opts = append(opts, oci.WithProcessArgs(oo.Command...))
+		args := oo.Command
+		if oo.Expand {
+			// A release or postdeploy command, written as a process's command is:
+			// expanded as an instance's (instance.go), so that it runs as the
+			// Procfile wrote it.
+			args = make([]string, len(oo.Command))
+			for i, c := range oo.Command {
+				args[i] = expand(c, vars)
+			}
+		}
+		opts = append(opts, oci.WithProcessArgs(args...))
 	}
 	if oo.TTY != nil {
 		term := oo.TTY.Term

@@ -9,7 +9,7 @@ import (
 //
 // busybox httpd serves every file under its directory, dotfiles included, and
 // follows links wherever they point: what must not be served is kept out of the
-// image. The copy leaves out the dotfiles at any depth (.env, .git/, .htpasswd),
+// image. The build removes the dotfiles at any depth (.env, .git/, .htpasswd),
 // but for the root's .well-known/ (ACME challenges, security.txt), and the files
 // that are bex's and not the site's (Procfile, app.json); a link that leads out of
 // the site (to /etc/passwd, to /proc/self/environ and the app's config) is
@@ -21,23 +21,16 @@ func (a *app) staticPlan(d *dockerfile) error {
 	d.header("a static site (found index.html)")
 	d.blank()
 	d.line("FROM %s", a.cfg.Images.Static)
+	d.comment("The site, served from /srv and owned by the user that serves it.")
+	copyOwned(d, nonRootUser, ".", "/srv")
 	d.comment(
-		"The site, served from /srv and owned by the user that serves it. Not the dotfiles",
-		"(.env, .git/, at any depth), which httpd would serve as any file, except the",
-		".well-known/ of the root (ACME challenges, security.txt); nor the Procfile and",
-		"app.json, which are bex's.",
+		"httpd would serve every file: the dotfiles go (.env, .git/, at any depth), except",
+		"the .well-known/ of the root (ACME challenges, security.txt), and so do the",
+		"Procfile and app.json, which are bex's. It follows links: one that leads out of",
+		"/srv (to /etc/passwd, or to /proc/self/environ and the app's config) is removed,",
+		"and the build says so. /srv itself is the user's too.",
 	)
-	excludes := ""
-	for _, e := range staticExcludes {
-		excludes += "--exclude=" + e + " "
-	}
-	copyOwned(d, nonRootUser, excludes+".", "/srv")
-	d.comment(
-		"httpd follows links: one that leads out of /srv (to /etc/passwd, or to",
-		"/proc/self/environ and the app's config) is removed, and the build says so.",
-		"/srv itself is the user's too.",
-	)
-	d.line("RUN %s", staticLinkCheck)
+	d.line("RUN %s", staticClean)
 	d.comment("Not root: nobody, as a number.")
 	d.line("USER %s", nonRootUser)
 	portEnv(d, "")
@@ -48,16 +41,15 @@ func (a *app) staticPlan(d *dockerfile) error {
 	return nil
 }
 
-// staticExcludes are the COPY --exclude patterns of a static site (.dockerignore
-// syntax, from the root of the tree; a ! pattern takes back what the ones before it
-// left out).
-var staticExcludes = []string{"**/.*", "!.well-known", ".well-known/**/.*", "Procfile", "app.json"}
-
-// staticLinkCheck is the shell step that removes the links of /srv that resolve
-// outside it (readlink -f follows every link of the chain), and gives /srv to the
-// user. A link to a file that is left out (env -> .env) resolves inside and
+// staticClean is the shell step that removes the dotfiles of /srv (not the root's
+// .well-known/, but the dotfiles in it) and bex's files, then the links that
+// resolve outside /srv (readlink -f follows every link of the chain), and gives
+// /srv to the user. It runs after the copy, not as COPY --exclude: with exclude
+// patterns, BuildKit follows the context's links to checksum it, and a link to an
+// absolute path fails the build with "not found". A link to a file that is left out (env -> .env) resolves inside and
 // serves nothing.
-const staticLinkCheck = `find /srv -type l -exec sh -c 'for l; do t=$(readlink -f "$l"); case "$t" in /srv|/srv/*) ;; *) echo "not served: ${l#/srv/} is a link to $(readlink "$l"), outside the site; put the file itself in the repository to serve it" >&2; rm "$l";; esac; done' sh {} + && \
+const staticClean = `cd /srv && find . -mindepth 1 -name '.*' ! -path ./.well-known -prune -exec rm -rf {} + && rm -f Procfile app.json && \
+    find /srv -type l -exec sh -c 'for l; do t=$(readlink -f "$l"); case "$t" in /srv|/srv/*) ;; *) echo "not served: ${l#/srv/} is a link to $(readlink "$l"), outside the site; put the file itself in the repository to serve it" >&2; rm "$l";; esac; done' sh {} + && \
     chown ` + nonRootUser + ` /srv`
 
 // procfilePlan runs the Procfile's commands on a plain system with a shell.

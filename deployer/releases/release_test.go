@@ -76,6 +76,10 @@ func TestReleaseCommandRunsOnceWithTheNewConfig(t *testing.T) {
 		f.runs[0].Timeout.Seconds() != appv1.DefaultReleaseTimeoutSeconds || strings.Join(f.runs[0].Command, " ") != "./migrate" {
 		t.Fatalf("runs %+v", f.runs)
 	}
+	// The command is written as a process's command is: the runtime expands it.
+	if !f.runs[0].Expand {
+		t.Errorf("the release command runs with Expand false: $$ and $(NAME) would reach it escaped")
+	}
 	if !strings.Contains(out.String(), "migrating hi") {
 		t.Fatalf("progress %q", out.String())
 	}

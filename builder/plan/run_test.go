@@ -29,7 +29,7 @@ func standInConfig(t *testing.T) plan.Config {
 	testenv.SharedBusybox(t)
 	n := testenv.StandInsConfig().Names
 	return plan.Config{Images: plan.Images{
-		Go: n.Go, Node: n.Node, Python: n.Python, Runtime: n.Runtime, Shell: n.Debian, Static: testenv.BusyboxRef,
+		Go: n.Go, Node: n.Node, Python: n.Python, Runtime: n.Runtime, Stack: n.Stack, Ruby: n.Ruby, PHP: n.PHP, Composer: n.PHP, Static: testenv.BusyboxRef,
 	}}
 }
 

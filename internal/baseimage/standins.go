@@ -35,7 +35,8 @@ const DefaultCacheDir = "/var/cache/bex/baseimage"
 // Names are the containerd image names the stand-ins are imported as: what the
 // plans' FROM lines name when they are pointed at them (plan.Config.Images).
 type Names struct {
-	// Debian stands in for debian:bookworm-slim.
+	// Debian stands in for debian:bookworm-slim. No plan starts from it since the
+	// Procfile-only base became the stack; tests and Dockerfiles may.
 	Debian string
 	// Stack stands in for the base of a Procfile-only app (buildpack-deps:scm,
 	// as Heroku's stack): python3, perl, ruby, bash, curl, git, CA certificates,

@@ -88,6 +88,8 @@ func (a *app) phpPlan(d *dockerfile) error {
 		"when the document root is the app itself, for Composer's files and vendor/; every",
 		"other request is served as the server would.",
 	)
+	d.comment("/app itself too (WORKDIR made it root's): the app may add files at its top.")
+	d.line("RUN chown %s /app", nonRootUser)
 	d.line("COPY <<'EOF' %s", phpRouter)
 	d.line("%s", phpRouterScript(docroot == "."))
 	d.line("EOF")

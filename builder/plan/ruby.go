@@ -116,7 +116,7 @@ func (a *app) rubyPlan(d *dockerfile) error {
 	d.line("WORKDIR /app")
 	install := "bundle install"
 	if vendored {
-		install += " --local"
+		install += " --local --no-cache"
 	}
 	gemSources := []string{"Gemfile"}
 	if hasLock {
@@ -130,7 +130,8 @@ func (a *app) rubyPlan(d *dockerfile) error {
 		if vendored {
 			d.comment(
 				"--local: from vendor/cache (bundle cache) and the image's own gems only, with no",
-				"download from RubyGems.",
+				"download from RubyGems; --no-cache: vendor/cache stays as the app has it (Bundler",
+				"would add the image's gems to it, and fail on those that have no .gem file).",
 			)
 		}
 	}
@@ -161,6 +162,8 @@ func (a *app) rubyPlan(d *dockerfile) error {
 		)
 		d.line("COPY --chown=%s . .", nonRootUser)
 	}
+	d.comment("/app itself too (WORKDIR made it root's): the app may add files at its top.")
+	d.line("RUN chown %s /app", nonRootUser)
 	d.blank()
 	d.comment("Not root: nobody, as a number, who owns the app's files.")
 	d.line("USER %s", nonRootUser)

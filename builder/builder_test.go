@@ -32,7 +32,7 @@ func newBuilder(t testing.TB, tweak ...func(*builder.Config)) (*builder.Builder,
 	cfg.Address = bk.Address
 	cfg.ImageResolveMode = "local"
 	cfg.Plan.Images.Static = "busybox"
-	cfg.Plan.Images.Shell = "busybox"
+	cfg.Plan.Images.Stack = "busybox"
 	for _, f := range tweak {
 		f(&cfg)
 	}

@@ -28,7 +28,7 @@ import (
 func BenchmarkPlanBuilds(b *testing.B) {
 	testenv.SharedStandIns(b)
 	n := testenv.StandInsConfig().Names
-	images := plan.Images{Go: n.Go, Node: n.Node, Python: n.Python, Runtime: n.Runtime, Shell: n.Debian, Static: testenv.BusyboxRef}
+	images := plan.Images{Go: n.Go, Node: n.Node, Python: n.Python, Runtime: n.Runtime, Stack: n.Stack, Ruby: n.Ruby, PHP: n.PHP, Composer: n.PHP, Static: testenv.BusyboxRef}
 	bldr, bk := newBuilder(b, func(c *builder.Config) { c.Plan.Images = images })
 	buildctl, err := testenv.Binary("buildctl")
 	if err != nil {
@@ -177,7 +177,7 @@ func writeTree(t testing.TB, dir string, files map[string]string) {
 func BenchmarkGoPlanAfterAOneLineChange(b *testing.B) {
 	testenv.SharedStandIns(b)
 	n := testenv.StandInsConfig().Names
-	images := plan.Images{Go: n.Go, Node: n.Node, Python: n.Python, Runtime: n.Runtime, Shell: n.Debian, Static: testenv.BusyboxRef}
+	images := plan.Images{Go: n.Go, Node: n.Node, Python: n.Python, Runtime: n.Runtime, Stack: n.Stack, Ruby: n.Ruby, PHP: n.PHP, Composer: n.PHP, Static: testenv.BusyboxRef}
 	bldr, bk := newBuilder(b, func(c *builder.Config) { c.Plan.Images = images })
 	buildctl, err := testenv.Binary("buildctl")
 	if err != nil {

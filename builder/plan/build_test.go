@@ -34,7 +34,7 @@ func TestMain(m *testing.M) { os.Exit(testenv.Run(m)) }
 func localConfig() plan.Config {
 	cfg := plan.DefaultConfig()
 	cfg.Images.Static = "busybox"
-	cfg.Images.Shell = "busybox"
+	cfg.Images.Stack = "busybox"
 	return cfg
 }
 
@@ -315,7 +315,7 @@ func TestGeneratedDockerfilesPassBuildKitChecks(t *testing.T) {
 	bk := testenv.SharedBuildkitd(t)
 	testenv.SharedBusybox(t)
 	cfg := plan.Config{Images: plan.Images{
-		Go: "busybox", Node: "busybox", Python: "busybox", Static: "busybox", Runtime: "busybox", Shell: "busybox",
+		Go: "busybox", Node: "busybox", Python: "busybox", Static: "busybox", Runtime: "busybox", Stack: "busybox", Ruby: "busybox", PHP: "busybox", Composer: "busybox",
 	}}
 	entries, err := os.ReadDir("testdata")
 	if err != nil {

@@ -29,9 +29,18 @@ type Images struct {
 	// nor package manager, so the image holds little more than the app. Plans treat it
 	// as having no shell whatever it is set to (see Plan.Shell).
 	Runtime string
-	// Shell is the base of an app that has only a Procfile: a plain system with
-	// /bin/sh, where the Procfile's commands run.
-	Shell string
+	// Stack is the base of an app that has only a Procfile: what Heroku's stack
+	// image offers the commands of a Procfile (sh and bash, python3, perl, ruby,
+	// curl, git, CA certificates, time zones and the common C libraries).
+	Stack string
+	// Ruby is the image a Ruby app installs its gems into (Bundler) and runs on. The
+	// official images' layout is expected: gems in GEM_HOME, bundle on PATH.
+	Ruby string
+	// PHP is the image a PHP app runs on: php with its CLI server (php -S).
+	PHP string
+	// Composer installs a PHP app's dependencies (composer install) in a build
+	// stage of its own, whose tree the PHP image then takes.
+	Composer string
 }
 
 // DefaultConfig returns the official images that production builds use.
@@ -44,7 +53,20 @@ func DefaultConfig() Config {
 		// Not scratch: apps call HTTPS APIs and need CA certificates, and time
 		// zones. Not the :nonroot tag: the Dockerfile sets its own user (65534).
 		Runtime: "gcr.io/distroless/static-debian12",
-		Shell:   "debian:bookworm-slim",
+		// The nearest official image to Heroku's stack: bookworm with curl, git
+		// (and so perl), mercurial (and so python3), bash, CA certificates, time
+		// zones and the common libraries, no compilers. It has no ruby: set
+		// --plan-image-stack to an image with one where Procfiles need it (the
+		// local stand-in has it).
+		Stack: "buildpack-deps:bookworm-scm",
+		// Bundler comes with the official Ruby image, and GEM_HOME is
+		// /usr/local/bundle, where `bundle install` puts the gems as root.
+		Ruby: "ruby:3.3-slim-bookworm",
+		// The official PHP image runs the app; it has no Composer, and no unzip
+		// nor zip extension for Composer's downloads, so Composer runs in its own
+		// image (Composer's own advice) and the runtime image takes its tree.
+		PHP:      "php:8.2-cli-bookworm",
+		Composer: "composer:2",
 	}}
 }
 
@@ -59,7 +81,10 @@ func (c Config) Validate() error {
 		{"Python", c.Images.Python},
 		{"Static", c.Images.Static},
 		{"Runtime", c.Images.Runtime},
-		{"Shell", c.Images.Shell},
+		{"Stack", c.Images.Stack},
+		{"Ruby", c.Images.Ruby},
+		{"PHP", c.Images.PHP},
+		{"Composer", c.Images.Composer},
 	} {
 		if f.ref == "" {
 			errs = append(errs, fmt.Errorf("plan: Config.Images.%s is empty: set a base image such as %q", f.name, defaultImage(f.name)))
@@ -76,6 +101,7 @@ func defaultImage(field string) string {
 	im := DefaultConfig().Images
 	return map[string]string{
 		"Go": im.Go, "Node": im.Node, "Python": im.Python,
-		"Static": im.Static, "Runtime": im.Runtime, "Shell": im.Shell,
+		"Static": im.Static, "Runtime": im.Runtime, "Stack": im.Stack,
+		"Ruby": im.Ruby, "PHP": im.PHP, "Composer": im.Composer,
 	}[field]
 }

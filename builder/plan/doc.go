@@ -1,14 +1,15 @@
 // Package plan turns an app's source tree that has no Dockerfile into one: it detects
-// the stack (Go, Node, Python, a static site, or a bare Procfile) and writes a plain,
+// the stack (Go, Ruby, PHP, Node, Python, a static site, or a bare Procfile) and writes a plain,
 // commented Dockerfile that a person can read, copy into the repository and edit. It
 // plays the part of Heroku's buildpacks or Railpack, but its whole output is a
 // Dockerfile, shown as is by `ssh bex@host builds:plan APP` and `bex plan DIR`.
 //
 // The package owns:
 //
-//   - detection: which stack an app is, with the precedence Go (go.mod), Node
-//     (package.json), Python (requirements.txt or pyproject.toml), static site
-//     (index.html), Procfile only; and the notes that say what it found;
+//   - detection: which stack an app is, with the precedence Go (go.mod), Ruby
+//     (Gemfile), PHP (composer.json or index.php), Node (package.json), Python
+//     (requirements.txt or pyproject.toml), static site (index.html), Procfile
+//     only; and the notes that say what it found;
 //   - the generated Dockerfiles, one per stack: dependencies in a layer of their own,
 //     a non-root user, PORT honoured (8080 when unset);
 //   - the Procfile: its syntax (ParseProcfile, ReadProcfile), its web process as the

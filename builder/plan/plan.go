@@ -11,6 +11,8 @@ import (
 // The stacks, in the order detection tries them.
 const (
 	StackGo       = "go"
+	StackRuby     = "ruby"
+	StackPHP      = "php"
 	StackNode     = "node"
 	StackPython   = "python"
 	StackStatic   = "static"
@@ -27,11 +29,12 @@ const DefaultPort = "8080"
 const nonRootUser = "65534:65534"
 
 // ErrNothingDetected is returned by Detect when the tree matches no stack.
-var ErrNothingDetected = errors.New("no Dockerfile and no known stack: looked for go.mod, package.json, requirements.txt, pyproject.toml, index.html and Procfile; add a Dockerfile, or one of these files")
+var ErrNothingDetected = errors.New("no Dockerfile and no known stack: looked for go.mod, Gemfile, composer.json, index.php, package.json, requirements.txt, pyproject.toml, index.html and Procfile; add a Dockerfile, or one of these files")
 
 // Plan is how to build an app that has no Dockerfile.
 type Plan struct {
-	// Stack is what detection found: "go", "node", "python", "static" or "procfile".
+	// Stack is what detection found: "go", "ruby", "php", "node", "python", "static"
+	// or "procfile".
 	Stack string
 	// Dockerfile is the generated Dockerfile, with comments that say why each step is
 	// there.
@@ -104,6 +107,10 @@ func Detect(src fs.FS, cfg Config) (*Plan, error) {
 		plan    func(*dockerfile) error
 	}{
 		{StackGo, []string{"go.mod"}, a.goPlan},
+		// Ruby and PHP before Node: Rails and Laravel apps have a package.json for
+		// their front end, and are served by Ruby and PHP.
+		{StackRuby, []string{"Gemfile"}, a.rubyPlan},
+		{StackPHP, []string{"composer.json", "index.php"}, a.phpPlan},
 		{StackNode, []string{"package.json"}, a.nodePlan},
 		{StackPython, []string{"requirements.txt", "pyproject.toml"}, a.pythonPlan},
 		{StackStatic, []string{"index.html"}, a.staticPlan},

@@ -136,7 +136,7 @@ func TestDetectErrors(t *testing.T) {
 		{
 			"nothing detected",
 			fstest.MapFS{"README.md": file("hi"), "docs/index.html": file("<p>not at the root</p>")},
-			"no Dockerfile and no known stack: looked for go.mod, package.json, requirements.txt, pyproject.toml, index.html and Procfile; add a Dockerfile, or one of these files",
+			"no Dockerfile and no known stack: looked for go.mod, Gemfile, composer.json, index.php, package.json, requirements.txt, pyproject.toml, index.html and Procfile; add a Dockerfile, or one of these files",
 		},
 		{
 			"Procfile line without a colon",
@@ -257,14 +257,20 @@ func TestDetectIsDeterministic(t *testing.T) {
 func TestImagesComeFromConfig(t *testing.T) {
 	cfg := plan.Config{Images: plan.Images{
 		Go: "local/go", Node: "local/node", Python: "local/python",
-		Static: "local/static", Runtime: "local/runtime", Shell: "local/shell",
+		Static: "local/static", Runtime: "local/runtime", Stack: "local/stack",
+		Ruby: "local/ruby", PHP: "local/php", Composer: "local/composer",
 	}}
 	want := map[string][]string{
 		"go-root":             {"local/go AS build", "local/runtime"},
 		"node-npm":            {"local/node"},
 		"python-requirements": {"local/python"},
 		"static":              {"local/static"},
-		"procfile-only":       {"local/shell"},
+		"procfile-only":       {"local/stack"},
+		"procfile-python":     {"local/stack"},
+		"ruby-rack":           {"local/ruby"},
+		"ruby-rails":          {"local/ruby"},
+		"php-composer":        {"local/composer AS vendor", "local/php"},
+		"php-plain":           {"local/php"},
 	}
 	for name, froms := range want {
 		p, err := plan.Detect(os.DirFS(filepath.Join("testdata", name, "src")), cfg)

@@ -29,7 +29,7 @@ func standInConfig(t *testing.T) plan.Config {
 	testenv.SharedBusybox(t)
 	n := testenv.StandInsConfig().Names
 	return plan.Config{Images: plan.Images{
-		Go: n.Go, Node: n.Node, Python: n.Python, Runtime: n.Runtime, Shell: n.Debian, Static: testenv.BusyboxRef,
+		Go: n.Go, Node: n.Node, Python: n.Python, Runtime: n.Runtime, Stack: n.Stack, Ruby: n.Ruby, PHP: n.PHP, Composer: n.PHP, Static: testenv.BusyboxRef,
 	}}
 }
 
@@ -296,6 +296,132 @@ func TestPythonPlansBuildAndServe(t *testing.T) {
 			_, log = buildWith(t, bk, cfg, src, image)
 			t.Logf("warm build: %s", time.Since(began).Round(time.Millisecond))
 			allCached(t, log)
+		})
+	}
+}
+
+// status GETs url once and returns its status code and body.
+func status(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+var railsStylesheet = regexp.MustCompile(`stylesheet (/assets/application-[0-9a-f]{64}\.css)`)
+
+// TestStackRubyAndPHPPlansBuildAndServe builds the Procfile-only, Ruby and PHP plans on
+// their stand-ins, with no registry (RubyGems and Packagist are not reachable here:
+// the gems are vendored in vendor/cache or are the image's), runs each image's own
+// command with PORT set, as bex does, and fetches from outside.
+func TestStackRubyAndPHPPlansBuildAndServe(t *testing.T) {
+	bk := testenv.SharedBuildkitd(t)
+	cfg := standInConfig(t)
+	for _, tc := range []struct {
+		name, stack string
+		env         []string
+		want        *regexp.Regexp
+		// check looks further at the served app, at base (http://127.0.0.1:PORT).
+		check func(t *testing.T, base, body string)
+	}{
+		// `web: python3 -u web.py` on the stack, which has python3 where
+		// debian:bookworm-slim has none, and what else Heroku's stack offers.
+		{name: "procfile-python", stack: plan.StackProcfile, want: regexp.MustCompile(`^hello from python 3\.11 on the stack\n$`),
+			check: func(t *testing.T, _, _ string) {
+				out := run(t, bk, "docker.io/library/plan-procfile-python:test", "sh", "-c",
+					"perl -e 'print qq(perl $^V\n)'; ruby -e 'puts %(ruby #{RUBY_VERSION})'; curl --version | head -1; git --version; bash -c 'echo bash $BASH_VERSION'")
+				for _, want := range []string{"perl v5.", "ruby 3.", "curl 7.", "git version 2.", "bash 5."} {
+					if !strings.Contains(out, want) {
+						t.Errorf("the stack lacks %q:\n%s", want, out)
+					}
+				}
+			}},
+		// rack and webrick from vendor/cache, Gemfile.lock frozen, rackup on
+		// config.ru; the app writes into its own tree.
+		{name: "ruby-rack", stack: plan.StackRuby, want: regexp.MustCompile(`^hello from rack 2\.2\.\d+ in production, wrote ok\n$`)},
+		// Rails (the image's, Debian's 6.1) and greeting, the app's own gem from
+		// vendor/cache; its stylesheet compiled by rake assets:precompile and served
+		// from public/assets by Rails itself. SECRET_KEY_BASE as config:set (or
+		// app.json's generator) gives it.
+		{name: "ruby-rails", stack: plan.StackRuby, env: []string{"SECRET_KEY_BASE=" + strings.Repeat("5e", 64)},
+			want: regexp.MustCompile(`^hello from rails 6\.1\.\d+(\.\d+)? in production, stylesheet /assets/application-[0-9a-f]{64}\.css\n$`),
+			check: func(t *testing.T, base, body string) {
+				css := railsStylesheet.FindStringSubmatch(body)
+				if code, got := status(t, base+css[1]); code != http.StatusOK || !strings.Contains(got, "font-family") {
+					t.Errorf("the compiled stylesheet %s: %d %q", css[1], code, got)
+				}
+			}},
+		// Composer's autoloader (no dependency to download), public/ as the
+		// document root.
+		{name: "php-composer", stack: plan.StackPHP, want: regexp.MustCompile(`^hello from php 8\.2 with composer's autoloader as uid 65534\n$`),
+			check: func(t *testing.T, base, _ string) {
+				for _, path := range []string{"/.env", "/../.env", "/%2eenv"} {
+					if code, got := status(t, base+path); strings.Contains(got, "do-not-serve") {
+						t.Errorf("%s: %d %q, want the file not served", path, code, got)
+					}
+				}
+			}},
+		// No composer.json: the app's directory is the document root, its dotfiles
+		// are not served, and it writes into its tree.
+		{name: "php-plain", stack: plan.StackPHP, want: regexp.MustCompile(`^hello from plain php 8\.2, 1 visit\(s\)\n$`),
+			check: func(t *testing.T, base, _ string) {
+				for _, path := range []string{"/.env", "/%2Eenv", "/.git-like/config", "/visits.txt/../.env"} {
+					if code, got := status(t, base+path); code != http.StatusNotFound || strings.Contains(got, "secret") || strings.Contains(got, "SECRET") {
+						t.Errorf("%s: %d %q, want 404", path, code, got)
+					}
+				}
+				if code, got := status(t, base+"/index.php"); code != http.StatusOK || !strings.Contains(got, "2 visit(s)") {
+					t.Errorf("/index.php: %d %q, want the second visit", code, got)
+				}
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			image := "docker.io/library/plan-" + tc.name + ":test"
+			src := filepath.Join("testdata", tc.name, "src")
+			began := time.Now()
+			p, _ := buildWith(t, bk, cfg, src, image)
+			t.Logf("cold build: %s", time.Since(began).Round(time.Millisecond))
+			if p.Stack != tc.stack {
+				t.Fatalf("stack %q, want %s", p.Stack, tc.stack)
+			}
+			if u := imageConfig(t, bk, image).User; u != "65534:65534" {
+				t.Errorf("image user %q, want 65534:65534", u)
+			}
+			port, err := testenv.FreePort()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			stop, err := bk.Containerd.Start(ctx, image, append([]string{fmt.Sprintf("PORT=%d", port)}, tc.env...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			base := fmt.Sprintf("http://127.0.0.1:%d", port)
+			body, err := getUntil(t, base+"/")
+			if err != nil {
+				t.Fatalf("the app did not answer: %v\noutput:\n%s", err, stop())
+			}
+			if !tc.want.MatchString(body) {
+				t.Errorf("the app answered %q, want %s", body, tc.want)
+			}
+			if tc.check != nil && !t.Failed() {
+				tc.check(t, base, body)
+			}
+			if out := stop(); t.Failed() {
+				t.Logf("output:\n%s", out)
+			}
+
+			began = time.Now()
+			_, log := buildWith(t, bk, cfg, src, image)
+			t.Logf("warm build: %s", time.Since(began).Round(time.Millisecond))
+			if strings.Contains(log, "] RUN ") {
+				allCached(t, log)
+			}
 		})
 	}
 }

@@ -57,10 +57,10 @@ func (a *app) procfilePlan(d *dockerfile) error {
 	if len(a.procs) == 0 {
 		return errors.New("the Procfile lists no processes, and bex found no other stack: add a line such as `web: ./server` to the Procfile, or add a Dockerfile")
 	}
-	a.note("found only a Procfile (%s): its commands run on %s", strings.Join(a.procNames(), ", "), a.cfg.Images.Shell)
+	a.note("found only a Procfile (%s): its commands run on %s", strings.Join(a.procNames(), ", "), a.cfg.Images.Stack)
 	d.header("an app with only a Procfile")
 	d.blank()
-	d.line("FROM %s", a.cfg.Images.Shell)
+	d.line("FROM %s", a.cfg.Images.Stack)
 	d.line("WORKDIR /app")
 	d.comment("The app as it is, owned by the user that runs it: the Procfile's commands run",
 		"from here, and may write into the tree.")

@@ -146,7 +146,10 @@ func (c *gitserverCmd) command() *cobra.Command {
 	f.StringVar(&c.planImages.Python, "plan-image-python", pi.Python, "base image a Python app without a Dockerfile installs into and runs on")
 	f.StringVar(&c.planImages.Static, "plan-image-static", pi.Static, "base image that serves a static site without a Dockerfile (busybox's httpd)")
 	f.StringVar(&c.planImages.Runtime, "plan-image-runtime", pi.Runtime, "base image a compiled Go binary runs on (no shell needed)")
-	f.StringVar(&c.planImages.Shell, "plan-image-shell", pi.Shell, "base image of an app with only a Procfile (needs /bin/sh)")
+	f.StringVar(&c.planImages.Stack, "plan-image-stack", pi.Stack, "base image of an app with only a Procfile, as Heroku's stack (needs /bin/sh; python3, perl, ruby, curl, git for the Procfile's commands)")
+	f.StringVar(&c.planImages.Ruby, "plan-image-ruby", pi.Ruby, "base image a Ruby app without a Dockerfile installs its gems into (bundle) and runs on (GEM_HOME as the official image's)")
+	f.StringVar(&c.planImages.PHP, "plan-image-php", pi.PHP, "base image a PHP app without a Dockerfile runs on (php and its CLI server)")
+	f.StringVar(&c.planImages.Composer, "plan-image-composer", pi.Composer, "image that installs a PHP app's composer.json dependencies (composer), in a build stage of its own")
 	var trusted []string
 	for _, p := range webhook.DefaultConfig().TrustedProxies {
 		trusted = append(trusted, p.String())

@@ -35,8 +35,21 @@ const DefaultCacheDir = "/var/cache/bex/baseimage"
 // Names are the containerd image names the stand-ins are imported as: what the
 // plans' FROM lines name when they are pointed at them (plan.Config.Images).
 type Names struct {
-	// Debian stands in for debian:bookworm-slim (the plans' Shell base).
+	// Debian stands in for debian:bookworm-slim. No plan starts from it since the
+	// Procfile-only base became the stack; tests and Dockerfiles may.
 	Debian string
+	// Stack stands in for the base of a Procfile-only app (buildpack-deps:scm,
+	// as Heroku's stack): python3, perl, ruby, bash, curl, git, CA certificates,
+	// time zones and the common C libraries.
+	Stack string
+	// Ruby stands in for ruby:*-slim-bookworm and Composer-less Ruby apps:
+	// Debian's ruby and bundler, GEM_HOME /usr/local/bundle as the official image
+	// has it, and Debian's rails, puma and rack installed as system gems, for apps
+	// whose gems cannot be fetched from RubyGems.
+	Ruby string
+	// PHP stands in for php:*-cli-bookworm and composer:2: Debian's php-cli with
+	// the common extensions, and composer.
+	PHP string
 	// Node stands in for node:*-bookworm-slim: Debian's nodejs and npm, and the
 	// node user (uid 1000) with its home /home/node.
 	Node string
@@ -57,6 +70,9 @@ type Names struct {
 func DefaultNames() Names {
 	return Names{
 		Debian:  "bex-base.local/debian:bookworm",
+		Stack:   "bex-base.local/stack:bookworm",
+		Ruby:    "bex-base.local/ruby:bookworm",
+		PHP:     "bex-base.local/php:bookworm",
 		Node:    "bex-base.local/node:bookworm",
 		Go:      "bex-base.local/golang:bookworm",
 		Python:  "bex-base.local/python:bookworm",
@@ -116,7 +132,8 @@ func (c Config) Validate() error {
 	var errs []error
 	for _, f := range []struct{ name, v string }{
 		{"CacheDir", c.CacheDir}, {"Suite", c.Suite}, {"GoRoot", c.GoRoot}, {"Mmdebstrap", c.Mmdebstrap},
-		{"Names.Debian", c.Names.Debian}, {"Names.Node", c.Names.Node}, {"Names.Go", c.Names.Go},
+		{"Names.Debian", c.Names.Debian}, {"Names.Stack", c.Names.Stack}, {"Names.Ruby", c.Names.Ruby},
+		{"Names.PHP", c.Names.PHP}, {"Names.Node", c.Names.Node}, {"Names.Go", c.Names.Go},
 		{"Names.Python", c.Names.Python}, {"Names.Runtime", c.Names.Runtime},
 	} {
 		if f.v == "" {
@@ -178,6 +195,42 @@ func (c Config) standIns(goVersion string) []standIn {
 	return []standIn{
 		// As debian:bookworm-slim: minbase, no docs.
 		{kind: "debian", env: []string{basePath}, cmd: []string{"bash"}},
+		// As Heroku's stack image, for apps that bring only a Procfile: the
+		// interpreters and tools a Procfile's commands call (python3, perl, ruby,
+		// bash, curl, git), CA certificates, time zones, and the C libraries that
+		// programs and language packages link with (TLS, libffi, zlib, YAML, XML,
+		// PostgreSQL's and SQLite's clients).
+		{kind: "stack", packages: []string{
+			"python3", "perl", "ruby", "curl", "git", "ca-certificates", "tzdata", "netbase", "procps",
+			"libssl3", "libffi8", "zlib1g", "libyaml-0-2", "libxml2", "libxslt1.1", "libpq5", "libsqlite3-0",
+		},
+			hooks: trust, env: []string{basePath, "LANG=C.UTF-8"}, cmd: []string{"bash"}},
+		// As ruby:*-slim-bookworm: ruby, gem and bundle on PATH, GEM_HOME and
+		// Bundler's config in /usr/local/bundle (the official image's layout, which
+		// the Ruby plan relies on), writable by root only. Debian's rails, puma,
+		// rack and webrick come installed as system gems, which Bundler uses
+		// when it installs with --local: RubyGems cannot be reached from every
+		// build, and a Rails app does not fit in a repository's vendor/cache. No
+		// compiler: gems with C code that Debian does not ship do not install here
+		// (the official slim image has none either).
+		{kind: "ruby", packages: []string{
+			"ruby", "ruby-bundler", "ruby-rails", "puma", "ruby-rack", "ruby-webrick", "ruby-sqlite3",
+			"ca-certificates", "tzdata", "netbase", "git",
+		},
+			hooks: append([]string{`mkdir -p "$1/usr/local/bundle/bin" && chmod 755 "$1/usr/local/bundle"`}, trust...),
+			env: []string{
+				"PATH=/usr/local/bundle/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+				"LANG=C.UTF-8", "GEM_HOME=/usr/local/bundle", "BUNDLE_SILENCE_ROOT_WARNING=1", "BUNDLE_APP_CONFIG=/usr/local/bundle",
+			},
+			cmd: []string{"irb"}},
+		// As php:*-cli-bookworm, and composer:2 for the install stage: php with
+		// the extensions most apps ask for, composer, and unzip and git for its
+		// downloads.
+		{kind: "php", packages: []string{
+			"php-cli", "php-mbstring", "php-xml", "php-curl", "php-sqlite3", "php-zip", "php-intl", "php-bcmath",
+			"composer", "unzip", "git", "ca-certificates", "tzdata", "netbase",
+		},
+			hooks: trust, env: []string{basePath, "LANG=C.UTF-8", "COMPOSER_ALLOW_SUPERUSER=1"}, cmd: []string{"php", "-a"}},
 		// As node:*-bookworm-slim: node and npm on PATH, yarn 1 as yarn (Debian
 		// calls it yarnpkg; the official image has yarn 1 too), the node user (uid
 		// and gid 1000, home /home/node, shell bash) that the plans run the app as.
@@ -227,7 +280,7 @@ func (c Config) standIns(goVersion string) []standIn {
 
 // Image is one stand-in, built and in the cache.
 type Image struct {
-	// Kind is debian, node, golang, python or runtime.
+	// Kind is debian, stack, ruby, php, node, golang, python or runtime.
 	Kind string
 	// Name is its name in containerd (from Config.Names).
 	Name string
@@ -240,7 +293,7 @@ type Image struct {
 }
 
 func (n Names) of(kind string) string {
-	return map[string]string{"debian": n.Debian, "node": n.Node, "golang": n.Go, "python": n.Python, "runtime": n.Runtime}[kind]
+	return map[string]string{"debian": n.Debian, "stack": n.Stack, "ruby": n.Ruby, "php": n.PHP, "node": n.Node, "golang": n.Go, "python": n.Python, "runtime": n.Runtime}[kind]
 }
 
 // Build makes the stand-ins that the cache lacks and returns all of them. The

@@ -71,6 +71,7 @@ func (p *Platform) planImageArgs() []string {
 	n := p.baseConfig().Names
 	return []string{
 		"--plan-image-go", n.Go, "--plan-image-node", n.Node, "--plan-image-python", n.Python,
-		"--plan-image-runtime", n.Runtime, "--plan-image-shell", n.Debian, "--plan-image-static", baseimage.BusyboxRef,
+		"--plan-image-runtime", n.Runtime, "--plan-image-stack", n.Stack, "--plan-image-static", baseimage.BusyboxRef,
+		"--plan-image-ruby", n.Ruby, "--plan-image-php", n.PHP, "--plan-image-composer", n.PHP,
 	}
 }

@@ -18,7 +18,8 @@ func TestPlanImageArgs(t *testing.T) {
 	n := baseimage.DefaultNames()
 	for _, pair := range [][2]string{
 		{"--plan-image-go", n.Go}, {"--plan-image-node", n.Node}, {"--plan-image-python", n.Python},
-		{"--plan-image-runtime", n.Runtime}, {"--plan-image-shell", n.Debian}, {"--plan-image-static", baseimage.BusyboxRef},
+		{"--plan-image-runtime", n.Runtime}, {"--plan-image-stack", n.Stack}, {"--plan-image-static", baseimage.BusyboxRef},
+		{"--plan-image-ruby", n.Ruby}, {"--plan-image-php", n.PHP}, {"--plan-image-composer", n.PHP},
 	} {
 		i := slices.Index(args, pair[0])
 		if i < 0 || i+1 >= len(args) || args[i+1] != pair[1] {

@@ -1,0 +1,1 @@
+//= link_tree ../stylesheets .css

@@ -1,0 +1,130 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"bex.co/bex/internal/baseimage"
+	"bex.co/bex/internal/testenv"
+)
+
+// TestLocalBasesServeHerokuStyleAppsWithoutDockerfile pushes apps as they come from
+// Heroku, with no Dockerfile, with the real git over ssh to `bex up --local-bases`,
+// and fetches each through the edge: a Procfile-only Python app (`web: python3 -u
+// web.py`) on the stack base, a Rack app and a Rails app with their gems in
+// vendor/cache (RubyGems is not reachable here; Rails is the image's), and PHP apps
+// with and without composer.json, whose dotfiles are not served. The trees are the
+// plan's fixtures (builder/plan/testdata/*/src).
+func TestLocalBasesServeHerokuStyleAppsWithoutDockerfile(t *testing.T) {
+	cfg := testenv.StandInsConfig()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	began := time.Now()
+	if _, err := baseimage.Build(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stand-ins ready in %s (%s)", time.Since(began).Round(time.Millisecond), cfg.CacheDir)
+
+	p := newPlatform(t)
+	t.Cleanup(p.kill)
+	p.start(t, "--local-bases", "--local-bases-cache", cfg.CacheDir, "--build-memory", "1Gi")
+
+	for _, tc := range []struct {
+		fixture, from string
+		// before runs before the push (the app created and configured).
+		before func(t *testing.T, app string)
+		want   *regexp.Regexp
+		check  func(t *testing.T, app, body string)
+	}{
+		{fixture: "procfile-python", from: cfg.Names.Stack, want: regexp.MustCompile(`hello from python 3\.11 on the stack`)},
+		{fixture: "ruby-rack", from: cfg.Names.Ruby, want: regexp.MustCompile(`hello from rack 2\.2\.\d+ in production, wrote ok`)},
+		// Rails needs SECRET_KEY_BASE, which the image does not hold: as a user
+		// moving from Heroku sets it (the fixture's app.json also asks for it
+		// with generator: "secret").
+		{fixture: "ruby-rails", from: cfg.Names.Ruby,
+			before: func(t *testing.T, app string) {
+				for _, args := range [][]string{{"apps:create", app}, {"config:set", app, "SECRET_KEY_BASE=" + strings.Repeat("ab", 64)}} {
+					if out, e, err := p.ssh(t, args...); err != nil {
+						t.Fatalf("%s: %v\n%s%s", args[0], err, out, e)
+					}
+				}
+			},
+			want: regexp.MustCompile(`hello from rails 6\.1\.[\d.]+ in production, stylesheet /assets/application-[0-9a-f]{64}\.css`),
+			check: func(t *testing.T, app, body string) {
+				css := regexp.MustCompile(`/assets/application-[0-9a-f]{64}\.css`).FindString(body)
+				if code, got, err := p.https(app, css); err != nil || code != http.StatusOK || !strings.Contains(got, "font-family") {
+					t.Errorf("%s: %d %q %v, want the compiled stylesheet", css, code, got, err)
+				}
+			}},
+		{fixture: "php-composer", from: cfg.Names.PHP, want: regexp.MustCompile(`hello from php 8\.2 with composer's autoloader as uid 65534`)},
+		{fixture: "php-plain", from: cfg.Names.PHP, want: regexp.MustCompile(`hello from plain php 8\.2, \d+ visit\(s\)`),
+			check: func(t *testing.T, app, _ string) {
+				for _, path := range []string{"/.env", "/.git-like/config"} {
+					if code, got, err := p.https(app, path); err != nil || code != http.StatusNotFound || strings.Contains(strings.ToLower(got), "secret") {
+						t.Errorf("%s: %d %q %v, want 404", path, code, got, err)
+					}
+				}
+			}},
+	} {
+		t.Run(tc.fixture, func(t *testing.T) {
+			app := tc.fixture
+			if tc.before != nil {
+				tc.before(t, app)
+			}
+			r := p.newRepoFrom(t, filepath.Join("builder", "plan", "testdata", tc.fixture, "src"), app)
+			began := time.Now()
+			out, err := r.push()
+			if err != nil {
+				t.Fatalf("push: %v\n%s", err, out)
+			}
+			t.Logf("push (%s):\n%s", time.Since(began).Round(time.Millisecond), out)
+			if !strings.Contains(out, "FROM "+tc.from) {
+				t.Errorf("push output lacks FROM %s", tc.from)
+			}
+			var body string
+			testenv.Eventually(t, time.Minute, app+" answers", func() error {
+				code, b, err := p.https(app, "/")
+				if err == nil && (code != http.StatusOK || !tc.want.MatchString(b)) {
+					return fmt.Errorf("%d %.300q, want 200 with %s", code, b, tc.want)
+				}
+				body = b
+				return err
+			})
+			if tc.check != nil {
+				tc.check(t, app, body)
+			}
+		})
+	}
+	p.stop(t)
+}
+
+// newRepoFrom copies dir (relative to the repository's root) into a new repository
+// with one commit, its remote "bex" pointing at app.
+func (p *platform) newRepoFrom(t testing.TB, dir, app string) *repo {
+	t.Helper()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &repo{dir: t.TempDir()}
+	home := t.TempDir()
+	r.env = append(os.Environ(), "HOME="+home, "GIT_CONFIG_NOSYSTEM=1",
+		"GIT_AUTHOR_NAME=e2e", "GIT_AUTHOR_EMAIL=e2e@bex", "GIT_COMMITTER_NAME=e2e", "GIT_COMMITTER_EMAIL=e2e@bex",
+		"GIT_SSH_COMMAND="+p.sshCommand())
+	if out, err := exec.Command("cp", "-a", filepath.Join(root, dir)+"/.", r.dir).CombinedOutput(); err != nil {
+		t.Fatalf("copy %s: %v\n%s", dir, err, out)
+	}
+	r.git(t, "init", "-q", "-b", "main")
+	r.git(t, "add", "-A")
+	r.git(t, "commit", "-q", "-m", "first")
+	r.git(t, "remote", "add", "bex", p.remote(app))
+	return r
+}

@@ -178,6 +178,9 @@ func TestAppJSONEnv(t *testing.T) {
 			t.Errorf("no %q in:\n%s", want, out)
 		}
 	}
+	if n := strings.Count(out, "app.json requires config var"); n != 1 || strings.Contains(out, "Building withenv") && strings.Contains(out, "Built ") {
+		t.Errorf("the refusal is said %d times, or something was built:\n%s", n, out)
+	}
 	if h := r.remoteHead(t); h != "" {
 		t.Errorf("the ref moved to %s on a refused push", h)
 	}

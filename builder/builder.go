@@ -135,7 +135,17 @@ type Request struct {
 	Dockerfile string
 	Target     string
 	Args       map[string]string
+	// CheckAppJSON, when set, is called with the commit's app.json once it is
+	// read, before anything is built (not without one). Its error ends the build
+	// as it is, unprinted: a refusal (a config var app.json requires that the app
+	// lacks) is the caller's to say.
+	CheckAppJSON func(*appjson.File) error
 }
+
+// refusal is CheckAppJSON's error: returned, recorded, not printed.
+type refusal struct{ error }
+
+func (r refusal) Unwrap() error { return r.error }
 
 // Result is a finished build.
 type Result struct {
@@ -223,7 +233,9 @@ func (b *Builder) run(ctx context.Context, req Request, out io.Writer) (*Result,
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			err = fmt.Errorf("%w after %s: make the build faster, or cache more of it", ErrTimeout, b.cfg.Timeout)
 		}
-		fmt.Fprintf(out, " !     %s\n", strings.ReplaceAll(err.Error(), "\n", "\n !     "))
+		if !errors.As(err, new(refusal)) {
+			fmt.Fprintf(out, " !     %s\n", strings.ReplaceAll(err.Error(), "\n", "\n !     "))
+		}
 		b.log.Info("build failed", "app", req.App, "commit", req.Commit, "err", err, "took", time.Since(start))
 		return nil, err
 	}
@@ -270,6 +282,11 @@ func (b *Builder) build(ctx context.Context, req Request, out io.Writer) (*Resul
 		return nil, err
 	}
 	defer dockerfileFS.Close()
+	if req.CheckAppJSON != nil && res.AppJSON != nil {
+		if err := req.CheckAppJSON(res.AppJSON); err != nil {
+			return nil, refusal{err}
+		}
+	}
 
 	c, err := b.client(ctx)
 	if err != nil {

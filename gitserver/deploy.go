@@ -245,8 +245,12 @@ func (s *Server) buildAndRelease(ctx context.Context, j job, out *output, log *s
 	s.metrics.build.Observe(time.Since(start).Seconds())
 	r.timings = append(r.timings, "build", time.Since(start))
 	freeSlot()
+	var missing *MissingConfigError
 	switch {
 	case err == nil:
+	case errors.As(err, &missing):
+		out.fail("%v", missing)
+		return failed("missing config var", "%v", missing)
 	case ctx.Err() != nil:
 		return failed(reasonCancelled, "cancelled during the build")
 	case timedOut:

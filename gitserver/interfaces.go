@@ -3,7 +3,9 @@ package gitserver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"strings"
 
 	gossh "golang.org/x/crypto/ssh"
 
@@ -51,6 +53,34 @@ type AppJSON struct {
 	HealthCheck *appv1.HealthCheck
 	// Cron are the app's scheduled jobs.
 	Cron []appv1.CronJob
+	// Env are the config vars app.json gives, set on the app's first deploy
+	// where it does not set them.
+	Env []EnvDefault
+}
+
+// EnvDefault is a config var of app.json's env: Value, or a secret the
+// deployer makes (Secret).
+type EnvDefault struct {
+	Name, Value string
+	Secret      bool
+}
+
+// MissingConfigError is a Builder's error (errors.As) for a commit whose
+// app.json requires config vars the app does not set: the push is refused
+// before anything is built, and the ref does not move.
+type MissingConfigError struct {
+	App   string
+	Names []string
+}
+
+func (e *MissingConfigError) Error() string {
+	vars, it := "var "+e.Names[0], "it"
+	assign := e.Names[0] + "=..."
+	if len(e.Names) > 1 {
+		vars, it = "vars "+strings.Join(e.Names, ", "), "them"
+		assign = strings.Join(e.Names, "=... ") + "=..."
+	}
+	return fmt.Sprintf("app.json requires config %s, which %s does not set: set %s with config:set %s %s, then push again", vars, e.App, it, e.App, assign)
 }
 
 // ErrReleaseCommandFailed is matched (errors.Is) by a Deployer's Release error when

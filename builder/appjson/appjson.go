@@ -55,6 +55,8 @@ type File struct {
 	Predeploy string
 	// Postdeploy is scripts.dokku.postdeploy, else scripts.postdeploy, as written.
 	Postdeploy string
+	// Env are the config vars of env, by name (env.go).
+	Env []EnvVar
 	// Warnings are one line each, about what the file sets that bex does not apply.
 	Warnings []string
 }
@@ -128,6 +130,8 @@ func Parse(data []byte) (*File, error) {
 			err = p.cron(v)
 		case "scripts":
 			err = p.scripts(v)
+		case "env":
+			err = p.env(v)
 		default:
 			p.warn("%q is ignored: bex does not read it", k)
 		}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/spf13/pflag"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"bex.co/bex/builder"
+	"bex.co/bex/builder/appjson"
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/deployer/releases"
 	"bex.co/bex/deployer/runtime/kube"
@@ -66,6 +68,7 @@ func (p pushBuilder) Build(ctx context.Context, req gitserver.BuildRequest, prog
 			breq.Args[a.Name] = a.Value
 		}
 	}
+	breq.CheckAppJSON = func(f *appjson.File) error { return requiredEnv(app, f) }
 	res, err := p.b.Build(ctx, breq, progress)
 	if err != nil {
 		return nil, err
@@ -73,8 +76,25 @@ func (p pushBuilder) Build(ctx context.Context, req gitserver.BuildRequest, prog
 	out := &gitserver.BuildResult{Image: res.Image, Processes: res.Processes, Release: res.Release, Postdeploy: res.Postdeploy}
 	if f := res.AppJSON; f != nil {
 		out.AppJSON = &gitserver.AppJSON{Formation: f.Formation, HealthCheck: f.HealthCheck, Cron: f.Cron}
+		for _, e := range f.Env {
+			if e.Sets() {
+				out.AppJSON.Env = append(out.AppJSON.Env, gitserver.EnvDefault{Name: e.Name, Value: e.Value, Secret: e.Generator == appjson.GeneratorSecret})
+			}
+		}
 	}
 	return out, nil
+}
+
+// requiredEnv refuses a build of app whose app.json requires config vars app
+// does not set (on its first deploy, app.json's own values count as set).
+func requiredEnv(app *appv1.App, f *appjson.File) error {
+	missing := f.MissingEnv(func(name string) bool {
+		return slices.ContainsFunc(app.Spec.Env, func(e appv1.EnvVar) bool { return e.Name == name })
+	}, app.Spec.Image == "")
+	if len(missing) > 0 {
+		return &gitserver.MissingConfigError{App: app.Name, Names: missing}
+	}
+	return nil
 }
 
 // pushDeployer records a push's release through the API and waits for the deployer
@@ -106,10 +126,16 @@ func (p pushDeployer) Release(ctx context.Context, req gitserver.ReleaseRequest)
 		code.Cron = req.AppJSON.Cron
 		aj.Formation, aj.HealthCheck = req.AppJSON.Formation, req.AppJSON.HealthCheck
 	}
+	var firstEnv []releases.EnvDefault
+	if req.AppJSON != nil {
+		for _, e := range req.AppJSON.Env {
+			firstEnv = append(firstEnv, releases.EnvDefault{Name: e.Name, Value: e.Value, Secret: e.Secret})
+		}
+	}
 	n, err := p.r.Record(ctx, req.App, releases.Change{
 		Image: req.Image, Commit: req.Commit, Processes: req.Processes,
 		Cause: cause, Actor: req.Actor, Delivery: req.Delivery, Description: req.Description,
-		Code: code, AppJSON: aj, Progress: req.Progress,
+		Code: code, AppJSON: aj, Progress: req.Progress, FirstEnv: firstEnv,
 	})
 	if errors.Is(err, releases.ErrReleaseCommandFailed) {
 		return 0, fmt.Errorf("%w: %w", gitserver.ErrReleaseCommandFailed, err)

@@ -75,6 +75,9 @@ type Change struct {
 	AppJSON *AppJSON
 	// Progress, when not nil, receives the release command's output.
 	Progress io.Writer
+	// FirstEnv, on the App's first deploy only, are set where the App does not
+	// set them (app.json's env, env.go): a value already set is never replaced.
+	FirstEnv []EnvDefault
 }
 
 // Code is what comes with the code besides its image and commands.
@@ -94,6 +97,10 @@ type AppJSON struct {
 // release number. It retries when another writer takes the number or updates the
 // App in between.
 func (r *Recorder) Record(ctx context.Context, app string, ch Change) (int64, error) {
+	var err error
+	if ch.FirstEnv, err = withSecrets(ch.FirstEnv); err != nil {
+		return 0, err
+	}
 	if runsReleasePhase(ch.Cause) {
 		if err := r.releasePhase(ctx, app, ch); err != nil {
 			return 0, err
@@ -194,6 +201,9 @@ func (r *Recorder) prepare(ctx context.Context, name string, ch Change, before .
 			return nil, nil, 0, err
 		}
 		spec.Env = env
+	}
+	if len(ch.FirstEnv) > 0 && firstDeploy(app) {
+		spec.Env, _ = applyEnvDefaults(spec.Env, ch.FirstEnv)
 	}
 	if len(spec.Processes) == 0 && ch.Image != "" {
 		// The first image of an app without a Procfile: it runs its own command as

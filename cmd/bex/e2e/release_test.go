@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -142,4 +143,83 @@ func psReplicas(out, typ, n string) bool {
 		}
 	}
 	return false
+}
+
+// TestAppJSONEnv: app.json's env on a new app, pushed with the real git over
+// ssh: a required var the app lacks refuses the first push with a line naming
+// it and config:set, and the ref does not move; once set, the push deploys with
+// app.json's value and a generated 64-hex secret, and a later push changes
+// neither.
+func TestAppJSONEnv(t *testing.T) {
+	p := newPlatform(t)
+	t.Cleanup(p.kill)
+	p.start(t)
+	const app = "withenv"
+	r := p.newRepo(t, "hello-shell", app)
+	r.commit(t, "app.json", map[string]string{"app.json": `{
+  // Heroku's schema, as Dokku reads it
+  "env": {
+    "GREETING": {"description": "what the app says", "value": "from-app-json"},
+    "SECRET_KEY": {"generator": "secret"},
+    "DATABASE_URL": {"description": "the database", "required": true},
+    "OPTIONAL": {"required": false},
+  },
+}`})
+	ssh := func(args ...string) (string, string, error) { return p.ssh(t, quoteWords(args)...) }
+	out, err := r.push()
+	if err == nil {
+		t.Fatalf("a push without DATABASE_URL was accepted:\n%s", out)
+	}
+	for _, want := range []string{
+		"remote:  !     app.json requires config var DATABASE_URL, which withenv does not set: set it with config:set withenv DATABASE_URL=..., then push again",
+		"! [remote rejected] main -> main (missing config var)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "app.json requires config var"); n != 1 || strings.Contains(out, "Building withenv") && strings.Contains(out, "Built ") {
+		t.Errorf("the refusal is said %d times, or something was built:\n%s", n, out)
+	}
+	if h := r.remoteHead(t); h != "" {
+		t.Errorf("the ref moved to %s on a refused push", h)
+	}
+	if _, e, err := ssh("config:set", app, "DATABASE_URL=postgres://db/app"); err != nil {
+		t.Fatalf("config:set: %v %s", err, e)
+	}
+	if out, err := r.push(); err != nil {
+		t.Fatalf("push: %v\n%s", err, out)
+	}
+	env := func() map[string]string {
+		out, e, err := ssh("run", app, "env")
+		if err != nil {
+			t.Fatalf("run env: %v %s", err, e)
+		}
+		m := map[string]string{}
+		for _, l := range strings.Split(out, "\n") {
+			if k, v, ok := strings.Cut(l, "="); ok {
+				m[k] = v
+			}
+		}
+		return m
+	}
+	got := env()
+	secret := got["SECRET_KEY"]
+	if got["GREETING"] != "from-app-json" || got["DATABASE_URL"] != "postgres://db/app" || !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(secret) {
+		t.Fatalf("env after the first deploy: GREETING=%q DATABASE_URL=%q SECRET_KEY=%q", got["GREETING"], got["DATABASE_URL"], secret)
+	}
+	if _, ok := got["OPTIONAL"]; ok {
+		t.Errorf("OPTIONAL, with no value, was set")
+	}
+	if _, e, err := ssh("config:set", app, "GREETING=mine"); err != nil {
+		t.Fatalf("config:set: %v %s", err, e)
+	}
+	r.commit(t, "again", map[string]string{"README": "again\n"})
+	if out, err := r.push(); err != nil {
+		t.Fatalf("second push: %v\n%s", err, out)
+	}
+	got = env()
+	if got["SECRET_KEY"] != secret || got["GREETING"] != "mine" {
+		t.Errorf("a second push changed app.json's vars: GREETING=%q, SECRET_KEY %q was %q", got["GREETING"], got["SECRET_KEY"], secret)
+	}
 }

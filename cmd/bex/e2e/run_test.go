@@ -262,6 +262,25 @@ func TestRun(t *testing.T) {
 		}
 	})
 
+	t.Run("exit statuses as a shell gives them", func(t *testing.T) {
+		// busybox's image has a shell, but a run's argv is executed as it is:
+		// what is not there is 127, what cannot be executed 126, as sh says.
+		for _, c := range []struct {
+			cmd  []string
+			code int
+			line string
+		}{
+			{[]string{"nosuchcmd", "arg"}, 127, "bex: nosuchcmd: command not found"},
+			{[]string{"/www/index.html"}, 126, "bex: /www/index.html: Permission denied"},
+		} {
+			_, errOut, err := p.ssh(t, quoteWords(append([]string{"run", "hello-shell"}, c.cmd...))...)
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != c.code || strings.TrimSpace(errOut) != c.line {
+				t.Errorf("run hello-shell %s: %v, stderr %q; want exit %d and %q", strings.Join(c.cmd, " "), err, errOut, c.code, c.line)
+			}
+		}
+	})
+
 	testenv.Eventually(t, time.Minute, "no one-off container left", func() error {
 		if ids := p.oneOffContainers(t); len(ids) > 0 {
 			return fmt.Errorf("left: %v", ids)

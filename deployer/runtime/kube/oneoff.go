@@ -202,6 +202,9 @@ func exitOf(pod *corev1.Pod) (int, bool) {
 	if pod.Status.Reason == "DeadlineExceeded" {
 		return 137, true
 	}
+	if f := execFailure(pod); f != nil {
+		return f.Status, true
+	}
 	if cs := containerState(pod); cs != nil && cs.State.Terminated != nil {
 		return int(cs.State.Terminated.ExitCode), true
 	}
@@ -209,6 +212,22 @@ func exitOf(pod *corev1.Pod) (int, bool) {
 		return 137, true // killed before the container reported (deadline, eviction)
 	}
 	return 0, false
+}
+
+// execFailure is why the one-off's command could not be executed (not found,
+// not executable), nil for any other end: the kubelet reports a container
+// runc would not start as terminated, StartError (containerd) or
+// ContainerCannotRun (docker), with runc's message.
+func execFailure(pod *corev1.Pod) *runtime.ExecFailure {
+	cs := containerState(pod)
+	if cs == nil || cs.State.Terminated == nil {
+		return nil
+	}
+	switch t := cs.State.Terminated; t.Reason {
+	case "StartError", "ContainerCannotRun":
+		return runtime.ParseExecFailure(t.Message)
+	}
+	return nil
 }
 
 // wait polls the pod until done says so.
@@ -288,6 +307,19 @@ func (r *OneOffs) Run(ctx context.Context, o runtime.OneOff) (int, error) {
 	pod, err := r.started(ctx, ns, name)
 	if err != nil {
 		return r.ended(ctx, o, err)
+	}
+	if f := execFailure(pod); f != nil {
+		// As a shell says it: the line a shell prints, its status.
+		w, line := o.Stderr, f.Error()+"\n"
+		if o.TTY != nil {
+			w, line = o.Stdout, f.Error()+"\r\n"
+		} else if w == nil {
+			w = o.Stdout
+		}
+		if w != nil {
+			_, _ = io.WriteString(w, line)
+		}
+		return f.Status, nil
 	}
 	// A command quicker than the pod's start (echo; exit 7) has ended by now: its
 	// output is still in the pod's log, which follow reads to its end at once.

@@ -394,6 +394,17 @@ func (o *OneOffs) Run(ctx context.Context, oo runtime.OneOff) (int, error) {
 		copts = append(copts, cio.WithTerminal)
 	}
 	task, statusC, err := o.startTask(ctx, p, cio.NewCreator(copts...))
+	if f := runtime.ParseExecFailure(errText(err)); f != nil {
+		// As a shell says it (127, 126): the command is the user's mistake, not
+		// a failure of the run.
+		line := f.Error() + "\n"
+		if oo.TTY != nil {
+			line = f.Error() + "\r\n"
+			stderr = stdout
+		}
+		_, _ = io.WriteString(stderr, line)
+		return f.Status, nil
+	}
 	if err != nil {
 		return -1, err
 	}
@@ -484,6 +495,19 @@ func (o *OneOffs) Start(ctx context.Context, oo runtime.OneOff, done func(exit i
 		f.Close()
 	}
 	task, statusC, err := o.startTask(ctx, p, cio.LogFile(p.logPath))
+	if f := runtime.ParseExecFailure(errText(err)); f != nil {
+		// It ended before it began, as a shell's command would: its log says
+		// why, done gets the shell's status.
+		if lf, err := os.OpenFile(p.logPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600); err == nil {
+			_, _ = fmt.Fprintln(lf, f.Error())
+			lf.Close()
+		}
+		_ = fail(err)
+		if done != nil {
+			go done(f.Status)
+		}
+		return nil
+	}
 	if err != nil {
 		return fail(err)
 	}
@@ -603,4 +627,12 @@ func (l *cappedLog) Close() error {
 	err := l.f.Close()
 	l.f = nil
 	return err
+}
+
+// errText is err's text, "" for nil.
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }

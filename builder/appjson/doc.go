@@ -1,7 +1,8 @@
 // Package appjson reads an app's app.json (the Heroku and Dokku format) as bex
 // uses it: formation (the scale of each process type), healthchecks (the web
-// process's startup check), cron (scheduled jobs) and scripts (dokku.predeploy,
-// the release command; dokku.postdeploy or postdeploy). Every other key is
+// process's startup check), cron (scheduled jobs) and scripts (Dokku's three
+// phases: dokku.predeploy, the image's last build step; dokku.postdeploy, after
+// each deploy; Heroku's postdeploy, once after the first). Every other key is
 // ignored with a warning.
 //
 // The pusher writes the file, so it is bounded (MaxSize, MaxCronJobs, the lengths

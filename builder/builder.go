@@ -347,7 +347,7 @@ func (b *Builder) build(ctx context.Context, req Request, out io.Writer) (*Resul
 	} else {
 		// The frontend builds inside a build function of ours, which adds the
 		// predeploy step to what it built.
-		resp, err = c.Build(ctx, opt, "bex", pd.build(attrs), ch)
+		resp, err = c.Build(ctx, opt, "", pd.build(attrs), ch)
 	}
 	wg.Wait()
 	if err != nil {

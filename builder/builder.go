@@ -140,6 +140,12 @@ type Request struct {
 	// as it is, unprinted: a refusal (a config var app.json requires that the app
 	// lacks) is the caller's to say.
 	CheckAppJSON func(*appjson.File) error
+	// Env are the app's config vars: the predeploy step's environment (build
+	// secrets, never in the image). EnvFromSecrets names the config vars whose
+	// values are in Secrets, which the builder does not read: predeploy runs
+	// without them, and says so.
+	Env            map[string]string
+	EnvFromSecrets []string
 }
 
 // refusal is CheckAppJSON's error: returned, recorded, not printed.
@@ -157,11 +163,15 @@ type Result struct {
 	// form of the App's spec.processes (nil without a Procfile). The Procfile's
 	// `release:` is not among them: it is Release.
 	Processes map[string][]string
-	// Release is the release command's argv: the Procfile's `release:`, else
-	// app.json's scripts.dokku.predeploy; nil without one.
+	// Release is the release command's argv: the Procfile's `release:`; nil
+	// without one.
 	Release []string
-	// Postdeploy is app.json's postdeploy script's argv; nil without one.
-	Postdeploy []string
+	// Predeploy is app.json's scripts.dokku.predeploy as the build ran it, the
+	// image's last step (predeploy.go); nil without one.
+	Predeploy []string
+	// Postdeploy is app.json's scripts.dokku.postdeploy's argv, FirstPostdeploy
+	// its scripts.postdeploy's (Heroku's, once); nil without one.
+	Postdeploy, FirstPostdeploy []string
 	// AppJSON is what the build directory's app.json set; nil without one.
 	AppJSON *appjson.File
 }
@@ -319,6 +329,14 @@ func (b *Builder) build(ctx context.Context, req Request, out io.Writer) (*Resul
 	if err != nil {
 		return nil, err
 	}
+	var pd *predeploy
+	if res.Predeploy != nil {
+		pd = &predeploy{command: res.AppJSON.Predeploy, argv: res.Predeploy, env: req.Env, hostname: attrs["build-arg:"+argHostname]}
+		for _, name := range req.EnvFromSecrets {
+			fmt.Fprintf(out, "-----> Config var %s comes from a Secret, which builds do not read: predeploy runs without it\n", oneLine(name))
+		}
+		attachables = append(attachables, pd.secrets())
+	}
 	ch := make(chan *bkclient.SolveStatus)
 	r := newRenderer(out)
 	var wg sync.WaitGroup
@@ -333,18 +351,30 @@ func (b *Builder) build(ctx context.Context, req Request, out io.Writer) (*Resul
 			return nil, fmt.Errorf("reading the build steps' cgroup: %w", err)
 		}
 	}
-	resp, err := c.Solve(ctx, nil, bkclient.SolveOpt{
-		Frontend:      "dockerfile.v0",
-		FrontendAttrs: attrs,
-		LocalMounts:   map[string]fsutil.FS{"context": fsutil.NewRootFS(contextFS), "dockerfile": fsutil.NewRootFS(dockerfileFS)},
-		Exports:       []bkclient.ExportEntry{{Type: bkclient.ExporterImage, Attrs: exportAttrs}},
-		Session:       attachables,
-		SourcePolicy:  policy,
-	}, ch)
+	opt := bkclient.SolveOpt{
+		LocalMounts:  map[string]fsutil.FS{"context": fsutil.NewRootFS(contextFS), "dockerfile": fsutil.NewRootFS(dockerfileFS)},
+		Exports:      []bkclient.ExportEntry{{Type: bkclient.ExporterImage, Attrs: exportAttrs}},
+		Session:      attachables,
+		SourcePolicy: policy,
+	}
+	var resp *bkclient.SolveResponse
+	if pd == nil {
+		opt.Frontend, opt.FrontendAttrs = "dockerfile.v0", attrs
+		resp, err = c.Solve(ctx, nil, opt, ch)
+	} else {
+		// The frontend builds inside a build function of ours, which adds the
+		// predeploy step to what it built.
+		resp, err = c.Build(ctx, opt, "", pd.build(attrs), ch)
+	}
 	wg.Wait()
 	if err != nil {
 		if oerr := b.outOfMemory(ctx, r, oomBefore); oerr != nil {
 			return nil, oerr
+		}
+		if ctx.Err() == nil {
+			if perr := pd.predeployError(r); perr != nil {
+				return nil, perr
+			}
 		}
 		return nil, explain(ctx, err, r)
 	}
@@ -520,15 +550,23 @@ func scripts(ctxRoot *os.Root, p *plan.Plan, out io.Writer, res *Result) error {
 	}
 	res.AppJSON = f
 	if f.Predeploy != "" {
-		if res.Release != nil {
-			fmt.Fprintf(out, "app.json: scripts.dokku.predeploy is ignored: the Procfile's release: runs instead\n")
-		} else if res.Release, err = p.CommandLine(f.Predeploy); err != nil {
+		argv, err := p.CommandLine(f.Predeploy)
+		if err == nil {
+			argv, err = literalArgv(argv)
+		}
+		if err != nil {
 			return fmt.Errorf("app.json: scripts.dokku.predeploy: %v", err)
 		}
+		res.Predeploy = argv
 	}
 	if f.Postdeploy != "" {
 		if res.Postdeploy, err = p.CommandLine(f.Postdeploy); err != nil {
-			return fmt.Errorf("app.json: postdeploy: %v", err)
+			return fmt.Errorf("app.json: scripts.dokku.postdeploy: %v", err)
+		}
+	}
+	if f.FirstPostdeploy != "" {
+		if res.FirstPostdeploy, err = p.CommandLine(f.FirstPostdeploy); err != nil {
+			return fmt.Errorf("app.json: scripts.postdeploy: %v", err)
 		}
 	}
 	return nil

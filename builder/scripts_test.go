@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -33,10 +34,13 @@ func scriptsOf(t *testing.T, files map[string]string, shell bool) (*Result, stri
 	return res, out.String(), err
 }
 
-func TestProcfileReleaseIsTheReleaseCommand(t *testing.T) {
+// Dokku's phases are all kept: the Procfile's release command, predeploy as a
+// build step (literal: the build step runs it as it is), dokku.postdeploy and
+// Heroku's postdeploy.
+func TestProcfileReleaseAndPredeploy(t *testing.T) {
 	res, out, err := scriptsOf(t, map[string]string{
 		"Procfile": "web: ./server\nrelease: ./migrate --all\n",
-		"app.json": `{"name": "x", "scripts": {"dokku": {"predeploy": "./other", "postdeploy": "./warm"}}, "cron": [{"command": "./r", "schedule": "@daily"}]}`,
+		"app.json": `{"name": "x", "scripts": {"dokku": {"predeploy": "echo $$ $(date) $HOME", "postdeploy": "./warm"}, "postdeploy": "./seed"}, "cron": [{"command": "./r", "schedule": "@daily"}]}`,
 	}, true)
 	if err != nil {
 		t.Fatal(err)
@@ -44,16 +48,18 @@ func TestProcfileReleaseIsTheReleaseCommand(t *testing.T) {
 	if _, ok := res.Processes["release"]; ok || len(res.Processes) != 1 {
 		t.Errorf("processes %v", res.Processes)
 	}
-	if strings.Join(res.Release, " ") != "sh -c exec ./migrate --all" || strings.Join(res.Postdeploy, " ") != "sh -c exec ./warm" {
-		t.Errorf("release %q postdeploy %q", res.Release, res.Postdeploy)
+	if strings.Join(res.Release, " ") != "sh -c exec ./migrate --all" || strings.Join(res.Postdeploy, " ") != "sh -c exec ./warm" ||
+		strings.Join(res.FirstPostdeploy, " ") != "sh -c exec ./seed" {
+		t.Errorf("release %q postdeploy %q first postdeploy %q", res.Release, res.Postdeploy, res.FirstPostdeploy)
+	}
+	if !slices.Equal(res.Predeploy, []string{"sh", "-c", "echo $$ $(date) $HOME"}) {
+		t.Errorf("predeploy %q", res.Predeploy)
 	}
 	if res.AppJSON == nil || len(res.AppJSON.Cron) != 1 {
 		t.Errorf("app.json %+v", res.AppJSON)
 	}
-	for _, w := range []string{`app.json: "name" is ignored: bex does not read it`, "scripts.dokku.predeploy is ignored: the Procfile's release: runs instead"} {
-		if !strings.Contains(out, w) {
-			t.Errorf("no %q in %q", w, out)
-		}
+	if !strings.Contains(out, `app.json: "name" is ignored: bex does not read it`) || strings.Contains(out, "predeploy") {
+		t.Errorf("output %q", out)
 	}
 }
 
@@ -62,8 +68,17 @@ func TestPredeployWithoutShell(t *testing.T) {
 		"Procfile": "web: ./server --port $PORT\n",
 		"app.json": `{"scripts": {"dokku": {"predeploy": "./migrate up"}}}`,
 	}, false)
-	if err != nil || strings.Join(res.Release, " ") != "./migrate up" {
-		t.Fatalf("release %q, %v", res.Release, err)
+	if err != nil || strings.Join(res.Predeploy, " ") != "./migrate up" || res.Release != nil {
+		t.Fatalf("predeploy %q release %q, %v", res.Predeploy, res.Release, err)
+	}
+	// Without a shell, a config var in the command line could only be put there
+	// by the build, where its records would keep it: refused, with what to do.
+	_, _, err = scriptsOf(t, map[string]string{
+		"Procfile": "web: ./server\n",
+		"app.json": `{"scripts": {"dokku": {"predeploy": "./migrate $DATABASE_URL"}}}`,
+	}, false)
+	if err == nil || err.Error() != "app.json: scripts.dokku.predeploy: $DATABASE_URL: the image has no shell, so the command cannot read config vars; run a script that does, or give the image a shell" {
+		t.Errorf("got %v", err)
 	}
 }
 

@@ -256,9 +256,13 @@ func (s *Server) buildAndRelease(ctx context.Context, j job, out *output, log *s
 	case timedOut:
 		out.fail("The build ran longer than %s and was stopped.", s.cfg.BuildTimeout)
 		return failed("build timed out", "the build of %s ran longer than %s", short(j.commit), s.cfg.BuildTimeout)
+	case errors.Is(err, ErrPredeployFailed):
+		out.fail("Build failed: %v", err)
+		out.fail("Nothing changed on %s: %s.", j.app, s.serving(ctx, j.app))
+		return failed("predeploy failed", "the build of %s failed: %v", short(j.commit), err)
 	default:
 		out.fail("Build failed: %v", err)
-		out.fail("Nothing changed on %s: whatever served before keeps serving.", j.app)
+		out.fail("Nothing changed on %s: %s.", j.app, s.serving(ctx, j.app))
 		return failed("build failed", "the build of %s failed: %v", short(j.commit), err)
 	}
 
@@ -266,7 +270,7 @@ func (s *Server) buildAndRelease(ctx context.Context, j job, out *output, log *s
 	return s.releaseAndAwait(ctx, ReleaseRequest{
 		App: j.app, Image: res.Image, Commit: j.commit.String(), Processes: res.Processes, Actor: j.actor,
 		Cause: j.cause, Delivery: j.delivery,
-		Release: res.Release, Postdeploy: res.Postdeploy, AppJSON: res.AppJSON, Progress: out,
+		Release: res.Release, Postdeploy: res.Postdeploy, FirstPostdeploy: res.FirstPostdeploy, AppJSON: res.AppJSON, Progress: out,
 	}, out, log, r)
 }
 
@@ -284,7 +288,7 @@ func (s *Server) releaseAndAwait(ctx context.Context, req ReleaseRequest, out *o
 	if err != nil {
 		if errors.Is(err, ErrReleaseCommandFailed) {
 			out.fail("%v", err)
-			out.fail("Nothing changed on %s: whatever served before keeps serving.", req.App)
+			out.fail("Nothing changed on %s: %s.", req.App, s.serving(ctx, req.App))
 			return failed("release command failed", "%v", err)
 		}
 		if ctx.Err() != nil {
@@ -306,18 +310,47 @@ func (s *Server) releaseAndAwait(ctx context.Context, req ReleaseRequest, out *o
 	s.metrics.rollout.Observe(time.Since(start).Seconds())
 	r.timings = append(r.timings, "rollout", time.Since(start))
 	if err != nil {
-		if timedOut {
+		switch {
+		case errors.Is(err, ErrPostdeployFailed):
+			// It served, its postdeploy script failed, and the App went back
+			// (the error names the release).
+			out.fail("%v", err)
+			out.fail("%s.", upper(s.serving(context.WithoutCancel(ctx), req.App)))
+			return failed("postdeploy failed", "%v", err)
+		case timedOut:
 			out.fail("Release v%d was not serving after %s.", n, s.cfg.RolloutTimeout)
-		} else {
+		default:
 			out.fail("Release v%d failed: %v", n, err)
 		}
-		out.fail("The previous release keeps serving.")
+		out.fail("%s.", upper(s.serving(context.WithoutCancel(ctx), req.App)))
 		return failed("deploy failed", "release v%d did not serve: %v", n, err)
 	}
 	out.step("Application deployed: release v%d", n)
 	out.detail("%s", url)
 	r.url = url
 	return r
+}
+
+// serving says what serves app after a deploy that failed: "release v3 keeps serving",
+// or that nothing does, for a first deploy. A deployer that cannot say gives
+// the words that hold either way.
+func (s *Server) serving(ctx context.Context, app string) string {
+	n, err := s.deployer.Serving(ctx, app)
+	switch {
+	case err != nil:
+		return "whatever served before keeps serving"
+	case n == 0:
+		return fmt.Sprintf("nothing serves: no release of %s has served yet", app)
+	}
+	return fmt.Sprintf("release v%d keeps serving", n)
+}
+
+// upper is s with its first letter upper case, to begin a sentence.
+func upper(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
 }
 
 // upstreamRef is where a fetched upstream branch lands before it is deployed. It

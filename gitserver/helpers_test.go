@@ -260,6 +260,7 @@ type fakeDeployer struct {
 	mu       sync.Mutex
 	releases []gitserver.ReleaseRequest
 	numbers  map[string]int64
+	served   map[string]int64
 	fail     func(app string, n int64) error
 }
 
@@ -284,7 +285,19 @@ func (d *fakeDeployer) WaitRollout(_ context.Context, app string, n int64, progr
 			return "", err
 		}
 	}
+	d.mu.Lock()
+	if d.served == nil {
+		d.served = map[string]int64{}
+	}
+	d.served[app] = n
+	d.mu.Unlock()
 	return "https://" + app + ".bex.test", nil
+}
+
+func (d *fakeDeployer) Serving(_ context.Context, app string) (int64, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.served[app], nil
 }
 
 func (d *fakeDeployer) all() []gitserver.ReleaseRequest {

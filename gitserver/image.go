@@ -63,7 +63,7 @@ func (s *Server) DeployImage(ctx context.Context, req ImageRequest, progress io.
 	if err != nil {
 		log.Info("deploy:image", "result", "refused", "reason", err)
 		out.fail("%v", err)
-		out.fail("Nothing changed on %s: whatever served before keeps serving.", req.App)
+		out.fail("Nothing changed on %s: %s.", req.App, s.serving(ctx, req.App))
 		return nil, err
 	}
 	out.step("Releasing %s", image)

@@ -65,7 +65,7 @@ func TestDeployImageReleasesAsAPushDoes(t *testing.T) {
 	progress.Reset()
 	_, err = e.srv.DeployImage(ctx, gitserver.ImageRequest{App: "shop", Image: "registry.test/x:nope", Actor: "ana"}, &progress)
 	if backend.KindOf(err) != backend.NotFound || !strings.Contains(err.Error(), "registry.test/x:nope does not exist") ||
-		!strings.Contains(progress.String(), "whatever served before keeps serving") {
+		!strings.Contains(progress.String(), "Nothing changed on shop: release v1 keeps serving.") {
 		t.Errorf("a missing image: %v\n%s", err, progress.String())
 	}
 	// A rollout that fails: Failed, saying why.

@@ -38,9 +38,11 @@ type BuildResult struct {
 	Image string
 	// Processes are the process types found (Procfile): name → command.
 	Processes map[string][]string
-	// Release and Postdeploy are the commit's release command and postdeploy
-	// script (argv); nil without one.
-	Release, Postdeploy []string
+	// Release, Postdeploy and FirstPostdeploy are the commit's release command
+	// (the Procfile's release:), postdeploy script (app.json's
+	// scripts.dokku.postdeploy) and first deploy's postdeploy script (app.json's
+	// scripts.postdeploy), as argv; nil without one.
+	Release, Postdeploy, FirstPostdeploy []string
 	// AppJSON is what the commit's app.json set; nil without one.
 	AppJSON *AppJSON
 }
@@ -88,6 +90,16 @@ func (e *MissingConfigError) Error() string {
 // spec did not move.
 var ErrReleaseCommandFailed = errors.New("release command failed")
 
+// ErrPredeployFailed is matched (errors.Is) by a Builder's error when app.json's
+// scripts.dokku.predeploy, the image's last build step, failed.
+var ErrPredeployFailed = errors.New("predeploy failed")
+
+// ErrPostdeployFailed is matched (errors.Is) by a Deployer's WaitRollout error
+// when app.json's scripts.dokku.postdeploy failed once the release served: the
+// release was recorded as failed, and the App went back to the release that
+// served before it (which serves again when WaitRollout returns).
+var ErrPostdeployFailed = errors.New("postdeploy failed")
+
 // Deployer records releases and rolls them out.
 type Deployer interface {
 	// Release records a new release of app running the built image and points the
@@ -99,6 +111,9 @@ type Deployer interface {
 	// saying why when the rollout fails (the previous release keeps serving), or
 	// ctx's error when ctx ends first.
 	WaitRollout(ctx context.Context, app string, number int64, progress io.Writer) (url string, err error)
+	// Serving returns the number of the release of app that serves, 0 when none
+	// has served yet: what a failure says keeps serving.
+	Serving(ctx context.Context, app string) (int64, error)
 }
 
 // ReleaseRequest is a release to record.
@@ -117,10 +132,10 @@ type ReleaseRequest struct {
 	Cause Cause
 	// Delivery is the webhook delivery id, for CauseWebhook.
 	Delivery string
-	// Release, Postdeploy and AppJSON are the build's (BuildResult); nil Release
-	// and Postdeploy remove the App's, nil AppJSON sets nothing.
-	Release, Postdeploy []string
-	AppJSON             *AppJSON
+	// Release, Postdeploy, FirstPostdeploy and AppJSON are the build's
+	// (BuildResult); nil scripts remove the App's, nil AppJSON sets nothing.
+	Release, Postdeploy, FirstPostdeploy []string
+	AppJSON                              *AppJSON
 	// Progress receives the release command's output while it runs.
 	Progress io.Writer
 }

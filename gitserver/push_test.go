@@ -115,7 +115,7 @@ func TestFailedRolloutRejectsThePush(t *testing.T) {
 	admin.commit(dir, "app.txt", "never healthy\n")
 	out, err := admin.git(dir, "push", "bex", "main")
 	if err == nil || !strings.Contains(out, "[remote rejected] main -> main (deploy failed)") ||
-		!strings.Contains(out, "web.1 never answered on PORT within 60s") || !strings.Contains(out, "The previous release keeps serving.") {
+		!strings.Contains(out, "web.1 never answered on PORT within 60s") || !strings.Contains(out, "Release v1 keeps serving.") {
 		t.Fatalf("want a rejection naming the rollout failure, got %v:\n%s", err, out)
 	}
 	if got := e.remoteRef("hello", "refs/heads/main"); got != first {
@@ -590,5 +590,59 @@ func TestRemovedAccessEndsAPushWaitingForTheLock(t *testing.T) {
 	close(proceed)
 	if err := firstPush.Wait(); err != nil {
 		t.Fatalf("the admin's push: %v\n%s", err, firstOut.String())
+	}
+}
+
+// Each of Dokku's deployment tasks that fails rejects the push naming its phase,
+// the ref where it was and what serves said; a first deploy that fails says
+// that nothing serves.
+func TestFailingDeploymentTasksRejectThePushNamingTheirPhase(t *testing.T) {
+	e := newEnv(t)
+	admin := e.addUser("admin", appv1.RoleAdmin, false)
+	dir := admin.workdir("hello")
+	first := strings.TrimSpace(admin.mustGit(dir, "rev-parse", "HEAD"))
+
+	// The first push: its build fails, and nothing served before it.
+	e.builder.setHook(func(context.Context, gitserver.BuildRequest, io.Writer) error {
+		return errors.New("step 2/2 RUN make exited with code 2")
+	})
+	out, err := admin.git(dir, "push", "bex", "main")
+	if err == nil || !strings.Contains(out, "Nothing changed on hello: nothing serves: no release of hello has served yet.") {
+		t.Fatalf("a first push that fails: %v\n%s", err, out)
+	}
+	e.builder.setHook(nil)
+	admin.mustGit(dir, "push", "bex", "main")
+
+	e.builder.setHook(func(_ context.Context, _ gitserver.BuildRequest, progress io.Writer) error {
+		fmt.Fprintf(progress, "       no database\n")
+		return fmt.Errorf("%w: predeploy (app.json scripts.dokku.predeploy) exited with status 3", gitserver.ErrPredeployFailed)
+	})
+	admin.commit(dir, "app.txt", "predeploy fails\n")
+	out, err = admin.git(dir, "push", "bex", "main")
+	for _, want := range []string{"remote:        no database", "predeploy (app.json scripts.dokku.predeploy) exited with status 3",
+		"Nothing changed on hello: release v1 keeps serving.", "! [remote rejected] main -> main (predeploy failed)"} {
+		if err == nil || !strings.Contains(out, want) {
+			t.Errorf("a failing predeploy: output lacks %q (%v):\n%s", want, err, out)
+		}
+	}
+	if got := e.remoteRef("hello", "refs/heads/main"); got != first {
+		t.Fatalf("main moved after a failing predeploy")
+	}
+
+	e.builder.setHook(nil)
+	e.deployer.mu.Lock()
+	e.deployer.fail = func(_ string, n int64) error {
+		return fmt.Errorf("%w: release v%d failed: postdeploy (app.json scripts.dokku.postdeploy) exited with status 4", gitserver.ErrPostdeployFailed, n)
+	}
+	e.deployer.mu.Unlock()
+	out, err = admin.git(dir, "push", "bex", "main")
+	for _, want := range []string{"release v2 failed: postdeploy (app.json scripts.dokku.postdeploy) exited with status 4",
+		"Release v1 keeps serving.", "! [remote rejected] main -> main (postdeploy failed)"} {
+		if err == nil || !strings.Contains(out, want) {
+			t.Errorf("a failing postdeploy: output lacks %q (%v):\n%s", want, err, out)
+		}
+	}
+	if got := e.remoteRef("hello", "refs/heads/main"); got != first {
+		t.Fatalf("main moved after a failing postdeploy")
 	}
 }

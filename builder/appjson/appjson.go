@@ -51,10 +51,15 @@ type File struct {
 	HealthCheck *appv1.HealthCheck
 	// Cron are the scheduled jobs, in the file's order.
 	Cron []appv1.CronJob
-	// Predeploy is scripts.dokku.predeploy (the release command) as written.
+	// Predeploy is scripts.dokku.predeploy as written: the last build step of
+	// the image, its changes kept in it.
 	Predeploy string
-	// Postdeploy is scripts.dokku.postdeploy, else scripts.postdeploy, as written.
+	// Postdeploy is scripts.dokku.postdeploy as written: it runs after each
+	// deploy, once the new release serves.
 	Postdeploy string
+	// FirstPostdeploy is Heroku's scripts.postdeploy as written: it runs once,
+	// after the app's first deploy that serves.
+	FirstPostdeploy string
 	// Env are the config vars of env, by name (env.go).
 	Env []EnvVar
 	// Warnings are one line each, about what the file sets that bex does not apply.
@@ -562,7 +567,6 @@ func (p *parser) scripts(v any) error {
 	if err != nil {
 		return err
 	}
-	var postdeploy string
 	for _, k := range sortedKeys(m) {
 		v := m[k]
 		switch k {
@@ -582,7 +586,7 @@ func (p *parser) scripts(v any) error {
 						return err
 					}
 				default:
-					p.warn("scripts.dokku.%s is ignored: bex runs predeploy (as the release command) and postdeploy", dk)
+					p.warn("scripts.dokku.%s is ignored: bex runs dokku.predeploy and dokku.postdeploy", dk)
 				}
 			}
 		case "postdeploy":
@@ -592,22 +596,17 @@ func (p *parser) scripts(v any) error {
 				if _, ok := o["command"]; !ok {
 					return p.errorf("scripts.postdeploy", "has no command: give one, as in {\"command\": \"./seed\"}")
 				}
-				if postdeploy, err = p.command("scripts.postdeploy.command", v); err != nil {
+				if p.file.FirstPostdeploy, err = p.command("scripts.postdeploy.command", v); err != nil {
 					return err
 				}
 				continue
 			}
-			if postdeploy, err = p.command("scripts.postdeploy", v); err != nil {
+			if p.file.FirstPostdeploy, err = p.command("scripts.postdeploy", v); err != nil {
 				return err
 			}
 		default:
 			p.warn("scripts.%s is ignored: bex runs dokku.predeploy, dokku.postdeploy and postdeploy", k)
 		}
-	}
-	if p.file.Postdeploy == "" {
-		p.file.Postdeploy = postdeploy
-	} else if postdeploy != "" {
-		p.warn("scripts.postdeploy is ignored: scripts.dokku.postdeploy is set and runs instead")
 	}
 	return nil
 }

@@ -31,12 +31,14 @@ func TestParse(t *testing.T) {
 		f.Cron[0].ID != appv1.CronJobID("@daily", "./report --daily") || f.Cron[2].Schedule != "@every 1h30m" {
 		t.Errorf("cron %+v", f.Cron)
 	}
-	if f.Predeploy != "./migrate" || f.Postdeploy != "./warm" {
-		t.Errorf("scripts %q %q", f.Predeploy, f.Postdeploy)
+	// Dokku's three phases are three scripts: Heroku's postdeploy is the one
+	// that runs once, not a fallback of dokku.postdeploy.
+	if f.Predeploy != "./migrate" || f.Postdeploy != "./warm" || f.FirstPostdeploy != "./seed" {
+		t.Errorf("scripts %q %q %q", f.Predeploy, f.Postdeploy, f.FirstPostdeploy)
 	}
 	all := strings.Join(f.Warnings, "\n")
 	for _, w := range []string{`app.json: "addons" is ignored: bex does not read it`, `app.json: "name" is ignored`, "formation.worker.size is ignored",
-		"healthchecks.web[0].content is ignored", "healthchecks.web[1] is ignored", "healthchecks.worker[0] is ignored", "scripts.postdeploy is ignored"} {
+		"healthchecks.web[0].content is ignored", "healthchecks.web[1] is ignored", "healthchecks.worker[0] is ignored"} {
 		if !strings.Contains(all, w) {
 			t.Errorf("no warning %q in:\n%s", w, all)
 		}
@@ -71,8 +73,8 @@ func TestDefaults(t *testing.T) {
 	if *f.HealthCheck != (appv1.HealthCheck{Path: "/", TimeoutSeconds: 5, BootTimeoutSeconds: 30}) {
 		t.Errorf("%+v", f.HealthCheck)
 	}
-	if f.Postdeploy != "./seed" {
-		t.Errorf("postdeploy %q", f.Postdeploy)
+	if f.FirstPostdeploy != "./seed" || f.Postdeploy != "" {
+		t.Errorf("postdeploy %q, first postdeploy %q", f.Postdeploy, f.FirstPostdeploy)
 	}
 	f, err = Parse([]byte(`{"healthchecks": {"web": [{"path": "/", "attempts": 100, "timeout": 300}]}}`))
 	if err != nil || f.HealthCheck.BootTimeoutSeconds != MaxBootTimeout {

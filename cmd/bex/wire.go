@@ -69,11 +69,26 @@ func (p pushBuilder) Build(ctx context.Context, req gitserver.BuildRequest, prog
 		}
 	}
 	breq.CheckAppJSON = func(f *appjson.File) error { return requiredEnv(app, f) }
+	// The config vars are predeploy's environment (builder/predeploy.go); the
+	// ones in Secrets stay there: the gitserver reads no app's Secrets.
+	for _, e := range app.Spec.Env {
+		if e.ValueFrom != nil {
+			breq.EnvFromSecrets = append(breq.EnvFromSecrets, e.Name)
+			continue
+		}
+		if breq.Env == nil {
+			breq.Env = map[string]string{}
+		}
+		breq.Env[e.Name] = e.Value
+	}
 	res, err := p.b.Build(ctx, breq, progress)
+	if errors.Is(err, builder.ErrPredeployFailed) {
+		return nil, phaseError{err: err, phase: gitserver.ErrPredeployFailed}
+	}
 	if err != nil {
 		return nil, err
 	}
-	out := &gitserver.BuildResult{Image: res.Image, Processes: res.Processes, Release: res.Release, Postdeploy: res.Postdeploy}
+	out := &gitserver.BuildResult{Image: res.Image, Processes: res.Processes, Release: res.Release, Postdeploy: res.Postdeploy, FirstPostdeploy: res.FirstPostdeploy}
 	if f := res.AppJSON; f != nil {
 		out.AppJSON = &gitserver.AppJSON{Formation: f.Formation, HealthCheck: f.HealthCheck, Cron: f.Cron}
 		for _, e := range f.Env {
@@ -118,8 +133,8 @@ func (p pushDeployer) Release(ctx context.Context, req gitserver.ReleaseRequest)
 	// formation and health check apply with the last-applied rule, an empty one
 	// when the commit has no app.json.
 	code := &releases.Code{}
-	if len(req.Release) > 0 || len(req.Postdeploy) > 0 {
-		code.Scripts = &appv1.Scripts{Release: req.Release, Postdeploy: req.Postdeploy}
+	if len(req.Release) > 0 || len(req.Postdeploy) > 0 || len(req.FirstPostdeploy) > 0 {
+		code.Scripts = &appv1.Scripts{Release: req.Release, Postdeploy: req.Postdeploy, FirstPostdeploy: req.FirstPostdeploy}
 	}
 	aj := &releases.AppJSON{}
 	if req.AppJSON != nil {
@@ -174,8 +189,27 @@ func (d serverDeployer) Deploy(ctx context.Context, req backend.DeployRequest) (
 // WaitRollout waits for release n; when it fails, the release is withdrawn so that
 // the App asks again for the one that serves (releases.Recorder.Await).
 func (p pushDeployer) WaitRollout(ctx context.Context, app string, n int64, progress io.Writer) (string, error) {
-	return p.r.Await(ctx, app, n, func(msg string) { fmt.Fprintf(progress, "       %s\n", msg) })
+	url, err := p.r.Await(ctx, app, n, func(msg string) { fmt.Fprintf(progress, "       %s\n", msg) })
+	if errors.Is(err, releases.ErrPostdeployFailed) {
+		return "", phaseError{err: err, phase: gitserver.ErrPostdeployFailed}
+	}
+	return url, err
 }
+
+// Serving is the release of app that serves (0: none yet).
+func (p pushDeployer) Serving(ctx context.Context, app string) (int64, error) {
+	return p.r.Serving(ctx, app)
+}
+
+// phaseError is a component's error that the gitserver tells apart by its
+// phase (errors.Is), with the component's text as it is.
+type phaseError struct {
+	err, phase error
+}
+
+func (e phaseError) Error() string        { return e.err.Error() }
+func (e phaseError) Unwrap() error        { return e.err }
+func (e phaseError) Is(target error) bool { return target == e.phase }
 
 // newDirectClient reads from the API server, not from the manager's cache, for
 // components that must read before the cache has started.

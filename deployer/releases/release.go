@@ -9,6 +9,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -130,7 +131,7 @@ func codeScripts(code, current *appv1.Scripts) *appv1.Scripts {
 	if current != nil {
 		s.ReleaseTimeoutSeconds = current.ReleaseTimeoutSeconds
 	}
-	if len(s.Release) == 0 && len(s.Postdeploy) == 0 && s.ReleaseTimeoutSeconds == 0 {
+	if len(s.Release) == 0 && len(s.Postdeploy) == 0 && len(s.FirstPostdeploy) == 0 && s.ReleaseTimeoutSeconds == 0 {
 		return nil
 	}
 	return s
@@ -186,10 +187,90 @@ func applyAppJSON(app *appv1.App, spec *appv1.AppSpec, aj *AppJSON) error {
 	return nil
 }
 
-// postdeploy runs release n's postdeploy script once, after it serves, for the
-// causes that run the release phase but config (a config change deploys no new
-// code). Its failure is reported on progress, not undone.
-func (r *Recorder) postdeploy(ctx context.Context, name string, n int64, progress func(string)) {
+// ErrPostdeployFailed is matched (errors.Is) by every *PostdeployError.
+var ErrPostdeployFailed = errors.New("postdeploy failed")
+
+// PostdeployError is a release whose postdeploy script (app.json's
+// scripts.dokku.postdeploy) failed once it served: release Release is recorded
+// as failed, and the App went back to release Restored (0: none had served
+// before it, and Release serves on).
+type PostdeployError struct {
+	Release, Restored int64
+	// Reason is the annotation's text, such as "postdeploy (app.json
+	// scripts.dokku.postdeploy) exited with status 3".
+	Reason string
+}
+
+func (e *PostdeployError) Error() string {
+	return fmt.Sprintf("release v%d failed: %s", e.Release, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrPostdeployFailed) hold.
+func (e *PostdeployError) Is(target error) bool { return target == ErrPostdeployFailed }
+
+// RestoredRelease is the release the App went back to, for callers that read
+// the error through an interface (0: none).
+func (e *PostdeployError) RestoredRelease() int64 { return e.Restored }
+
+// runsPostdeploy says which causes run the postdeploy scripts: the ones that
+// deploy code (push, webhook, deploy). A config change deploys no new code, a
+// rollback goes back to code that ran them.
+func runsPostdeploy(c appv1.ReleaseCause) bool {
+	return runsReleasePhase(c) && c != appv1.ReleaseCauseConfig
+}
+
+// postdeploy runs release n's postdeploy script once, after it serves (push,
+// webhook and deploy releases). When it fails, release n is recorded as
+// failed and the App goes back to the release that served before n (the
+// Release's AnnotationServedBefore), which is awaited: a *PostdeployError.
+// Meanwhile n serves: the window is the script's run and the rollout back.
+func (r *Recorder) postdeploy(ctx context.Context, name string, n int64, progress func(string)) error {
+	if r.OneOffs == nil {
+		return nil
+	}
+	rel := &appv1.Release{}
+	if err := r.reader().Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: fmt.Sprintf("%s-v%d", name, n)}, rel); err != nil {
+		return nil
+	}
+	sc := rel.Spec.Config.Scripts
+	if sc == nil || len(sc.Postdeploy) == 0 || !runsPostdeploy(rel.Spec.Cause) {
+		return nil
+	}
+	say := sayer(progress)
+	say(fmt.Sprintf("Running the postdeploy script of v%d (app.json scripts.dokku.postdeploy)", n))
+	reason := r.runScript(ctx, name, rel, sc.Postdeploy, "postdeploy (app.json scripts.dokku.postdeploy)", say)
+	if reason == "" {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	ctx = context.WithoutCancel(ctx)
+	before, _ := strconv.ParseInt(rel.Annotations[appv1.AnnotationServedBefore], 10, 64)
+	say(reason)
+	if before <= 0 || before == n {
+		if err := r.markFailed(ctx, rel, reason); err != nil {
+			return fmt.Errorf("%s, and recording the failed release: %w", reason, err)
+		}
+		say(fmt.Sprintf("No release of %s served before v%d: v%d serves on, push a fix", name, n, n))
+		return &PostdeployError{Release: n, Reason: reason}
+	}
+	say(fmt.Sprintf("Going back to v%d, which served before v%d", before, n))
+	if err := r.withdraw(ctx, name, n, before, reason); err != nil {
+		return fmt.Errorf("%s, and going back to v%d: %w", reason, before, err)
+	}
+	if _, err := r.Wait(ctx, name, before, progress); err != nil {
+		return fmt.Errorf("%s, and v%d did not serve again: %w", reason, before, err)
+	}
+	say(fmt.Sprintf("v%d serves again", before))
+	return &PostdeployError{Release: n, Restored: before, Reason: reason}
+}
+
+// firstPostdeploy runs Heroku's postdeploy script (app.json's
+// scripts.postdeploy) after the App's first release that serves, and after each
+// later one while it has not succeeded (AnnotationFirstPostdeploy "pending").
+// Its failure is reported: the release serves on, as it did on Heroku.
+func (r *Recorder) firstPostdeploy(ctx context.Context, name string, n int64, progress func(string)) {
 	if r.OneOffs == nil {
 		return
 	}
@@ -198,31 +279,73 @@ func (r *Recorder) postdeploy(ctx context.Context, name string, n int64, progres
 		return
 	}
 	sc := rel.Spec.Config.Scripts
-	if sc == nil || len(sc.Postdeploy) == 0 || !runsReleasePhase(rel.Spec.Cause) || rel.Spec.Cause == appv1.ReleaseCauseConfig {
+	if sc == nil || len(sc.FirstPostdeploy) == 0 || !runsPostdeploy(rel.Spec.Cause) {
 		return
 	}
 	app := &appv1.App{}
 	if err := r.reader().Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: name}, app); err != nil {
 		return
 	}
-	say := func(string) {}
-	if progress != nil {
-		say = progress
+	record, before := app.Annotations[appv1.AnnotationFirstPostdeploy], rel.Annotations[appv1.AnnotationServedBefore]
+	// An App that served before this release, and never ran the script, had
+	// its first deploy already (before app.json had the script): it never runs.
+	if record != firstPostdeployPending && (record != "" || before != "0") {
+		return
 	}
+	say := sayer(progress)
+	say(fmt.Sprintf("Running the first deploy's postdeploy script with v%d (app.json scripts.postdeploy)", n))
+	reason := r.runScript(ctx, name, rel, sc.FirstPostdeploy, "postdeploy (app.json scripts.postdeploy)", say)
+	value := fmt.Sprintf("v%d", n)
+	if reason != "" {
+		say(fmt.Sprintf("%s: v%d serves all the same; it runs again after the next deploy, until it succeeds once", reason, n))
+		value = firstPostdeployPending
+	}
+	patch := client.MergeFrom(app.DeepCopy())
+	if app.Annotations == nil {
+		app.Annotations = map[string]string{}
+	}
+	app.Annotations[appv1.AnnotationFirstPostdeploy] = value
+	if err := r.Client.Patch(context.WithoutCancel(ctx), app, patch); err != nil {
+		say(fmt.Sprintf("Recording that the postdeploy script ran failed: %v", err))
+	}
+}
+
+// firstPostdeployPending is AnnotationFirstPostdeploy while the script has
+// not succeeded yet.
+const firstPostdeployPending = "pending"
+
+// runScript runs a script of rel in a one-off instance of it (Process
+// "postdeploy"), its output as progress lines, and returns "" when it
+// succeeded, else why not, naming it as what.
+func (r *Recorder) runScript(ctx context.Context, name string, rel *appv1.Release, command []string, what string, say func(string)) string {
+	app := &appv1.App{}
+	if err := r.reader().Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: name}, app); err != nil {
+		return fmt.Sprintf("%s could not run: %v", what, err)
+	}
+	sc := rel.Spec.Config.Scripts
+	timeout := time.Duration(sc.ReleaseTimeout()) * time.Second
 	lw := &lineWriter{emit: say}
-	say(fmt.Sprintf("Running the postdeploy script of v%d", n))
 	exit, err := r.OneOffs.Run(ctx, runtime.OneOff{
-		App: app, ID: runtime.NewOneOffID(), Process: "postdeploy", Release: n, Image: rel.Spec.Image,
-		Command: sc.Postdeploy, Expand: true, Env: rel.Spec.Config.Env, Timeout: time.Duration(sc.ReleaseTimeout()) * time.Second,
-		Stdout: lw, Stderr: lw,
+		App: app, ID: runtime.NewOneOffID(), Process: "postdeploy", Release: rel.Spec.Number, Image: rel.Spec.Image,
+		Command: command, Expand: true, Env: rel.Spec.Config.Env, Timeout: timeout, Stdout: lw, Stderr: lw,
 	})
 	lw.flush()
 	switch {
 	case err != nil:
-		say(fmt.Sprintf("The postdeploy script could not run: %v (v%d serves all the same)", err, n))
+		return fmt.Sprintf("%s could not run: %v", what, err)
+	case exit == 137:
+		return fmt.Sprintf("%s exited with status 137 (killed: it ran longer than %s, or out of memory)", what, timeout)
 	case exit != 0:
-		say(fmt.Sprintf("The postdeploy script exited with status %d (v%d serves all the same)", exit, n))
+		return fmt.Sprintf("%s exited with status %d", what, exit)
 	}
+	return ""
+}
+
+func sayer(progress func(string)) func(string) {
+	if progress == nil {
+		return func(string) {}
+	}
+	return progress
 }
 
 // lockedWriter serializes the writes of a one-off's two streams.

@@ -11,10 +11,12 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/deployer/releases"
 	"bex.co/bex/deployer/runtime"
+	"bex.co/bex/internal/testenv"
 )
 
 // fakeOneOffs records each run and exits with exit, printing what the command
@@ -211,9 +213,19 @@ func TestCronAndScriptsComeWithTheCodeAndRollBack(t *testing.T) {
 	}
 }
 
+// serve plays the deployer: release n serves, healthy.
+func serve(t *testing.T, c client.Client, ns string, n int64) {
+	t.Helper()
+	if err := updateStatus(c, ns, n,
+		metav1.Condition{Type: appv1.RolledOutCondition, Status: metav1.ConditionTrue, Reason: appv1.RolledOutReason, Message: "serves"},
+		metav1.Condition{Type: appv1.ReadyCondition, Status: metav1.ConditionTrue, Reason: appv1.RolledOutReason}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestPostdeployRunsOnceAfterTheReleaseServes(t *testing.T) {
 	r, c := setup(t)
-	f := &fakeOneOffs{exit: 2}
+	f := &fakeOneOffs{}
 	r.OneOffs = f
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -221,22 +233,151 @@ func TestPostdeployRunsOnceAfterTheReleaseServes(t *testing.T) {
 	if err != nil || f.count("postdeploy") != 0 {
 		t.Fatalf("Record = %d, %v; %d postdeploy runs before it serves", n, err, f.count("postdeploy"))
 	}
-	if err := updateStatus(c, r.Namespace, n,
-		metav1.Condition{Type: appv1.RolledOutCondition, Status: metav1.ConditionTrue, Reason: appv1.RolledOutReason, Message: "serves"},
-		metav1.Condition{Type: appv1.ReadyCondition, Status: metav1.ConditionTrue, Reason: appv1.RolledOutReason}); err != nil {
-		t.Fatal(err)
-	}
+	serve(t, c, r.Namespace, n)
 	var lines []string
 	url, err := r.Await(ctx, "hello", n, func(s string) { lines = append(lines, s) })
 	if err != nil || url == "" {
-		t.Fatalf("Await = %q, %v (a failing postdeploy is reported, not an error)", url, err)
+		t.Fatalf("Await = %q, %v", url, err)
 	}
 	if f.count("postdeploy") != 1 || f.runs[0].Process != "postdeploy" || strings.Join(f.runs[0].Command, " ") != "./warm" {
 		t.Fatalf("runs %+v", f.runs)
 	}
-	all := strings.Join(lines, "\n")
-	if !strings.Contains(all, "migrating hi") || !strings.Contains(all, "postdeploy script exited with status 2") {
+	if all := strings.Join(lines, "\n"); !strings.Contains(all, "migrating hi") || !strings.Contains(all, "Running the postdeploy script of v1 (app.json scripts.dokku.postdeploy)") {
 		t.Fatalf("progress %q", all)
+	}
+}
+
+// Dokku's app-json-4.bats: a failing dokku.postdeploy fails the deploy. The
+// release served while the script ran; the App goes back to the release that
+// served before it, and Await returns once that one serves again.
+func TestAFailingPostdeployGoesBackToTheReleaseThatServedBefore(t *testing.T) {
+	r, c := setup(t)
+	f := &fakeOneOffs{}
+	r.OneOffs = f
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	v1, err := r.Record(ctx, "hello", push(digestA, nil, nil, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, c, r.Namespace, v1)
+	if _, err := r.Await(ctx, "hello", v1, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.exit = 2
+	v2, err := r.Record(ctx, "hello", push(digestB, &appv1.Scripts{Postdeploy: []string{"./warm"}}, nil, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, c, r.Namespace, v2)
+	var mu sync.Mutex
+	var lines []string
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Await(ctx, "hello", v2, func(s string) { mu.Lock(); lines = append(lines, s); mu.Unlock() })
+		done <- err
+	}()
+	// The deployer's part: the App asks for v1 again, which then serves.
+	testenv.Eventually(t, 10*time.Second, "the App asks for v1 again", func() error {
+		if app := getApp(t, c, r.Namespace); app.Spec.Release != v1 || app.Spec.Image != "bex.local/hello@"+digestA || app.Spec.Scripts != nil {
+			return fmt.Errorf("app at v%d %s, scripts %+v", app.Spec.Release, app.Spec.Image, app.Spec.Scripts)
+		}
+		return nil
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("Await returned before v1 served again: %v", err)
+	default:
+	}
+	serve(t, c, r.Namespace, v1)
+	err = <-done
+	pe, ok := errors.AsType[*releases.PostdeployError](err)
+	if !ok || !errors.Is(err, releases.ErrPostdeployFailed) || pe.Release != v2 || pe.Restored != v1 ||
+		err.Error() != "release v2 failed: postdeploy (app.json scripts.dokku.postdeploy) exited with status 2" {
+		t.Fatalf("Await = %v", err)
+	}
+	mu.Lock()
+	all := strings.Join(lines, "\n")
+	mu.Unlock()
+	for _, want := range []string{"migrating hi", "postdeploy (app.json scripts.dokku.postdeploy) exited with status 2", "Going back to v1, which served before v2", "v1 serves again"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("progress lacks %q:\n%s", want, all)
+		}
+	}
+	rels, _ := r.List(ctx, "hello")
+	if rels[0].Spec.Number != v2 || rels[0].Annotations[releases.AnnotationFailed] != pe.Reason {
+		t.Fatalf("v2 not recorded as failed: %+v", rels[0].Annotations)
+	}
+
+	// A first release has nothing to go back to: it is recorded as failed, the
+	// error says so, and it serves on.
+	r2, c2 := setup(t)
+	r2.OneOffs = f
+	n, err := r2.Record(ctx, "hello", push(digestB, &appv1.Scripts{Postdeploy: []string{"./warm"}}, nil, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, c2, r2.Namespace, n)
+	lines = nil
+	_, err = r2.Await(ctx, "hello", n, func(s string) { lines = append(lines, s) })
+	if pe, ok := errors.AsType[*releases.PostdeployError](err); !ok || pe.Restored != 0 || pe.Release != n {
+		t.Fatalf("first release: %v", err)
+	}
+	if app := getApp(t, c2, r2.Namespace); app.Spec.Release != n || !strings.Contains(strings.Join(lines, "\n"), "No release of hello served before v1: v1 serves on") {
+		t.Fatalf("first release: app at v%d, progress %q", app.Spec.Release, lines)
+	}
+}
+
+// Heroku's scripts.postdeploy runs after the first release that serves, and
+// after later ones until it has succeeded once; never on an App whose first
+// deploy came before it.
+func TestFirstPostdeployRunsUntilItSucceedsOnce(t *testing.T) {
+	r, c := setup(t)
+	f := &fakeOneOffs{exit: 1}
+	r.OneOffs = f
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	seed := &appv1.Scripts{FirstPostdeploy: []string{"./seed"}}
+	deploy := func() (string, error) {
+		t.Helper()
+		n, err := r.Record(ctx, "hello", push(digestA, seed, nil, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		serve(t, c, r.Namespace, n)
+		var lines []string
+		_, err = r.Await(ctx, "hello", n, func(s string) { lines = append(lines, s) })
+		return strings.Join(lines, "\n"), err
+	}
+	out, err := deploy()
+	if err != nil || f.count("postdeploy") != 1 || strings.Join(f.runs[0].Command, " ") != "./seed" ||
+		!strings.Contains(out, "postdeploy (app.json scripts.postdeploy) exited with status 1: v1 serves all the same; it runs again after the next deploy, until it succeeds once") {
+		t.Fatalf("v1: %v, %d runs, %q", err, f.count("postdeploy"), out)
+	}
+	if a := getApp(t, c, r.Namespace).Annotations[appv1.AnnotationFirstPostdeploy]; a != "pending" {
+		t.Fatalf("after a failure: %q", a)
+	}
+	f.exit = 0
+	if _, err := deploy(); err != nil || f.count("postdeploy") != 2 {
+		t.Fatalf("v2: %v, %d runs", err, f.count("postdeploy"))
+	}
+	if a := getApp(t, c, r.Namespace).Annotations[appv1.AnnotationFirstPostdeploy]; a != "v2" {
+		t.Fatalf("after it succeeded: %q", a)
+	}
+	if _, err := deploy(); err != nil || f.count("postdeploy") != 2 {
+		t.Fatalf("v3 ran it again: %v, %d runs", err, f.count("postdeploy"))
+	}
+
+	// An App that served before app.json had the script had its first deploy.
+	r2, c2 := setup(t)
+	f2 := &fakeOneOffs{}
+	r2.OneOffs = f2
+	v1, _ := r2.Record(ctx, "hello", push(digestA, nil, nil, nil))
+	serve(t, c2, r2.Namespace, v1)
+	v2, _ := r2.Record(ctx, "hello", push(digestB, seed, nil, nil))
+	serve(t, c2, r2.Namespace, v2)
+	if _, err := r2.Await(ctx, "hello", v2, nil); err != nil || f2.count("postdeploy") != 0 {
+		t.Fatalf("an older App ran it: %v, %d runs", err, f2.count("postdeploy"))
 	}
 }
 

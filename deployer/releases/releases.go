@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 	"sort"
+	"strconv"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -145,6 +146,9 @@ func (r *Recorder) record(ctx context.Context, name string, ch Change) (int64, e
 	if err := keepBefore(rel, before, spec.HealthCheck); err != nil {
 		return 0, err
 	}
+	// The release that serves now is the one a failing postdeploy script goes
+	// back to.
+	rel.Annotations[appv1.AnnotationServedBefore] = strconv.FormatInt(before.Status.Revision, 10)
 	if err := r.Client.Create(ctx, rel); err != nil {
 		return 0, err
 	}
@@ -394,6 +398,16 @@ func (r *Recorder) Wait(ctx context.Context, name string, n int64, progress func
 	}
 }
 
+// Serving returns the number of the release of app that serves (its
+// status.revision), 0 when none has served yet.
+func (r *Recorder) Serving(ctx context.Context, name string) (int64, error) {
+	app := &appv1.App{}
+	if err := r.reader().Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: name}, app); err != nil {
+		return 0, fmt.Errorf("app %s: %w", name, err)
+	}
+	return app.Status.Revision, nil
+}
+
 // List returns app's releases, newest first.
 func (r *Recorder) List(ctx context.Context, app string) ([]appv1.Release, error) {
 	var list appv1.ReleaseList
@@ -408,11 +422,17 @@ func (r *Recorder) List(ctx context.Context, app string) ([]appv1.Release, error
 // Await is Wait for the one who recorded release n: when the rollout fails, the
 // release is withdrawn (Revert) before the failure is returned, so the App goes back
 // to the release that serves. When it serves, its postdeploy script runs once
-// (push, webhook and deploy releases), its output going to progress.
+// (push, webhook and deploy releases), its output going to progress; when that
+// fails, the App goes back to the release that served before n, and Await
+// returns a *PostdeployError once that one serves again. Then the first
+// deploy's postdeploy script runs, if n is the first release that served.
 func (r *Recorder) Await(ctx context.Context, name string, n int64, progress func(string)) (string, error) {
 	url, err := r.Wait(ctx, name, n, progress)
 	if err == nil {
-		r.postdeploy(ctx, name, n, progress)
+		if err := r.postdeploy(ctx, name, n, progress); err != nil {
+			return "", err
+		}
+		r.firstPostdeploy(ctx, name, n, progress)
 	}
 	var failed *RolloutError
 	if errors.As(err, &failed) {
@@ -446,15 +466,8 @@ func (r *Recorder) Revert(ctx context.Context, name string, n int64, reason stri
 func (r *Recorder) revert(ctx context.Context, name string, n int64, reason string) error {
 	rel := &appv1.Release{}
 	if err := r.reader().Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: fmt.Sprintf("%s-v%d", name, n)}, rel); err == nil {
-		if rel.Annotations[AnnotationFailed] == "" {
-			patch := client.MergeFrom(rel.DeepCopy())
-			if rel.Annotations == nil {
-				rel.Annotations = map[string]string{}
-			}
-			rel.Annotations[AnnotationFailed] = reason
-			if err := r.Client.Patch(ctx, rel, patch); err != nil {
-				return fmt.Errorf("mark release v%d failed: %w", n, err)
-			}
+		if err := r.markFailed(ctx, rel, reason); err != nil {
+			return err
 		}
 	}
 	app := &appv1.App{}
@@ -465,18 +478,70 @@ func (r *Recorder) revert(ctx context.Context, name string, n int64, reason stri
 	if app.Spec.Release != n || serving == 0 || serving == n {
 		return nil
 	}
-	good := &appv1.Release{}
-	if err := r.reader().Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: fmt.Sprintf("%s-v%d", name, serving)}, good); err != nil {
-		return fmt.Errorf("release v%d, which serves %s: %w", serving, name, err)
+	return r.restore(ctx, app, rel, serving)
+}
+
+// markFailed annotates rel with why it failed, once.
+func (r *Recorder) markFailed(ctx context.Context, rel *appv1.Release, reason string) error {
+	if rel.Annotations[AnnotationFailed] != "" {
+		return nil
 	}
-	restoreBefore(app, rel)
-	app.Spec.Release = serving
+	patch := client.MergeFrom(rel.DeepCopy())
+	if rel.Annotations == nil {
+		rel.Annotations = map[string]string{}
+	}
+	rel.Annotations[AnnotationFailed] = reason
+	if err := r.Client.Patch(ctx, rel, patch); err != nil {
+		return fmt.Errorf("mark release v%d failed: %w", rel.Spec.Number, err)
+	}
+	return nil
+}
+
+// restore points app, which asks for failed, back at release to: its image,
+// commands, config vars, scripts and cron jobs, the current scale kept.
+func (r *Recorder) restore(ctx context.Context, app *appv1.App, failed *appv1.Release, to int64) error {
+	good := &appv1.Release{}
+	if err := r.reader().Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: fmt.Sprintf("%s-v%d", app.Name, to)}, good); err != nil {
+		return fmt.Errorf("release v%d of %s: %w", to, app.Name, err)
+	}
+	restoreBefore(app, failed)
+	app.Spec.Release = to
 	app.Spec.Image = good.Spec.Image
 	app.Spec.Env = good.Spec.Config.Env
 	app.Spec.Scripts = codeScripts(good.Spec.Config.Scripts, app.Spec.Scripts)
 	app.Spec.Cron = slices.Clone(good.Spec.Config.Cron)
 	app.Spec.Processes = withScaleOf(good.Spec.Config.Processes, app.Spec.Processes)
 	return r.Client.Update(ctx, app)
+}
+
+// withdraw records release n as failed and points the App back at release to,
+// which served before n did: n's postdeploy script failed after n came to
+// serve. It does nothing to the App when it has moved past n meanwhile.
+func (r *Recorder) withdraw(ctx context.Context, name string, n, to int64, reason string) error {
+	for attempt := 0; ; attempt++ {
+		err := r.withdrawOnce(ctx, name, n, to, reason)
+		if !apierrors.IsConflict(err) || attempt == 4 {
+			return err
+		}
+	}
+}
+
+func (r *Recorder) withdrawOnce(ctx context.Context, name string, n, to int64, reason string) error {
+	rel := &appv1.Release{}
+	if err := r.reader().Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: fmt.Sprintf("%s-v%d", name, n)}, rel); err != nil {
+		return err
+	}
+	if err := r.markFailed(ctx, rel, reason); err != nil {
+		return err
+	}
+	app := &appv1.App{}
+	if err := r.reader().Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: name}, app); err != nil {
+		return fmt.Errorf("app %s: %w", name, err)
+	}
+	if app.Spec.Release != n {
+		return nil
+	}
+	return r.restore(ctx, app, rel, to)
 }
 
 // annotationBefore on a Release keeps what the App's health check and app.json

@@ -36,16 +36,21 @@ func (b *Backend) Deploy(ctx context.Context, u *User, name, commit string) (*De
 		req.Upstream = a.Spec.Git.Upstream
 	}
 	b.audit(u, "deploy", name, "commit", commit)
-	return b.deploy(ctx, req)
+	return b.deploy(ctx, req, a.Status.Revision)
 }
 
-func (b *Backend) deploy(ctx context.Context, req DeployRequest) (*DeployResult, error) {
+// deploy runs req; served is the release that served before it (0: none), for
+// what a failure says keeps serving.
+func (b *Backend) deploy(ctx context.Context, req DeployRequest, served int64) (*DeployResult, error) {
 	res, err := b.cfg.Deployer.Deploy(ctx, req)
 	switch KindOf(err) {
 	case Conflict:
 		return nil, Errorf(Conflict, "%w: try again once it ends", err)
 	case Failed:
-		return nil, Errorf(Failed, "%w; the previous release keeps serving (build_logs shows the build)", err)
+		if served == 0 {
+			return nil, Errorf(Failed, "%w; nothing serves: no release of %s has served yet (build_logs shows the build)", err, req.App)
+		}
+		return nil, Errorf(Failed, "%w; release v%d keeps serving (build_logs shows the build)", err, served)
 	}
 	return res, err
 }

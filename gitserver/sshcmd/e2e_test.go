@@ -124,6 +124,7 @@ func (noDeploys) Release(context.Context, gitserver.ReleaseRequest) (int64, erro
 func (noDeploys) WaitRollout(context.Context, string, int64, io.Writer) (string, error) {
 	return "", errors.New("no deploys in this test")
 }
+func (noDeploys) Serving(context.Context, string) (int64, error) { return 0, nil }
 
 // sshUser is a User on the control plane with one key, named uniquely (Users are
 // cluster-scoped and the control plane is shared).

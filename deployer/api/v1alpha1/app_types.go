@@ -371,9 +371,11 @@ type Scripts struct {
 	// release runs once per new release (a push, a config change, a webhook's or
 	// an agent's deploy; not a rollback, a scale or a restart), after the build and
 	// before any traffic moves, in a one-off instance of the new image with the new
-	// config. A non-zero exit, or running past releaseTimeoutSeconds, fails the
-	// release: the previous one keeps serving. From the Procfile's `release:` or
-	// app.json's `scripts.dokku.predeploy` (the Procfile wins when both are set).
+	// config; what it writes in the instance is not kept. A non-zero exit, or
+	// running past releaseTimeoutSeconds, fails the release: the previous one keeps
+	// serving. From the Procfile's `release:`. (app.json's
+	// `scripts.dokku.predeploy` is no script here: it is the image's last build
+	// step, and what it writes is in the image.)
 	// +optional
 	// +kubebuilder:validation:MaxItems=64
 	Release []string `json:"release,omitempty"`
@@ -384,12 +386,23 @@ type Scripts struct {
 	// +kubebuilder:validation:Maximum=86400
 	ReleaseTimeoutSeconds int32 `json:"releaseTimeoutSeconds,omitempty"`
 
-	// postdeploy runs once after a new release serves (app.json
-	// `scripts.dokku.postdeploy`, or `scripts.postdeploy`), in a one-off instance
-	// of it. Its failure is reported, not undone.
+	// postdeploy runs after each new release of new code (a push, a webhook's or
+	// an agent's deploy) serves, in a one-off instance of it (app.json
+	// `scripts.dokku.postdeploy`). A non-zero exit fails the release: the App
+	// goes back to the release that served before it.
 	// +optional
 	// +kubebuilder:validation:MaxItems=64
 	Postdeploy []string `json:"postdeploy,omitempty"`
+
+	// firstPostdeploy runs after the App's first release that serves, in a
+	// one-off instance of it (Heroku's app.json `scripts.postdeploy`: seeding a
+	// database, registering the app somewhere), and after each later one until it
+	// has succeeded once (the App's annotation app.bex.co/first-postdeploy
+	// records the release it succeeded with). Its failure is reported; the
+	// release serves on.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	FirstPostdeploy []string `json:"firstPostdeploy,omitempty"`
 }
 
 // ReleaseTimeout is how long the release command may run, default included.

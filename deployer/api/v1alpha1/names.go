@@ -89,6 +89,14 @@ const (
 	// set through the API since (ps:scale wins over app.json, as kubectl's
 	// last-applied configuration lets a later edit win).
 	AnnotationAppJSON = "app.bex.co/app-json"
+	// AnnotationServedBefore on a Release is the number of the release that
+	// served when it was recorded ("0": none had served), the one the App goes
+	// back to when the release's postdeploy script fails after it came to serve.
+	AnnotationServedBefore = "app.bex.co/served-before"
+	// AnnotationFirstPostdeploy on an App is the release ("v3") whose first
+	// postdeploy script (app.json's scripts.postdeploy) succeeded: it runs no
+	// more once this is set.
+	AnnotationFirstPostdeploy = "app.bex.co/first-postdeploy"
 	// LabelOneOff marks a one-off instance (run, release, postdeploy, cron) with
 	// its id; LabelProcess says which kind ("run.<id>", "release", "cron.<job>").
 	LabelOneOff = "app.bex.co/one-off"

@@ -25,22 +25,7 @@ var npmAdded = regexp.MustCompile(`(?m)^remote: .*added [0-9]+ packages`)
 // answers over HTTPS. The build's output, npm's included, comes back as remote:
 // lines.
 func TestLocalBasesBuildANodeAppWithoutDockerfile(t *testing.T) {
-	// The stand-ins first, in the machine's cache (minutes the first time on a
-	// machine, seconds after), so that bex up's start is not timed on a cold
-	// mmdebstrap; bex up then finds them there.
-	cfg := testenv.StandInsConfig()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	defer cancel()
-	began := time.Now()
-	if _, err := baseimage.Build(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("stand-ins ready in %s (%s)", time.Since(began).Round(time.Millisecond), cfg.CacheDir)
-
-	p := newPlatform(t)
-	t.Cleanup(p.kill)
-	// npm ci needs more than the 256Mi the other tests' steps get.
-	p.start(t, "--local-bases", "--local-bases-cache", cfg.CacheDir, "--build-memory", "1Gi")
+	p, cfg := startLocalBases(t)
 	for _, want := range []string{"local bases", cfg.Names.Node, "builds without a Dockerfile use them"} {
 		if !strings.Contains(p.out.String(), want) {
 			t.Errorf("bex up --local-bases does not say %q:\n%s", want, p.out)
@@ -102,4 +87,25 @@ web: test ! -e released && mkdir -p tmp && touch tmp/web && exec node server.js
 		testenv.Eventually(t, 30*time.Second, "https://writes-node.localhost answers", p.answers("writes-node", "/", "hello from node v18."))
 	})
 	p.stop(t)
+}
+
+// startLocalBases starts bex up with --local-bases, once the stand-ins are in the
+// machine's cache (minutes the first time on a machine, seconds after), so that bex
+// up's start is not timed on a cold mmdebstrap; bex up then finds them there. Build
+// steps get 1Gi: npm ci and bundle need more than the 256Mi the other tests' steps get.
+func startLocalBases(t *testing.T) (*platform, baseimage.Config) {
+	t.Helper()
+	cfg := testenv.StandInsConfig()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	began := time.Now()
+	if _, err := baseimage.Build(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stand-ins ready in %s (%s)", time.Since(began).Round(time.Millisecond), cfg.CacheDir)
+
+	p := newPlatform(t)
+	t.Cleanup(p.kill)
+	p.start(t, "--local-bases", "--local-bases-cache", cfg.CacheDir, "--build-memory", "1Gi")
+	return p, cfg
 }

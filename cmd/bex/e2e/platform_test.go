@@ -298,6 +298,13 @@ type repo struct {
 // commit, its remote "bex" pointing at app.
 func (p *platform) newRepo(t testing.TB, sample, app string) *repo {
 	t.Helper()
+	return p.newRepoFrom(t, filepath.Join("hack", "samples", sample), app)
+}
+
+// newRepoFrom copies dir (relative to the repository's root) into a new repository
+// with one commit, its remote "bex" pointing at app.
+func (p *platform) newRepoFrom(t testing.TB, dir, app string) *repo {
+	t.Helper()
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -307,8 +314,8 @@ func (p *platform) newRepo(t testing.TB, sample, app string) *repo {
 	r.env = append(os.Environ(), "HOME="+home, "GIT_CONFIG_NOSYSTEM=1",
 		"GIT_AUTHOR_NAME=e2e", "GIT_AUTHOR_EMAIL=e2e@bex", "GIT_COMMITTER_NAME=e2e", "GIT_COMMITTER_EMAIL=e2e@bex",
 		"GIT_SSH_COMMAND="+p.sshCommand())
-	if out, err := exec.Command("cp", "-a", filepath.Join(root, "hack", "samples", sample)+"/.", r.dir).CombinedOutput(); err != nil {
-		t.Fatalf("copy sample: %v\n%s", err, out)
+	if out, err := exec.Command("cp", "-a", filepath.Join(root, dir)+"/.", r.dir).CombinedOutput(); err != nil {
+		t.Fatalf("copy %s: %v\n%s", dir, err, out)
 	}
 	r.git(t, "init", "-q", "-b", "main")
 	r.git(t, "add", "-A")

@@ -1,18 +1,14 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	"bex.co/bex/internal/baseimage"
 	"bex.co/bex/internal/testenv"
 )
 
@@ -24,25 +20,12 @@ import (
 // with and without composer.json, whose dotfiles are not served. The trees are the
 // plan's fixtures (builder/plan/testdata/*/src).
 func TestLocalBasesServeHerokuStyleAppsWithoutDockerfile(t *testing.T) {
-	cfg := testenv.StandInsConfig()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	defer cancel()
-	began := time.Now()
-	if _, err := baseimage.Build(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("stand-ins ready in %s (%s)", time.Since(began).Round(time.Millisecond), cfg.CacheDir)
-
-	p := newPlatform(t)
-	t.Cleanup(p.kill)
-	p.start(t, "--local-bases", "--local-bases-cache", cfg.CacheDir, "--build-memory", "1Gi")
+	p, cfg := startLocalBases(t)
 
 	for _, tc := range []struct {
 		fixture, from string
-		// before runs before the push (the app created and configured).
-		before func(t *testing.T, app string)
-		want   *regexp.Regexp
-		check  func(t *testing.T, app, body string)
+		want          *regexp.Regexp
+		check         func(t *testing.T, app, body string)
 	}{
 		{fixture: "procfile-python", from: cfg.Names.Stack, want: regexp.MustCompile(`hello from python 3\.11 on the stack`)},
 		{fixture: "ruby-rack", from: cfg.Names.Ruby, want: regexp.MustCompile(`hello from rack 2\.2\.\d+ in production, wrote ok`)},
@@ -69,9 +52,6 @@ func TestLocalBasesServeHerokuStyleAppsWithoutDockerfile(t *testing.T) {
 	} {
 		t.Run(tc.fixture, func(t *testing.T) {
 			app := tc.fixture
-			if tc.before != nil {
-				tc.before(t, app)
-			}
 			r := p.newRepoFrom(t, filepath.Join("builder", "plan", "testdata", tc.fixture, "src"), app)
 			began := time.Now()
 			out, err := r.push()
@@ -97,27 +77,4 @@ func TestLocalBasesServeHerokuStyleAppsWithoutDockerfile(t *testing.T) {
 		})
 	}
 	p.stop(t)
-}
-
-// newRepoFrom copies dir (relative to the repository's root) into a new repository
-// with one commit, its remote "bex" pointing at app.
-func (p *platform) newRepoFrom(t testing.TB, dir, app string) *repo {
-	t.Helper()
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &repo{dir: t.TempDir()}
-	home := t.TempDir()
-	r.env = append(os.Environ(), "HOME="+home, "GIT_CONFIG_NOSYSTEM=1",
-		"GIT_AUTHOR_NAME=e2e", "GIT_AUTHOR_EMAIL=e2e@bex", "GIT_COMMITTER_NAME=e2e", "GIT_COMMITTER_EMAIL=e2e@bex",
-		"GIT_SSH_COMMAND="+p.sshCommand())
-	if out, err := exec.Command("cp", "-a", filepath.Join(root, dir)+"/.", r.dir).CombinedOutput(); err != nil {
-		t.Fatalf("copy %s: %v\n%s", dir, err, out)
-	}
-	r.git(t, "init", "-q", "-b", "main")
-	r.git(t, "add", "-A")
-	r.git(t, "commit", "-q", "-m", "first")
-	r.git(t, "remote", "add", "bex", p.remote(app))
-	return r
 }

@@ -31,7 +31,7 @@ image: tools
 
 ## generate: regenerate the CRDs and deepcopy functions from deployer/api
 generate:
-	cd deployer && go tool controller-gen object paths=./api/... crd output:crd:dir=./crds
+	cd deployer && go tool controller-gen object paths=./api/... crd output:crd:dir=./api/crds
 
 ## run: install what is missing, build, start bex on this machine
 run: tools build

@@ -23,7 +23,7 @@ import (
 // iteration, with buildctl as `docker build` would: the same generated Dockerfile
 // in a directory of its own, and a plain copy of the same files as the context. Cold
 // is --no-cache on both, warm the same commit (the same files) again. The plans'
-// bases are the Debian stand-ins (internal/baseimage), resolved locally. The goal
+// bases are the Debian stand-ins (internal/machine/baseimage), resolved locally. The goal
 // is bex/buildctl <= 1.0 warm.
 func BenchmarkPlanBuilds(b *testing.B) {
 	testenv.SharedStandIns(b)

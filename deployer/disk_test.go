@@ -34,8 +34,8 @@ import (
 	"bex.co/bex/deployer/releases"
 	"bex.co/bex/deployer/runtime"
 	"bex.co/bex/deployer/runtime/local"
-	"bex.co/bex/internal/baseimage"
-	"bex.co/bex/internal/imagebuild"
+	"bex.co/bex/internal/machine/baseimage"
+	"bex.co/bex/internal/machine/imagebuild"
 	"bex.co/bex/internal/testenv"
 )
 

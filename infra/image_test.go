@@ -13,7 +13,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 
-	"bex.co/bex/internal/imagebuild"
+	"bex.co/bex/internal/machine/imagebuild"
 	"bex.co/bex/internal/testenv"
 )
 

@@ -292,13 +292,13 @@ func TestNodeSetupScriptIsEmbedded(t *testing.T) {
 	}
 }
 
-// TestCRDKustomizationListsEveryCRD: infra/bex installs deployer/crds through its
+// TestCRDKustomizationListsEveryCRD: infra/bex installs deployer/api/crds through its
 // kustomization.yml, which must name every CRD that `make generate` writes.
 func TestCRDKustomizationListsEveryCRD(t *testing.T) {
 	root, _ := testenv.RepoRoot()
-	files, err := filepath.Glob(filepath.Join(root, "deployer/crds/*.yaml"))
+	files, err := filepath.Glob(filepath.Join(root, "deployer/api/crds/*.yaml"))
 	if err != nil || len(files) == 0 {
-		t.Fatalf("no CRDs in deployer/crds (%v)", err)
+		t.Fatalf("no CRDs in deployer/api/crds (%v)", err)
 	}
 	var want []string
 	for _, f := range files {
@@ -318,7 +318,7 @@ func TestCRDKustomizationListsEveryCRD(t *testing.T) {
 	sort.Strings(want)
 	sort.Strings(got)
 	if !slices.Equal(got, want) {
-		t.Errorf("infra/bex renders CRDs %v, deployer/crds has %v: add the new file to deployer/crds/kustomization.yml", got, want)
+		t.Errorf("infra/bex renders CRDs %v, deployer/api/crds has %v: add the new file to deployer/api/crds/kustomization.yml", got, want)
 	}
 }
 

@@ -25,7 +25,7 @@ import (
 //
 // The static and the Procfile-only plans are built here on busybox, which the
 // harness imports locally. The Go, Node and Python plans are built in run_test.go on
-// the Debian stand-ins for their official bases (internal/baseimage), which cannot
+// the Debian stand-ins for their official bases (internal/machine/baseimage), which cannot
 // be pulled here (no registry).
 func TestMain(m *testing.M) { os.Exit(testenv.Run(m)) }
 

@@ -17,7 +17,7 @@ import (
 )
 
 // The tests below build the Go, Node and Python plans on the Debian stand-ins for
-// their official bases (internal/baseimage, imported by testenv.SharedStandIns),
+// their official bases (internal/machine/baseimage, imported by testenv.SharedStandIns),
 // as an operator without a registry would configure them (plan.Config.Images), with
 // the package managers reaching their real registries from the builds' network
 // where this machine reaches one, and run what they built.

@@ -13,8 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"bex.co/bex/internal/machine/tenantnet"
 	"bex.co/bex/internal/stepnet"
-	"bex.co/bex/internal/tenantnet"
 )
 
 // buildNetworkCmd is `bex build-network`: the init container of buildkitd's pod on

@@ -4,7 +4,7 @@ import (
 	"net/netip"
 	"strings"
 
-	"bex.co/bex/internal/tenantnet"
+	"bex.co/bex/internal/machine/tenantnet"
 )
 
 // egressFlag is --allow-tenant-egress: the ranges that tenants may reach

@@ -35,7 +35,7 @@ import (
 	"bex.co/bex/gitserver/upstream"
 	"bex.co/bex/gitserver/webhook"
 	"bex.co/bex/internal/clientaddr"
-	"bex.co/bex/internal/daemons"
+	"bex.co/bex/internal/machine/daemons"
 )
 
 // gitserverCmd runs the SSH git endpoint against an existing Kubernetes API and

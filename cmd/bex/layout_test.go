@@ -10,7 +10,9 @@ import (
 
 // The layout's two rules (docs/architecture.md, "Layout"): the top level holds
 // what the design names and nothing else, and a component imports no other
-// component, the API package (deployer/api/v1alpha1) being the one exception.
+// component, the API packages (deployer/api/...: the types and their CRDs) being
+// the one exception; and internal/, shared helpers and the one-machine platform,
+// imports no component at all but the API packages.
 
 const module = "bex.co/bex"
 
@@ -45,12 +47,44 @@ func TestComponentsImportNoOtherComponent(t *testing.T) {
 		}
 		for _, p := range strings.Fields(string(out)) {
 			rest, ok := strings.CutPrefix(p, module+"/")
-			if !ok || rest == "deployer/api/v1alpha1" || strings.HasPrefix(rest, c+"/") || rest == c {
+			if !ok || isAPI(rest) || strings.HasPrefix(rest, c+"/") || rest == c {
 				continue
 			}
 			for _, other := range components {
 				if rest == other || strings.HasPrefix(rest, other+"/") {
 					t.Errorf("%s imports %s, a package of %s: declare the small interface it needs in %s and let cmd/bex wire it", c, p, other, c)
+				}
+			}
+		}
+	}
+}
+
+// isAPI says whether a package (its path under the module) is the shared contract:
+// the API types and their generated CRDs.
+func isAPI(rest string) bool { return strings.HasPrefix(rest, "deployer/api/") }
+
+func TestInternalImportsNoComponent(t *testing.T) {
+	cmd := exec.Command("go", "list", "-deps", "-test", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "./internal/...")
+	cmd.Dir = filepath.Join("..", "..")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list internal: %v", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		from, ok := strings.CutPrefix(fields[0], module+"/internal/")
+		if !ok {
+			continue
+		}
+		from, _, _ = strings.Cut(from, " ") // a test variant: "pkg [pkg.test]"
+		for _, p := range fields[1:] {
+			rest, ok := strings.CutPrefix(p, module+"/")
+			if !ok || isAPI(rest) {
+				continue
+			}
+			for _, c := range components {
+				if rest == c || strings.HasPrefix(rest, c+"/") {
+					t.Errorf("internal/%s imports %s, a package of %s: internal/ holds what no component owns, so it takes what it needs from a component as an argument or an interface", from, p, c)
 				}
 			}
 		}

@@ -16,8 +16,8 @@ import (
 	"bex.co/bex/deployer/runtime/local"
 	"bex.co/bex/gitserver"
 	"bex.co/bex/gitserver/backend"
-	"bex.co/bex/internal/daemons"
 	"bex.co/bex/internal/du"
+	"bex.co/bex/internal/machine/daemons"
 )
 
 // machineStorage is the backend's Storage on one machine (`bex up`, or a

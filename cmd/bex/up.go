@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"bex.co/bex/cmd/bex/up"
-	"bex.co/bex/internal/baseimage"
+	"bex.co/bex/internal/machine/baseimage"
 )
 
 // upCmd runs the whole platform on this machine.

@@ -15,7 +15,7 @@
 // under /bex-<id> in each cgroup v1 hierarchy and are removed by down.
 //
 // The node process (clusterlocal node DIR, started by up inside those namespaces)
-// supervises the daemons with internal/supervise; down sends it SIGTERM, it removes
+// supervises the daemons with internal/machine/supervise; down sends it SIGTERM, it removes
 // every pod's containers through containerd, then stops the daemons in reverse
 // order. Why each setting is what it is: docs/cluster.md ("A cluster on this machine").
 package main

@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"bex.co/bex/internal/supervise"
+	"bex.co/bex/internal/machine/supervise"
 )
 
 // runNode is `clusterlocal node DIR`: the node's supervisor. up starts it inside the

@@ -11,7 +11,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
-	"bex.co/bex/internal/baseimage"
+	"bex.co/bex/internal/machine/baseimage"
 )
 
 // seedRegistry pushes the busybox base (Debian's busybox-static, packed as bex up

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"bex.co/bex/internal/daemons"
+	"bex.co/bex/internal/machine/daemons"
 )
 
 // baseDomain is where the apps of the local cluster answer (<app>.baseDomain). .test

@@ -5,7 +5,7 @@
 //	                    [--buildkit-addr unix:///run/buildkit/buildkitd.sock] [--pull-base]
 //
 // It builds the static bex binary (CGO_ENABLED=0), makes the base image from this
-// machine's git and CA certificates (internal/imagebuild; --pull-base builds the
+// machine's git and CA certificates (internal/machine/imagebuild; --pull-base builds the
 // Dockerfile's Debian stage instead, which needs a registry), and builds with the
 // buildkitd at --buildkit-addr (default $BUILDKIT_HOST), or else with one of its
 // own started from bin/buildkitd (OCI worker, state in a temporary directory,
@@ -28,8 +28,8 @@ import (
 
 	bkclient "github.com/moby/buildkit/client"
 
-	"bex.co/bex/internal/daemons"
-	"bex.co/bex/internal/imagebuild"
+	"bex.co/bex/internal/machine/daemons"
+	"bex.co/bex/internal/machine/imagebuild"
 )
 
 func main() {

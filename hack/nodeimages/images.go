@@ -18,7 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
-	"bex.co/bex/internal/imagebuild"
+	"bex.co/bex/internal/machine/imagebuild"
 )
 
 // PauseImage is the pause image's name: the tag of Kubernetes' own pause of its

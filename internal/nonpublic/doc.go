@@ -6,7 +6,7 @@
 // Two rules read it, so that they cannot drift apart: the gitserver refuses
 // upstreams and deploy:image registries there (gitserver/upstream), and the
 // tenants' filter rules keep apps, one-offs and build steps from reaching it
-// (internal/tenantnet, FORWARD). From a machine on a LAN or in a cloud, these
+// (internal/machine/tenantnet, FORWARD). From a machine on a LAN or in a cloud, these
 // are the addresses of the LAN's services, the platform's own listeners and the
 // metadata service (which holds a node's user-data on Hetzner); whatever a
 // hostile tenant or URL should not reach without the operator saying so.

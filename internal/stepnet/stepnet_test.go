@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"bex.co/bex/internal/machine/tenantnet"
 	"bex.co/bex/internal/stepnet"
-	"bex.co/bex/internal/tenantnet"
 )
 
 // world is a buildkitd pod as a cluster gives it, made of network namespaces of

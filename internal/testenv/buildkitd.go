@@ -11,8 +11,8 @@ import (
 	bkclient "github.com/moby/buildkit/client"
 	"github.com/tonistiigi/fsutil"
 
-	"bex.co/bex/internal/daemons"
-	"bex.co/bex/internal/tenantnet"
+	"bex.co/bex/internal/machine/daemons"
+	"bex.co/bex/internal/machine/tenantnet"
 )
 
 // Buildkitd is a buildkitd whose containerd worker builds into a Containerd, in

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"bex.co/bex/internal/baseimage"
+	"bex.co/bex/internal/machine/baseimage"
 )
 
 // BusyboxRef is the name the busybox base image gets in containerd.

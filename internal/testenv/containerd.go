@@ -9,7 +9,7 @@ import (
 
 	containerd "github.com/containerd/containerd/v2/client"
 
-	"bex.co/bex/internal/daemons"
+	"bex.co/bex/internal/machine/daemons"
 )
 
 // Namespace is the containerd namespace that the harness's buildkitd builds into and

@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"bex.co/bex/deployer/api/crds"
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
-	"bex.co/bex/deployer/crds"
 )
 
 // ControlPlane is a real etcd + kube-apiserver with bex's CRDs installed.

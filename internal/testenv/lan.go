@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"bex.co/bex/internal/tenantnet"
+	"bex.co/bex/internal/machine/tenantnet"
 )
 
 // LAN is a network namespace that stands for the machine's LAN (a database on

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"bex.co/bex/internal/tenantnet"
+	"bex.co/bex/internal/machine/tenantnet"
 )
 
 // Outside is a network namespace that stands for the internet in isolation

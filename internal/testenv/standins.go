@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"bex.co/bex/internal/baseimage"
+	"bex.co/bex/internal/machine/baseimage"
 )
 
 // StandInsConfig is the stand-ins' configuration the tests use: the defaults, in

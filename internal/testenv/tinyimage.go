@@ -9,8 +9,8 @@ import (
 
 	containerd "github.com/containerd/containerd/v2/client"
 
-	"bex.co/bex/internal/baseimage"
-	"bex.co/bex/internal/imagebuild"
+	"bex.co/bex/internal/machine/baseimage"
+	"bex.co/bex/internal/machine/imagebuild"
 )
 
 // ImportTinyImage imports into c's Namespace a one-layer image named name whose

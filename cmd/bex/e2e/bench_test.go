@@ -21,7 +21,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"bex.co/bex/cmd/bex/up"
-	"bex.co/bex/internal/daemons"
+	"bex.co/bex/internal/machine/daemons"
 	"bex.co/bex/internal/testenv"
 )
 

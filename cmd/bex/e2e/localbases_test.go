@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"bex.co/bex/internal/baseimage"
+	"bex.co/bex/internal/machine/baseimage"
 	"bex.co/bex/internal/testenv"
 )
 
@@ -21,7 +21,7 @@ var npmAdded = regexp.MustCompile(`(?m)^remote: .*added [0-9]+ packages`)
 // for the official bases, and a push of an Express app with no Dockerfile
 // (hack/samples/hello-node: package.json, package-lock.json with express from npm,
 // server.js on $PORT) builds on the node stand-in, installs express from npm's real
-// registry inside the build (on the builds' own network, internal/tenantnet), and
+// registry inside the build (on the builds' own network, internal/machine/tenantnet), and
 // answers over HTTPS. The build's output, npm's included, comes back as remote:
 // lines.
 func TestLocalBasesBuildANodeAppWithoutDockerfile(t *testing.T) {

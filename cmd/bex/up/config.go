@@ -13,7 +13,7 @@ import (
 
 	"bex.co/bex/gitserver"
 	"bex.co/bex/internal/clientaddr"
-	"bex.co/bex/internal/daemons"
+	"bex.co/bex/internal/machine/daemons"
 )
 
 // Config is what `bex up`'s flags say; DefaultConfig gives the flags' defaults.
@@ -51,7 +51,7 @@ type Config struct {
 	// ImageResolveMode local).
 	BusyboxBase bool
 	// LocalBases builds (or finds in LocalBasesCache) Debian stand-ins for the
-	// official images the plans build on (internal/baseimage), imports them and
+	// official images the plans build on (internal/machine/baseimage), imports them and
 	// the busybox base into containerd, and points the zero-config builds at them
 	// (the gitserver's --plan-image-* flags): builds without a Dockerfile on a
 	// machine that cannot pull (with ImageResolveMode local).

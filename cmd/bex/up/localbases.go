@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"bex.co/bex/internal/baseimage"
-	"bex.co/bex/internal/daemons"
+	"bex.co/bex/internal/machine/baseimage"
+	"bex.co/bex/internal/machine/daemons"
 )
 
 // localBases builds the Debian stand-ins for the plans' official base images, or

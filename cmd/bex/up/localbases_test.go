@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	"bex.co/bex/internal/baseimage"
+	"bex.co/bex/internal/machine/baseimage"
 )
 
 // Without --local-bases the gitserver gets no --plan-image-* flag (the plans keep

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strconv"
 
-	"bex.co/bex/internal/supervise"
+	"bex.co/bex/internal/machine/supervise"
 )
 
 // The Go memory settings of the platform's processes, for a small idle footprint

@@ -1,6 +1,6 @@
 package up
 
-import "bex.co/bex/internal/supervise"
+import "bex.co/bex/internal/machine/supervise"
 
 // When the machine runs out of memory the kernel kills the process with the
 // highest badness: its memory share plus oom_score_adj/1000 of the machine. The

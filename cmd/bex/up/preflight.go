@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"bex.co/bex/internal/daemons"
+	"bex.co/bex/internal/machine/daemons"
 )
 
 // The programs bex up runs or needs, and the Debian package or make target that
@@ -22,7 +22,7 @@ var programs = []struct{ name, from string }{
 	{"etcd", "make tools"},
 	{"kube-apiserver", "make tools"},
 	{"git", "apt-get install git"},
-	{"iptables", "apt-get install iptables"},      // the tenants' filter rules (internal/tenantnet)
+	{"iptables", "apt-get install iptables"},      // the tenants' filter rules (internal/machine/tenantnet)
 	{"ip6tables", "apt-get install iptables"},     // their IPv6 rule: no IPv6 from a tenant's interface
 	{"busybox", "apt-get install busybox-static"}, // with BusyboxBase or LocalBases only
 	{"mmdebstrap", "apt-get install mmdebstrap"},  // with LocalBases only

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"bex.co/bex/internal/supervise"
+	"bex.co/bex/internal/machine/supervise"
 	"bex.co/bex/internal/testenv"
 )
 

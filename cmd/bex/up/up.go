@@ -19,16 +19,16 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"bex.co/bex/deployer/api/crds"
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
-	"bex.co/bex/deployer/crds"
 	"bex.co/bex/deployer/runtime/local"
 	"bex.co/bex/edge"
 	"bex.co/bex/gitserver/backend"
-	"bex.co/bex/internal/baseimage"
-	"bex.co/bex/internal/controlplane"
-	"bex.co/bex/internal/daemons"
-	"bex.co/bex/internal/supervise"
-	"bex.co/bex/internal/tenantnet"
+	"bex.co/bex/internal/machine/baseimage"
+	"bex.co/bex/internal/machine/controlplane"
+	"bex.co/bex/internal/machine/daemons"
+	"bex.co/bex/internal/machine/supervise"
+	"bex.co/bex/internal/machine/tenantnet"
 )
 
 // Platform is bex running on this machine.

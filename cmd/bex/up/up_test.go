@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"bex.co/bex/internal/daemons"
-	"bex.co/bex/internal/supervise"
+	"bex.co/bex/internal/machine/daemons"
+	"bex.co/bex/internal/machine/supervise"
 	"bex.co/bex/internal/testenv"
 )
 

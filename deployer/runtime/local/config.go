@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"bex.co/bex/internal/daemons"
-	"bex.co/bex/internal/tenantnet"
+	"bex.co/bex/internal/machine/daemons"
+	"bex.co/bex/internal/machine/tenantnet"
 )
 
 // Config configures a Runtime. DefaultConfig gives the defaults, and a zero field

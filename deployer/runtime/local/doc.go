@@ -20,7 +20,7 @@
 //     restores (backup.go, Volumes, for the gitserver).
 //
 // Each instance runs in a network namespace of its own on the apps' CNI network
-// (internal/tenantnet; Config.Network "host" keeps the host's), kept at
+// (internal/machine/tenantnet; Config.Network "host" keeps the host's), kept at
 // <state dir>/net/<id>/netns with the namespace's resolv.conf and hosts, its id
 // and address in the container's labels. Namespaces are attached ahead of need, a
 // pool of Config.NetworkPool, refilled once the instance that took one is ready;

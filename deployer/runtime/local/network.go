@@ -16,13 +16,13 @@ import (
 	"github.com/containerd/containerd/v2/pkg/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"bex.co/bex/internal/tenantnet"
+	"bex.co/bex/internal/machine/tenantnet"
 )
 
 // Network modes of the runtime (Config.Network).
 const (
 	// NetworkTenant puts every instance in a network namespace of its own on the
-	// tenants' CNI network (internal/tenantnet): it reaches neither the host's
+	// tenants' CNI network (internal/machine/tenantnet): it reaches neither the host's
 	// listeners nor another instance; the edge dials its address.
 	NetworkTenant = "tenant"
 	// NetworkHost shares the host's network namespace: every instance reaches

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
-	"bex.co/bex/internal/tenantnet"
+	"bex.co/bex/internal/machine/tenantnet"
 	"bex.co/bex/internal/volumearchive/archivetest"
 )
 

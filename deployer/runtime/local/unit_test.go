@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"bex.co/bex/internal/daemons"
+	"bex.co/bex/internal/machine/daemons"
 	"k8s.io/apimachinery/pkg/types"
 )
 

@@ -18,10 +18,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"bex.co/bex/deployer/api/crds"
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
-	"bex.co/bex/deployer/crds"
-	"bex.co/bex/internal/controlplane"
-	"bex.co/bex/internal/supervise"
+	"bex.co/bex/internal/machine/controlplane"
+	"bex.co/bex/internal/machine/supervise"
 	"bex.co/bex/internal/testenv"
 )
 

@@ -19,7 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"bex.co/bex/internal/tenantnet"
+	"bex.co/bex/internal/machine/tenantnet"
 	"bex.co/bex/internal/testenv"
 )
 

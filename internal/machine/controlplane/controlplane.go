@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"bex.co/bex/internal/supervise"
+	"bex.co/bex/internal/machine/supervise"
 
 	"bex.co/bex/internal/freeport"
 )

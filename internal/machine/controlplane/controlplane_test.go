@@ -17,10 +17,10 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"bex.co/bex/deployer/api/crds"
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
-	"bex.co/bex/deployer/crds"
-	"bex.co/bex/internal/controlplane"
-	"bex.co/bex/internal/supervise"
+	"bex.co/bex/internal/machine/controlplane"
+	"bex.co/bex/internal/machine/supervise"
 	"bex.co/bex/internal/testenv"
 )
 

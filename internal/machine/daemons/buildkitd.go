@@ -11,7 +11,7 @@ import (
 
 	bkclient "github.com/moby/buildkit/client"
 
-	"bex.co/bex/internal/tenantnet"
+	"bex.co/bex/internal/machine/tenantnet"
 )
 
 // RUN steps run on the network networkConfig says: a network namespace of their
@@ -62,7 +62,7 @@ type Buildkitd struct {
 	// holds their memory limit; empty: buildkitd's default, no limit.
 	CgroupParent string
 	// TenantNet, when set, runs the containerd worker's RUN steps each in a
-	// network namespace of its own on the builds' network (internal/tenantnet),
+	// network namespace of its own on the builds' network (internal/machine/tenantnet),
 	// where they reach neither the host's listeners nor the apps. Unset: the
 	// host's network. Start from tenantnet.DefaultConfig(): its PluginDir is
 	// written to buildkitd's configuration as it is.

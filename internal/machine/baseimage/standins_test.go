@@ -12,7 +12,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 
-	"bex.co/bex/internal/baseimage"
+	"bex.co/bex/internal/machine/baseimage"
 	"bex.co/bex/internal/testenv"
 )
 

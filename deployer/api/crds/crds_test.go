@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"bex.co/bex/deployer/crds"
+	"bex.co/bex/deployer/api/crds"
 )
 
 // TestGeneratedFilesAreFresh regenerates the CRDs and the deepcopy functions into a
@@ -18,7 +18,7 @@ func TestGeneratedFilesAreFresh(t *testing.T) {
 	cmd := exec.Command("go", "tool", "controller-gen",
 		"object", "paths=./api/...", "output:object:dir="+out,
 		"crd", "output:crd:dir="+filepath.Join(out, "crds"))
-	cmd.Dir = ".." // the deployer directory
+	cmd.Dir = filepath.Join("..", "..") // the deployer directory
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("controller-gen: %v\n%s", err, msg)
 	}
@@ -36,7 +36,7 @@ func TestGeneratedFilesAreFresh(t *testing.T) {
 			t.Errorf("%s is stale: run `make generate` and commit the result", committed)
 		}
 	}
-	compare(filepath.Join(out, "zz_generated.deepcopy.go"), "../api/v1alpha1/zz_generated.deepcopy.go")
+	compare(filepath.Join(out, "zz_generated.deepcopy.go"), "../v1alpha1/zz_generated.deepcopy.go")
 	names, err := filepath.Glob(filepath.Join(out, "crds", "*.yaml"))
 	if err != nil || len(names) == 0 {
 		t.Fatalf("controller-gen wrote no CRDs (%v)", err)

@@ -96,7 +96,7 @@ type Containerd struct {
 // buildkitd already gives each step the default seccomp profile.
 const runcWrapper = `#!/bin/sh
 # Written by bex: containers start with the tenants' oom_score_adj, and build
-# steps are confined (internal/daemons/containerd.go, runcWrapper).
+# steps are confined (internal/machine/daemons/containerd.go, runcWrapper).
 echo %[1]d > /proc/self/oom_score_adj || exit 1
 runc=%[2]s
 jq=%[3]s

@@ -17,7 +17,7 @@ import (
 	"github.com/containerd/errdefs"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
-	"bex.co/bex/internal/imagebuild"
+	"bex.co/bex/internal/machine/imagebuild"
 )
 
 // BusyboxRef is the name the busybox base image gets in containerd: what `FROM

@@ -14,7 +14,7 @@ import (
 	bkclient "github.com/moby/buildkit/client"
 	"github.com/moby/buildkit/client/llb"
 
-	"bex.co/bex/internal/daemons"
+	"bex.co/bex/internal/machine/daemons"
 	"bex.co/bex/internal/testenv"
 )
 

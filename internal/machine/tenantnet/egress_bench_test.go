@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"bex.co/bex/internal/tenantnet"
+	"bex.co/bex/internal/machine/tenantnet"
 	"bex.co/bex/internal/testenv"
 )
 

@@ -13,7 +13,8 @@ TEST_TIMEOUT ?= 45m
 
 all: build
 
-## tools: install Debian packages and build the daemons into bin/ (idempotent)
+## tools: install Debian packages and build the daemons into bin/, those of tests
+## and clusters included (idempotent; `hack/tools.sh run` is what bex up needs alone)
 tools:
 	@bash hack/tools.sh
 
@@ -33,13 +34,17 @@ image: tools
 generate:
 	cd deployer && go tool controller-gen object paths=./api/... crd output:crd:dir=./api/crds
 
-## run: install what is missing, build, start bex on this machine
-run: tools build
+## run: install what bex up needs (and only that), build, start bex on this machine
+run:
+	@bash hack/tools.sh run
+	@$(MAKE) --no-print-directory build
 	@bash hack/run.sh
 
-## test: install what is missing, then run every test (real daemons included)
+## test: install what is missing, then run every test (real daemons included); it
+## ends with each package's wall time, slowest first (hack/testtimes)
 test: tools lint
-	go test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	@go build -o bin/testtimes ./hack/testtimes
+	set -o pipefail; go test -count=1 -json -timeout $(TEST_TIMEOUT) ./... 2>&1 | bin/testtimes
 
 ## bench: benchmarks, each reported beside a baseline measured in the same run
 bench: tools

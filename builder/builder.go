@@ -297,6 +297,13 @@ func (b *Builder) build(ctx context.Context, req Request, out io.Writer) (*Resul
 			return nil, refusal{err}
 		}
 	}
+	if b.cfg.PlanBasesReady != "" && res.Stack != "dockerfile" && res.Stack != plan.StackStatic {
+		// A generated Dockerfile builds on base images that may still be being
+		// made (a static site's busybox is there before bex is up).
+		if err := waitForBases(ctx, b.cfg.PlanBasesReady, out, basesWaitLine); err != nil {
+			return nil, err
+		}
+	}
 
 	c, err := b.client(ctx)
 	if err != nil {

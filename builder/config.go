@@ -65,6 +65,11 @@ type Config struct {
 	MaxLogBytes int64
 	// Plan holds the base images of generated Dockerfiles.
 	Plan plan.Config
+	// PlanBasesReady, when set, is a file whose appearance says that Plan's base
+	// images are ready (empty) or could not be made (the reason): a build with a
+	// generated Dockerfile waits for it (bases.go). `bex up --local-bases` makes
+	// the Debian stand-ins after it is up and writes it.
+	PlanBasesReady string
 	// MinFreeBytes and MinFreePercent are the free space a running build leaves
 	// on the file system of StateDir (the smaller of the two; either 0 turns the
 	// watch off): a build under it is stopped with ErrDiskFull. Set as the

@@ -1,32 +1,48 @@
 #!/usr/bin/env bash
-# Makes this machine ready to build, run and test bex, and says what it does.
+# Makes this machine ready to run or to test bex, and says what it does.
 # Idempotent: a second run checks and returns in seconds.
 #
+#   hack/tools.sh run   what `bex up` runs (`make run`): the Debian packages it needs
+#                       and, built from their Go modules, runc, buildkitd and
+#                       buildctl, kube-apiserver, etcd and kubectl.
+#   hack/tools.sh       everything (`make tools`, `make test`, the cluster scripts):
+#                       the above, then what only tests and clusters use.
+#
 #   1. Debian packages: git, openssh, containerd, busybox-static, CNI plugins,
-#      mmdebstrap (the Debian stand-ins for the official base images), jq (docs/cluster.md's
-#      migration, and the runc wrapper's rewrite of build steps' specs), libseccomp-dev and
-#      pkg-config (runc's seccomp support, cgo), runc (Debian's, 1.1: only containerd's
-#      package depends on it; bex uses bin/runc), ...
+#      mmdebstrap (the Debian stand-ins for the official base images), jq (the runc
+#      wrapper's rewrite of build steps' specs, docs/cluster.md's migration),
+#      libseccomp-dev and pkg-config (runc's seccomp support, cgo), runc (Debian's,
+#      1.1: only containerd's package depends on it; bex uses bin/runc), ...; for
+#      tests also nginx-light (the edge benchmarks), openssl (hack/install-bex.sh),
+#      node and npm (the MCP SDK's client).
 #   2. Daemons built from their Go modules into bin/<name>-<version>/, with
 #      stable links bin/<binary> -> <name>-<version>/<binary>:
 #        runc                               (hack/tools/runc: a release with the
 #                                            November 2025 fixes that Debian's lacks)
 #        buildkitd, buildctl                (hack/tools/buildkit)
 #        kube-apiserver, etcd, kubectl      (hack/tools/kube)
+#      and for tests and clusters only:
 #        kubelet, kube-proxy, kube-scheduler,
-#        kube-controller-manager            (hack/tools/kube: hack/cluster-local.sh's node)
+#        kube-controller-manager            (hack/tools/kube into bin/kubenode-<version>:
+#                                            hack/cluster-local.sh's node)
 #        pebble, pebble-challtestsrv        (the bex module's tool directives)
 #        caddy                              (hack/tools/caddy; the edge benchmarks' reference)
 #        coredns                            (hack/tools/coredns; the one-node cluster's DNS)
 #        registry                           (hack/tools/registry; distribution's, in-cluster)
-#   3. The official TypeScript MCP SDK (hack/mcp-client, npm ci) into
+#        Cluster API's managers             (hack/tools/clusterapi)
+#   3. For tests, the official TypeScript MCP SDK (hack/mcp-client, npm ci) into
 #      bin/mcp-sdk-<version>/node_modules, linked as bin/mcp-sdk: the MCP server's
 #      tests talk to the server with its client too.
 #
-# The first run on a machine builds for about 10 minutes; the Go build cache makes
-# later ones take seconds.
+# On a fresh 2-core machine `run` builds in about 14 minutes, everything in about 35;
+# the Go build cache makes later runs take seconds.
 set -euo pipefail
 
+mode=${1:-all}
+case "$mode" in
+run | all) ;;
+*) printf 'usage: hack/tools.sh [run]\n' >&2; exit 2 ;;
+esac
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 # shellcheck source=versions.env
@@ -47,22 +63,25 @@ go1.2[6-9]* | go1.[3-9][0-9]* | go[2-9]*) ;;
 esac
 
 # --- Debian packages --------------------------------------------------------------
-packages=(git openssh-client openssh-server runc containerd busybox-static ca-certificates curl iproute2 iptables containernetworking-plugins nginx-light util-linux mmdebstrap jq openssl libseccomp-dev pkg-config)
+packages=(git openssh-client openssh-server runc containerd busybox-static ca-certificates curl iproute2 iptables containernetworking-plugins util-linux mmdebstrap jq libseccomp-dev pkg-config)
+[ "$mode" = all ] && packages+=(nginx-light openssl)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
 done
 # Node and npm for the MCP SDK's client: Debian's, unless a node is on PATH already
 # (NodeSource's nodejs brings its own npm, which Debian's npm would conflict with).
-command -v node >/dev/null 2>&1 || missing+=(nodejs)
-command -v npm >/dev/null 2>&1 || missing+=(npm)
+if [ "$mode" = all ]; then
+	command -v node >/dev/null 2>&1 || missing+=(nodejs)
+	command -v npm >/dev/null 2>&1 || missing+=(npm)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
 	[ "$(id -u)" = 0 ] || die "missing packages ${missing[*]}: run as root, or: sudo apt-get install -y ${missing[*]}"
 	say "installing Debian packages: ${missing[*]}"
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 else
-	say "Debian packages present: ${packages[*]}, node and npm"
+	say "Debian packages present: ${packages[*]}$([ "$mode" = all ] && echo ", node and npm")"
 fi
 
 # --- Daemons from Go modules ------------------------------------------------------
@@ -104,10 +123,29 @@ build "buildkit $BUILDKIT_VERSION" "buildkit-$BUILDKIT_VERSION" hack/tools/build
 
 kube_minor=${KUBE_VERSION#v1.}
 kube_minor=${kube_minor%%.*}
+kube_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$kube_minor"
 build "kube-apiserver, kubectl and etcd $KUBE_VERSION" "kube-$KUBE_VERSION" hack/tools/kube \
-	"-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$kube_minor" \
-	"kube-apiserver kubectl etcd kubelet kube-proxy kube-scheduler kube-controller-manager" \
-	k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl go.etcd.io/etcd/server/v3 \
+	"$kube_ldflags" "kube-apiserver kubectl etcd" \
+	k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl go.etcd.io/etcd/server/v3
+
+link() { ln -sfn "$1/$2" "bin/$2"; }
+link "runc-$RUNC_VERSION" runc
+link "buildkit-$BUILDKIT_VERSION" buildkitd
+link "buildkit-$BUILDKIT_VERSION" buildctl
+link "kube-$KUBE_VERSION" kube-apiserver
+link "kube-$KUBE_VERSION" etcd
+link "kube-$KUBE_VERSION" kubectl
+for b in runc buildkitd buildctl kube-apiserver etcd kubectl; do
+	[ -x "bin/$b" ] || die "bin/$b is missing after the build: remove bin/ and run make tools again"
+done
+if [ "$mode" = run ]; then
+	say "what bex up runs is ready in bin/ (make tools builds the rest, for tests and clusters)"
+	exit 0
+fi
+
+# --- For tests and clusters only --------------------------------------------------
+build "kubelet, kube-proxy, kube-scheduler and kube-controller-manager $KUBE_VERSION" "kubenode-$KUBE_VERSION" hack/tools/kube \
+	"$kube_ldflags" "kubelet kube-proxy kube-scheduler kube-controller-manager" \
 	k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy \
 	k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-controller-manager
 
@@ -127,14 +165,7 @@ CGO_ENABLED=0 build "registry $REGISTRY_VERSION" "registry-$REGISTRY_VERSION" ha
 	"-s -w -X github.com/distribution/distribution/v3/version.version=$REGISTRY_VERSION" "registry" \
 	github.com/distribution/distribution/v3/cmd/registry
 
-link() { ln -sfn "$1/$2" "bin/$2"; }
-link "runc-$RUNC_VERSION" runc
-link "buildkit-$BUILDKIT_VERSION" buildkitd
-link "buildkit-$BUILDKIT_VERSION" buildctl
-link "kube-$KUBE_VERSION" kube-apiserver
-link "kube-$KUBE_VERSION" etcd
-link "kube-$KUBE_VERSION" kubectl
-for b in kubelet kube-proxy kube-scheduler kube-controller-manager; do link "kube-$KUBE_VERSION" "$b"; done
+for b in kubelet kube-proxy kube-scheduler kube-controller-manager; do link "kubenode-$KUBE_VERSION" "$b"; done
 link "pebble-$PEBBLE_VERSION" pebble
 link "pebble-$PEBBLE_VERSION" pebble-challtestsrv
 link "caddy-$CADDY_VERSION" caddy
@@ -142,7 +173,7 @@ link "coredns-$COREDNS_VERSION" coredns
 link "registry-$REGISTRY_VERSION" registry
 [ -x bin/coredns ] && [ -x bin/registry ] || die "bin/coredns or bin/registry is missing after the build: remove bin/coredns-* bin/registry-* and run make tools again"
 
-for b in runc buildkitd buildctl kube-apiserver etcd kubectl kubelet kube-proxy kube-scheduler kube-controller-manager pebble pebble-challtestsrv caddy; do
+for b in kubelet kube-proxy kube-scheduler kube-controller-manager pebble pebble-challtestsrv caddy; do
 	[ -x "bin/$b" ] || die "bin/$b is missing after the build: remove bin/ and run make tools again"
 done
 

@@ -86,6 +86,7 @@ type gitserverCmd struct {
 	buildMemory            byteSize
 	buildCgroup            string
 	planImages             plan.Images
+	planBasesReady         string
 
 	// ready, when set, receives the listen address once the server accepts;
 	// hooksReady the HTTP address of the hooks.
@@ -150,6 +151,7 @@ func (c *gitserverCmd) command() *cobra.Command {
 	f.StringVar(&c.planImages.Ruby, "plan-image-ruby", pi.Ruby, "base image a Ruby app without a Dockerfile installs its gems into (bundle) and runs on (GEM_HOME as the official image's)")
 	f.StringVar(&c.planImages.PHP, "plan-image-php", pi.PHP, "base image a PHP app without a Dockerfile runs on (php and its CLI server)")
 	f.StringVar(&c.planImages.Composer, "plan-image-composer", pi.Composer, "image that installs a PHP app's composer.json dependencies (composer), in a build stage of its own")
+	f.StringVar(&c.planBasesReady, "plan-bases-ready", "", "a file that appears when the plans' base images are ready (empty) or could not be made (why): builds without a Dockerfile wait for it (bex up --local-bases makes them in the background)")
 	var trusted []string
 	for _, p := range webhook.DefaultConfig().TrustedProxies {
 		trusted = append(trusted, p.String())
@@ -201,6 +203,7 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	bcfg.StepCgroup = c.buildCgroup
 	bcfg.MinFreeBytes = int64(c.minFreeDisk) // a running build keeps the margin pushes are refused under
 	bcfg.Plan.Images = c.planImages
+	bcfg.PlanBasesReady = c.planBasesReady
 	b, err := builder.New(bcfg, c.log)
 	if err != nil {
 		return err

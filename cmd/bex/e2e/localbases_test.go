@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -26,22 +27,28 @@ var npmAdded = regexp.MustCompile(`(?m)^remote: .*added [0-9]+ packages`)
 // lines.
 func TestLocalBasesBuildANodeAppWithoutDockerfile(t *testing.T) {
 	p, cfg := startLocalBases(t)
-	for _, want := range []string{"local bases", cfg.Names.Node, "builds without a Dockerfile use them"} {
-		if !strings.Contains(p.out.String(), want) {
-			t.Errorf("bex up --local-bases does not say %q:\n%s", want, p.out)
-		}
-	}
-	t.Logf("bex up:\n%s", strings.Join(lines(p.out.String(), "bookworm"), "\n")+"\n"+strings.Join(lines(p.out.String(), "local bases"), "\n"))
-	if strings.Contains(p.out.String(), " built\n") {
-		t.Errorf("bex up built a stand-in the cache had:\n%s", p.out)
-	}
 
+	// Pushed at once: bex up imports the stand-ins after it is up, and a build
+	// without a Dockerfile that arrives first waits for them.
 	app := p.newRepo(t, "hello-node", "hello-node")
 	out, err := app.push()
 	if err != nil {
 		t.Fatalf("push: %v\n%s", err, out)
 	}
 	t.Logf("push:\n%s", out)
+	// Said by bex up once the stand-ins are in containerd, which the build waited for.
+	testenv.Eventually(t, 30*time.Second, "bex up says the local bases are ready", func() error {
+		for _, want := range []string{"local bases", cfg.Names.Node, "builds without a Dockerfile use them"} {
+			if !strings.Contains(p.out.String(), want) {
+				return fmt.Errorf("bex up --local-bases does not say %q:\n%s", want, p.out)
+			}
+		}
+		return nil
+	})
+	t.Logf("bex up:\n%s", strings.Join(lines(p.out.String(), "bookworm"), "\n")+"\n"+strings.Join(lines(p.out.String(), "local bases"), "\n"))
+	if strings.Contains(p.out.String(), " built\n") {
+		t.Errorf("bex up built a stand-in the cache had:\n%s", p.out)
+	}
 	for _, want := range []string{"remote: ", "FROM " + cfg.Names.Node, "RUN --mount=type=cache,target=/root/.npm npm ci --omit=dev", "https://hello-node.localhost:" + p.port(p.httpsAddr)} {
 		if !strings.Contains(out, want) {
 			t.Errorf("push output lacks %q", want)

@@ -5,11 +5,64 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"bex.co/bex/internal/machine/baseimage"
 	"bex.co/bex/internal/machine/daemons"
 )
+
+// startLocalBases makes the stand-ins in the background, once bex is up: on a
+// fresh machine they take minutes (mmdebstrap), and nothing but a build without a
+// Dockerfile needs them. Such a build waits for the file basesReadyPath names
+// (the gitserver's --plan-bases-ready), which says when they are in containerd or
+// why they could not be made; Stop ends the work and waits for it.
+func (p *Platform) startLocalBases() {
+	ctx, cancel := context.WithCancel(context.Background())
+	p.basesCancel, p.basesDone = cancel, make(chan struct{})
+	go func() {
+		defer close(p.basesDone)
+		err := p.localBases(ctx)
+		if ctx.Err() != nil {
+			return // stopping: the next start makes them, from the cache as far as it got
+		}
+		if err != nil {
+			fmt.Fprintf(p.cfg.Out, "    %-15s failed: %v: builds without a Dockerfile fail until bex up starts again\n", "local bases", err)
+		}
+		if werr := writeBasesReady(p.basesReadyPath(), err); werr != nil {
+			p.cfg.Log.Error("the local bases are made, but the gitserver is not told: builds without a Dockerfile wait until bex up starts again", "err", werr)
+		}
+	}()
+}
+
+// stopLocalBases ends the stand-ins' work, if any, and waits for it.
+func (p *Platform) stopLocalBases() {
+	if p.basesCancel != nil {
+		p.basesCancel()
+		<-p.basesDone
+	}
+}
+
+// basesReadyPath is the file that says the stand-ins are ready (empty) or could
+// not be made (the reason, one line); removed at each start before the gitserver
+// starts, so that it never reads an earlier start's.
+func (p *Platform) basesReadyPath() string {
+	return filepath.Join(p.cfg.StateDir, "run", "local-bases.ready")
+}
+
+// writeBasesReady writes path whole or not at all (a rename), so that a reader
+// that sees it sees all of it.
+func writeBasesReady(path string, made error) error {
+	var msg string
+	if made != nil {
+		msg = strings.ReplaceAll(made.Error(), "\n", " ") + "\n"
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(msg), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
 
 // localBases builds the Debian stand-ins for the plans' official base images, or
 // finds them in the machine's cache (--local-bases-cache), and imports them into
@@ -34,7 +87,7 @@ func (p *Platform) localBases(ctx context.Context) error {
 	cfg.Mmdebstrap = p.bins["mmdebstrap"]
 	cfg.Progress = log
 	began := time.Now()
-	fmt.Fprintf(p.cfg.Out, "==> %-15s Debian stand-ins for the official base images, cached in %s (the first time takes minutes: %s)\n",
+	fmt.Fprintf(p.cfg.Out, "==> %-15s Debian stand-ins for the official base images, made in the background and cached in %s (the first time takes minutes: %s); builds without a Dockerfile wait for them\n",
 		"local bases", cfg.CacheDir, logPath)
 	imgs, err := baseimage.Import(ctx, cl, cfg)
 	if err != nil {
@@ -70,6 +123,7 @@ func (p *Platform) planImageArgs() []string {
 	}
 	n := p.baseConfig().Names
 	return []string{
+		"--plan-bases-ready", p.basesReadyPath(),
 		"--plan-image-go", n.Go, "--plan-image-node", n.Node, "--plan-image-python", n.Python,
 		"--plan-image-runtime", n.Runtime, "--plan-image-stack", n.Stack, "--plan-image-static", baseimage.BusyboxRef,
 		"--plan-image-ruby", n.Ruby, "--plan-image-php", n.PHP, "--plan-image-composer", n.PHP,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -44,6 +45,9 @@ type Platform struct {
 	buildCgroup    daemons.BuildCgroup
 	crdsSaid       bool
 	edgePorts      []int // the host ports tenants may reach (allowEdgePorts)
+	// The stand-ins' work in the background (startLocalBases).
+	basesCancel context.CancelFunc
+	basesDone   chan struct{}
 }
 
 // Start checks the machine, then starts everything and returns once every part
@@ -93,6 +97,9 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 		return nil, err
 	}
 	p.printInstructions()
+	if p.cfg.LocalBases {
+		p.startLocalBases()
+	}
 	p.releaseStartupMemory()
 	return p, nil
 }
@@ -100,6 +107,7 @@ func Start(ctx context.Context, cfg Config) (_ *Platform, err error) {
 // Stop stops everything, the last started first, and releases the state dir.
 func (p *Platform) Stop() error {
 	fmt.Fprintln(p.cfg.Out, "bex up: stopping")
+	p.stopLocalBases() // before containerd stops: it imports into it
 	err := p.sup.Stop()
 	if len(p.edgePorts) > 0 {
 		err = errors.Join(err, tenantnet.DisallowHostPorts(context.Background(), tenantnet.DefaultConfig(), p.edgePorts...))
@@ -178,7 +186,12 @@ func (p *Platform) startDaemons(ctx context.Context) error {
 		}
 	}
 	if p.cfg.LocalBases {
-		if err := p.localBases(ctx); err != nil {
+		// Made after bex is up (startLocalBases); an earlier start's word on them
+		// is not this one's.
+		if _, err := p.runPath(""); err != nil {
+			return err
+		}
+		if err := os.Remove(p.basesReadyPath()); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
 	}

@@ -29,6 +29,7 @@ import (
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/deployer/runtime"
+	"bex.co/bex/internal/bytesize"
 )
 
 // Labels on every container this runtime creates. They are the record that lets a
@@ -617,7 +618,7 @@ func (r *Runtime) assess(a *appState, g gen) *failure {
 			if inst.lastExitOOM && !inst.ready {
 				return &failure{reason: appv1.OOMKilledReason, message: fmt.Sprintf(
 					"%s ran out of memory (limit %s) and was killed; it is being restarted (ps:resources %s %s --memory ... raises the limit).",
-					inst.name(), formatBytes(inst.memory), inst.app.Name, inst.process)}
+					inst.name(), bytesize.Format(inst.memory), inst.app.Name, inst.process)}
 			}
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"bex.co/bex/internal/machine/supervise"
+	"bex.co/bex/internal/pki"
 
 	"bex.co/bex/internal/freeport"
 )
@@ -48,7 +49,7 @@ type Config struct {
 // says how to run it.
 type ControlPlane struct {
 	cfg   Config
-	pki   pki
+	pki   pkiDir
 	ports ports
 	quota int64 // etcd's --quota-backend-bytes
 }
@@ -74,7 +75,7 @@ type ports struct {
 // peer socket's directory) and checks that the kept ports are free. A directory
 // made by an older bex gets what is missing and keeps its data.
 func Prepare(cfg Config) (*ControlPlane, error) {
-	cp := &ControlPlane{cfg: cfg, pki: pki{dir: filepath.Join(cfg.Dir, "pki")}}
+	cp := &ControlPlane{cfg: cfg, pki: pkiDir{dir: filepath.Join(cfg.Dir, "pki")}}
 	if err := cp.pki.ensure(); err != nil {
 		return nil, fmt.Errorf("control plane keys in %s: %w", cp.pki.dir, err)
 	}
@@ -122,7 +123,7 @@ func (cp *ControlPlane) loadPorts() error {
 		}
 	}
 	data, _ = json.Marshal(cp.ports)
-	return writeAtomic(cp.portsPath(), data, 0o600)
+	return pki.WriteFile(cp.portsPath(), data, 0o600)
 }
 
 // Host is the API server's URL.
@@ -396,7 +397,7 @@ func (cp *ControlPlane) WriteKubeconfig(path string) error {
 	if err != nil {
 		return err
 	}
-	return writeAtomic(path, data, 0o600)
+	return pki.WriteFile(path, data, 0o600)
 }
 
 // get succeeds when url answers 200.

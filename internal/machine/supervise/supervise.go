@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"bex.co/bex/internal/ready"
 )
 
 // Process describes one child.
@@ -215,22 +217,17 @@ func (c *child) waitReady(ctx context.Context) error {
 	c.mu.Lock()
 	exited := c.exited
 	c.mu.Unlock()
-	var last error
-	for {
-		attempt, cancelAttempt := context.WithTimeout(ctx, 2*time.Second)
-		last = c.p.Ready(attempt)
-		cancelAttempt()
-		if last == nil {
-			return nil
-		}
-		select {
-		case <-exited:
-			return fmt.Errorf("%s exited before it was ready (%s); the end of %s:\n%s", c.p.Name, c.exitState(), c.p.LogPath, Tail(c.p.LogPath, 15))
-		case <-ctx.Done():
-			return fmt.Errorf("%s not ready after %s: %v; the end of %s:\n%s", c.p.Name, c.p.ReadyTimeout, last, c.p.LogPath, Tail(c.p.LogPath, 15))
-		case <-time.After(50 * time.Millisecond):
-		}
+	err := ready.Wait(ctx, 50*time.Millisecond, exited, c.p.Ready)
+	var nr *ready.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &nr) && nr.Exited:
+		return fmt.Errorf("%s exited before it was ready (%s); the end of %s:\n%s", c.p.Name, c.exitState(), c.p.LogPath, Tail(c.p.LogPath, 15))
+	case nr != nil:
+		return fmt.Errorf("%s not ready after %s: %v; the end of %s:\n%s", c.p.Name, c.p.ReadyTimeout, nr.Last, c.p.LogPath, Tail(c.p.LogPath, 15))
 	}
+	return err
 }
 
 func (c *child) exitState() string {

@@ -152,7 +152,7 @@ func New(cfg Config, c client.Client, log *slog.Logger) (*Runtime, error) {
 		return nil, errors.New("local runtime: a Kubernetes client is required")
 	}
 	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		log = slog.Default()
 	}
 	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "logs"), 0o700); err != nil {
 		return nil, fmt.Errorf("local runtime: state dir: %w", err)

@@ -45,6 +45,10 @@ type Config struct {
 	AlarmInterval time.Duration
 }
 
+// DefaultConfig returns the defaults; Dir and the binaries' paths, which have
+// none, are empty. A zero field also means its default.
+func DefaultConfig() Config { return Config{AlarmInterval: 30 * time.Second} }
+
 // ControlPlane is a prepared control plane: its PKI and ports exist; Processes
 // says how to run it.
 type ControlPlane struct {

@@ -2,7 +2,8 @@ package ready
 
 import (
 	"context"
-	"errors"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"time"
@@ -72,18 +73,29 @@ func UnixHTTP(socket, path string) func(context.Context) error {
 		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
 	}}}
 	return func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://localhost"+path, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return errors.New(socket + " " + path + ": " + resp.Status)
+		if err := Get(ctx, hc, "http://localhost"+path); err != nil {
+			return fmt.Errorf("%s: %w", socket, err)
 		}
 		return nil
 	}
+}
+
+// Get is the check of an HTTP health endpoint: a GET of url with hc answers
+// 200. Its error names the URL, the status and the start of the body (etcd's and
+// the API server's say there what is not ready).
+func Get(ctx context.Context, hc *http.Client, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s: %s", url, resp.Status, body)
+	}
+	return nil
 }

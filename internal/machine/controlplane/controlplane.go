@@ -21,6 +21,7 @@ import (
 
 	"bex.co/bex/internal/machine/supervise"
 	"bex.co/bex/internal/pki"
+	"bex.co/bex/internal/ready"
 
 	"bex.co/bex/internal/freeport"
 )
@@ -187,7 +188,7 @@ func (cp *ControlPlane) Etcd() supervise.Process {
 			// /health is false while an alarm is raised, and a NOSPACE alarm is kept
 			// in the data dir across restarts: etcd serves (reads, deletes) with it,
 			// and it is handled below rather than left to block every start.
-			if err := get(ctx, hc, cp.EtcdURL()+"/health?exclude=NOSPACE"); err != nil {
+			if err := ready.Get(ctx, hc, cp.EtcdURL()+"/health?exclude=NOSPACE"); err != nil {
 				return err
 			}
 			if err := cp.updatePeerURL(ctx, hc); err != nil {
@@ -350,7 +351,7 @@ func (cp *ControlPlane) APIServer() supervise.Process {
 			if err != nil {
 				return err
 			}
-			return get(ctx, hc, cp.Host()+"/readyz")
+			return ready.Get(ctx, hc, cp.Host()+"/readyz")
 		},
 	}
 }
@@ -402,22 +403,4 @@ func (cp *ControlPlane) WriteKubeconfig(path string) error {
 		return err
 	}
 	return pki.WriteFile(path, data, 0o600)
-}
-
-// get succeeds when url answers 200.
-func get(ctx context.Context, hc *http.Client, url string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s: %s", url, resp.Status, body)
-	}
-	return nil
 }

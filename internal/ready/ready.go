@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"strings"
 	"time"
 )
 
@@ -98,4 +100,18 @@ func Get(ctx context.Context, hc *http.Client, url string) error {
 		return fmt.Errorf("%s: %s: %s", url, resp.Status, body)
 	}
 	return nil
+}
+
+// LogTail returns the last n lines of the log file at path, indented, for the
+// error of a process that is not ready: its log is where the cause is.
+func LogTail(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "    (" + err.Error() + ")"
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return "    " + strings.Join(lines, "\n    ")
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -79,5 +81,18 @@ func TestTCPAndUnixHTTP(t *testing.T) {
 	}
 	if err := UnixHTTP(socket, "/other")(context.Background()); err == nil {
 		t.Fatal("a 503 passed the check")
+	}
+}
+
+func TestLogTail(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "d.log")
+	if err := os.WriteFile(path, []byte("one\ntwo\nthree\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := LogTail(path, 2), "    two\n    three"; got != want {
+		t.Errorf("LogTail = %q, want %q", got, want)
+	}
+	if got := LogTail(filepath.Join(t.TempDir(), "none"), 2); !strings.HasPrefix(got, "    (open ") {
+		t.Errorf("LogTail of a missing file = %q", got)
 	}
 }

@@ -123,17 +123,7 @@ func (p *process) stop(grace time.Duration) error {
 	return fmt.Errorf("%s ignored SIGTERM for %s and was killed", p.name, grace)
 }
 
-func (p *process) logTail(n int) string {
-	data, err := os.ReadFile(p.logPath)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return "    " + strings.Join(lines, "\n    ")
-}
+func (p *process) logTail(n int) string { return ready.LogTail(p.logPath, n) }
 
 // removeAll unmounts whatever is still mounted below dir (overlay snapshots of a
 // container that outlived its test), then removes dir.

@@ -26,6 +26,7 @@ import (
 
 	"bex.co/bex/builder/appjson"
 	"bex.co/bex/builder/plan"
+	"bex.co/bex/internal/bytesize"
 )
 
 // Builder builds apps with a buildkitd.
@@ -391,7 +392,7 @@ func (b *Builder) build(ctx context.Context, req Request, out io.Writer) (*Resul
 	}
 	res.Image = fmt.Sprintf("%s/%s@%s", b.cfg.ImageRepo, req.App, dgst)
 	if size, err := imageSize(ctx, c, resp.ExporterResponse["containerimage.descriptor"]); err == nil {
-		fmt.Fprintf(out, "-----> Built %s (%s)\n", res.Image, humanBytes(size))
+		fmt.Fprintf(out, "-----> Built %s (%s)\n", res.Image, bytesize.Format(size))
 	} else {
 		b.log.Debug("image size unknown", "err", err)
 		fmt.Fprintf(out, "-----> Built %s\n", res.Image)
@@ -482,7 +483,7 @@ func (b *Builder) outOfMemory(ctx context.Context, r *renderer, before int64) er
 	if !b.oom.killedSince(before, sigkill) {
 		return nil
 	}
-	return fmt.Errorf("%w (limit %s): %s", ErrStepOutOfMemory, formatLimit(b.cfg.StepMemory), name)
+	return fmt.Errorf("%w (limit %s): %s", ErrStepOutOfMemory, bytesize.Format(b.cfg.StepMemory), name)
 }
 
 // session gives buildkitd the registry credentials, when configured. They are read

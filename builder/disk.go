@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"bex.co/bex/internal/bytesize"
 )
 
 // ErrDiskFull is the error of a build that filled the disk it writes to (its
@@ -108,7 +110,7 @@ func (g *diskGuard) done(err error) error {
 	}
 	g.awaitRoom()
 	return fmt.Errorf("%w of %s (%s free of %s, under the %s bex keeps for the platform and the apps): make it write less, or free space on that disk",
-		ErrDiskFull, g.dir, humanBytes(int64(lowest)), humanBytes(int64(g.total)), humanBytes(int64(g.margin)))
+		ErrDiskFull, g.dir, bytesize.Format(int64(lowest)), bytesize.Format(int64(g.total)), bytesize.Format(int64(g.margin)))
 }
 
 // releaseWait bounds how long a build that filled the disk waits for buildkitd

@@ -71,7 +71,7 @@ func TestDiskGuardStopsABuildUnderTheMargin(t *testing.T) {
 	}
 	err = g.done(ctx.Err())
 	if !errors.Is(err, ErrDiskFull) || !strings.Contains(err.Error(), "the build filled the disk of "+dir+" (") ||
-		!strings.Contains(err.Error(), "MiB free of 64.0 MiB, under the 16.0 MiB bex keeps") {
+		!strings.Contains(err.Error(), "MiB free of 64 MiB, under the 16 MiB bex keeps") {
 		t.Fatalf("the error of a build that filled the disk: %v", err)
 	}
 

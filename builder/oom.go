@@ -126,19 +126,3 @@ func (w *oomWatch) Close() error {
 	w.ctl.Close()
 	return w.efd.Close()
 }
-
-// formatLimit writes a memory limit as people write it: 4 GiB, 64 MiB, 1.5 GiB.
-func formatLimit(n int64) string {
-	for _, u := range []struct {
-		size int64
-		name string
-	}{{1 << 40, "TiB"}, {1 << 30, "GiB"}, {1 << 20, "MiB"}, {1 << 10, "KiB"}} {
-		if n >= u.size {
-			if n%u.size == 0 {
-				return fmt.Sprintf("%d %s", n/u.size, u.name)
-			}
-			return fmt.Sprintf("%.4g %s", float64(n)/float64(u.size), u.name)
-		}
-	}
-	return fmt.Sprintf("%d bytes", n)
-}

@@ -15,6 +15,8 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/storage/filesystem"
+
+	"bex.co/bex/internal/bytesize"
 )
 
 // ErrContextTooLarge is returned when a commit's files exceed the build context limit
@@ -195,7 +197,7 @@ func (e *exporter) write(name string, entry object.TreeEntry) error {
 		}
 		e.total += blob.Size
 		if e.total > e.lim.maxBytes {
-			return fmt.Errorf("%w: the files of commit %s are more than the limit of %s", ErrContextTooLarge, e.commit, humanBytes(e.lim.maxBytes))
+			return fmt.Errorf("%w: the files of commit %s are more than the limit of %s", ErrContextTooLarge, e.commit, bytesize.Format(e.lim.maxBytes))
 		}
 		mode := os.FileMode(0o644)
 		if entry.Mode == filemode.Executable {
@@ -260,16 +262,4 @@ func (c ctxReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	return c.r.Read(p)
-}
-
-func humanBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d bytes", n)
 }

@@ -3,21 +3,18 @@ package builder_test
 import (
 	"context"
 	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"math/big"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"bex.co/bex/builder"
+	"bex.co/bex/internal/pki"
 	"bex.co/bex/internal/testenv"
 )
 
@@ -150,24 +147,16 @@ type testCA struct {
 
 func newTestCA(t *testing.T, dir, name string) *testCA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	cert, key, der, err := pki.NewCA(&x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: name + " CA"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageCertSign,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: name + " CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
 	ca := &testCA{dir: dir, name: name, cert: cert, key: key, certFile: filepath.Join(dir, name+"-ca.pem")}
 	writePEM(t, ca.certFile, "CERTIFICATE", der)
 	return ca
@@ -177,22 +166,20 @@ func newTestCA(t *testing.T, dir, name string) *testCA {
 // files.
 func (ca *testCA) issue(t *testing.T, cn string, use x509.ExtKeyUsage, dns []string, ips []net.IP) (certFile, keyFile string) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	key, err := pki.NewKey()
 	if err != nil {
 		t.Fatal(err)
 	}
-	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
 	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: cn},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{use},
-		DNSNames:     dns,
-		IPAddresses:  ips,
+		Subject:     pkix.Name{CommonName: cn},
+		NotBefore:   time.Now().Add(-time.Hour),
+		NotAfter:    time.Now().Add(24 * time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{use},
+		DNSNames:    dns,
+		IPAddresses: ips,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	der, err := pki.Sign(tmpl, ca.cert, key.Public(), ca.key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +195,7 @@ func (ca *testCA) issue(t *testing.T, cn string, use x509.ExtKeyUsage, dns []str
 
 func writePEM(t *testing.T, path, typ string, der []byte) {
 	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+	if err := pki.WritePEM(path, typ, der, 0o600); err != nil {
 		t.Fatal(err)
 	}
 }

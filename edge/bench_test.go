@@ -3,13 +3,10 @@ package edge
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -31,6 +28,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/internal/pki"
 	"bex.co/bex/internal/testenv"
 )
 
@@ -506,7 +504,7 @@ func tcpAddr(hostport string) net.Addr {
 // issueFromLocalCA makes an ECDSA P-256 key and a certificate for name.
 func issueFromLocalCA(b *testing.B, ca *LocalCA, name string) (certPEM, keyPEM []byte) {
 	b.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	key, err := pki.NewKey()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -523,11 +521,11 @@ func issueFromLocalCA(b *testing.B, ca *LocalCA, name string) (certPEM, keyPEM [
 	if err != nil {
 		b.Fatal(err)
 	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
+	keyPEM, err = pki.EncodeKey(key)
 	if err != nil {
 		b.Fatal(err)
 	}
-	return issued.Certificate, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+	return issued.Certificate, keyPEM
 }
 
 // benchTarget is one server under load, and what was measured of it.

@@ -103,6 +103,10 @@ func IsPlatformPath(path string) bool {
 
 // Defaults.
 const (
+	// DefaultHTTPAddr and DefaultHTTPSAddr are where the edge listens (bex edge's
+	// --http-addr and --https-addr, bex up's).
+	DefaultHTTPAddr              = ":80"
+	DefaultHTTPSAddr             = ":443"
 	DefaultBaseDomain            = "localhost"
 	DefaultNamespace             = "default"
 	DefaultDialTimeout           = 5 * time.Second

@@ -3,22 +3,19 @@ package edge
 import (
 	"context"
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/hex"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/caddyserver/certmagic"
+
+	"bex.co/bex/internal/pki"
 )
 
 // LocalCA issues certificates for development domains (such as *.localhost) that no
@@ -45,30 +42,15 @@ const CertLifetime = 30 * 24 * time.Hour
 // use.
 func LoadOrCreateLocalCA(dir string) (*LocalCA, error) {
 	certPath, keyPath := filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem")
-	certPEM, err := os.ReadFile(certPath)
-	if errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(certPath); errors.Is(err, os.ErrNotExist) {
 		if err := createLocalCA(dir, certPath, keyPath); err != nil {
 			return nil, fmt.Errorf("create the local CA in %s: %w", dir, err)
 		}
-		certPEM, err = os.ReadFile(certPath)
 	}
-	if err != nil {
-		return nil, err
-	}
-	keyPEM, err := os.ReadFile(keyPath)
-	if err != nil {
-		return nil, err
-	}
-	cb, _ := pem.Decode(certPEM)
-	kb, _ := pem.Decode(keyPEM)
-	if cb == nil || kb == nil {
+	cert, key, certPEM, err := pki.Load(certPath, keyPath)
+	if errors.Is(err, pki.ErrNotPEM) {
 		return nil, fmt.Errorf("the local CA in %s is damaged: remove ca.pem and ca-key.pem to make a new one (clients must trust the new ca.pem)", dir)
 	}
-	cert, err := x509.ParseCertificate(cb.Bytes)
-	if err != nil {
-		return nil, err
-	}
-	key, err := x509.ParseECPrivateKey(kb.Bytes)
 	if err != nil {
 		return nil, err
 	}
@@ -79,45 +61,21 @@ func createLocalCA(dir, certPath, keyPath string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: "bex local CA", Organization: []string{"bex"}},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().AddDate(10, 0, 0),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		MaxPathLenZero:        true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return err
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
+	_, key, der, err := pki.NewCA(&x509.Certificate{
+		Subject:        pkix.Name{CommonName: "bex local CA", Organization: []string{"bex"}},
+		NotBefore:      time.Now().Add(-time.Hour),
+		NotAfter:       time.Now().AddDate(10, 0, 0),
+		KeyUsage:       x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+		MaxPathLenZero: true,
+	})
 	if err != nil {
 		return err
 	}
 	// The key is written first: a ca.pem without its key is never left behind.
-	if err := writeFileAtomic(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+	if err := pki.WriteKey(keyPath, key); err != nil {
 		return err
 	}
-	return writeFileAtomic(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
-}
-
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, mode); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return pki.WriteCert(certPath, der, 0o644)
 }
 
 // CertPEM is the CA's certificate, for clients to trust.
@@ -128,25 +86,20 @@ func (ca *LocalCA) Issue(_ context.Context, csr *x509.CertificateRequest) (*cert
 	if err := csr.CheckSignature(); err != nil {
 		return nil, err
 	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return nil, err
-	}
 	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{CommonName: firstName(csr)},
-		DNSNames:     csr.DNSNames,
-		IPAddresses:  csr.IPAddresses,
-		NotBefore:    time.Now().Add(-5 * time.Minute),
-		NotAfter:     time.Now().Add(CertLifetime),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		Subject:     pkix.Name{CommonName: firstName(csr)},
+		DNSNames:    csr.DNSNames,
+		IPAddresses: csr.IPAddresses,
+		NotBefore:   time.Now().Add(-5 * time.Minute),
+		NotAfter:    time.Now().Add(CertLifetime),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, csr.PublicKey, ca.key)
+	der, err := pki.Sign(tmpl, ca.cert, csr.PublicKey, ca.key)
 	if err != nil {
 		return nil, err
 	}
-	chain := append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), ca.certPEM...)
+	chain := append(pki.EncodeCert(der), ca.certPEM...)
 	return &certmagic.IssuedCertificate{Certificate: chain}, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"syscall"
 
 	"bex.co/bex/gitserver/backend"
+	"bex.co/bex/internal/bytesize"
 )
 
 // FreeSpace says how many bytes of the file system holding path are free to
@@ -65,25 +66,7 @@ func (s *Server) checkDisk(again string) error {
 	}
 	return backend.Errorf(backend.Invalid,
 		"the disk of %s has %s free (under the %s bex keeps): free space on it and %s (%s)",
-		dir, humanBytes(free), humanBytes(margin), again, whereToLook)
-}
-
-// humanBytes is n in the largest binary unit that leaves a whole number (612 MiB,
-// 1 GiB), rounded down past GiB, so that it reads as df -h does.
-func humanBytes(n uint64) string {
-	switch {
-	case n >= 10<<30:
-		return fmt.Sprintf("%d GiB", n>>30)
-	case n >= 1<<30 && n%(1<<30) == 0:
-		return fmt.Sprintf("%d GiB", n>>30)
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%d MiB", n>>20)
-	case n >= 1<<10:
-		return fmt.Sprintf("%d KiB", n>>10)
-	}
-	return fmt.Sprintf("%d B", n)
+		dir, bytesize.FormatUint(free), bytesize.FormatUint(margin), again, whereToLook)
 }
 
 // whereToLook ends both lines: the commands that show and free the disk.

@@ -38,7 +38,7 @@ func TestShortDiskRefusesPushesAndDeploysAtOnce(t *testing.T) {
 	disk.free.Store(612 << 20)
 	second := u.commit(dir, "app.txt", "v2\n")
 	out, err := u.git(dir, "push", "bex", "main")
-	want := "the disk of " + e.state + " has 612 MiB free (under the 1 GiB bex keeps): free space on it and push again (" + gitserver.WhereToLook + ")"
+	want := "the disk of " + e.state + " has 612 MiB free (under the 1.0 GiB bex keeps): free space on it and push again (" + gitserver.WhereToLook + ")"
 	if err == nil || !strings.Contains(out, want) {
 		t.Fatalf("push on a short disk: err %v, want the line %q:\n%s", err, want, out)
 	}

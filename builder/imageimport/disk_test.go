@@ -107,7 +107,7 @@ func TestImportRefusesAnImageTheDiskCannotHold(t *testing.T) {
 	im := localImporter(t, cfg)
 
 	_, err := im.Import(ctx, "disk", reg.Host+"/disk/big:v1", nil)
-	wantOneLine(t, "14 MiB compressed", err, reg.Host+"/disk/big:v1 is 1", "and the disk of "+cfg.DiskDir+" has 16.0 MiB free, 4.0 MiB of it kept by bex", "deploy the image again")
+	wantOneLine(t, "14 MiB compressed", err, reg.Host+"/disk/big:v1 is 1", "and the disk of "+cfg.DiskDir+" has 16 MiB free, 4.0 MiB of it kept by bex", "deploy the image again")
 	if !errors.Is(err, imageimport.ErrInvalid) {
 		t.Errorf("kind: %v", err)
 	}

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"bex.co/bex/internal/bytesize"
 )
 
 // Two ways an import ends before its Timeout, each the cause of the import's
@@ -152,7 +154,7 @@ func (i *Importer) fits(ref, what string, need int64) error {
 		return nil
 	}
 	return errorf(ErrInvalid, "%s %s %s and the disk of %s has %s free, %s of it kept by bex: nothing was kept; free space on that disk and deploy the image again",
-		ref, what, humanBytes(need), i.cfg.DiskDir, humanBytes(int64(free)), humanBytes(int64(margin)))
+		ref, what, bytesize.Format(need), i.cfg.DiskDir, bytesize.Format(int64(free)), bytesize.Format(int64(margin)))
 }
 
 // watchDisk cancels ctx with errDiskFull when the disk of Config.DiskDir

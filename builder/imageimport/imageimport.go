@@ -30,6 +30,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"bex.co/bex/internal/bytesize"
 )
 
 // Credentials are the registry logins kept by the platform (registry:login).
@@ -301,7 +303,7 @@ func (i *Importer) Import(ctx context.Context, app, ref string, progress io.Writ
 		size += l.Size
 	}
 	if size > i.cfg.MaxBytes {
-		return nil, errorf(ErrInvalid, "%s is %s, more than the %s an image may be", ref, humanBytes(size), humanBytes(i.cfg.MaxBytes))
+		return nil, errorf(ErrInvalid, "%s is %s, more than the %s an image may be", ref, bytesize.Format(size), bytesize.Format(i.cfg.MaxBytes))
 	}
 	plat := platformString(i.cfg.Platform)
 	if cf, err := img.ConfigFile(); err == nil && cf.OS != "" {
@@ -321,7 +323,7 @@ func (i *Importer) Import(ctx context.Context, app, ref string, progress io.Writ
 		}
 	}
 	src := r.Context().Digest(dgst.String())
-	fmt.Fprintf(progress, "-----> Resolved %s to %s (%s, %s)\n", ref, src.Name(), plat, humanBytes(size))
+	fmt.Fprintf(progress, "-----> Resolved %s to %s (%s, %s)\n", ref, src.Name(), plat, bytesize.Format(size))
 	res := &Result{
 		Image:    fmt.Sprintf("%s/%s@%s", i.cfg.ImageRepo, app, dgst),
 		Source:   src.Name(),
@@ -338,7 +340,7 @@ func (i *Importer) Import(ctx context.Context, app, ref string, progress io.Writ
 		lowest, margin := stop()
 		if errors.Is(context.Cause(ctx), errDiskFull) {
 			return nil, fmt.Errorf("pulling %s stopped: the disk of %s fell to %s free, under the %s bex keeps for the platform and the apps; nothing was kept: free space on that disk and deploy the image again",
-				ref, i.cfg.DiskDir, humanBytes(int64(lowest)), humanBytes(int64(margin)))
+				ref, i.cfg.DiskDir, bytesize.Format(int64(lowest)), bytesize.Format(int64(margin)))
 		}
 	}
 	if errors.Is(context.Cause(ctx), errStalled) {
@@ -349,7 +351,7 @@ func (i *Importer) Import(ctx context.Context, app, ref string, progress io.Writ
 		return nil, err
 	}
 	if errors.Is(err, errUnpacksPast) {
-		return nil, errorf(ErrInvalid, "%s unpacks to more than %s (its layers expand past the bound an image may unpack to): nothing was unpacked; make its layers smaller", ref, humanBytes(i.cfg.MaxUnpackedBytes))
+		return nil, errorf(ErrInvalid, "%s unpacks to more than %s (its layers expand past the bound an image may unpack to): nothing was unpacked; make its layers smaller", ref, bytesize.Format(i.cfg.MaxUnpackedBytes))
 	}
 	var bad *badLayerError
 	if errors.As(err, &bad) {
@@ -723,17 +725,4 @@ func platformString(p v1.Platform) string {
 		s += "/" + p.Variant
 	}
 	return s
-}
-
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

@@ -334,7 +334,7 @@ const unpackBound = 64 << 20
 // wantUnpacksPast checks an import's refusal for unpacking past unpackBound.
 func wantUnpacksPast(t *testing.T, err error, ref string) {
 	t.Helper()
-	want := ref + " unpacks to more than 64.0 MiB (its layers expand past the bound an image may unpack to): "
+	want := ref + " unpacks to more than 64 MiB (its layers expand past the bound an image may unpack to): "
 	if !errors.Is(err, imageimport.ErrInvalid) || !strings.HasPrefix(err.Error(), want) || strings.Contains(err.Error(), "\n") {
 		t.Fatalf("an image that unpacks to 200 MiB, bound %d: %v", unpackBound, err)
 	}

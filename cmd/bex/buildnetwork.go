@@ -49,9 +49,10 @@ func (c *buildNetworkCmd) command() *cobra.Command {
 			"not the cluster, the node, the LAN or the cloud metadata address.",
 		Args: cobra.NoArgs,
 	}
+	d := stepnet.DefaultConfig()
 	f := cmd.Flags()
-	f.StringVar(&c.bridge, "bridge", "buildkit0", "the steps' bridge (the \"bridge\" of buildkitd's CNI conflist)")
-	f.StringVar(&c.subnet, "subnet", "10.10.0.0/16", "the steps' addresses (the conflist's host-local range), masqueraded to the pod's")
+	f.StringVar(&c.bridge, "bridge", d.Bridge, "the steps' bridge (the \"bridge\" of buildkitd's CNI conflist)")
+	f.StringVar(&c.subnet, "subnet", d.Subnet.String(), "the steps' addresses (the conflist's host-local range), masqueraded to the pod's")
 	f.StringVar(&c.resolvConf, "resolv-conf", "/etc/resolv.conf", "the resolv.conf whose nameservers steps may reach on port 53 (buildkitd gives steps the pod's)")
 	f.Var(&c.allow, "allow", "IPv4 ranges, CIDR[,CIDR...], that steps may reach although they are not the Internet (a package mirror on the LAN)")
 	f.StringSliceVar(&c.block, "block", nil, "addresses or CIDRs closed to steps besides the non-public ranges: the node's own (a public address), e.g. --block=$(NODE_IP)")

@@ -111,8 +111,8 @@ func (c *gitserverCmd) command() *cobra.Command {
 	}
 	f := cmd.Flags()
 	c.apiFlags.bind(f, "directory for the host key, repositories and build logs")
-	f.StringVar(&c.sshAddr, "ssh-addr", ":2222", "SSH listen address")
-	f.StringVar(&c.namespace, "namespace", "default", "namespace of the Apps")
+	f.StringVar(&c.sshAddr, "ssh-addr", gitserver.DefaultConfig().Addr, "SSH listen address")
+	f.StringVar(&c.namespace, "namespace", access.DefaultNamespace, "namespace of the Apps")
 	f.StringVar(&c.secretsNamespace, "secrets-namespace", "", "namespace of the webhook secrets and the agents' tokens, the only Secrets the gitserver touches (default: --namespace; on a cluster a namespace of its own, bex-gitserver, so that it needs no access to the apps' Secrets nor the edge's)")
 	f.StringVar(&c.buildkitAddr, "buildkit-addr", "", "buildkitd address (default: unix://STATE_DIR/buildkitd/buildkitd.sock)")
 	f.StringVar(&c.buildkitTLS.CA, "buildkit-tls-ca", "", "CA certificate (PEM) that buildkitd's server certificate must chain to, for mutual TLS with a tcp:// --buildkit-addr (a cluster, where buildkitd takes only clients with a certificate of its CA)")
@@ -122,15 +122,15 @@ func (c *gitserverCmd) command() *cobra.Command {
 	f.StringVar(&c.imageRepo, "image-repo", defaultImageRepo, "repository that names the built images")
 	f.BoolVar(&c.push, "push", false, "push the built images to --image-repo's registry (a cluster, where nodes pull them) instead of keeping them in buildkitd's containerd")
 	f.StringVar(&c.registryConfig, "registry-config", "", "Docker-style config.json with the credentials for pushing and for private base images (default: anonymous)")
-	f.StringVar(&c.imageResolveMode, "image-resolve-mode", "default", "how base images are found: default, pull, or local (no registry)")
+	f.StringVar(&c.imageResolveMode, "image-resolve-mode", builder.DefaultConfig().ImageResolveMode, "how base images are found: default, pull, or local (no registry)")
 	f.StringVar(&c.runtime, "runtime", "local", "the deployer's runtime, for the logs command: local (read from STATE_DIR/runtime) or kubernetes")
 	f.BoolVar(&c.hostUsers, "host-users", false, "kubernetes runtime: run one-off pods (run, the release phase) in the node's user namespace, as the deployer's --host-users does for the app's pods")
 	f.StringVar(&c.volumeHelperImage, "volume-helper-image", "", "kubernetes runtime: bex's own image (the one this gitserver runs), which the helper pods of volumes:backup and volumes:restore run; empty: those commands are off on a cluster")
 	f.StringVar(&c.containerdAddr, "containerd-addr", "", "containerd socket of the local runtime, where the images are, for system:df and system:prune (default: STATE_DIR/containerd/containerd.sock)")
 	f.Var(&c.allowEgress, "allow-tenant-egress", "local runtime, for the one-offs (run, release commands): "+egressUsage+"; give the deployer the same")
-	f.StringVar(&c.containerdNS, "containerd-namespace", "bex", "containerd namespace of the local runtime (the one buildkitd builds into)")
+	f.StringVar(&c.containerdNS, "containerd-namespace", defaultContainerdNamespace, "containerd namespace of the local runtime (the one buildkitd builds into)")
 	f.StringSliceVar(&c.adminKeys, "admin-keys", nil, "OpenSSH public key files whose keys the user admin holds, made sure of at every start (BEX_ADMIN_KEYS=a.pub,b.pub)")
-	f.StringVar(&c.baseDomain, "base-domain", "localhost", "apps answer at <app>.<base-domain> (as the deployer and the edge have it): domains:add refuses members names under it and in its registered domain")
+	f.StringVar(&c.baseDomain, "base-domain", backend.DefaultConfig().BaseDomain, "apps answer at <app>.<base-domain> (as the deployer and the edge have it): domains:add refuses members names under it and in its registered domain")
 	f.StringVar(&c.sshURL, "ssh-url", "", "how users reach this server, for the hints commands print (default ssh://git@HOST:PORT)")
 	f.StringVar(&c.hooksAddr, "hooks-addr", "", "HTTP address of the webhooks (POST /hooks/<app>) and the agents' MCP endpoint (/mcp); empty: off")
 	f.StringVar(&c.hooksURL, "hooks-url", "", "how git hosts reach the webhooks, for `webhooks APP` (default http://HOOKS-ADDR)")
@@ -436,11 +436,6 @@ func (c *gitserverCmd) close() error {
 	}
 	return nil
 }
-
-// defaultImageRepo is the default of both --image-repo flags: the gitserver's
-// builds name images under it, the deployer removes pruned releases' images under
-// it, so that `bex up` (which passes neither) has them agree.
-const defaultImageRepo = "bex.local"
 
 // newKubeOneOffs is the kubernetes runtime's one-off pods, confined as the
 // deployer's pods are (hostUsers as its --host-users).

@@ -244,7 +244,7 @@ type apiFlags struct {
 }
 
 func (a *apiFlags) bind(f *pflag.FlagSet, stateDirUse string) {
-	f.StringVar(&a.stateDir, "state-dir", "/var/lib/bex", stateDirUse)
+	f.StringVar(&a.stateDir, "state-dir", defaultStateDir, stateDirUse)
 	f.StringVar(&a.kubeconfig, "kubeconfig", "", "kubeconfig of the API (default: $KUBECONFIG, else the pod's service account, else STATE_DIR/kubeconfig)")
 }
 

@@ -52,16 +52,21 @@ type Store struct {
 
 var _ certmagic.Storage = (*Store)(nil)
 
+// DefaultConfig returns the defaults; Namespace, which has none, is empty. A
+// zero LeaseDuration or PollInterval also means its default.
+func DefaultConfig() Config { return Config{LeaseDuration: time.Minute, PollInterval: time.Second} }
+
 // New makes a Store. c must read uncached: the replicas write the same objects.
 func New(cfg Config, c client.Client) (*Store, error) {
 	if cfg.Namespace == "" {
 		return nil, errors.New("secretstore: a namespace is required")
 	}
+	d := DefaultConfig()
 	if cfg.LeaseDuration <= 0 {
-		cfg.LeaseDuration = time.Minute
+		cfg.LeaseDuration = d.LeaseDuration
 	}
 	if cfg.PollInterval <= 0 {
-		cfg.PollInterval = time.Second
+		cfg.PollInterval = d.PollInterval
 	}
 	if cfg.Identity == "" {
 		host, _ := os.Hostname()

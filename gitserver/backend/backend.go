@@ -166,7 +166,7 @@ type Config struct {
 	RolloutTimeout time.Duration
 	// CacheWait bounds how long a write waits for Reader to see it.
 	CacheWait time.Duration
-	// Log receives the audit lines and internal errors.
+	// Log receives the audit lines and internal errors; nil: slog.Default().
 	Log *slog.Logger
 }
 
@@ -220,7 +220,7 @@ func New(cfg Config) (*Backend, error) {
 	}
 	log := cfg.Log
 	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		log = slog.Default()
 	}
 	return &Backend{cfg: cfg, log: log.WithGroup("backend")}, nil
 }

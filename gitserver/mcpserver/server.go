@@ -28,7 +28,7 @@ type Config struct {
 	MaxLogBytes int
 	// Version is bex's, shown to clients.
 	Version string
-	// Log receives refused tokens and the SDK's messages.
+	// Log receives refused tokens and the SDK's messages; nil: slog.Default().
 	Log *slog.Logger
 	// FailedTokens limits the bearer tokens that do not verify, per source
 	// (the request's client, clientaddr): past it, every request from that
@@ -49,7 +49,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{MaxLogBytes: 64 << 10, Version: "dev", Log: slog.New(slog.DiscardHandler), FailedTokens: sourcelimit.DefaultConfig(), Recheck: time.Second}
+	return Config{MaxLogBytes: 64 << 10, Version: "dev", FailedTokens: sourcelimit.DefaultConfig(), Recheck: time.Second}
 }
 
 // Validate reports every problem of c at once.
@@ -63,9 +63,6 @@ func (c Config) Validate() error {
 	}
 	if c.Version == "" {
 		errs = append(errs, errors.New("mcpserver: Config.Version is required (DefaultConfig has one)"))
-	}
-	if c.Log == nil {
-		errs = append(errs, errors.New("mcpserver: Config.Log is required (DefaultConfig has one)"))
 	}
 	if err := c.FailedTokens.Validate("mcpserver: Config.FailedTokens"); err != nil {
 		errs = append(errs, err)
@@ -98,7 +95,11 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Log.WithGroup("mcpserver"), failed: failed}
+	log := cfg.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Server{cfg: cfg, log: log.WithGroup("mcpserver"), failed: failed}
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "bex", Title: "bex: git-push PaaS", Version: cfg.Version}, &mcp.ServerOptions{
 		Instructions: "bex runs apps from git. Tools act as the user whose token you hold, on the apps that user may use. " +
 			"Each result says what happened in text and in structured fields; a refusal is a tool error whose text is " +

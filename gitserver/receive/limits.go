@@ -5,6 +5,8 @@ import (
 	"strconv"
 
 	"github.com/go-git/go-git/v5/plumbing"
+
+	"bex.co/bex/internal/bytesize"
 )
 
 // Limits bound what one pack may hold.
@@ -80,24 +82,5 @@ func (e *TooLargeError) Error() string {
 	default:
 		what = "an object of the push"
 	}
-	return fmt.Sprintf("%s is %s, more than the limit of %s per file", what, HumanBytes(e.Size), HumanBytes(e.Limit))
-}
-
-// HumanBytes writes n in binary units with one decimal below 10 ("1.0 GiB",
-// "100 MiB").
-func HumanBytes(n int64) string {
-	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
-	f := float64(n)
-	i := 0
-	for f >= 1024 && i < len(units)-1 {
-		f /= 1024
-		i++
-	}
-	if i == 0 {
-		return fmt.Sprintf("%d B", n)
-	}
-	if f < 10 {
-		return fmt.Sprintf("%.1f %s", f, units[i])
-	}
-	return fmt.Sprintf("%.0f %s", f, units[i])
+	return fmt.Sprintf("%s is %s, more than the limit of %s per file", what, bytesize.Format(e.Size), bytesize.Format(e.Limit))
 }

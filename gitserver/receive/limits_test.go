@@ -151,14 +151,6 @@ func TestADeltaWhoseResultIsOverTheLimitIsRefused(t *testing.T) {
 	}
 }
 
-func TestHumanBytes(t *testing.T) {
-	for n, want := range map[int64]string{100 << 20: "100 MiB", 1 << 30: "1.0 GiB", 1536 << 20: "1.5 GiB", 512: "512 B", 512 << 10: "512 KiB"} {
-		if got := HumanBytes(n); got != want {
-			t.Errorf("HumanBytes(%d) = %q, want %q", n, got, want)
-		}
-	}
-}
-
 // FuzzStorePack: whatever the pack holds, StorePack refuses or stores it, never
 // panics, and stores nothing it refused. Seeds: a real pack with deltas and a
 // hand-made one.

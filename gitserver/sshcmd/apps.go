@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"bex.co/bex/internal/bytesize"
 )
 
 func (s *session) appCommands() []*cobra.Command {
@@ -90,8 +92,8 @@ func (s *session) appCommands() []*cobra.Command {
 		if d := in.Disk; d != nil {
 			k := d.Kinds
 			rows = append(rows, [2]string{"Disk", fmt.Sprintf("%s (images %s, build cache %s, build logs %s, logs %s, repository %s, volumes %s; reclaimable %s)",
-				humanBytes(d.Bytes), humanBytes(k.Images), humanBytes(k.BuildCache), humanBytes(k.BuildLogs), humanBytes(k.Logs),
-				humanBytes(k.Repository), humanBytes(k.Volumes), humanBytes(d.Reclaimable))})
+				bytesize.Format(d.Bytes), bytesize.Format(k.Images), bytesize.Format(k.BuildCache), bytesize.Format(k.BuildLogs), bytesize.Format(k.Logs),
+				bytesize.Format(k.Repository), bytesize.Format(k.Volumes), bytesize.Format(d.Reclaimable))})
 		}
 		for _, r := range rows {
 			fmt.Fprintf(w, "%s:\t%s\n", r[0], r[1])

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"bex.co/bex/gitserver/backend"
+	"bex.co/bex/internal/bytesize"
 )
 
 // groupSystem is the machine's own commands (admins).
@@ -27,22 +28,22 @@ func (s *session) systemCommands() []*cobra.Command {
 		fmt.Fprintln(w, "APP\tIMAGES\tBUILD CACHE\tBUILD LOGS\tLOGS\tREPOSITORY\tVOLUMES\tOTHER\tTOTAL\tRECLAIMABLE")
 		row := func(name string, a backend.AppUsage) {
 			k := a.Kinds
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, humanBytes(k.Images), humanBytes(k.BuildCache),
-				humanBytes(k.BuildLogs), humanBytes(k.Logs), humanBytes(k.Repository), humanBytes(k.Volumes), humanBytes(k.Other),
-				humanBytes(a.Bytes), reclaimable(a.Reclaimable, a.Bytes))
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, bytesize.Format(k.Images), bytesize.Format(k.BuildCache),
+				bytesize.Format(k.BuildLogs), bytesize.Format(k.Logs), bytesize.Format(k.Repository), bytesize.Format(k.Volumes), bytesize.Format(k.Other),
+				bytesize.Format(a.Bytes), reclaimable(a.Reclaimable, a.Bytes))
 		}
 		for _, a := range du.Apps {
 			row(a.App, a)
 		}
 		row("(platform)", du.Platform)
-		fmt.Fprintf(w, "TOTAL\t\t\t\t\t\t\t\t%s\t%s\n", humanBytes(du.Bytes), reclaimable(du.Reclaimable, du.Bytes))
+		fmt.Fprintf(w, "TOTAL\t\t\t\t\t\t\t\t%s\t%s\n", bytesize.Format(du.Bytes), reclaimable(du.Reclaimable, du.Bytes))
 		if err := w.Flush(); err != nil {
 			return err
 		}
 		fmt.Fprintf(s.out, "\nState dir %s: %s on disk; its file system has %s free of %s.\n", du.StateDir,
-			humanBytes(du.StateDirBytes), humanBytes(du.FileSystem.Free), humanBytes(du.FileSystem.Size))
+			bytesize.Format(du.StateDirBytes), bytesize.Format(du.FileSystem.Free), bytesize.Format(du.FileSystem.Size))
 		if du.BuildCacheShared > 0 {
-			fmt.Fprintf(s.out, "BuildKit also holds %s of cache records whose layers are images' (counted as images, their snapshots as other).\n", humanBytes(du.BuildCacheShared))
+			fmt.Fprintf(s.out, "BuildKit also holds %s of cache records whose layers are images' (counted as images, their snapshots as other).\n", bytesize.Format(du.BuildCacheShared))
 		}
 		for _, n := range du.NotMeasured {
 			fmt.Fprintf(s.out, "Not measured: %s\n", n)
@@ -78,7 +79,7 @@ func (s *session) systemCommands() []*cobra.Command {
 				if app == "" {
 					app = "(platform)"
 				}
-				b := humanBytes(it.Bytes)
+				b := bytesize.Format(it.Bytes)
 				if it.Kind == "repository" && rep.DryRun {
 					b = "?"
 				}
@@ -88,7 +89,7 @@ func (s *session) systemCommands() []*cobra.Command {
 				return ferr
 			}
 		}
-		fmt.Fprintf(s.out, "%s %d item(s). %s %s.\n", verb, len(rep.Items), sum, humanBytes(rep.Bytes))
+		fmt.Fprintf(s.out, "%s %d item(s). %s %s.\n", verb, len(rep.Items), sum, bytesize.Format(rep.Bytes))
 		for _, sk := range rep.Skipped {
 			fmt.Fprintf(s.out, "Skipped: %s\n", sk)
 		}
@@ -103,23 +104,7 @@ func reclaimable(r, of int64) string {
 	if of <= 0 || r <= 0 {
 		return "0 B"
 	}
-	return fmt.Sprintf("%s (%d%%)", humanBytes(r), r*100/of)
-}
-
-// humanBytes is n as docker system df prints it: 1.5 GiB, 12 MiB, 300 B.
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	units := []string{"KiB", "MiB", "GiB", "TiB"}
-	v, i := float64(n)/unit, 0
-	for v >= unit && i < len(units)-1 {
-		v /= unit
-		i++
-	}
-	s := fmt.Sprintf("%.1f", v)
-	return strings.TrimSuffix(s, ".0") + " " + units[i]
+	return fmt.Sprintf("%s (%d%%)", bytesize.Format(r), r*100/of)
 }
 
 // visible is s with every rune that is not graphic (escape sequences, tabs,

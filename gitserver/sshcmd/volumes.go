@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"bex.co/bex/gitserver/backend"
+	"bex.co/bex/internal/bytesize"
 )
 
 // volumeCommands are an app's volumes: list, create, destroy, backup, restore.
@@ -29,7 +30,7 @@ func (s *session) volumeCommands() []*cobra.Command {
 		for _, v := range out {
 			used := "-"
 			if v.UsedBytes != nil {
-				used = humanBytes(*v.UsedBytes)
+				used = bytesize.Format(*v.UsedBytes)
 			}
 			procs := "all"
 			if len(v.Processes) > 0 {

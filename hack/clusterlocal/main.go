@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"bex.co/bex/internal/ready"
 )
 
 const usage = `usage: clusterlocal up DIR | down DIR | node DIR   (hack/cluster-local.sh runs it)`
@@ -103,23 +106,23 @@ func (l *layout) startNode() error {
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	deadline := time.After(4 * time.Minute)
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case err := <-exited:
-			return fmt.Errorf("the node stopped while starting (%v): %s", err, tail(l.logFile("node"), 15))
-		case <-deadline:
-			return fmt.Errorf("the node was not ready within 4 minutes: %s", tail(l.logFile("node"), 15))
-		case <-tick.C:
-			if _, err := os.Stat(l.path("node.ready")); err == nil {
-				return nil
-			}
-		}
+	exited := make(chan struct{})
+	var exitErr error
+	go func() { exitErr = cmd.Wait(); close(exited) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	err = ready.Wait(ctx, 200*time.Millisecond, exited, func(context.Context) error {
+		_, err := os.Stat(l.path("node.ready"))
+		return err
+	})
+	var nr *ready.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &nr) && nr.Exited:
+		return fmt.Errorf("the node stopped while starting (%v): %s", exitErr, tail(l.logFile("node"), 15))
 	}
+	return fmt.Errorf("the node was not ready within 4 minutes: %s", tail(l.logFile("node"), 15))
 }
 
 func tail(path string, n int) string {

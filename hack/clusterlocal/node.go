@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"bex.co/bex/internal/machine/supervise"
+	"bex.co/bex/internal/ready"
 )
 
 // runNode is `clusterlocal node DIR`: the node's supervisor. up starts it inside the
@@ -256,30 +257,14 @@ func (l *layout) httpsReady(url, caFile, cert string) func(context.Context) erro
 			}
 			cfg.Certificates = []tls.Certificate{kp}
 		}
-		return get(ctx, &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}, Timeout: 5 * time.Second}, url)
+		return ready.Get(ctx, &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}, Timeout: 5 * time.Second}, url)
 	}
 }
 
 func httpReady(url string) func(context.Context) error {
 	return func(ctx context.Context) error {
-		return get(ctx, &http.Client{Timeout: 5 * time.Second}, url)
+		return ready.Get(ctx, &http.Client{Timeout: 5 * time.Second}, url)
 	}
-}
-
-func get(ctx context.Context, hc *http.Client, url string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return nil
 }
 
 func socketReady(path string) func(context.Context) error {

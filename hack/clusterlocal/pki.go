@@ -3,17 +3,14 @@ package main
 import (
 	"crypto"
 	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
-	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"time"
+
+	"bex.co/bex/internal/pki"
 )
 
 // certificate is one certificate the cluster's components present: to the API
@@ -71,10 +68,10 @@ func (l *layout) writePKI() error {
 			return err
 		}
 	}
-	if err := writeKey(l.pki("etcd-ca.key"), etcdKey); err != nil {
+	if err := pki.WriteKey(l.pki("etcd-ca.key"), etcdKey); err != nil {
 		return err
 	}
-	if err := writePEM(l.pki("etcd-ca.crt"), "CERTIFICATE", etcdDER, 0o644); err != nil {
+	if err := pki.WriteCert(l.pki("etcd-ca.crt"), etcdDER, 0o644); err != nil {
 		return err
 	}
 	ca, caKey, caDER, err := newCA("bex-local-ca-" + l.id)
@@ -86,7 +83,7 @@ func (l *layout) writePKI() error {
 			return err
 		}
 	}
-	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	saKey, err := pki.NewKey()
 	if err != nil {
 		return err
 	}
@@ -94,98 +91,56 @@ func (l *layout) writePKI() error {
 	if err != nil {
 		return err
 	}
-	if err := writePEM(l.pki("sa.pub"), "PUBLIC KEY", pub, 0o644); err != nil {
+	if err := pki.WritePEM(l.pki("sa.pub"), "PUBLIC KEY", pub, 0o644); err != nil {
 		return err
 	}
-	if err := writeKey(l.pki("sa.key"), saKey); err != nil {
+	if err := pki.WriteKey(l.pki("sa.key"), saKey); err != nil {
 		return err
 	}
 	// The CA last: its presence says the whole PKI is there.
-	if err := writeKey(l.pki("ca.key"), caKey); err != nil {
+	if err := pki.WriteKey(l.pki("ca.key"), caKey); err != nil {
 		return err
 	}
-	return writePEM(l.pki("ca.crt"), "CERTIFICATE", caDER, 0o644)
+	return pki.WriteCert(l.pki("ca.crt"), caDER, 0o644)
 }
 
 // newCA makes a self-signed CA valid for ten years (a developer's cluster is not
 // rotated; down and up in a new DIR makes a new one).
 func newCA(cn string) (*x509.Certificate, *ecdsa.PrivateKey, []byte, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, nil, err
-	}
 	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: cn},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.AddDate(10, 0, 0),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	ca, err := x509.ParseCertificate(der)
-	return ca, key, der, err
+	return pki.NewCA(&x509.Certificate{
+		Subject:   pkix.Name{CommonName: cn},
+		NotBefore: now.Add(-time.Hour),
+		NotAfter:  now.AddDate(10, 0, 0),
+		KeyUsage:  x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+	})
 }
 
 // issue writes base.crt and base.key: c, signed by ca.
 func issue(base string, c certificate, ca *x509.Certificate, caKey crypto.Signer) error {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	key, err := pki.NewKey()
 	if err != nil {
 		return err
 	}
 	now := time.Now()
 	tmpl := &x509.Certificate{
-		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: c.cn, Organization: c.orgs},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.AddDate(10, 0, 0),
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-		IPAddresses:  c.ips,
-		DNSNames:     c.dns,
+		Subject:     pkix.Name{CommonName: c.cn, Organization: c.orgs},
+		NotBefore:   now.Add(-time.Hour),
+		NotAfter:    now.AddDate(10, 0, 0),
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		IPAddresses: c.ips,
+		DNSNames:    c.dns,
 	}
 	if c.server {
 		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, key.Public(), caKey)
+	der, err := pki.Sign(tmpl, ca, key.Public(), caKey)
 	if err != nil {
 		return fmt.Errorf("certificate %s: %w", c.name, err)
 	}
-	return writeCertAndKey(base, der, key)
-}
-
-func serial() *big.Int {
-	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		panic(err)
-	}
-	return n
-}
-
-func writeCertAndKey(base string, der []byte, key crypto.Signer) error {
-	if err := writeKey(base+".key", key); err != nil {
+	if err := pki.WriteKey(base+".key", key); err != nil {
 		return err
 	}
-	return writePEM(base+".crt", "CERTIFICATE", der, 0o644)
-}
-
-func writeKey(path string, key crypto.Signer) error {
-	ec, ok := key.(*ecdsa.PrivateKey)
-	if !ok {
-		return errors.New("only ECDSA keys are written")
-	}
-	der, err := x509.MarshalECPrivateKey(ec)
-	if err != nil {
-		return err
-	}
-	return writePEM(path, "EC PRIVATE KEY", der, 0o600)
-}
-
-func writePEM(path, typ string, der []byte, mode os.FileMode) error {
-	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), mode)
+	return pki.WriteCert(base+".crt", der, 0o644)
 }

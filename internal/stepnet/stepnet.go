@@ -37,6 +37,13 @@ type Config struct {
 	Block []netip.Prefix
 }
 
+// DefaultConfig returns the defaults of a buildkitd pod's steps' network (bex
+// build-network's flags): BuildKit's bridge and the conflist's range;
+// Resolvers, Allow and Block are empty.
+func DefaultConfig() Config {
+	return Config{Bridge: "buildkit0", Subnet: netip.MustParsePrefix("10.10.0.0/16")}
+}
+
 func (c Config) validate() error {
 	var errs []error
 	if c.Bridge == "" || len(c.Bridge) >= unix.IFNAMSIZ {

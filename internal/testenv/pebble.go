@@ -2,14 +2,10 @@ package testenv
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +16,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"bex.co/bex/internal/pki"
 )
 
 // Pebble is a running Pebble, Let's Encrypt's ACME test server, on loopback.
@@ -182,7 +180,7 @@ func (p *Pebble) Roots(ctx context.Context) (*x509.CertPool, error) {
 
 // selfSignedLoopbackCert makes a certificate for 127.0.0.1, ::1 and localhost.
 func selfSignedLoopbackCert() (certPEM, keyPEM []byte, err error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	key, err := pki.NewKey()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -198,16 +196,15 @@ func selfSignedLoopbackCert() (certPEM, keyPEM []byte, err error) {
 		DNSNames:              []string{"localhost"},
 		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	der, err := pki.Sign(tmpl, nil, key.Public(), key)
 	if err != nil {
 		return nil, nil, err
 	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
+	keyPEM, err = pki.EncodeKey(key)
 	if err != nil {
 		return nil, nil, err
 	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
+	return pki.EncodeCert(der), keyPEM, nil
 }
 
 // SharedPebble returns the Pebble of this test binary, started on first use.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"bex.co/bex/internal/ready"
 )
 
 // process is a daemon started by the harness, its output in a log file.
@@ -52,27 +53,22 @@ func startProcess(dir, name, bin string, args []string, env ...string) (*process
 	return p, nil
 }
 
-// waitReady polls ready until it succeeds, the process exits or timeout passes. The
+// waitReady polls check until it succeeds, the process exits or timeout passes. The
 // error carries the end of the daemon's log, which is where the cause is.
-func (p *process) waitReady(timeout time.Duration, ready func(context.Context) error) error {
+func (p *process) waitReady(timeout time.Duration, check func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	var last error
-	for {
-		attempt, cancelAttempt := context.WithTimeout(ctx, 2*time.Second)
-		last = ready(attempt)
-		cancelAttempt()
-		if last == nil {
-			return nil
-		}
-		select {
-		case <-p.done:
-			return fmt.Errorf("%s exited before it was ready (%v); its log ends with:\n%s", p.name, p.err, p.logTail(20))
-		case <-ctx.Done():
-			return fmt.Errorf("%s not ready after %s: %v; its log ends with:\n%s", p.name, timeout, last, p.logTail(20))
-		case <-time.After(20 * time.Millisecond):
-		}
+	err := ready.Wait(ctx, 20*time.Millisecond, p.done, check)
+	var nr *ready.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &nr) && nr.Exited:
+		return fmt.Errorf("%s exited before it was ready (%v); its log ends with:\n%s", p.name, p.err, p.logTail(20))
+	case nr != nil:
+		return fmt.Errorf("%s not ready after %s: %v; its log ends with:\n%s", p.name, timeout, nr.Last, p.logTail(20))
 	}
+	return err
 }
 
 // stop sends SIGTERM, then SIGKILL after grace, and waits for the exit.
@@ -107,16 +103,7 @@ func (s server) Stop() error { return s.proc.stop(s.grace) }
 
 // waitListening waits until every address in listen accepts TCP connections.
 func (p *process) waitListening(timeout time.Duration, listen ...string) error {
-	return p.waitReady(timeout, func(ctx context.Context) error {
-		for _, a := range listen {
-			c, err := (&net.Dialer{}).DialContext(ctx, "tcp", a)
-			if err != nil {
-				return err
-			}
-			c.Close()
-		}
-		return nil
-	})
+	return p.waitReady(timeout, ready.TCP(listen...))
 }
 
 func (p *process) stop(grace time.Duration) error {
@@ -136,17 +123,7 @@ func (p *process) stop(grace time.Duration) error {
 	return fmt.Errorf("%s ignored SIGTERM for %s and was killed", p.name, grace)
 }
 
-func (p *process) logTail(n int) string {
-	data, err := os.ReadFile(p.logPath)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return "    " + strings.Join(lines, "\n    ")
-}
+func (p *process) logTail(n int) string { return ready.LogTail(p.logPath, n) }
 
 // removeAll unmounts whatever is still mounted below dir (overlay snapshots of a
 // container that outlived its test), then removes dir.

@@ -11,6 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"bex.co/bex/builder"
+	"bex.co/bex/deployer/runtime/local"
+	"bex.co/bex/edge"
 	"bex.co/bex/gitserver"
 	"bex.co/bex/internal/clientaddr"
 	"bex.co/bex/internal/machine/daemons"
@@ -108,10 +111,10 @@ type Config struct {
 }
 
 // Namespace is where Apps live on one machine.
-const Namespace = "default"
+const Namespace = edge.DefaultNamespace
 
 // ContainerdNamespace is the containerd namespace builds go to and apps run in.
-const ContainerdNamespace = "bex"
+const ContainerdNamespace = local.DefaultNamespace
 
 // AdminUser is the user the admin keys are given to.
 const AdminUser = "admin"
@@ -121,12 +124,12 @@ const AdminUser = "admin"
 func DefaultConfig() Config {
 	return Config{
 		StateDir:         "/var/lib/bex",
-		SSHAddr:          ":2222",
-		HTTPAddr:         ":80",
-		HTTPSAddr:        ":443",
+		SSHAddr:          gitserver.DefaultConfig().Addr,
+		HTTPAddr:         edge.DefaultHTTPAddr,
+		HTTPSAddr:        edge.DefaultHTTPSAddr,
 		HooksAddr:        "127.0.0.1:8090",
-		BaseDomain:       "localhost",
-		ImageResolveMode: "default",
+		BaseDomain:       edge.DefaultBaseDomain,
+		ImageResolveMode: builder.DefaultConfig().ImageResolveMode,
 		MaxObjectBytes:   gitserver.DefaultMaxObjectBytes,
 		MinFreeDiskBytes: gitserver.DefaultMinFreeBytes,
 		LogFormat:        "text",

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -30,6 +29,7 @@ import (
 	"bex.co/bex/internal/machine/daemons"
 	"bex.co/bex/internal/machine/supervise"
 	"bex.co/bex/internal/machine/tenantnet"
+	"bex.co/bex/internal/ready"
 )
 
 // Platform is bex running on this machine.
@@ -474,7 +474,7 @@ func (p *Platform) startComponents(ctx context.Context) error {
 		"--https-port", port(p.cfg.HTTPSAddr),
 		"--metrics-addr", "0",
 		"--health-addr", "unix:" + health,
-	}, unixHTTPReady(health, "/readyz"))
+	}, ready.UnixHTTP(health, "/readyz"))
 	// The deployer's local runtime installs the tenants' rules too: with the
 	// same ranges, or it would close what bex up opened.
 	deployer.Args = append(deployer.Args, p.egressArgs()...)
@@ -652,40 +652,12 @@ func (p *Platform) runPath(name string) (string, error) {
 	return filepath.Join(dir, name), nil
 }
 
-// tcpReady succeeds once every address accepts connections.
+// tcpReady succeeds once every address accepts connections (a wildcard host
+// dialled on loopback).
 func tcpReady(addrs ...string) func(context.Context) error {
-	return func(ctx context.Context) error {
-		for _, a := range addrs {
-			var d net.Dialer
-			conn, err := d.DialContext(ctx, "tcp", dialable(a))
-			if err != nil {
-				return err
-			}
-			conn.Close()
-		}
-		return nil
+	dial := make([]string, len(addrs))
+	for i, a := range addrs {
+		dial[i] = dialable(a)
 	}
-}
-
-// unixHTTPReady succeeds once path answers 200 on the HTTP server at socket.
-func unixHTTPReady(socket, path string) func(context.Context) error {
-	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
-	}}}
-	return func(ctx context.Context) error {
-		url := "http://localhost" + path
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return errors.New(socket + " " + path + ": " + resp.Status)
-		}
-		return nil
-	}
+	return ready.TCP(dial...)
 }

@@ -63,7 +63,7 @@ func NewVolumes(cfg Config, log *slog.Logger) (*Volumes, error) {
 		return nil, fmt.Errorf("local volumes: %w", err)
 	}
 	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		log = slog.Default()
 	}
 	cd, err := containerd.New(cfg.Address, containerd.WithDefaultNamespace(cfg.Namespace), containerd.WithTimeout(10*time.Second))
 	if err != nil {

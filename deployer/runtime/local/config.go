@@ -101,6 +101,10 @@ type Config struct {
 	TenantsPidsMax int64
 }
 
+// DefaultNamespace is the containerd namespace the runtime's containers are in,
+// and (bex up) the one buildkitd builds into.
+const DefaultNamespace = "bex"
+
 // DefaultConfig returns the defaults; StateDir, which has none, is empty.
 func DefaultConfig() Config { return Config{}.withDefaults() }
 
@@ -110,7 +114,7 @@ func (cfg Config) withDefaults() Config {
 		cfg.Address = "/run/containerd/containerd.sock"
 	}
 	if cfg.Namespace == "" {
-		cfg.Namespace = "bex"
+		cfg.Namespace = DefaultNamespace
 	}
 	if cfg.Snapshotter == "" {
 		cfg.Snapshotter = "overlayfs"

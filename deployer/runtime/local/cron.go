@@ -129,7 +129,7 @@ func NewScheduler(o runtime.OneOffs, path string, clock Clock, log *slog.Logger)
 		clock = realClock{}
 	}
 	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		log = slog.Default()
 	}
 	s := &Scheduler{oneOffs: o, clock: clock, path: path, log: log.With("component", "runtime/local/cron"),
 		apps: map[types.NamespacedName]*cronApp{}, wake: make(chan struct{}, 1), file: cronFile{Apps: map[string]cronFileApp{}}}

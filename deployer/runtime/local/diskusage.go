@@ -37,7 +37,8 @@ type Images struct {
 	Namespace string
 	// Snapshotter holds the unpacked images ("": overlayfs, as the runtime's).
 	Snapshotter string
-	Log         *slog.Logger
+	// Log receives what Remove removes and keeps; nil: slog.Default().
+	Log *slog.Logger
 }
 
 // ImageBytes are bytes of content and snapshots, and what of them removing
@@ -253,7 +254,7 @@ func (m *Images) Usage(ctx context.Context, repo string, keep map[string][]strin
 func (m *Images) Remove(ctx context.Context, repo, app string, list []ReclaimableImage, keep []string) ([]ReclaimableImage, error) {
 	log := m.Log
 	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		log = slog.Default()
 	}
 	r := &Runtime{cd: m.Client, cfg: Config{Namespace: m.Namespace}, log: log}
 	appRepo := repo + "/" + app

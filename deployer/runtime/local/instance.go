@@ -22,6 +22,7 @@ import (
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/deployer/runtime"
+	"bex.co/bex/internal/bytesize"
 )
 
 // instance is one container running one process of one gen. Its mutable fields
@@ -346,7 +347,7 @@ func (r *Runtime) superviseLoop(inst *instance, task containerd.Task) {
 			inst.lastExitOOM = oom
 			if oom {
 				inst.oomKills++
-				err = fmt.Errorf("ran out of memory (limit %s) and was killed (%s)", formatBytes(inst.memory), appv1.OOMKilledReason)
+				err = fmt.Errorf("ran out of memory (limit %s) and was killed (%s)", bytesize.Format(inst.memory), appv1.OOMKilledReason)
 			}
 			r.mu.Unlock()
 		} else {

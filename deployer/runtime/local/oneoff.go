@@ -78,7 +78,7 @@ func NewOneOffs(cfg Config, kube client.Client, owner string, log *slog.Logger) 
 		return nil, fmt.Errorf("local one-offs: owner %q: want lower-case letters, digits and dashes", owner)
 	}
 	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		log = slog.Default()
 	}
 	log = log.With("component", "runtime/local/oneoffs", "owner", owner)
 	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "logs"), 0o700); err != nil {

@@ -3,7 +3,6 @@ package local
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,6 +11,8 @@ import (
 
 	eventstypes "github.com/containerd/containerd/api/events"
 	"google.golang.org/protobuf/proto"
+
+	"bex.co/bex/internal/bytesize"
 )
 
 // An instance killed by its memory limit is told apart from one that exited or
@@ -79,7 +80,7 @@ func (r *Runtime) noteOOM(id string) {
 				return // a late event of a task that exited: its cgroup's count told
 			}
 			inst.oomSeq = inst.startSeq
-			r.log.Warn("instance ran out of memory", "app", inst.app.String(), "instance", inst.name(), "limit", formatBytes(inst.memory))
+			r.log.Warn("instance ran out of memory", "app", inst.app.String(), "instance", inst.name(), "limit", bytesize.Format(inst.memory))
 			return
 		}
 	}
@@ -121,17 +122,4 @@ func counter(path, key string) int {
 		}
 	}
 	return -1
-}
-
-// formatBytes writes a limit as people do: 512 MiB, 1.5 GiB.
-func formatBytes(n int64) string {
-	switch {
-	case n >= 1<<30 && n%(1<<30) == 0:
-		return fmt.Sprintf("%d GiB", n>>30)
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%d MiB", n>>20)
-	}
-	return fmt.Sprintf("%d bytes", n)
 }

@@ -29,6 +29,7 @@ import (
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/deployer/runtime"
+	"bex.co/bex/internal/bytesize"
 )
 
 // Labels on every container this runtime creates. They are the record that lets a
@@ -151,7 +152,7 @@ func New(cfg Config, c client.Client, log *slog.Logger) (*Runtime, error) {
 		return nil, errors.New("local runtime: a Kubernetes client is required")
 	}
 	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		log = slog.Default()
 	}
 	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "logs"), 0o700); err != nil {
 		return nil, fmt.Errorf("local runtime: state dir: %w", err)
@@ -617,7 +618,7 @@ func (r *Runtime) assess(a *appState, g gen) *failure {
 			if inst.lastExitOOM && !inst.ready {
 				return &failure{reason: appv1.OOMKilledReason, message: fmt.Sprintf(
 					"%s ran out of memory (limit %s) and was killed; it is being restarted (ps:resources %s %s --memory ... raises the limit).",
-					inst.name(), formatBytes(inst.memory), inst.app.Name, inst.process)}
+					inst.name(), bytesize.Format(inst.memory), inst.app.Name, inst.process)}
 			}
 		}
 	}

@@ -20,6 +20,7 @@ import (
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/deployer/runtime"
+	"bex.co/bex/internal/bytesize"
 )
 
 // A volume on one machine is an ext4 file system in a file of its full size
@@ -162,7 +163,7 @@ func makeVolumeImage(img string, size int64, hostID uint32) error {
 	total, free := fs.Blocks*uint64(fs.Bsize), fs.Bavail*uint64(fs.Bsize)
 	if need := uint64(size) + minFreeAfterVolume(total); free < need {
 		return fmt.Errorf("the disk holding bex's state has %s free; a volume of %s must leave %s: free some space (system:prune) or ask for a smaller size",
-			formatBytes(int64(free)), formatBytes(size), formatBytes(int64(minFreeAfterVolume(total))))
+			bytesize.Format(int64(free)), bytesize.Format(size), bytesize.Format(int64(minFreeAfterVolume(total))))
 	}
 	tmp := img + ".new"
 	_ = os.Remove(tmp)
@@ -176,7 +177,7 @@ func makeVolumeImage(img string, size int64, hostID uint32) error {
 	}
 	if err != nil {
 		_ = os.Remove(tmp)
-		return fmt.Errorf("allocate %s: %w", formatBytes(size), err)
+		return fmt.Errorf("allocate %s: %w", bytesize.Format(size), err)
 	}
 	// -m 0: no blocks reserved for the host's root, the app has all of it;
 	// nodiscard: a discard would punch the preallocated blocks out of the file.
@@ -432,7 +433,7 @@ func (r *Runtime) syncVolumes(ctx context.Context, d runtime.Desired) ([]appv1.V
 				}
 			} else if fi, err := os.Stat(r.cfg.volumeImage(key, v.Name)); err == nil && fi.Size() != v.Size.Value() {
 				// Said, not done: the file system keeps the size it was made with.
-				vs.Message = fmt.Sprintf("its size is %s, fixed when it was made (the spec asks for %s)", formatBytes(fi.Size()), v.Size.String())
+				vs.Message = fmt.Sprintf("its size is %s, fixed when it was made (the spec asks for %s)", bytesize.Format(fi.Size()), v.Size.String())
 			}
 			out = append(out, vs)
 		}

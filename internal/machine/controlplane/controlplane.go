@@ -20,6 +20,8 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"bex.co/bex/internal/machine/supervise"
+	"bex.co/bex/internal/pki"
+	"bex.co/bex/internal/ready"
 
 	"bex.co/bex/internal/freeport"
 )
@@ -44,11 +46,15 @@ type Config struct {
 	AlarmInterval time.Duration
 }
 
+// DefaultConfig returns the defaults; Dir and the binaries' paths, which have
+// none, are empty. A zero field also means its default.
+func DefaultConfig() Config { return Config{AlarmInterval: 30 * time.Second} }
+
 // ControlPlane is a prepared control plane: its PKI and ports exist; Processes
 // says how to run it.
 type ControlPlane struct {
 	cfg   Config
-	pki   pki
+	pki   pkiDir
 	ports ports
 	quota int64 // etcd's --quota-backend-bytes
 }
@@ -74,7 +80,7 @@ type ports struct {
 // peer socket's directory) and checks that the kept ports are free. A directory
 // made by an older bex gets what is missing and keeps its data.
 func Prepare(cfg Config) (*ControlPlane, error) {
-	cp := &ControlPlane{cfg: cfg, pki: pki{dir: filepath.Join(cfg.Dir, "pki")}}
+	cp := &ControlPlane{cfg: cfg, pki: pkiDir{dir: filepath.Join(cfg.Dir, "pki")}}
 	if err := cp.pki.ensure(); err != nil {
 		return nil, fmt.Errorf("control plane keys in %s: %w", cp.pki.dir, err)
 	}
@@ -122,7 +128,7 @@ func (cp *ControlPlane) loadPorts() error {
 		}
 	}
 	data, _ = json.Marshal(cp.ports)
-	return writeAtomic(cp.portsPath(), data, 0o600)
+	return pki.WriteFile(cp.portsPath(), data, 0o600)
 }
 
 // Host is the API server's URL.
@@ -182,7 +188,7 @@ func (cp *ControlPlane) Etcd() supervise.Process {
 			// /health is false while an alarm is raised, and a NOSPACE alarm is kept
 			// in the data dir across restarts: etcd serves (reads, deletes) with it,
 			// and it is handled below rather than left to block every start.
-			if err := get(ctx, hc, cp.EtcdURL()+"/health?exclude=NOSPACE"); err != nil {
+			if err := ready.Get(ctx, hc, cp.EtcdURL()+"/health?exclude=NOSPACE"); err != nil {
 				return err
 			}
 			if err := cp.updatePeerURL(ctx, hc); err != nil {
@@ -345,7 +351,7 @@ func (cp *ControlPlane) APIServer() supervise.Process {
 			if err != nil {
 				return err
 			}
-			return get(ctx, hc, cp.Host()+"/readyz")
+			return ready.Get(ctx, hc, cp.Host()+"/readyz")
 		},
 	}
 }
@@ -396,23 +402,5 @@ func (cp *ControlPlane) WriteKubeconfig(path string) error {
 	if err != nil {
 		return err
 	}
-	return writeAtomic(path, data, 0o600)
-}
-
-// get succeeds when url answers 200.
-func get(ctx context.Context, hc *http.Client, url string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s: %s", url, resp.Status, body)
-	}
-	return nil
+	return pki.WriteFile(path, data, 0o600)
 }

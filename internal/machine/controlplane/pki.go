@@ -3,24 +3,22 @@ package controlplane
 import (
 	"crypto"
 	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"time"
+
+	"bex.co/bex/internal/pki"
 )
 
-// pki is the control plane's key material, as files under dir.
-type pki struct{ dir string }
+// pkiDir is the control plane's key material, as files under dir.
+type pkiDir struct{ dir string }
 
-func (p pki) path(name string) string { return filepath.Join(p.dir, name) }
+func (p pkiDir) path(name string) string { return filepath.Join(p.dir, name) }
 
 // The files of the PKI.
 const (
@@ -50,7 +48,7 @@ const validity = 10 * 365 * 24 * time.Hour
 // ensure creates whatever is missing. Existing files are kept, so the kubeconfig
 // made from them stays valid; a state dir made by an older bex (without etcd's
 // certificates) gets the missing ones and keeps the rest.
-func (p pki) ensure() error {
+func (p pkiDir) ensure() error {
 	for _, dir := range []string{p.dir, p.path("etcd")} {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return err
@@ -105,7 +103,7 @@ func (p pki) ensure() error {
 		if err != nil {
 			return err
 		}
-		key, err := newKey()
+		key, err := pki.NewKey()
 		if err != nil {
 			return err
 		}
@@ -114,11 +112,11 @@ func (p pki) ensure() error {
 		}
 	}
 	if !exists(p.path(serviceAcctKy)) {
-		key, err := newKey()
+		key, err := pki.NewKey()
 		if err != nil {
 			return err
 		}
-		if err := writeKey(p.path(serviceAcctKy), key); err != nil {
+		if err := pki.WriteKey(p.path(serviceAcctKy), key); err != nil {
 			return err
 		}
 	}
@@ -128,14 +126,14 @@ func (p pki) ensure() error {
 // ensureCA makes a self-signed CA when there is none. A new CA invalidates the
 // certificates signed by an older one, so those (issued) are removed to be made
 // again.
-func (p pki) ensureCA(certFile, keyFile, name string, issued ...string) error {
+func (p pkiDir) ensureCA(certFile, keyFile, name string, issued ...string) error {
 	if exists(p.path(certFile)) && exists(p.path(keyFile)) {
 		return nil
 	}
 	for _, f := range issued {
 		_ = os.Remove(p.path(f))
 	}
-	key, err := newKey()
+	key, err := pki.NewKey()
 	if err != nil {
 		return err
 	}
@@ -153,72 +151,30 @@ func exists(path string) bool {
 	return err == nil
 }
 
-func newKey() (*ecdsa.PrivateKey, error) { return ecdsa.GenerateKey(elliptic.P256(), rand.Reader) }
-
 // issue signs tmpl with the parent (self-signed when parent is nil) and writes the
 // key and certificate.
-func (p pki) issue(keyFile, certFile string, key *ecdsa.PrivateKey, tmpl, parent *x509.Certificate, parentKey crypto.Signer) error {
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return err
-	}
-	tmpl.SerialNumber = serial
+func (p pkiDir) issue(keyFile, certFile string, key *ecdsa.PrivateKey, tmpl, parent *x509.Certificate, parentKey crypto.Signer) error {
 	tmpl.NotBefore = time.Now().Add(-time.Hour)
 	tmpl.NotAfter = time.Now().Add(validity)
 	if parent == nil {
-		parent, parentKey = tmpl, key
+		parentKey = key
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, key.Public(), parentKey)
+	der, err := pki.Sign(tmpl, parent, key.Public(), parentKey)
 	if err != nil {
 		return fmt.Errorf("issue %s: %w", certFile, err)
 	}
-	if err := writeKey(p.path(keyFile), key); err != nil {
+	if err := pki.WriteKey(p.path(keyFile), key); err != nil {
 		return err
 	}
 	// Certificates are public, but only root reads them here (the kubeconfig
 	// carries its own inline): 0600 as the rest of the state dir.
-	return writeAtomic(p.path(certFile), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	return pki.WriteCert(p.path(certFile), der, 0o600)
 }
 
-func writeKey(path string, key *ecdsa.PrivateKey) error {
-	der, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return err
-	}
-	return writeAtomic(path, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600)
-}
-
-// writeAtomic writes through a temporary file and a rename, so a crash never
-// leaves half a certificate that the next start would trust.
-func writeAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, mode); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
-func (p pki) load(certFile, keyFile string) (*x509.Certificate, *ecdsa.PrivateKey, error) {
-	certPEM, err := os.ReadFile(p.path(certFile))
-	if err != nil {
-		return nil, nil, err
-	}
-	keyPEM, err := os.ReadFile(p.path(keyFile))
-	if err != nil {
-		return nil, nil, err
-	}
-	cb, _ := pem.Decode(certPEM)
-	kb, _ := pem.Decode(keyPEM)
-	if cb == nil || kb == nil {
+func (p pkiDir) load(certFile, keyFile string) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+	cert, key, _, err := pki.Load(p.path(certFile), p.path(keyFile))
+	if errors.Is(err, pki.ErrNotPEM) {
 		return nil, nil, errors.New(p.dir + ": a certificate or key is not PEM; remove the directory to make new ones")
 	}
-	cert, err := x509.ParseCertificate(cb.Bytes)
-	if err != nil {
-		return nil, nil, err
-	}
-	key, err := x509.ParseECPrivateKey(kb.Bytes)
-	if err != nil {
-		return nil, nil, err
-	}
-	return cert, key, nil
+	return cert, key, err
 }

@@ -139,7 +139,7 @@ func (cp *ControlPlane) WatchSpace(ctx context.Context) {
 	}
 	every := cp.cfg.AlarmInterval
 	if every <= 0 {
-		every = 30 * time.Second
+		every = DefaultConfig().AlarmInterval
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()

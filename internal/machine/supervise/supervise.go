@@ -9,10 +9,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"bex.co/bex/internal/ready"
 )
 
 // Process describes one child.
@@ -215,22 +216,17 @@ func (c *child) waitReady(ctx context.Context) error {
 	c.mu.Lock()
 	exited := c.exited
 	c.mu.Unlock()
-	var last error
-	for {
-		attempt, cancelAttempt := context.WithTimeout(ctx, 2*time.Second)
-		last = c.p.Ready(attempt)
-		cancelAttempt()
-		if last == nil {
-			return nil
-		}
-		select {
-		case <-exited:
-			return fmt.Errorf("%s exited before it was ready (%s); the end of %s:\n%s", c.p.Name, c.exitState(), c.p.LogPath, Tail(c.p.LogPath, 15))
-		case <-ctx.Done():
-			return fmt.Errorf("%s not ready after %s: %v; the end of %s:\n%s", c.p.Name, c.p.ReadyTimeout, last, c.p.LogPath, Tail(c.p.LogPath, 15))
-		case <-time.After(50 * time.Millisecond):
-		}
+	err := ready.Wait(ctx, 50*time.Millisecond, exited, c.p.Ready)
+	var nr *ready.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &nr) && nr.Exited:
+		return fmt.Errorf("%s exited before it was ready (%s); the end of %s:\n%s", c.p.Name, c.exitState(), c.p.LogPath, Tail(c.p.LogPath, 15))
+	case nr != nil:
+		return fmt.Errorf("%s not ready after %s: %v; the end of %s:\n%s", c.p.Name, c.p.ReadyTimeout, nr.Last, c.p.LogPath, Tail(c.p.LogPath, 15))
 	}
+	return err
 }
 
 func (c *child) exitState() string {
@@ -342,14 +338,4 @@ func SetOOMScoreAdj(pid, score int) error {
 }
 
 // Tail returns the last n lines of the file at path, indented, for error messages.
-func Tail(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return "    (" + err.Error() + ")"
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return "    " + strings.Join(lines, "\n    ")
-}
+func Tail(path string, n int) string { return ready.LogTail(path, n) }

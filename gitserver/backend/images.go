@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -56,7 +57,8 @@ func (b *Backend) DeployImage(ctx context.Context, u *User, app, image string, p
 	case Conflict:
 		return nil, Errorf(Conflict, "%w: try again once it ends", err)
 	case Failed:
-		if strings.Contains(err.Error(), "keeps serving") {
+		var ks KeepsServing
+		if errors.As(err, &ks) && ks.KeepsServing() > 0 {
 			// The deployer's reason says so already.
 			return nil, err
 		}

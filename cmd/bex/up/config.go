@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"bex.co/bex/gitserver"
+	"bex.co/bex/gitserver/pipeline"
 	"bex.co/bex/internal/clientaddr"
 	"bex.co/bex/internal/machine/daemons"
 )
@@ -127,8 +127,8 @@ func DefaultConfig() Config {
 		HooksAddr:        "127.0.0.1:8090",
 		BaseDomain:       "localhost",
 		ImageResolveMode: "default",
-		MaxObjectBytes:   gitserver.DefaultMaxObjectBytes,
-		MinFreeDiskBytes: gitserver.DefaultMinFreeBytes,
+		MaxObjectBytes:   pipeline.DefaultMaxObjectBytes,
+		MinFreeDiskBytes: pipeline.DefaultMinFreeBytes,
 		LogFormat:        "text",
 		BuildCacheKeep:   daemons.DefaultBuildCacheKeep,
 	}

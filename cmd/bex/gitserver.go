@@ -17,6 +17,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"bex.co/bex/builder"
@@ -169,28 +170,10 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	if c.secretsNamespace == "" {
 		c.secretsNamespace = c.namespace
 	}
-	restCfg, s, err := c.connect()
+	restCfg, kc, dir, informers, err := c.startAPI(ctx)
 	if err != nil {
 		return err
 	}
-	kc, err := client.New(restCfg, client.Options{Scheme: s})
-	if err != nil {
-		return err
-	}
-	acfg := access.DefaultConfig()
-	acfg.Namespace = c.namespace
-	dir, informers, err := access.Start(ctx, acfg, restCfg, s, kc)
-	if err != nil {
-		return err
-	}
-
-	if err := ensureAdminKeys(ctx, kc, c.adminKeys); err != nil {
-		return err
-	}
-	if ok, err := backend.HasAdmin(ctx, kc); err == nil && !ok {
-		say(c.errOut, c.log, "bex gitserver: no admin yet: run `bex users add NAME --admin --key ~/.ssh/id_ed25519.pub` on this machine, or start with --admin-keys FILE")
-	}
-
 	pcfg := c.pipelineConfig()
 	b, err := builder.New(c.builderConfig(pcfg), c.log)
 	if err != nil {
@@ -242,11 +225,8 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	if hooksListener != nil {
 		defer hooksListener.Close()
 	}
-	bk := backend.DefaultConfig()
-	bk.Client, bk.Reader, bk.Namespace, bk.SecretsNamespace = kc, informers, c.namespace, c.secretsNamespace
-	bk.Releases, bk.BaseDomain = recorder, c.baseDomain
-	bk.Deployer = codeDeployer{pl}
-	bk.Logs, bk.Builds, bk.Tokens = logs, buildLogs{b}, tokenStore
+	bk := c.backendConfig(kc, informers, recorder, pl, b)
+	bk.Logs, bk.Tokens = logs, tokenStore
 	bk.Volumes = kubeVols
 	if c.runtime == "local" {
 		// One machine: the state dir, buildkitd and containerd are this
@@ -316,13 +296,6 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 		// The release command and postdeploy scripts run as one-offs too.
 		recorder.OneOffs = c.oneOffs
 	}
-	bk.RemoveRepository = func(ctx context.Context, app string) error { return pl.RemoveRepository(ctx, app, 10*time.Second) }
-	bk.RemoveBuildLogs = b.RemoveLogs
-	bk.UpstreamPolicy = upstream.Policy{AllowPrivate: c.allowPrivate, AllowFile: c.allowFile}
-	bk.HooksURL, bk.RolloutTimeout, bk.Log = c.hooksURL, pcfg.RolloutTimeout, c.log
-	if c.sshURL != "" {
-		bk.Host = c.sshURL
-	}
 	be, err := backend.New(bk)
 	if err != nil {
 		return err
@@ -337,6 +310,59 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	return c.serve(ctx, srv, pl, hooksListener, be)
+}
+
+// backendConfig is the backend's configuration on the API, the pipeline (its
+// deploys, the repositories) and the builder (its logs); the runtime's parts
+// are added by run.
+func (c *gitserverCmd) backendConfig(kc client.Client, informers client.Reader, recorder *releases.Recorder, pl *pipeline.Pipeline, b *builder.Builder) backend.Config {
+	bk := backend.DefaultConfig()
+	bk.Client, bk.Reader, bk.Namespace, bk.SecretsNamespace = kc, informers, c.namespace, c.secretsNamespace
+	bk.Releases, bk.BaseDomain = recorder, c.baseDomain
+	bk.Deployer = codeDeployer{pl}
+	bk.Builds = buildLogs{b}
+	bk.RemoveRepository = func(ctx context.Context, app string) error { return pl.RemoveRepository(ctx, app, 10*time.Second) }
+	bk.RemoveBuildLogs = b.RemoveLogs
+	bk.UpstreamPolicy = upstream.Policy{AllowPrivate: c.allowPrivate, AllowFile: c.allowFile}
+	bk.HooksURL, bk.RolloutTimeout, bk.Log = c.hooksURL, pl.Config().RolloutTimeout, c.log
+	if c.sshURL != "" {
+		bk.Host = c.sshURL
+	}
+	return bk
+}
+
+// startAPI connects to the API, starts the directory's cache and makes sure
+// of --admin-keys, saying when there is no admin yet.
+func (c *gitserverCmd) startAPI(ctx context.Context) (*rest.Config, client.Client, *access.Kube, cache.Cache, error) {
+	restCfg, s, err := c.connect()
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	kc, err := client.New(restCfg, client.Options{Scheme: s})
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	acfg := access.DefaultConfig()
+	acfg.Namespace = c.namespace
+	dir, informers, err := access.Start(ctx, acfg, restCfg, s, kc)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if err := ensureAdminKeys(ctx, kc, c.adminKeys); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if ok, err := backend.HasAdmin(ctx, kc); err == nil && !ok {
+		say(c.errOut, c.log, "bex gitserver: no admin yet: run `bex users add NAME --admin --key ~/.ssh/id_ed25519.pub` on this machine, or start with --admin-keys FILE")
+	}
+	return restCfg, kc, dir, informers, nil
+}
+
+// serve serves SSH (and, with hooksListener, the webhooks and the agents'
+// API) until ctx ends or a listener fails, then shuts the front-ends down
+// before the pipeline they run on.
+func (c *gitserverCmd) serve(ctx context.Context, srv *gitserver.Server, pl *pipeline.Pipeline, hooksListener net.Listener, be *backend.Backend) error {
+	var err error
 	c.listener, err = net.Listen("tcp", c.sshAddr)
 	if err != nil {
 		return err

@@ -13,7 +13,7 @@ import (
 )
 
 // ImageDeployer deploys an image from a registry as a release of an app,
-// through a push's lock, release and rollout (the gitserver's DeployImage;
+// through a push's lock, release and rollout (gitserver/pipeline's DeployImage;
 // cmd/bex wires it). Its errors carry kinds: NotFound (no app, or no such
 // image), Invalid (not a reference, a registry out of reach or refusing,
 // no login), Conflict (a push or deploy holds the app), Failed (the rollout

@@ -48,7 +48,7 @@ func importError(err error) error {
 // imageDeployer is the pipeline's DeployImage as the backend calls it.
 type imageDeployer struct {
 	p      *pipeline.Pipeline
-	images pipeline.Images
+	images pipeline.ImageImporter
 }
 
 func (d imageDeployer) DeployImage(ctx context.Context, req backend.ImageRequest) (*backend.DeployResult, error) {
@@ -71,7 +71,7 @@ func registryBlocked(allowPrivate bool) func(netip.Addr) string {
 
 // importer is i as the pipeline's Images, nil when deploy:image is off (a
 // nil interface, not a nil importer in one).
-func (i imageImporter) importer() pipeline.Images {
+func (i imageImporter) importer() pipeline.ImageImporter {
 	if i.im == nil {
 		return nil
 	}

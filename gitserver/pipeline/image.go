@@ -22,7 +22,7 @@ type ImageRequest struct {
 	Actor string
 }
 
-// ErrNoImages: DeployImage was given no Images (this server pulls nothing).
+// ErrNoImages: DeployImage was given no ImageImporter (this server pulls nothing).
 var ErrNoImages error = &backend.Error{Kind: backend.Invalid, Msg: "this server does not deploy images from registries"}
 
 // DeployImage deploys an image from a registry as a release of req.App, the way
@@ -35,7 +35,7 @@ var ErrNoImages error = &backend.Error{Kind: backend.Invalid, Msg: "this server 
 // no app.json, no release command, postdeploy script or cron jobs (the
 // release clears the ones the last push brought; a rollback to that push's
 // release brings them back). Progress lines go to progress as a push's do.
-func (p *Pipeline) DeployImage(ctx context.Context, req ImageRequest, from Images, progress io.Writer) (*DeployResult, error) {
+func (p *Pipeline) DeployImage(ctx context.Context, req ImageRequest, from ImageImporter, progress io.Writer) (*DeployResult, error) {
 	if !appv1.ValidAppName(req.App) {
 		return nil, fmt.Errorf("%w: %q is not an app name", ErrAppNotFound, req.App)
 	}

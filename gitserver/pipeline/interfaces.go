@@ -141,9 +141,9 @@ type ReleaseRequest struct {
 	Progress io.Writer
 }
 
-// Images brings an image from a registry into an app's image repository, for
+// ImageImporter brings an image from a registry into an app's image repository, for
 // DeployImage (deploy:image): cmd/bex wires builder/imageimport.
-type Images interface {
+type ImageImporter interface {
 	// Import resolves ref (a tag or a digest, from any registry this server may
 	// reach) and copies the image where the app's releases' images live,
 	// writing progress lines to progress. It returns the copy's digest-pinned
@@ -166,8 +166,8 @@ type UpstreamAuth interface {
 	Credentials(ctx context.Context, app string) (username, password string, ok bool, err error)
 }
 
-// Apps reads the apps the pipeline deploys (gitserver.Directory is one).
-type Apps interface {
+// AppReader reads the apps the pipeline deploys (gitserver.Directory is one).
+type AppReader interface {
 	// App returns an app, or ErrAppNotFound.
 	App(ctx context.Context, name string) (*App, error)
 }
@@ -181,7 +181,7 @@ type App struct {
 	Members []string
 }
 
-// Errors of an app's lookup and creation (gitserver.Directory, Apps).
+// Errors of an app's lookup and creation (gitserver.Directory, AppReader).
 var (
 	ErrAppNotFound error = &backend.Error{Kind: backend.NotFound, Msg: "app not found"}
 	ErrAppExists   error = &backend.Error{Kind: backend.Conflict, Msg: "app already exists"}

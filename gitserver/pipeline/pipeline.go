@@ -24,7 +24,7 @@ import (
 // deploy:image, webhooks) call it: cmd/bex makes it first and hands it to both.
 type Pipeline struct {
 	cfg      Config
-	apps     Apps
+	apps     AppReader
 	builder  Builder
 	releaser Releaser
 	// upstreamAuth gives an upstream fetch the app's deploy key and credentials;
@@ -50,13 +50,13 @@ type Option func(*Pipeline)
 func WithUpstreamAuth(a UpstreamAuth) Option { return func(p *Pipeline) { p.upstreamAuth = a } }
 
 // New makes a pipeline. reg receives its metrics (nil: not registered).
-func New(cfg Config, apps Apps, b Builder, r Releaser, log *slog.Logger, reg prometheus.Registerer, opts ...Option) (*Pipeline, error) {
+func New(cfg Config, apps AppReader, b Builder, r Releaser, log *slog.Logger, reg prometheus.Registerer, opts ...Option) (*Pipeline, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withPaths()
 	if apps == nil || b == nil || r == nil {
-		return nil, errors.New("pipeline: Apps, a Builder and a Releaser are required")
+		return nil, errors.New("pipeline: an AppReader, a Builder and a Releaser are required")
 	}
 	if log == nil {
 		log = slog.Default()

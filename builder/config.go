@@ -72,8 +72,9 @@ type Config struct {
 	PlanBasesReady string
 	// MinFreeBytes and MinFreePercent are the free space a running build leaves
 	// on the file system of StateDir (the smaller of the two; either 0 turns the
-	// watch off): a build under it is stopped with ErrDiskFull. Set as the
-	// gitserver's margin (--min-free-disk), which refuses builds from the start.
+	// watch off): a build under it is stopped with ErrDiskFull. No default:
+	// the margin has one owner, the gitserver's pipeline (--min-free-disk,
+	// which refuses builds from the start), and cmd/bex gives it here.
 	MinFreeBytes   int64
 	MinFreePercent float64
 }
@@ -110,8 +111,6 @@ func DefaultConfig() Config {
 		KeepLogs:         20,
 		MaxLogBytes:      1 << 20,
 		Plan:             plan.DefaultConfig(),
-		MinFreeBytes:     DefaultMinFreeBytes,
-		MinFreePercent:   DefaultMinFreePercent,
 	}
 }
 

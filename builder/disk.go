@@ -17,13 +17,6 @@ import (
 // what it wrote given back (awaited, at most 30 s) before Build returns.
 var ErrDiskFull = errors.New("the build filled the disk")
 
-// Default free space kept on the disk by builds: the smaller of the two, as the
-// gitserver's own margin (its --min-free-disk).
-const (
-	DefaultMinFreeBytes   = 1 << 30
-	DefaultMinFreePercent = 5
-)
-
 // diskPoll is how often a running build's disk is asked for its free space:
 // statfs is a cheap system call, and a step writing at a tmpfs's speed crosses
 // the margin in tens of milliseconds.

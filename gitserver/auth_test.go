@@ -155,7 +155,7 @@ func TestPortForwardingIsRefused(t *testing.T) {
 }
 
 func TestSilentConnectionsAreClosedAfterTheHandshakeTimeout(t *testing.T) {
-	e := newEnv(t, func(c *gitserver.Config) { c.HandshakeTimeout = 300 * time.Millisecond })
+	e := newEnv(t, func(c *config) { c.HandshakeTimeout = 300 * time.Millisecond })
 	conn, err := net.Dial("tcp", e.addr)
 	if err != nil {
 		t.Fatal(err)
@@ -172,11 +172,12 @@ func TestHostKeyIsKeptAcrossRestarts(t *testing.T) {
 	state := t.TempDir()
 	cfg := gitserver.DefaultConfig()
 	cfg.StateDir = state
-	a, err := gitserver.New(cfg, nopDirectory{}, &fakeBuilder{}, &fakeDeployer{}, nil, nil)
+	pl := nopPipeline(t, state)
+	a, err := gitserver.New(cfg, nopDirectory{}, pl, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := gitserver.New(cfg, nopDirectory{}, &fakeBuilder{}, &fakeDeployer{}, nil, nil)
+	b, err := gitserver.New(cfg, nopDirectory{}, pl, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +191,7 @@ func TestHostKeyIsKeptAcrossRestarts(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(state, "ssh_host_ed25519_key"), []byte("garbage"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := gitserver.New(cfg, nopDirectory{}, &fakeBuilder{}, &fakeDeployer{}, nil, nil); err == nil || !strings.Contains(err.Error(), "remove it to generate a new one") {
+	if _, err := gitserver.New(cfg, nopDirectory{}, pl, nil, nil); err == nil || !strings.Contains(err.Error(), "remove it to generate a new one") {
 		t.Fatalf("damaged host key: %v", err)
 	}
 }
@@ -201,19 +202,16 @@ func TestConfigValidate(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	cfg.MaxConcurrentBuilds = 0
-	cfg.BuildTimeout = -1
 	cfg.MaxUnauthPerSource, cfg.MaxSessionsPerConn, cfg.MaxEnvBytes = 0, 0, 0
-	cfg.MaxPushObjects = 0
 	err := cfg.Validate()
-	for _, want := range []string{"Config.MaxConcurrentBuilds", "Config.BuildTimeout", "Config.MaxUnauthPerSource", "Config.MaxSessionsPerConn", "Config.MaxEnvBytes", "Config.MaxPushObjects"} {
+	for _, want := range []string{"Config.MaxUnauthPerSource", "Config.MaxSessionsPerConn", "Config.MaxEnvBytes"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate = %v, want it to name %s", err, want)
 		}
 	}
 	// Without a state dir, every path it would give is named.
 	err = gitserver.DefaultConfig().Validate()
-	for _, want := range []string{"Config.HostKeyPath", "Config.ReposDir", "Config.UpstreamKnownHosts"} {
+	for _, want := range []string{"Config.HostKeyPath"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate without StateDir = %v, want it to name %s", err, want)
 		}

@@ -107,7 +107,7 @@ func TestCommandsGetNonGitSessions(t *testing.T) {
 
 func TestRemovingAKeyClosesItsSessions(t *testing.T) {
 	cmds := &echoCommands{}
-	e := newEnvWith(t, []gitserver.Option{gitserver.WithCommands(cmds)}, func(c *gitserver.Config) { c.SessionRecheck = 200 * time.Millisecond })
+	e := newEnvWith(t, []gitserver.Option{gitserver.WithCommands(cmds)}, func(c *config) { c.SessionRecheck = 200 * time.Millisecond })
 	admin := e.addUser("admin", appv1.RoleAdmin, false)
 	other := e.addUser("other", appv1.RoleMember, false)
 

@@ -20,6 +20,7 @@ import (
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/gitserver"
 	"bex.co/bex/gitserver/access"
+	"bex.co/bex/gitserver/pipeline"
 )
 
 // The crash test runs the gitserver in a child process (this test binary, re-run
@@ -52,15 +53,20 @@ func runChildServer() int {
 	c.WaitForCacheSync(ctx)
 	b := &fakeBuilder{}
 	if marker := os.Getenv("BEX_TEST_BLOCK_BUILD"); marker != "" {
-		b.hook = func(ctx context.Context, _ gitserver.BuildRequest, _ io.Writer) error {
+		b.hook = func(ctx context.Context, _ pipeline.BuildRequest, _ io.Writer) error {
 			_ = os.WriteFile(marker, nil, 0o644)
 			select {} // until SIGKILL
 		}
 	}
-	scfg := gitserver.DefaultConfig()
-	scfg.StateDir = os.Getenv("BEX_TEST_STATE")
+	scfg, pcfg := gitserver.DefaultConfig(), pipeline.DefaultConfig()
+	scfg.StateDir, pcfg.StateDir = os.Getenv("BEX_TEST_STATE"), os.Getenv("BEX_TEST_STATE")
 	scfg.Addr = os.Getenv("BEX_TEST_ADDR")
-	srv, err := gitserver.New(scfg, dir, b, &fakeDeployer{}, slog.New(slog.NewTextHandler(os.Stderr, nil)), nil)
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	pl, err := pipeline.New(pcfg, dir, b, &fakeReleaser{}, log, nil)
+	if err != nil {
+		return fail(err)
+	}
+	srv, err := gitserver.New(scfg, dir, pl, log, nil)
 	if err != nil {
 		return fail(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
-	"bex.co/bex/gitserver"
+	"bex.co/bex/gitserver/pipeline"
 	"bex.co/bex/internal/testenv"
 )
 
@@ -23,7 +23,7 @@ func (u *user) upstream() (dir, url string) {
 	return dir, "file://" + dir
 }
 
-func allowFile(c *gitserver.Config) { c.AllowFileUpstreams = true }
+func allowFile(c *config) { c.AllowFileUpstreams = true }
 
 // TestDeployFetchesTheUpstream: a deploy of an app with an upstream fetches its
 // deploy branch, builds and releases the fetched commit (cause and delivery
@@ -36,8 +36,8 @@ func TestDeployFetchesTheUpstream(t *testing.T) {
 	first := strings.TrimSpace(ana.mustGit(dir, "rev-parse", "HEAD"))
 
 	var progress bytes.Buffer
-	res, err := e.srv.Deploy(context.Background(), gitserver.DeployRequest{
-		App: "mirror", Upstream: url, Cause: gitserver.CauseWebhook, Actor: "webhook:github", Delivery: "d-1",
+	res, err := e.pl.Deploy(context.Background(), pipeline.DeployRequest{
+		App: "mirror", Upstream: url, Cause: pipeline.CauseWebhook, Actor: "webhook:github", Delivery: "d-1",
 	}, &progress)
 	if err != nil {
 		t.Fatalf("Deploy: %v\n%s", err, progress.String())
@@ -53,8 +53,8 @@ func TestDeployFetchesTheUpstream(t *testing.T) {
 	if got := e.remoteRef("mirror", "refs/heads/main"); got != first {
 		t.Fatalf("main is %q after the deploy, want %s", got, first)
 	}
-	rels := e.deployer.all()
-	if len(rels) != 1 || rels[0].Cause != gitserver.CauseWebhook || rels[0].Delivery != "d-1" || rels[0].Commit != first || rels[0].Actor != "webhook:github" {
+	rels := e.releaser.all()
+	if len(rels) != 1 || rels[0].Cause != pipeline.CauseWebhook || rels[0].Delivery != "d-1" || rels[0].Commit != first || rels[0].Actor != "webhook:github" {
 		t.Fatalf("releases %+v", rels)
 	}
 	// A clone of the app gets what runs, and not the fetch's own ref.
@@ -69,7 +69,7 @@ func TestDeployFetchesTheUpstream(t *testing.T) {
 
 	// A new commit upstream: fetched, built, and main follows.
 	second := ana.commit(dir, "app.txt", "v2\n")
-	if res, err = e.srv.Deploy(context.Background(), gitserver.DeployRequest{App: "mirror", Upstream: url, Cause: gitserver.CauseWebhook, Actor: "webhook:github", Delivery: "d-2"}, nil); err != nil || res.Commit != second {
+	if res, err = e.pl.Deploy(context.Background(), pipeline.DeployRequest{App: "mirror", Upstream: url, Cause: pipeline.CauseWebhook, Actor: "webhook:github", Delivery: "d-2"}, nil); err != nil || res.Commit != second {
 		t.Fatalf("second deploy: %+v %v", res, err)
 	}
 	if got := e.remoteRef("mirror", "refs/heads/main"); got != second {
@@ -78,11 +78,11 @@ func TestDeployFetchesTheUpstream(t *testing.T) {
 
 	// A rollout that fails leaves main where it was.
 	third := ana.commit(dir, "app.txt", "v3\n")
-	e.deployer.mu.Lock()
-	e.deployer.fail = func(string, int64) error { return errors.New("web.1 crashed") }
-	e.deployer.mu.Unlock()
-	_, err = e.srv.Deploy(context.Background(), gitserver.DeployRequest{App: "mirror", Upstream: url, Cause: gitserver.CauseWebhook, Actor: "webhook:github"}, nil)
-	if !errors.Is(err, gitserver.ErrDeployFailed) || !strings.Contains(err.Error(), "web.1 crashed") {
+	e.releaser.mu.Lock()
+	e.releaser.fail = func(string, int64) error { return errors.New("web.1 crashed") }
+	e.releaser.mu.Unlock()
+	_, err = e.pl.Deploy(context.Background(), pipeline.DeployRequest{App: "mirror", Upstream: url, Cause: pipeline.CauseWebhook, Actor: "webhook:github"}, nil)
+	if !errors.Is(err, pipeline.ErrDeployFailed) || !strings.Contains(err.Error(), "web.1 crashed") {
 		t.Fatalf("failed rollout: %v", err)
 	}
 	if got := e.remoteRef("mirror", "refs/heads/main"); got != second {
@@ -93,8 +93,8 @@ func TestDeployFetchesTheUpstream(t *testing.T) {
 	}
 
 	// An upstream without the branch, and one that does not exist.
-	_, err = e.srv.Deploy(context.Background(), gitserver.DeployRequest{App: "mirror", Upstream: "file:///nonexistent/repo.git", Cause: gitserver.CauseWebhook}, nil)
-	if !errors.Is(err, gitserver.ErrDeployFailed) {
+	_, err = e.pl.Deploy(context.Background(), pipeline.DeployRequest{App: "mirror", Upstream: "file:///nonexistent/repo.git", Cause: pipeline.CauseWebhook}, nil)
+	if !errors.Is(err, pipeline.ErrDeployFailed) {
 		t.Fatalf("missing upstream: %v", err)
 	}
 }
@@ -104,12 +104,12 @@ func TestDeployRefusesFileUpstreamsUnlessAllowed(t *testing.T) {
 	ana := e.addUser("ana", appv1.RoleAdmin, true)
 	e.createApp("mirror")
 	_, url := ana.upstream()
-	_, err := e.srv.Deploy(context.Background(), gitserver.DeployRequest{App: "mirror", Upstream: url, Cause: gitserver.CauseWebhook}, nil)
+	_, err := e.pl.Deploy(context.Background(), pipeline.DeployRequest{App: "mirror", Upstream: url, Cause: pipeline.CauseWebhook}, nil)
 	if err == nil || !strings.Contains(err.Error(), "--allow-file-upstreams") {
 		t.Fatalf("file:// upstream without the flag: %v", err)
 	}
 	for _, u := range []string{"http://example.com/x.git", "ftp://example.com/x"} {
-		if _, err := e.srv.Deploy(context.Background(), gitserver.DeployRequest{App: "mirror", Upstream: u}, nil); err == nil {
+		if _, err := e.pl.Deploy(context.Background(), pipeline.DeployRequest{App: "mirror", Upstream: u}, nil); err == nil {
 			t.Fatalf("upstream %s accepted", u)
 		}
 	}
@@ -123,12 +123,12 @@ func TestDeployRefusesFileUpstreamsUnlessAllowed(t *testing.T) {
 func TestDeployRebuildsWithoutUpstream(t *testing.T) {
 	e := newEnv(t)
 	ana := e.addUser("ana", appv1.RoleAdmin, true)
-	_, err := e.srv.Deploy(context.Background(), gitserver.DeployRequest{App: "nothing"}, nil)
-	if !errors.Is(err, gitserver.ErrAppNotFound) {
+	_, err := e.pl.Deploy(context.Background(), pipeline.DeployRequest{App: "nothing"}, nil)
+	if !errors.Is(err, pipeline.ErrAppNotFound) {
 		t.Fatalf("unknown app: %v", err)
 	}
 	e.createApp("empty")
-	if _, err := e.srv.Deploy(context.Background(), gitserver.DeployRequest{App: "empty"}, nil); !errors.Is(err, gitserver.ErrNothingToDeploy) {
+	if _, err := e.pl.Deploy(context.Background(), pipeline.DeployRequest{App: "empty"}, nil); !errors.Is(err, pipeline.ErrNothingToDeploy) {
 		t.Fatalf("app without code: %v", err)
 	}
 
@@ -138,11 +138,11 @@ func TestDeployRebuildsWithoutUpstream(t *testing.T) {
 	second := ana.commit(dir, "app.txt", "two\n")
 	ana.mustGit(dir, "push", "-q", "bex", "main")
 
-	res, err := e.srv.Deploy(context.Background(), gitserver.DeployRequest{App: "shop", Cause: gitserver.CauseDeploy, Actor: ana.name}, nil)
+	res, err := e.pl.Deploy(context.Background(), pipeline.DeployRequest{App: "shop", Cause: pipeline.CauseDeploy, Actor: ana.name}, nil)
 	if err != nil || res.Commit != second || res.Release != 3 {
 		t.Fatalf("rebuild: %+v %v", res, err)
 	}
-	res, err = e.srv.Deploy(context.Background(), gitserver.DeployRequest{App: "shop", Commit: first, Cause: gitserver.CauseDeploy, Actor: ana.name}, nil)
+	res, err = e.pl.Deploy(context.Background(), pipeline.DeployRequest{App: "shop", Commit: first, Cause: pipeline.CauseDeploy, Actor: ana.name}, nil)
 	if err != nil || res.Commit != first {
 		t.Fatalf("deploy of a given commit: %+v %v", res, err)
 	}
@@ -150,12 +150,12 @@ func TestDeployRebuildsWithoutUpstream(t *testing.T) {
 		t.Fatalf("main moved to %s on a deploy of a given commit", got)
 	}
 	for _, c := range []string{"deadbeef", strings.Repeat("a", 40), "../" + first[3:]} {
-		if _, err := e.srv.Deploy(context.Background(), gitserver.DeployRequest{App: "shop", Commit: c}, nil); !errors.Is(err, gitserver.ErrNothingToDeploy) {
+		if _, err := e.pl.Deploy(context.Background(), pipeline.DeployRequest{App: "shop", Commit: c}, nil); !errors.Is(err, pipeline.ErrNothingToDeploy) {
 			t.Fatalf("commit %q: %v", c, err)
 		}
 	}
-	rels := e.deployer.all()
-	if len(rels) != 4 || rels[2].Cause != gitserver.CauseDeploy || rels[0].Cause != gitserver.CausePush {
+	rels := e.releaser.all()
+	if len(rels) != 4 || rels[2].Cause != pipeline.CauseDeploy || rels[0].Cause != pipeline.CausePush {
 		t.Fatalf("releases %+v", rels)
 	}
 }
@@ -168,7 +168,7 @@ func TestDeployAndPushShareTheLock(t *testing.T) {
 	dir := ana.workdir("shop")
 	ana.mustGit(dir, "push", "-q", "bex", "main")
 	started, release := make(chan struct{}), make(chan struct{})
-	e.builder.setHook(func(ctx context.Context, req gitserver.BuildRequest, _ io.Writer) error {
+	e.builder.setHook(func(ctx context.Context, req pipeline.BuildRequest, _ io.Writer) error {
 		if len(e.builder.all()) == 2 { // the deploy's build
 			close(started)
 			<-release
@@ -177,7 +177,7 @@ func TestDeployAndPushShareTheLock(t *testing.T) {
 	})
 	deployed := make(chan error, 1)
 	go func() {
-		_, err := e.srv.Deploy(context.Background(), gitserver.DeployRequest{App: "shop", Cause: gitserver.CauseWebhook, Actor: "webhook:gitlab"}, nil)
+		_, err := e.pl.Deploy(context.Background(), pipeline.DeployRequest{App: "shop", Cause: pipeline.CauseWebhook, Actor: "webhook:gitlab"}, nil)
 		deployed <- err
 	}()
 	<-started
@@ -216,7 +216,7 @@ func TestDeployAndPushShareTheLock(t *testing.T) {
 // checks of a push: a tree with a symlink and a directory of one name, or a file
 // over the object limit, is refused with its line, and nothing is built.
 func TestDeployRefusesAnUpstreamThatGitFsckWouldRefuse(t *testing.T) {
-	e := newEnv(t, allowFile, func(c *gitserver.Config) { c.MaxObjectBytes = 1 << 20 })
+	e := newEnv(t, allowFile, func(c *config) { c.MaxObjectBytes = 1 << 20 })
 	ana := e.addUser("ana", appv1.RoleAdmin, true)
 	e.createApp("mirror")
 	dir, url := ana.upstream()
@@ -225,14 +225,14 @@ func TestDeployRefusesAnUpstreamThatGitFsckWouldRefuse(t *testing.T) {
 	sub := hashObject(t, dir, "tree", rawTree(t, [3]string{"100644", "x", file}))
 	tree := hashObject(t, dir, "tree", rawTree(t, [3]string{"120000", "a", hashObject(t, dir, "blob", []byte("/etc/cron.d"))}, [3]string{"40000", "a", sub}))
 	craftedCommit(t, ana, dir, tree)
-	_, err := e.srv.Deploy(context.Background(), gitserver.DeployRequest{App: "mirror", Upstream: url, Cause: gitserver.CauseWebhook}, nil)
+	_, err := e.pl.Deploy(context.Background(), pipeline.DeployRequest{App: "mirror", Upstream: url, Cause: pipeline.CauseWebhook}, nil)
 	if want := "object " + tree[:7] + ": duplicateEntries: contains duplicate file entries"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("want %q, got %v", want, err)
 	}
 
 	ana.mustGit(dir, "reset", "-q", "--hard", "main~1")
 	ana.commit(dir, "big.bin", strings.Repeat("0123456789abcdef", 1<<17)) // 2 MiB
-	_, err = e.srv.Deploy(context.Background(), gitserver.DeployRequest{App: "mirror", Upstream: url, Cause: gitserver.CauseWebhook}, nil)
+	_, err = e.pl.Deploy(context.Background(), pipeline.DeployRequest{App: "mirror", Upstream: url, Cause: pipeline.CauseWebhook}, nil)
 	if want := "big.bin is 2.0 MiB, more than the limit of 1.0 MiB per file"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("want %q, got %v", want, err)
 	}

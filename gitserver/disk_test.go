@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
-	"bex.co/bex/gitserver"
 	"bex.co/bex/gitserver/backend"
+	"bex.co/bex/gitserver/pipeline"
 )
 
 // fakeDisk is a file system whose free space the test sets.
@@ -28,7 +28,7 @@ func TestShortDiskRefusesPushesAndDeploysAtOnce(t *testing.T) {
 	disk := &fakeDisk{}
 	disk.free.Store(4 << 30)
 	disk.total.Store(100 << 30)
-	e := newEnv(t, func(c *gitserver.Config) { c.FreeSpace = disk.space })
+	e := newEnv(t, func(c *config) { c.FreeSpace = disk.space })
 	u := e.addUser("ana", appv1.RoleAdmin, true)
 	dir := u.workdir("short")
 	first := strings.TrimSpace(u.mustGit(dir, "rev-parse", "HEAD"))
@@ -38,7 +38,7 @@ func TestShortDiskRefusesPushesAndDeploysAtOnce(t *testing.T) {
 	disk.free.Store(612 << 20)
 	second := u.commit(dir, "app.txt", "v2\n")
 	out, err := u.git(dir, "push", "bex", "main")
-	want := "the disk of " + e.state + " has 612 MiB free (under the 1.0 GiB bex keeps): free space on it and push again (" + gitserver.WhereToLook + ")"
+	want := "the disk of " + e.state + " has 612 MiB free (under the 1.0 GiB bex keeps): free space on it and push again (" + pipeline.WhereToLook + ")"
 	if err == nil || !strings.Contains(out, want) {
 		t.Fatalf("push on a short disk: err %v, want the line %q:\n%s", err, want, out)
 	}
@@ -48,7 +48,7 @@ func TestShortDiskRefusesPushesAndDeploysAtOnce(t *testing.T) {
 	if n := len(e.builder.all()); n != 1 {
 		t.Fatalf("%d builds, want only the first push's", n)
 	}
-	_, err = e.srv.Deploy(context.Background(), gitserver.DeployRequest{App: "short", Cause: gitserver.CauseDeploy, Actor: "ana"}, nil)
+	_, err = e.pl.Deploy(context.Background(), pipeline.DeployRequest{App: "short", Cause: pipeline.CauseDeploy, Actor: "ana"}, nil)
 	if err == nil || backend.KindOf(err) != backend.Invalid || !strings.Contains(err.Error(), "has 612 MiB free") || !strings.Contains(err.Error(), "deploy again") {
 		t.Fatalf("Deploy on a short disk: %v (kind %v)", err, backend.KindOf(err))
 	}
@@ -86,7 +86,7 @@ func smallFS(t *testing.T, size string) string {
 // system, and returns its path.
 func fill(t *testing.T, dir string, leave uint64) string {
 	t.Helper()
-	free, _, err := gitserver.Statfs(dir)
+	free, _, err := pipeline.Statfs(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,10 +101,10 @@ func fill(t *testing.T, dir string, leave uint64) string {
 }
 
 // serverOnSmallFS is a gitserver whose state dir is a fresh 64 MiB tmpfs.
-func serverOnSmallFS(t *testing.T, tweak func(*gitserver.Config)) *env {
+func serverOnSmallFS(t *testing.T, tweak func(*config)) *env {
 	t.Helper()
 	state := smallFS(t, "64m")
-	e := newEnv(t, func(c *gitserver.Config) { c.StateDir = state; tweak(c) })
+	e := newEnv(t, func(c *config) { c.StateDir = state; tweak(c) })
 	e.state = state
 	return e
 }
@@ -113,7 +113,7 @@ func serverOnSmallFS(t *testing.T, tweak func(*gitserver.Config)) *env {
 // kernel (statfs) of the real state dir.
 func TestPushRefusedUnderTheMarginOfARealFileSystem(t *testing.T) {
 	// Half of 64 MiB, 32 MiB, is smaller than 1 GiB: it is the margin.
-	e := serverOnSmallFS(t, func(c *gitserver.Config) { c.MinFreePercent = 50 })
+	e := serverOnSmallFS(t, func(c *config) { c.MinFreePercent = 50 })
 	u := e.addUser("ana", appv1.RoleAdmin, true)
 	dir := u.workdir("tight")
 	first := strings.TrimSpace(u.mustGit(dir, "rev-parse", "HEAD"))
@@ -144,7 +144,7 @@ func TestPushRefusedUnderTheMarginOfARealFileSystem(t *testing.T) {
 // valid (git fsck), the ref unmoved, nothing is built, and once space is freed
 // the same push goes through.
 func TestDiskFillingDuringAPushLeavesTheRepositoryValid(t *testing.T) {
-	e := serverOnSmallFS(t, func(c *gitserver.Config) { c.MinFreeBytes = 0 })
+	e := serverOnSmallFS(t, func(c *config) { c.MinFreeBytes = 0 })
 	u := e.addUser("ana", appv1.RoleAdmin, true)
 	dir := u.workdir("fills")
 	first := strings.TrimSpace(u.mustGit(dir, "rev-parse", "HEAD"))
@@ -157,7 +157,7 @@ func TestDiskFillingDuringAPushLeavesTheRepositoryValid(t *testing.T) {
 	if err == nil {
 		t.Fatalf("a push larger than the free space succeeded:\n%s", out)
 	}
-	if want := "the disk of " + e.state + " filled up, so nothing was stored: free space on it and push again (" + gitserver.WhereToLook + ")"; !strings.Contains(out, want) {
+	if want := "the disk of " + e.state + " filled up, so nothing was stored: free space on it and push again (" + pipeline.WhereToLook + ")"; !strings.Contains(out, want) {
 		t.Fatalf("the push on a full disk does not say %q:\n%s", want, out)
 	}
 	if left, _ := filepath.Glob(filepath.Join(e.repoDir("fills"), "objects", "pack", "tmp_*")); len(left) > 0 {
@@ -184,14 +184,14 @@ func TestDiskFillingDuringAPushLeavesTheRepositoryValid(t *testing.T) {
 // TestDiskFillingDuringAnUpstreamFetch: a Deploy whose fetch does not fit fails
 // with the same line, builds nothing and moves no branch; with room it deploys.
 func TestDiskFillingDuringAnUpstreamFetch(t *testing.T) {
-	e := serverOnSmallFS(t, func(c *gitserver.Config) { c.MinFreeBytes = 0; c.AllowFileUpstreams = true })
+	e := serverOnSmallFS(t, func(c *config) { c.MinFreeBytes = 0; c.AllowFileUpstreams = true })
 	u := e.addUser("ana", appv1.RoleAdmin, true)
 	e.createApp("mirror")
 	dir, url := u.upstream()
 	tip := u.commit(dir, "big.bin", string(randomBytes(24<<20)))
 	filler := fill(t, e.state, 8<<20)
-	req := gitserver.DeployRequest{App: "mirror", Upstream: url, Cause: gitserver.CauseWebhook, Actor: "webhook:test"}
-	_, err := e.srv.Deploy(context.Background(), req, nil)
+	req := pipeline.DeployRequest{App: "mirror", Upstream: url, Cause: pipeline.CauseWebhook, Actor: "webhook:test"}
+	_, err := e.pl.Deploy(context.Background(), req, nil)
 	if want := "the disk of " + e.state + " filled up, so nothing was stored"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("Deploy on a full disk: %v, want %q", err, want)
 	}
@@ -206,7 +206,7 @@ func TestDiskFillingDuringAnUpstreamFetch(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.srv.Deploy(context.Background(), req, nil); err != nil {
+	if _, err := e.pl.Deploy(context.Background(), req, nil); err != nil {
 		t.Fatalf("Deploy after freeing space: %v", err)
 	}
 	if got := e.remoteRef("mirror", "refs/heads/main"); got != tip {

@@ -24,6 +24,7 @@ import (
 	"bex.co/bex/gitserver"
 	"bex.co/bex/gitserver/access"
 	"bex.co/bex/gitserver/backend"
+	"bex.co/bex/gitserver/pipeline"
 	"bex.co/bex/internal/testenv"
 )
 
@@ -35,27 +36,54 @@ func TestMain(m *testing.M) {
 }
 
 // env is one gitserver on 127.0.0.1 with its own state directory, its apps in a
-// namespace of their own on the shared control plane, a fake builder and deployer.
+// namespace of their own on the shared control plane, its pipeline with a fake
+// builder and releaser.
 type env struct {
 	t        testing.TB
 	srv      *gitserver.Server
+	pl       *pipeline.Pipeline
 	addr     string
 	state    string
 	ns       string
 	cp       *testenv.ControlPlane
 	builder  *fakeBuilder
-	deployer *fakeDeployer
+	releaser *fakeReleaser
 	logs     *testenv.SyncBuffer
 	dir      gitserver.Directory
 }
 
-func newEnv(t testing.TB, tweak ...func(*gitserver.Config)) *env {
+// config is both halves of a test server's configuration, the SSH server's
+// and its pipeline's, as one: StateDir goes to both.
+type config struct {
+	*sshConfig
+	*pipelineConfig
+	StateDir string
+}
+
+type (
+	sshConfig      = gitserver.Config
+	pipelineConfig = pipeline.Config
+)
+
+func newEnv(t testing.TB, tweak ...func(*config)) *env {
 	t.Helper()
 	return newEnvWith(t, nil, tweak...)
 }
 
 // newEnvWith is newEnv with server options.
-func newEnvWith(t testing.TB, opts []gitserver.Option, tweak ...func(*gitserver.Config)) *env {
+func newEnvWith(t testing.TB, opts []gitserver.Option, tweak ...func(*config)) *env {
+	t.Helper()
+	return newEnvOpts(t, opts, nil, tweak...)
+}
+
+// newEnvPipeline is newEnv with pipeline options.
+func newEnvPipeline(t testing.TB, opts []pipeline.Option, tweak ...func(*config)) *env {
+	t.Helper()
+	return newEnvOpts(t, nil, opts, tweak...)
+}
+
+// newEnvOpts is newEnv with server and pipeline options.
+func newEnvOpts(t testing.TB, opts []gitserver.Option, popts []pipeline.Option, tweak ...func(*config)) *env {
 	t.Helper()
 	cp := testenv.SharedControlPlane(t)
 	ns := cp.Namespace(t, "git")
@@ -65,16 +93,21 @@ func newEnvWith(t testing.TB, opts []gitserver.Option, tweak ...func(*gitserver.
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, ns: ns, cp: cp, state: t.TempDir(), builder: &fakeBuilder{}, deployer: &fakeDeployer{}, logs: &testenv.SyncBuffer{}, dir: dir}
-	cfg := gitserver.DefaultConfig()
-	cfg.StateDir = e.state
+	e := &env{t: t, ns: ns, cp: cp, state: t.TempDir(), builder: &fakeBuilder{}, releaser: &fakeReleaser{}, logs: &testenv.SyncBuffer{}, dir: dir}
+	scfg, pcfg := gitserver.DefaultConfig(), pipeline.DefaultConfig()
+	cfg := config{sshConfig: &scfg, pipelineConfig: &pcfg, StateDir: e.state}
 	cfg.Addr = "127.0.0.1:0"
 	cfg.KeepAlive = 200 * time.Millisecond
 	for _, f := range tweak {
 		f(&cfg)
 	}
+	scfg.StateDir, pcfg.StateDir = cfg.StateDir, cfg.StateDir
 	log := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	e.srv, err = gitserver.New(cfg, dir, e.builder, e.deployer, log, nil, opts...)
+	e.pl, err = pipeline.New(pcfg, dir, e.builder, e.releaser, log, nil, popts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv, err = gitserver.New(scfg, dir, e.pl, log, nil, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,6 +121,7 @@ func newEnvWith(t testing.TB, opts []gitserver.Option, tweak ...func(*gitserver.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = e.srv.Shutdown(ctx)
+		e.pl.Shutdown(ctx)
 		if t.Failed() {
 			t.Logf("server log:\n%s", e.logs.String())
 		}
@@ -222,11 +256,11 @@ func (e *env) remoteRef(app, ref string) string {
 // named after the commit. hook, when set, runs in the middle and may fail it.
 type fakeBuilder struct {
 	mu     sync.Mutex
-	builds []gitserver.BuildRequest
-	hook   func(ctx context.Context, req gitserver.BuildRequest, progress io.Writer) error
+	builds []pipeline.BuildRequest
+	hook   func(ctx context.Context, req pipeline.BuildRequest, progress io.Writer) error
 }
 
-func (b *fakeBuilder) Build(ctx context.Context, req gitserver.BuildRequest, progress io.Writer) (*gitserver.BuildResult, error) {
+func (b *fakeBuilder) Build(ctx context.Context, req pipeline.BuildRequest, progress io.Writer) (*pipeline.BuildResult, error) {
 	b.mu.Lock()
 	b.builds = append(b.builds, req)
 	hook := b.hook
@@ -239,32 +273,32 @@ func (b *fakeBuilder) Build(ctx context.Context, req gitserver.BuildRequest, pro
 	}
 	fmt.Fprintf(progress, "-----> [2/2] COPY . /app\n")
 	sum := sha256.Sum256([]byte(req.Commit))
-	return &gitserver.BuildResult{Image: fmt.Sprintf("registry.local/%s@sha256:%x", req.App, sum)}, nil
+	return &pipeline.BuildResult{Image: fmt.Sprintf("registry.local/%s@sha256:%x", req.App, sum)}, nil
 }
 
-func (b *fakeBuilder) setHook(h func(ctx context.Context, req gitserver.BuildRequest, progress io.Writer) error) {
+func (b *fakeBuilder) setHook(h func(ctx context.Context, req pipeline.BuildRequest, progress io.Writer) error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.hook = h
 }
 
-func (b *fakeBuilder) all() []gitserver.BuildRequest {
+func (b *fakeBuilder) all() []pipeline.BuildRequest {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return append([]gitserver.BuildRequest(nil), b.builds...)
+	return append([]pipeline.BuildRequest(nil), b.builds...)
 }
 
-// fakeDeployer numbers releases per app and reports them served at once, unless
+// fakeReleaser numbers releases per app and reports them served at once, unless
 // fail says otherwise.
-type fakeDeployer struct {
+type fakeReleaser struct {
 	mu       sync.Mutex
-	releases []gitserver.ReleaseRequest
+	releases []pipeline.ReleaseRequest
 	numbers  map[string]int64
 	served   map[string]int64
 	fail     func(app string, n int64) error
 }
 
-func (d *fakeDeployer) Release(_ context.Context, req gitserver.ReleaseRequest) (int64, error) {
+func (d *fakeReleaser) Release(_ context.Context, req pipeline.ReleaseRequest) (int64, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.numbers == nil {
@@ -275,7 +309,7 @@ func (d *fakeDeployer) Release(_ context.Context, req gitserver.ReleaseRequest) 
 	return d.numbers[req.App], nil
 }
 
-func (d *fakeDeployer) WaitRollout(_ context.Context, app string, n int64, progress io.Writer) (string, error) {
+func (d *fakeReleaser) WaitRollout(_ context.Context, app string, n int64, progress io.Writer) (string, error) {
 	d.mu.Lock()
 	fail := d.fail
 	d.mu.Unlock()
@@ -294,16 +328,29 @@ func (d *fakeDeployer) WaitRollout(_ context.Context, app string, n int64, progr
 	return "https://" + app + ".bex.test", nil
 }
 
-func (d *fakeDeployer) Serving(_ context.Context, app string) (int64, error) {
+func (d *fakeReleaser) Serving(_ context.Context, app string) (int64, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.served[app], nil
 }
 
-func (d *fakeDeployer) all() []gitserver.ReleaseRequest {
+func (d *fakeReleaser) all() []pipeline.ReleaseRequest {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return append([]gitserver.ReleaseRequest(nil), d.releases...)
+	return append([]pipeline.ReleaseRequest(nil), d.releases...)
+}
+
+// nopPipeline is a pipeline in state that knows no app, for servers that take
+// no push.
+func nopPipeline(t testing.TB, state string) *pipeline.Pipeline {
+	t.Helper()
+	cfg := pipeline.DefaultConfig()
+	cfg.StateDir = state
+	pl, err := pipeline.New(cfg, nopDirectory{}, &fakeBuilder{}, &fakeReleaser{}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pl
 }
 
 // nopDirectory knows nobody: for tests that never authenticate.
@@ -312,11 +359,11 @@ type nopDirectory struct{}
 func (nopDirectory) UserByKey(context.Context, gossh.PublicKey) (*backend.User, error) {
 	return nil, gitserver.ErrUnknownKey
 }
-func (nopDirectory) App(context.Context, string) (*gitserver.App, error) {
-	return nil, gitserver.ErrAppNotFound
+func (nopDirectory) App(context.Context, string) (*pipeline.App, error) {
+	return nil, pipeline.ErrAppNotFound
 }
-func (nopDirectory) CreateApp(context.Context, string, string) (*gitserver.App, error) {
-	return nil, gitserver.ErrAppExists
+func (nopDirectory) CreateApp(context.Context, string, string) (*pipeline.App, error) {
+	return nil, pipeline.ErrAppExists
 }
 func (nopDirectory) SetDeployBranch(context.Context, string, string) error { return nil }
 

@@ -51,7 +51,7 @@ func dialAs(addr string, signer gossh.Signer) (*gossh.Client, error) {
 // TestUnauthenticatedConnectionsAreCappedPerSourceAndInTotal, without a queue
 // (MaxUnauthQueued 0): a connection past a cap is closed at once.
 func TestUnauthenticatedConnectionsAreCappedPerSourceAndInTotal(t *testing.T) {
-	e := newEnvWith(t, []gitserver.Option{gitserver.WithCommands(&echoCommands{})}, func(c *gitserver.Config) {
+	e := newEnvWith(t, []gitserver.Option{gitserver.WithCommands(&echoCommands{})}, func(c *config) {
 		c.MaxUnauthPerSource, c.MaxUnauthConns = 10, 15
 		c.MaxUnauthQueuedPerSource, c.MaxUnauthQueued = 0, 0
 	})
@@ -162,7 +162,7 @@ func dialFrom(addr, from string, signer gossh.Signer) (*gossh.Client, error) {
 // flooding source past its cap; and an honest client from another address,
 // arriving when all is full, waits and gets in (the control).
 func TestUnauthenticatedFloodStaysBounded(t *testing.T) {
-	e := newEnvWith(t, []gitserver.Option{gitserver.WithCommands(&echoCommands{})}, func(c *gitserver.Config) {
+	e := newEnvWith(t, []gitserver.Option{gitserver.WithCommands(&echoCommands{})}, func(c *config) {
 		c.MaxUnauthPerSource, c.MaxUnauthConns = 4, 6
 		c.MaxUnauthQueuedPerSource, c.MaxUnauthQueued = 3, 5
 		// The test ends every wait and frees every slot itself.
@@ -281,7 +281,7 @@ func TestUnauthenticatedFloodStaysBounded(t *testing.T) {
 // once the slots free. Then 20 at once with nothing held, as a CI job or a
 // team behind one NAT makes them: all succeed.
 func TestABurstFromOneAddressIsServed(t *testing.T) {
-	e := newEnvWith(t, []gitserver.Option{gitserver.WithCommands(&echoCommands{})}, func(c *gitserver.Config) {
+	e := newEnvWith(t, []gitserver.Option{gitserver.WithCommands(&echoCommands{})}, func(c *config) {
 		// The held connections keep their slots until the test closes them,
 		// and the commands wait for them however slowly 20 ssh processes
 		// start on a loaded machine.
@@ -345,7 +345,7 @@ func TestABurstFromOneAddressIsServed(t *testing.T) {
 
 func TestASlowHandshakeIsCutAtTheDeadline(t *testing.T) {
 	const deadline = 500 * time.Millisecond
-	e := newEnvWith(t, []gitserver.Option{gitserver.WithCommands(&echoCommands{})}, func(c *gitserver.Config) { c.HandshakeTimeout = deadline })
+	e := newEnvWith(t, []gitserver.Option{gitserver.WithCommands(&echoCommands{})}, func(c *config) { c.HandshakeTimeout = deadline })
 	admin := e.addUser("admin", appv1.RoleAdmin, false)
 
 	// The client sends its version and then the first packet one byte at a time,
@@ -403,7 +403,7 @@ trickle:
 }
 
 func TestSessionsPerConnectionAreBounded(t *testing.T) {
-	e := newEnvWith(t, []gitserver.Option{gitserver.WithCommands(&echoCommands{})}, func(c *gitserver.Config) { c.MaxSessionsPerConn = 3 })
+	e := newEnvWith(t, []gitserver.Option{gitserver.WithCommands(&echoCommands{})}, func(c *config) { c.MaxSessionsPerConn = 3 })
 	admin := e.addUser("admin", appv1.RoleAdmin, false)
 	client, err := dialAs(e.addr, admin.signer)
 	if err != nil {
@@ -441,7 +441,7 @@ func TestSessionsPerConnectionAreBounded(t *testing.T) {
 }
 
 func TestEnvRequestsAreBounded(t *testing.T) {
-	e := newEnvWith(t, []gitserver.Option{gitserver.WithCommands(&echoCommands{})}, func(c *gitserver.Config) {
+	e := newEnvWith(t, []gitserver.Option{gitserver.WithCommands(&echoCommands{})}, func(c *config) {
 		c.MaxEnvRequests, c.MaxEnvBytes = 2, 64
 	})
 	admin := e.addUser("admin", appv1.RoleAdmin, false)

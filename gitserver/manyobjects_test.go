@@ -12,7 +12,6 @@ import (
 	"time"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
-	"bex.co/bex/gitserver"
 	"bex.co/bex/internal/testenv"
 )
 
@@ -21,7 +20,7 @@ import (
 // what to do; no ref moves and nothing is built. Doing what it says (an older
 // commit to another branch, then the rest) lands the history.
 func TestAPushOverTheObjectLimitIsRefusedThenPushedInParts(t *testing.T) {
-	e := newEnv(t, func(c *gitserver.Config) { c.MaxPushObjects = 30 })
+	e := newEnv(t, func(c *config) { c.MaxPushObjects = 30 })
 	u := e.addUser("many", appv1.RoleMember, true)
 	dir := u.workdir("many")
 	u.mustGit(dir, "push", "-q", "bex", "main")

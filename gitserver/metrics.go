@@ -7,8 +7,6 @@ import (
 type metrics struct {
 	pushes  *prometheus.CounterVec
 	receive prometheus.Histogram
-	build   prometheus.Histogram
-	rollout prometheus.Histogram
 	// refused counts what the SSH limits turned away, by limit.
 	refused *prometheus.CounterVec
 	// unauthWaits is how long connections past the unauthenticated caps
@@ -26,14 +24,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Namespace: "bex", Subsystem: "git", Name: "receive_seconds",
 			Help: "Time to receive and store a push's pack.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
 		}),
-		build: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: "bex", Subsystem: "git", Name: "build_seconds",
-			Help: "Time a push spent building.", Buckets: prometheus.ExponentialBuckets(0.1, 2, 14),
-		}),
-		rollout: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: "bex", Subsystem: "git", Name: "rollout_seconds",
-			Help: "Time a push waited for its release to serve.", Buckets: prometheus.ExponentialBuckets(0.1, 2, 12),
-		}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "bex", Subsystem: "git", Name: "ssh_refused_total",
 			Help: "SSH connections, sessions and env requests refused by a limit: unauthenticated (the per-source or total cap, with its queue full or the wait over), sessions (per connection), env.",
@@ -45,7 +35,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.pushes, m.receive, m.build, m.rollout, m.refused, m.unauthWaits)
+		reg.MustRegister(m.pushes, m.receive, m.refused, m.unauthWaits)
 	}
 	return m
 }

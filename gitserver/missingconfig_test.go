@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
-	"bex.co/bex/gitserver"
+	"bex.co/bex/gitserver/pipeline"
 )
 
 // TestMissingConfigVarRefusesThePush: a build refused for a config var app.json
@@ -22,8 +22,8 @@ func TestMissingConfigVarRefusesThePush(t *testing.T) {
 	first := strings.TrimSpace(admin.mustGit(dir, "rev-parse", "HEAD"))
 	admin.mustGit(dir, "push", "bex", "main")
 
-	e.builder.setHook(func(_ context.Context, req gitserver.BuildRequest, _ io.Writer) error {
-		return fmt.Errorf("building: %w", &gitserver.MissingConfigError{App: req.App, Names: []string{"DATABASE_URL"}})
+	e.builder.setHook(func(_ context.Context, req pipeline.BuildRequest, _ io.Writer) error {
+		return fmt.Errorf("building: %w", &pipeline.MissingConfigError{App: req.App, Names: []string{"DATABASE_URL"}})
 	})
 	admin.commit(dir, "app.txt", "needs a database\n")
 	out, err := admin.git(dir, "push", "bex", "main")
@@ -44,10 +44,10 @@ func TestMissingConfigVarRefusesThePush(t *testing.T) {
 	if got := e.remoteRef("hello", "refs/heads/main"); got != first {
 		t.Fatalf("main moved to %s after a refused push; want %s", got, first)
 	}
-	if n := len(e.deployer.all()); n != 1 {
+	if n := len(e.releaser.all()); n != 1 {
 		t.Fatalf("%d releases; a refused push must not release", n)
 	}
-	two := (&gitserver.MissingConfigError{App: "hello", Names: []string{"A", "B"}}).Error()
+	two := (&pipeline.MissingConfigError{App: "hello", Names: []string{"A", "B"}}).Error()
 	if two != "app.json requires config vars A, B, which hello does not set: set them with config:set hello A=... B=..., then push again" {
 		t.Errorf("two vars: %q", two)
 	}

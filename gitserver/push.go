@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -15,6 +15,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp/capability"
 
 	"bex.co/bex/gitserver/backend"
+	"bex.co/bex/gitserver/pipeline"
 	"bex.co/bex/gitserver/receive"
 	"bex.co/bex/gitserver/receive/fsck"
 )
@@ -25,16 +26,19 @@ type push struct {
 	sess  ssh.Session
 	log   *slog.Logger
 	user  *backend.User
-	app   *App
+	app   *pipeline.App
 	name  string
 	repo  *receive.Repo
 	req   *receive.Request
-	out   *output
+	out   *pipeline.Output
 	rejct map[plumbing.ReferenceName]string // reason per rejected ref
 
 	noCache, async bool
-	timings        []any  // slog attributes: receive, build, rollout durations
-	unlock         func() // frees the app's push lock; nil once handed to a background deploy
+	timings        []any // slog attributes: receive, build, rollout durations
+	// unpackErr is report-status's unpack error: set when the pack was not
+	// stored.
+	unpackErr error
+	unlock    func() // frees the app's push lock; nil once handed to a background deploy
 }
 
 // Push options that bex understands (git push -o NAME).
@@ -47,7 +51,7 @@ const (
 func (s *Server) receivePack(ctx context.Context, sess ssh.Session, user *backend.User, name string, log *slog.Logger) int {
 	app, err := s.dir.App(ctx, name)
 	switch {
-	case errors.Is(err, ErrAppNotFound):
+	case errors.Is(err, pipeline.ErrAppNotFound):
 		if !user.Admin && !user.CanCreateApps {
 			s.metrics.pushes.WithLabelValues("rejected").Inc()
 			fatal(sess, fmt.Sprintf("app %s does not exist, and user %s may not create apps: ask an admin to create it", name, user.Name))
@@ -65,7 +69,7 @@ func (s *Server) receivePack(ctx context.Context, sess ssh.Session, user *backen
 	}
 	// A disk short of its margin refuses the push before anything is read: git
 	// shows the one line, and nothing was written.
-	if err := s.checkDisk("push again"); err != nil {
+	if err := s.pipeline.CheckDisk("push again"); err != nil {
 		s.metrics.pushes.WithLabelValues("rejected").Inc()
 		log.Warn("push refused", "reason", err)
 		fatal(sess, err.Error())
@@ -80,14 +84,12 @@ func (s *Server) receivePack(ctx context.Context, sess ssh.Session, user *backen
 	// then sees the refs the previous one left, so git itself decides whether it is a
 	// fast-forward, as with any push to a moved branch. Waiting is reported on
 	// stderr, which git shows as it is; the sideband is not negotiated yet.
-	lockCtx, cancel := context.WithTimeout(ctx, s.cfg.LockWait)
-	unlock, err := s.locks.acquire(lockCtx, name, "a push by "+user.Name, func(holder string) {
+	unlock, err := s.pipeline.Lock(ctx, name, "a push by "+user.Name, func(holder string) {
 		fmt.Fprintf(sess.Stderr(), "-----> Waiting for %s to finish (one push per app at a time)\n", holder)
 	})
-	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
-			fatal(sess, fmt.Sprintf("another push to %s is still running after %s: try again later", name, s.cfg.LockWait))
+			fatal(sess, fmt.Sprintf("another push to %s is still running after %s: try again later", name, s.pipeline.Config().LockWait))
 		}
 		s.metrics.pushes.WithLabelValues("rejected").Inc()
 		return 1
@@ -98,12 +100,11 @@ func (s *Server) receivePack(ctx context.Context, sess ssh.Session, user *backen
 			p.unlock()
 			// After the lock is free: the repack takes it.
 			if p.moved() {
-				s.repackLater(name)
+				s.pipeline.RepackLater(name)
 			}
 		}
 	}()
-	repoDir := filepath.Join(s.cfg.ReposDir, name+".git")
-	p.repo, err = receive.Open(repoDir)
+	p.repo, err = receive.Open(s.pipeline.RepositoryDir(name))
 	if err != nil && !errors.Is(err, receive.ErrNotExist) {
 		log.Error("open repository", "err", err)
 		fatal(sess, "internal error: try again")
@@ -128,7 +129,7 @@ func (s *Server) receivePack(ctx context.Context, sess ssh.Session, user *backen
 		fatal(sess, err.Error())
 		return 1
 	}
-	p.out = newOutput(sess, p.req.Supports(capability.Sideband64k))
+	p.out = pipeline.NewOutput(sess, p.req.Supports(capability.Sideband64k))
 	stopKeepAlive := p.keepAlive()
 	result := p.run(ctx)
 	stopKeepAlive()
@@ -152,7 +153,7 @@ func (p *push) run(ctx context.Context) string {
 
 	if p.req.HasPack() {
 		start := time.Now()
-		lim := receive.Limits{MaxPackBytes: p.s.cfg.MaxPackBytes, MaxObjectBytes: p.s.cfg.MaxObjectBytes, MaxObjects: p.s.cfg.MaxPushObjects}
+		lim := p.s.pipeline.Limits()
 		for _, cmd := range p.req.Commands {
 			if !cmd.IsDelete() {
 				lim.Tips = append(lim.Tips, cmd.New)
@@ -165,7 +166,7 @@ func (p *push) run(ctx context.Context) string {
 			// One line, in git's words, on the remote: line and on every ref: the
 			// pack is whole, one of its objects is not acceptable.
 			p.log.Info("push refused", "reason", refusal)
-			p.out.fail("%s", refusal)
+			p.out.Fail("%s", refusal)
 			p.rejectAll(refusal)
 			return "rejected"
 		}
@@ -173,14 +174,14 @@ func (p *push) run(ctx context.Context) string {
 			// The disk filled while the pack came in: receive removed what it wrote,
 			// and no ref moves. Say so in the words of the margin's refusal.
 			p.log.Warn("pack refused: disk full", "err", err)
-			p.out.fail("%s", p.s.diskFilled("push again"))
-			p.rejectAll("unpacker error")
+			p.out.Fail("%s", p.s.pipeline.DiskFilled("push again"))
+			p.refusePack()
 			return "rejected"
 		}
 		if err != nil {
 			p.log.Info("pack refused", "err", err)
-			p.out.fail("The pushed data could not be stored: %v", err)
-			p.rejectAll("unpacker error")
+			p.out.Fail("The pushed data could not be stored: %v", err)
+			p.refusePack()
 			return "rejected"
 		}
 		p.log.Debug("pack stored", "pack", pack.Name, "objects", pack.Objects, "completed", pack.Completed, "bytes", pack.Bytes)
@@ -195,7 +196,7 @@ func (p *push) run(ctx context.Context) string {
 		}
 		if cmd.Name == deployRef {
 			if cmd.IsDelete() {
-				p.out.fail("%s is the deploy branch of %s: it is what runs, so it cannot be deleted.", p.app.DeployBranch, p.name)
+				p.out.Fail("%s is the deploy branch of %s: it is what runs, so it cannot be deleted.", p.app.DeployBranch, p.name)
 				p.rejct[cmd.Name] = "deleting the deploy branch is not allowed"
 				continue
 			}
@@ -204,7 +205,7 @@ func (p *push) run(ctx context.Context) string {
 	}
 
 	if deploy != nil {
-		p.s.locks.describe(p.name, fmt.Sprintf("the deploy of %s by %s", short(deploy.New), p.user.Name))
+		p.s.pipeline.Describe(p.name, fmt.Sprintf("the deploy of %s by %s", short(deploy.New), p.user.Name))
 	}
 
 	// The app's lock has been held since before the advertisement, so the old values
@@ -235,10 +236,10 @@ func (p *push) run(ctx context.Context) string {
 		}
 		return "rejected"
 	case deploy != nil:
-		if reason := p.deploy(ctx, *deploy); reason != "" {
-			p.rejct[deploy.Name] = reason
+		if res := p.deploy(ctx, *deploy); res.Reason != "" {
+			p.rejct[deploy.Name] = res.Reason
 			result = "failed"
-			if reason == reasonCancelled {
+			if res.Cancelled {
 				result = "cancelled"
 			}
 		} else {
@@ -255,10 +256,10 @@ func (p *push) run(ctx context.Context) string {
 			continue
 		}
 		if cmd.Name.IsBranch() {
-			p.out.step("Stored branch %s without deploying: only %s deploys %s.", cmd.Name.Short(), p.app.DeployBranch, p.name)
-			p.out.detail("To deploy it: git push bex %s:%s", cmd.Name.Short(), p.app.DeployBranch)
+			p.out.Step("Stored branch %s without deploying: only %s deploys %s.", cmd.Name.Short(), p.app.DeployBranch, p.name)
+			p.out.Detail("To deploy it: git push bex %s:%s", cmd.Name.Short(), p.app.DeployBranch)
 		} else {
-			p.out.step("Stored tag %s.", cmd.Name.Short())
+			p.out.Step("Stored tag %s.", cmd.Name.Short())
 		}
 	}
 	if len(p.rejct) > 0 && result == "stored" {
@@ -292,9 +293,9 @@ func objectRefusal(err error) string {
 // is among them), as Dokku does.
 func (p *push) ensureApp(ctx context.Context) error {
 	if p.app == nil {
-		p.out.step("Creating app %s", p.name)
+		p.out.Step("Creating app %s", p.name)
 		app, err := p.s.dir.CreateApp(ctx, p.name, p.user.Name)
-		if errors.Is(err, ErrAppExists) {
+		if errors.Is(err, pipeline.ErrAppExists) {
 			// Created by a concurrent push: check access as for an existing app.
 			if app, err = p.s.dir.App(ctx, p.name); err == nil && !p.user.MayUse(app.Members) {
 				return fmt.Errorf("user %s has no access to app %s", p.user.Name, p.name)
@@ -302,7 +303,7 @@ func (p *push) ensureApp(ctx context.Context) error {
 		}
 		if err != nil {
 			p.log.Error("create app", "err", err)
-			p.out.fail("Could not create app %s: %v", p.name, err)
+			p.out.Fail("Could not create app %s: %v", p.name, err)
 			return errors.New("could not create the app")
 		}
 		p.app = app
@@ -326,10 +327,10 @@ func (p *push) ensureApp(ctx context.Context) error {
 		p.app.DeployBranch = branch
 	}
 	if p.repo == nil {
-		repo, err := receive.Init(filepath.Join(p.s.cfg.ReposDir, p.name+".git"), p.app.DeployBranch)
+		repo, err := receive.Init(p.s.pipeline.RepositoryDir(p.name), p.app.DeployBranch)
 		if err != nil {
 			// A concurrent first push may have created it.
-			if repo, err = receive.Open(filepath.Join(p.s.cfg.ReposDir, p.name+".git")); err != nil {
+			if repo, err = receive.Open(p.s.pipeline.RepositoryDir(p.name)); err != nil {
 				p.log.Error("init repository", "err", err)
 				return errors.New("could not create the repository")
 			}
@@ -347,48 +348,43 @@ func (p *push) readOptions() {
 		case optionAsync:
 			p.async = true
 		default:
-			p.out.detail("Ignoring unknown push option %q (bex knows %s and %s).", opt, optionNoCache, optionAsync)
+			p.out.Detail("Ignoring unknown push option %q (bex knows %s and %s).", opt, optionNoCache, optionAsync)
 		}
 	}
 }
 
-const reasonCancelled = "push cancelled"
-
-// deploy builds cmd.New, records a release and waits for it to serve. It returns
-// the reason for the rejection, or "" when the release serves.
-func (p *push) deploy(ctx context.Context, cmd receive.Command) string {
-	res := p.s.buildAndRelease(ctx, job{
-		app: p.name, repoDir: p.repo.Dir, commit: cmd.New, branch: cmd.Name.Short(), noCache: p.noCache,
-		actor: p.user.Name, cause: CausePush, what: "push",
+// deploy builds cmd.New, records a release and waits for it to serve. Its
+// Reason is the rejection's, or "" when the release serves.
+func (p *push) deploy(ctx context.Context, cmd receive.Command) pipeline.JobResult {
+	res := p.s.pipeline.BuildAndRelease(ctx, pipeline.Job{
+		App: p.name, RepoDir: p.repo.Dir, Commit: cmd.New, Branch: cmd.Name.Short(), NoCache: p.noCache,
+		Actor: p.user.Name, Cause: pipeline.CausePush, What: "push",
 	}, p.out, p.log)
-	p.timings = append(p.timings, res.timings...)
-	return res.reason
+	p.timings = append(p.timings, res.Timings...)
+	return res
 }
 
 // deployInBackground runs an async push's deploy after the ref moved and the pusher
 // got its report. It takes over the app's lock and frees it when done.
 func (p *push) deployInBackground(cmd receive.Command) {
-	p.out.step("Deploying %s in the background (push option async).", short(cmd.New))
-	p.out.detail("The app's status shows the result: kubectl get app %s", p.name)
-	p.s.background.Add(1)
+	p.out.Step("Deploying %s in the background (push option async).", short(cmd.New))
+	p.out.Detail("The app's status shows the result: kubectl get app %s", p.name)
 	bg := *p
-	bg.out = newOutput(discard{}, false)
+	bg.out = pipeline.NewOutput(io.Discard, false)
 	unlock := p.unlock
 	p.unlock = nil
-	go func() {
-		defer p.s.background.Done()
+	p.s.pipeline.Background(func() {
 		defer func() {
 			unlock()
-			p.s.repackLater(p.name) // the ref moved before the deploy began
+			p.s.pipeline.RepackLater(p.name) // the ref moved before the deploy began
 		}()
 		ctx := context.WithoutCancel(p.sess.Context())
-		reason := bg.deploy(ctx, cmd)
-		if reason != "" {
-			p.log.Warn("background deploy failed", "commit", cmd.New.String(), "reason", reason)
+		if res := bg.deploy(ctx, cmd); res.Reason != "" {
+			p.log.Warn("background deploy failed", "commit", cmd.New.String(), "reason", res.Reason)
 			return
 		}
 		p.log.Info("background deploy done", "commit", cmd.New.String())
-	}()
+	})
 }
 
 // updateRefs moves every ref not rejected so far; a move that fails rejects its ref.
@@ -426,6 +422,16 @@ func (p *push) moved() bool {
 	return false
 }
 
+// errUnpacker is report-status's unpack error for a pack that was not stored.
+var errUnpacker = errors.New("unpacker error")
+
+// refusePack records that the pack was not stored: report-status says so on
+// its unpack line, and every ref is rejected with the same words.
+func (p *push) refusePack() {
+	p.unpackErr = errUnpacker
+	p.rejectAll(errUnpacker.Error())
+}
+
 // rejectAll rejects every command not rejected yet with reason.
 func (p *push) rejectAll(reason string) {
 	for _, cmd := range p.req.Commands {
@@ -442,17 +448,11 @@ func (p *push) report() {
 		for _, cmd := range p.req.Commands {
 			results = append(results, receive.Result{Name: cmd.Name, Reason: p.rejct[cmd.Name]})
 		}
-		var unpackErr error
-		for _, r := range results {
-			if r.Reason == "unpacker error" {
-				unpackErr = errors.New("unpacker error")
-			}
-		}
-		if err := receive.WriteReport(p.out.report(), unpackErr, results); err != nil {
+		if err := receive.WriteReport(p.out.Report(), p.unpackErr, results); err != nil {
 			p.log.Info("writing report", "err", err)
 		}
 	}
-	p.out.flush()
+	p.out.Flush()
 }
 
 // keepAlive sends keep-alive packets while the push is silent; the returned func
@@ -467,7 +467,7 @@ func (p *push) keepAlive() func() {
 			case <-done:
 				return
 			case <-t.C:
-				p.out.keepAlive(p.s.cfg.KeepAlive)
+				p.out.KeepAlive(p.s.cfg.KeepAlive)
 			}
 		}
 	}()
@@ -483,7 +483,3 @@ func (p *push) describeCommands() string {
 }
 
 func short(h plumbing.Hash) string { return h.String()[:7] }
-
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }

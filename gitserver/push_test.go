@@ -17,6 +17,7 @@ import (
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/gitserver"
+	"bex.co/bex/gitserver/pipeline"
 	"bex.co/bex/internal/testenv"
 )
 
@@ -44,7 +45,7 @@ func TestFirstPushCreatesAppBuildsTheCommitAndMovesTheRef(t *testing.T) {
 	if len(builds) != 1 || builds[0].Commit != head || builds[0].App != "hello" || builds[0].Branch != "main" {
 		t.Fatalf("builds = %+v, want one of %s", builds, head)
 	}
-	rel := e.deployer.all()
+	rel := e.releaser.all()
 	if len(rel) != 1 || rel[0].Commit != head || rel[0].Actor != admin.name || !strings.Contains(rel[0].Image, "@sha256:") {
 		t.Fatalf("releases = %+v", rel)
 	}
@@ -77,7 +78,7 @@ func TestFailingBuildRejectsThePushAndKeepsTheRef(t *testing.T) {
 	first := strings.TrimSpace(admin.mustGit(dir, "rev-parse", "HEAD"))
 	admin.mustGit(dir, "push", "bex", "main")
 
-	e.builder.setHook(func(_ context.Context, _ gitserver.BuildRequest, progress io.Writer) error {
+	e.builder.setHook(func(_ context.Context, _ pipeline.BuildRequest, progress io.Writer) error {
 		fmt.Fprintf(progress, "       go: cannot find main module\n")
 		return errors.New("step 2/2 RUN go build exited with code 1")
 	})
@@ -98,7 +99,7 @@ func TestFailingBuildRejectsThePushAndKeepsTheRef(t *testing.T) {
 	if got := e.remoteRef("hello", "refs/heads/main"); got != first {
 		t.Fatalf("main moved to %s after a failed build; want %s", got, first)
 	}
-	if n := len(e.deployer.all()); n != 1 {
+	if n := len(e.releaser.all()); n != 1 {
 		t.Fatalf("%d releases; a failed build must not release", n)
 	}
 }
@@ -109,9 +110,9 @@ func TestFailedRolloutRejectsThePush(t *testing.T) {
 	dir := admin.workdir("hello")
 	first := strings.TrimSpace(admin.mustGit(dir, "rev-parse", "HEAD"))
 	admin.mustGit(dir, "push", "bex", "main")
-	e.deployer.mu.Lock()
-	e.deployer.fail = func(string, int64) error { return errors.New("web.1 never answered on PORT within 60s") }
-	e.deployer.mu.Unlock()
+	e.releaser.mu.Lock()
+	e.releaser.fail = func(string, int64) error { return errors.New("web.1 never answered on PORT within 60s") }
+	e.releaser.mu.Unlock()
 	admin.commit(dir, "app.txt", "never healthy\n")
 	out, err := admin.git(dir, "push", "bex", "main")
 	if err == nil || !strings.Contains(out, "[remote rejected] main -> main (deploy failed)") ||
@@ -128,7 +129,7 @@ func TestProgressReachesThePusherWhileTheBuildRuns(t *testing.T) {
 	admin := e.addUser("admin", appv1.RoleAdmin, false)
 	dir := admin.workdir("hello")
 	seen := make(chan struct{})
-	e.builder.setHook(func(ctx context.Context, _ gitserver.BuildRequest, progress io.Writer) error {
+	e.builder.setHook(func(ctx context.Context, _ pipeline.BuildRequest, progress io.Writer) error {
 		fmt.Fprintf(progress, "       compiling, still running\n")
 		// The build goes on only once the pusher has shown the line above.
 		select {
@@ -342,7 +343,7 @@ func TestPushOptions(t *testing.T) {
 
 	// async: the ref moves at once, the build runs after the push returned.
 	release := make(chan struct{})
-	e.builder.setHook(func(ctx context.Context, _ gitserver.BuildRequest, _ io.Writer) error {
+	e.builder.setHook(func(ctx context.Context, _ pipeline.BuildRequest, _ io.Writer) error {
 		<-release
 		return nil
 	})
@@ -354,12 +355,12 @@ func TestPushOptions(t *testing.T) {
 	if got := e.remoteRef("hello", "refs/heads/main"); got != next {
 		t.Fatalf("async push: main = %s, want %s at once", got, next)
 	}
-	if n := len(e.deployer.all()); n != 1 {
+	if n := len(e.releaser.all()); n != 1 {
 		t.Fatalf("async: %d releases before the build finished", n)
 	}
 	close(release)
 	e.eventually(func() error {
-		if n := len(e.deployer.all()); n != 2 {
+		if n := len(e.releaser.all()); n != 2 {
 			return fmt.Errorf("%d releases", n)
 		}
 		return nil
@@ -377,7 +378,7 @@ func TestTwoPushesToOneAppTakeTurns(t *testing.T) {
 	proceed := make(chan struct{})
 	var calls int
 	var mu sync.Mutex
-	e.builder.setHook(func(ctx context.Context, _ gitserver.BuildRequest, _ io.Writer) error {
+	e.builder.setHook(func(ctx context.Context, _ pipeline.BuildRequest, _ io.Writer) error {
 		mu.Lock()
 		calls++
 		first := calls == 1
@@ -421,7 +422,7 @@ func TestTwoPushesToOneAppTakeTurns(t *testing.T) {
 	if err := secondPush.Wait(); err != nil {
 		t.Fatalf("second push: %v\n%s", err, secondOut.String())
 	}
-	if n := len(e.deployer.all()); n != 3 {
+	if n := len(e.releaser.all()); n != 3 {
 		t.Fatalf("%d releases, want 3", n)
 	}
 }
@@ -432,7 +433,7 @@ func TestPushesToTwoAppsBuildAtTheSameTime(t *testing.T) {
 	both := make(chan struct{})
 	var mu sync.Mutex
 	running := 0
-	e.builder.setHook(func(ctx context.Context, _ gitserver.BuildRequest, _ io.Writer) error {
+	e.builder.setHook(func(ctx context.Context, _ pipeline.BuildRequest, _ io.Writer) error {
 		mu.Lock()
 		running++
 		if running == 2 {
@@ -467,7 +468,7 @@ func TestPusherLeavingMidBuildCancelsIt(t *testing.T) {
 
 	inBuild := make(chan struct{})
 	cancelled := make(chan struct{})
-	e.builder.setHook(func(ctx context.Context, _ gitserver.BuildRequest, _ io.Writer) error {
+	e.builder.setHook(func(ctx context.Context, _ pipeline.BuildRequest, _ io.Writer) error {
 		close(inBuild)
 		<-ctx.Done()
 		close(cancelled)
@@ -530,7 +531,7 @@ func TestRemovedAccessEndsAPushWaitingForTheLock(t *testing.T) {
 	// The admin's push holds the build (and the lock) until told to go on.
 	started := make(chan struct{}, 1)
 	proceed := make(chan struct{})
-	e.builder.setHook(func(ctx context.Context, _ gitserver.BuildRequest, _ io.Writer) error {
+	e.builder.setHook(func(ctx context.Context, _ pipeline.BuildRequest, _ io.Writer) error {
 		started <- struct{}{}
 		<-proceed
 		return nil
@@ -603,7 +604,7 @@ func TestFailingDeploymentTasksRejectThePushNamingTheirPhase(t *testing.T) {
 	first := strings.TrimSpace(admin.mustGit(dir, "rev-parse", "HEAD"))
 
 	// The first push: its build fails, and nothing served before it.
-	e.builder.setHook(func(context.Context, gitserver.BuildRequest, io.Writer) error {
+	e.builder.setHook(func(context.Context, pipeline.BuildRequest, io.Writer) error {
 		return errors.New("step 2/2 RUN make exited with code 2")
 	})
 	out, err := admin.git(dir, "push", "bex", "main")
@@ -613,9 +614,9 @@ func TestFailingDeploymentTasksRejectThePushNamingTheirPhase(t *testing.T) {
 	e.builder.setHook(nil)
 	admin.mustGit(dir, "push", "bex", "main")
 
-	e.builder.setHook(func(_ context.Context, _ gitserver.BuildRequest, progress io.Writer) error {
+	e.builder.setHook(func(_ context.Context, _ pipeline.BuildRequest, progress io.Writer) error {
 		fmt.Fprintf(progress, "       no database\n")
-		return fmt.Errorf("%w: predeploy (app.json scripts.dokku.predeploy) exited with status 3", gitserver.ErrPredeployFailed)
+		return fmt.Errorf("%w: predeploy (app.json scripts.dokku.predeploy) exited with status 3", pipeline.ErrPredeployFailed)
 	})
 	admin.commit(dir, "app.txt", "predeploy fails\n")
 	out, err = admin.git(dir, "push", "bex", "main")
@@ -630,11 +631,11 @@ func TestFailingDeploymentTasksRejectThePushNamingTheirPhase(t *testing.T) {
 	}
 
 	e.builder.setHook(nil)
-	e.deployer.mu.Lock()
-	e.deployer.fail = func(_ string, n int64) error {
-		return fmt.Errorf("%w: release v%d failed: postdeploy (app.json scripts.dokku.postdeploy) exited with status 4", gitserver.ErrPostdeployFailed, n)
+	e.releaser.mu.Lock()
+	e.releaser.fail = func(_ string, n int64) error {
+		return fmt.Errorf("%w: release v%d failed: postdeploy (app.json scripts.dokku.postdeploy) exited with status 4", pipeline.ErrPostdeployFailed, n)
 	}
-	e.deployer.mu.Unlock()
+	e.releaser.mu.Unlock()
 	out, err = admin.git(dir, "push", "bex", "main")
 	for _, want := range []string{"release v2 failed: postdeploy (app.json scripts.dokku.postdeploy) exited with status 4",
 		"Release v1 keeps serving.", "! [remote rejected] main -> main (postdeploy failed)"} {

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
-	"bex.co/bex/gitserver"
+	"bex.co/bex/gitserver/pipeline"
 	"bex.co/bex/internal/testenv"
 )
 
@@ -27,7 +27,7 @@ type repackResult struct {
 // repacks reports the server's background repacks.
 func repacks(e *env) chan repackResult {
 	ch := make(chan repackResult, 100)
-	e.srv.OnRepack(func(app string, skipped bool, err error) { ch <- repackResult{app, skipped, err} })
+	e.pl.OnRepack(func(app string, skipped bool, err error) { ch <- repackResult{app, skipped, err} })
 	return ch
 }
 
@@ -147,7 +147,7 @@ exec %[3]q "$@"
 // then lands: no push ever writes into a repository gc is rewriting.
 func TestPushWaitsForARunningRepack(t *testing.T) {
 	started, release := gitWrapper(t)
-	e := newEnv(t, func(c *gitserver.Config) { c.LockWait = time.Minute })
+	e := newEnv(t, func(c *config) { c.LockWait = time.Minute })
 	done := repacks(e)
 	admin := e.addUser("admin", appv1.RoleAdmin, false)
 	dir := admin.workdir("hello")
@@ -229,7 +229,7 @@ func TestRepackSkipsWhileAPushHoldsTheLock(t *testing.T) {
 
 	building := make(chan struct{})
 	proceed := make(chan struct{})
-	e.builder.setHook(func(ctx context.Context, _ gitserver.BuildRequest, _ io.Writer) error {
+	e.builder.setHook(func(ctx context.Context, _ pipeline.BuildRequest, _ io.Writer) error {
 		close(building)
 		<-proceed
 		return nil
@@ -242,7 +242,7 @@ func TestRepackSkipsWhileAPushHoldsTheLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-building
-	e.srv.RepackLater("hello")
+	e.pl.RepackLater("hello")
 	if r := nextRepack(t, done); !r.skipped || r.err != nil {
 		t.Fatalf("repack while a push builds: %+v, want skipped", r)
 	}
@@ -297,7 +297,7 @@ func TestCompactRepositoryNeverRunsUnderAPush(t *testing.T) {
 
 	building := make(chan struct{})
 	proceed := make(chan struct{})
-	e.builder.setHook(func(ctx context.Context, _ gitserver.BuildRequest, _ io.Writer) error {
+	e.builder.setHook(func(ctx context.Context, _ pipeline.BuildRequest, _ io.Writer) error {
 		close(building)
 		<-proceed
 		return nil
@@ -311,7 +311,7 @@ func TestCompactRepositoryNeverRunsUnderAPush(t *testing.T) {
 	}
 	<-building
 	began := time.Now()
-	if _, err := e.srv.CompactRepository(context.Background(), "hello"); !errors.Is(err, gitserver.ErrRepositoryBusy) {
+	if _, err := e.pl.CompactRepository(context.Background(), "hello"); !errors.Is(err, pipeline.ErrRepositoryBusy) {
 		t.Fatalf("CompactRepository while a push builds: %v, want ErrRepositoryBusy", err)
 	}
 	// It gives a background repack a moment (2 s), never a push its whole build.
@@ -323,7 +323,7 @@ func TestCompactRepositoryNeverRunsUnderAPush(t *testing.T) {
 	}
 	// The images' removal is held off alike.
 	ran := false
-	if err := e.srv.IfIdle("hello", "system:prune", func() error { ran = true; return nil }); !errors.Is(err, gitserver.ErrRepositoryBusy) || ran {
+	if err := e.pl.IfIdle("hello", "system:prune", func() error { ran = true; return nil }); !errors.Is(err, pipeline.ErrRepositoryBusy) || ran {
 		t.Fatalf("IfIdle while a push builds: %v (ran: %v), want ErrRepositoryBusy", err, ran)
 	}
 	close(proceed)
@@ -337,10 +337,10 @@ func TestCompactRepositoryNeverRunsUnderAPush(t *testing.T) {
 		t.Fatalf("gc --auto after the push removed the unreachable object (it keeps it two weeks): %v", err)
 	}
 	// The control: with the lock free, both run.
-	if err := e.srv.IfIdle("hello", "system:prune", func() error { ran = true; return nil }); err != nil || !ran {
+	if err := e.pl.IfIdle("hello", "system:prune", func() error { ran = true; return nil }); err != nil || !ran {
 		t.Fatalf("IfIdle with the lock free: %v (ran: %v)", err, ran)
 	}
-	if _, err := e.srv.CompactRepository(context.Background(), "hello"); err != nil {
+	if _, err := e.pl.CompactRepository(context.Background(), "hello"); err != nil {
 		t.Fatalf("CompactRepository: %v", err)
 	}
 	if _, err := os.Stat(garbage); !errors.Is(err, os.ErrNotExist) {

@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gliderlabs/ssh"
@@ -18,32 +15,21 @@ import (
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/gitserver/backend"
+	"bex.co/bex/gitserver/pipeline"
 )
 
 // Server is the SSH git endpoint.
 type Server struct {
-	cfg      Config
-	dir      Directory
-	builder  Builder
-	deployer Deployer
+	cfg Config
+	dir Directory
+	// pipeline builds and releases what a push brings, and owns the
+	// repositories and their locks.
+	pipeline *pipeline.Pipeline
 	commands Commands // nil: only git
-	// upstreamAuth gives an upstream fetch the app's deploy key and credentials;
-	// nil: no ssh upstreams, https ones anonymously.
-	upstreamAuth UpstreamAuth
-	// images brings images from registries for DeployImage; nil: this server
-	// deploys no images.
-	images  Images
-	log     *slog.Logger
-	metrics *metrics
+	log      *slog.Logger
+	metrics  *metrics
 
-	ssh    *ssh.Server
-	locks  appLocks
-	builds chan struct{} // one slot per concurrent build
-
-	// background are the async deploys still running; Shutdown waits for them.
-	background sync.WaitGroup
-	// repack runs git gc in the repositories pushes wrote to (repack.go).
-	repack *repacker
+	ssh *ssh.Server
 
 	sessions sessions
 	// unauth counts the connections not yet authenticated.
@@ -60,13 +46,6 @@ type Option func(*Server)
 // go to c. Without it such sessions get one line saying what the server takes.
 func WithCommands(c Commands) Option { return func(s *Server) { s.commands = c } }
 
-// WithUpstreamAuth sets where the fetch of an app's upstream gets the app's
-// deploy key and credentials.
-func WithUpstreamAuth(a UpstreamAuth) Option { return func(s *Server) { s.upstreamAuth = a } }
-
-// WithImages sets what DeployImage pulls images with (deploy:image).
-func WithImages(i Images) Option { return func(s *Server) { s.images = i } }
-
 // context keys of a connection.
 type ctxKey string
 
@@ -76,14 +55,15 @@ const (
 	ctxSessions ctxKey = "bex-sessions" // *atomic.Int32, the open session channels
 )
 
-// New makes a server. reg receives its metrics (nil: not registered).
-func New(cfg Config, dir Directory, b Builder, d Deployer, log *slog.Logger, reg prometheus.Registerer, opts ...Option) (*Server, error) {
+// New makes a server that runs its pushes through p. reg receives its metrics
+// (nil: not registered).
+func New(cfg Config, dir Directory, p *pipeline.Pipeline, log *slog.Logger, reg prometheus.Registerer, opts ...Option) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withPaths()
-	if dir == nil || b == nil || d == nil {
-		return nil, errors.New("gitserver: a Directory, a Builder and a Deployer are required")
+	if dir == nil || p == nil {
+		return nil, errors.New("gitserver: a Directory and a Pipeline are required")
 	}
 	if log == nil {
 		log = slog.Default()
@@ -93,13 +73,11 @@ func New(cfg Config, dir Directory, b Builder, d Deployer, log *slog.Logger, reg
 		return nil, err
 	}
 	s := &Server{
-		cfg: cfg, dir: dir, builder: b, deployer: d,
+		cfg: cfg, dir: dir, pipeline: p,
 		log:     log.WithGroup("gitserver"),
 		metrics: newMetrics(reg),
-		builds:  make(chan struct{}, cfg.MaxConcurrentBuilds),
 		unauth: unauthLimiter{perSource: cfg.MaxUnauthPerSource, total: cfg.MaxUnauthConns,
 			queuedPerSource: cfg.MaxUnauthQueuedPerSource, queuedTotal: cfg.MaxUnauthQueued},
-		repack: newRepacker(),
 	}
 	for _, o := range opts {
 		o(s)
@@ -148,19 +126,13 @@ func (s *Server) Serve(l net.Listener) error {
 	return err
 }
 
-// Shutdown stops accepting, waits for the sessions and background deploys to end
-// (or ctx to), kills a running repack, then closes what is left.
+// Shutdown stops accepting, waits for the sessions to end (or ctx to), then
+// closes what is left. The pipeline's background deploys and repacks are its
+// own to end (pipeline.Shutdown), after every front-end is shut.
 func (s *Server) Shutdown(ctx context.Context) error {
 	defer s.stop()
 	s.unauth.close() // the connections waiting for a slot are not served
 	err := s.ssh.Shutdown(ctx)
-	done := make(chan struct{})
-	go func() { s.background.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-	}
-	s.repack.stop()
 	if err != nil && !errors.Is(err, ssh.ErrServerClosed) {
 		_ = s.ssh.Close()
 		return err
@@ -275,26 +247,6 @@ func (s *Server) handleSession(sess ssh.Session) {
 	}
 	code := s.receivePack(ctx, sess, user, app, log)
 	_ = sess.Exit(code)
-}
-
-// RemoveRepository deletes app's bare repository, for `apps:destroy`. It takes the
-// app's push lock first, so that it never pulls the directory from under a push; a
-// push that holds the lock longer than wait makes it fail, saying so.
-func (s *Server) RemoveRepository(ctx context.Context, app string, wait time.Duration) error {
-	if !appv1.ValidAppName(app) {
-		return fmt.Errorf("%q is not an app name", app)
-	}
-	lockCtx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	unlock, err := s.locks.acquire(lockCtx, app, "apps:destroy", nil)
-	if err != nil {
-		return &backend.Error{Kind: backend.Conflict, Msg: fmt.Sprintf("a push to %s is running: try again once it ends", app), Err: ErrBusy}
-	}
-	defer unlock()
-	if err := os.RemoveAll(filepath.Join(s.cfg.ReposDir, app+".git")); err != nil {
-		return fmt.Errorf("removing the repository of %s: %w", app, err)
-	}
-	return nil
 }
 
 // AppFromPath maps a repository path to an app name: "myapp", "/myapp", "myapp.git"

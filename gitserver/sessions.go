@@ -12,6 +12,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"bex.co/bex/gitserver/backend"
+	"bex.co/bex/gitserver/pipeline"
 )
 
 // sessions are the open sessions by the key that authenticated them. A key, a
@@ -126,7 +127,7 @@ func (s *Server) recheckSessions(ctx context.Context) {
 }
 
 func (s *Server) recheckOnce(ctx context.Context) {
-	apps := map[string]*App{} // one read per app per round
+	apps := map[string]*pipeline.App{} // one read per app per round
 	for fp, list := range s.sessions.byKey() {
 		lookup, cancel := context.WithTimeout(ctx, 5*time.Second)
 		u, err := s.dir.UserByKey(lookup, list[0].key)
@@ -155,7 +156,7 @@ func (s *Server) recheckOnce(ctx context.Context) {
 
 // stillMayUse applies the backend's rule (backend.StillMayUse) to the user as
 // read again and each app the session works on, as the cache has it now.
-func (s *Server) stillMayUse(ctx context.Context, o *openSession, now *backend.User, apps map[string]*App) error {
+func (s *Server) stillMayUse(ctx context.Context, o *openSession, now *backend.User, apps map[string]*pipeline.App) error {
 	for _, name := range o.uses.Apps() {
 		a, ok := apps[name]
 		if !ok {
@@ -163,7 +164,7 @@ func (s *Server) stillMayUse(ctx context.Context, o *openSession, now *backend.U
 			var err error
 			a, err = s.dir.App(lookup, name)
 			cancel()
-			if err != nil && !errors.Is(err, ErrAppNotFound) {
+			if err != nil && !errors.Is(err, pipeline.ErrAppNotFound) {
 				s.log.Warn("session recheck failed", "app", name, "err", err)
 				continue
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/gliderlabs/ssh"
 
 	"bex.co/bex/gitserver/backend"
+	"bex.co/bex/gitserver/pipeline"
 )
 
 // uploadPack serves git clone and git fetch with the git binary's upload-pack: it
@@ -19,7 +20,7 @@ import (
 // bex does happens on a fetch.
 func (s *Server) uploadPack(ctx context.Context, sess ssh.Session, user *backend.User, appName string, log *slog.Logger) {
 	app, err := s.dir.App(ctx, appName)
-	if errors.Is(err, ErrAppNotFound) {
+	if errors.Is(err, pipeline.ErrAppNotFound) {
 		fatal(sess, "app "+appName+" does not exist")
 		return
 	}
@@ -33,7 +34,7 @@ func (s *Server) uploadPack(ctx context.Context, sess ssh.Session, user *backend
 		return
 	}
 	backend.Used(ctx, appName)
-	repoDir := filepath.Join(s.cfg.ReposDir, appName+".git")
+	repoDir := s.pipeline.RepositoryDir(appName)
 	if _, err := os.Stat(filepath.Join(repoDir, "HEAD")); err != nil {
 		fatal(sess, "app "+appName+" has no code yet: push first")
 		return

@@ -23,8 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
-	"bex.co/bex/gitserver"
 	"bex.co/bex/gitserver/hooksecrets"
+	"bex.co/bex/gitserver/pipeline"
 	"bex.co/bex/internal/testenv"
 )
 
@@ -133,8 +133,8 @@ func (publicResolver) LookupNetIP(context.Context, string, string) ([]netip.Addr
 // key is rotated refuses the old one.
 func TestUpstreamDeployKeys(t *testing.T) {
 	var upstreams *hooksecrets.Upstreams
-	e := newEnvWith(t, []gitserver.Option{gitserver.WithUpstreamAuth(lazyUpstreams{&upstreams})},
-		func(c *gitserver.Config) { c.AllowPrivateUpstreams = true }) // the git host is on loopback
+	e := newEnvPipeline(t, []pipeline.Option{pipeline.WithUpstreamAuth(lazyUpstreams{&upstreams})},
+		func(c *config) { c.AllowPrivateUpstreams = true }) // the git host is on loopback
 	upstreams = &hooksecrets.Upstreams{Client: e.cp.Client, Namespace: e.ns}
 	ana := e.addUser("ana", appv1.RoleAdmin, true)
 	e.createApp("alpha")
@@ -165,8 +165,8 @@ func TestUpstreamDeployKeys(t *testing.T) {
 	}
 	host.trust(keyA.PublicKey())
 
-	deploy := func(app string) (*gitserver.DeployResult, error) {
-		return e.srv.Deploy(ctx, gitserver.DeployRequest{App: app, Upstream: url, Cause: gitserver.CauseWebhook, Actor: "webhook:github"}, nil)
+	deploy := func(app string) (*pipeline.DeployResult, error) {
+		return e.pl.Deploy(ctx, pipeline.DeployRequest{App: app, Upstream: url, Cause: pipeline.CauseWebhook, Actor: "webhook:github"}, nil)
 	}
 	res, err := deploy("alpha")
 	if err != nil || res.Commit != first {
@@ -174,7 +174,7 @@ func TestUpstreamDeployKeys(t *testing.T) {
 	}
 	// The attack: beta names alpha's repository.
 	_, err = deploy("beta")
-	if !errors.Is(err, gitserver.ErrDeployFailed) || !strings.Contains(err.Error(), "unable to authenticate") {
+	if !errors.Is(err, pipeline.ErrDeployFailed) || !strings.Contains(err.Error(), "unable to authenticate") {
 		t.Fatalf("beta, whose key the git host does not trust: %v", err)
 	}
 	if !host.wasOffered(keyB.PublicKey()) || host.wasOffered(e.srv.HostKey()) {
@@ -192,7 +192,7 @@ func TestUpstreamDeployKeys(t *testing.T) {
 		t.Fatalf("rotate: %v", err)
 	}
 	second := ana.commit(src, "app.txt", "v2\n")
-	if _, err := deploy("alpha"); !errors.Is(err, gitserver.ErrDeployFailed) || !strings.Contains(err.Error(), "unable to authenticate") {
+	if _, err := deploy("alpha"); !errors.Is(err, pipeline.ErrDeployFailed) || !strings.Contains(err.Error(), "unable to authenticate") {
 		t.Fatalf("alpha after the rotation, the git host still trusting the old key: %v", err)
 	}
 	host.trust(rotated.PublicKey())
@@ -208,21 +208,21 @@ func TestUpstreamDeployKeys(t *testing.T) {
 // when checked and is loopback when dialed (DNS rebinding) is never connected to.
 func TestUpstreamDialIsChecked(t *testing.T) {
 	var upstreams *hooksecrets.Upstreams
-	e := newEnvWith(t, []gitserver.Option{gitserver.WithUpstreamAuth(lazyUpstreams{&upstreams})},
-		func(c *gitserver.Config) { c.UpstreamResolver = publicResolver{} })
+	e := newEnvPipeline(t, []pipeline.Option{pipeline.WithUpstreamAuth(lazyUpstreams{&upstreams})},
+		func(c *config) { c.UpstreamResolver = publicResolver{} })
 	upstreams = &hooksecrets.Upstreams{Client: e.cp.Client, Namespace: e.ns}
 	e.createApp("alpha")
 	host := startGitHost(t, t.TempDir())
 	_, port, _ := net.SplitHostPort(host.addr)
 	e.knownHost(host.hostKey, host.addr, "localhost:"+port)
 	url := "ssh://git@localhost:" + port + "/shop.git"
-	_, err := e.srv.Deploy(context.Background(), gitserver.DeployRequest{App: "alpha", Upstream: url, Cause: gitserver.CauseWebhook}, nil)
-	if !errors.Is(err, gitserver.ErrDeployFailed) || !strings.Contains(err.Error(), "127.0.0.1 is a loopback address") {
+	_, err := e.pl.Deploy(context.Background(), pipeline.DeployRequest{App: "alpha", Upstream: url, Cause: pipeline.CauseWebhook}, nil)
+	if !errors.Is(err, pipeline.ErrDeployFailed) || !strings.Contains(err.Error(), "127.0.0.1 is a loopback address") {
 		t.Fatalf("%s: %v", url, err)
 	}
 	// A literal address is refused before any dial.
-	_, err = e.srv.Deploy(context.Background(), gitserver.DeployRequest{App: "alpha", Upstream: "ssh://git@" + host.addr + "/shop.git", Cause: gitserver.CauseWebhook}, nil)
-	if !errors.Is(err, gitserver.ErrDeployFailed) || !strings.Contains(err.Error(), "loopback") {
+	_, err = e.pl.Deploy(context.Background(), pipeline.DeployRequest{App: "alpha", Upstream: "ssh://git@" + host.addr + "/shop.git", Cause: pipeline.CauseWebhook}, nil)
+	if !errors.Is(err, pipeline.ErrDeployFailed) || !strings.Contains(err.Error(), "loopback") {
 		t.Fatalf("literal loopback: %v", err)
 	}
 	if n := host.conns.Load(); n != 0 {
@@ -256,7 +256,7 @@ func TestUpstreamCredentials(t *testing.T) {
 	roots.AddCert(srv.Certificate())
 
 	var upstreams *hooksecrets.Upstreams
-	e := newEnvWith(t, []gitserver.Option{gitserver.WithUpstreamAuth(lazyUpstreams{&upstreams})}, func(c *gitserver.Config) {
+	e := newEnvPipeline(t, []pipeline.Option{pipeline.WithUpstreamAuth(lazyUpstreams{&upstreams})}, func(c *config) {
 		c.AllowPrivateUpstreams, c.UpstreamRootCAs = true, roots // the git host is on loopback
 	})
 	upstreams = &hooksecrets.Upstreams{Client: e.cp.Client, Namespace: e.ns}
@@ -268,11 +268,11 @@ func TestUpstreamCredentials(t *testing.T) {
 	url := srv.URL + "/shop.git"
 	ctx := context.Background()
 	var progress strings.Builder
-	deploy := func() (*gitserver.DeployResult, error) {
-		return e.srv.Deploy(ctx, gitserver.DeployRequest{App: "alpha", Upstream: url, Cause: gitserver.CauseWebhook}, &progress)
+	deploy := func() (*pipeline.DeployResult, error) {
+		return e.pl.Deploy(ctx, pipeline.DeployRequest{App: "alpha", Upstream: url, Cause: pipeline.CauseWebhook}, &progress)
 	}
 
-	if _, err := deploy(); !errors.Is(err, gitserver.ErrDeployFailed) || !strings.Contains(err.Error(), "authentication required") {
+	if _, err := deploy(); !errors.Is(err, pipeline.ErrDeployFailed) || !strings.Contains(err.Error(), "authentication required") {
 		t.Fatalf("without credentials: %v", err)
 	}
 	app := &appv1.App{}
@@ -303,7 +303,7 @@ func TestUpstreamCredentials(t *testing.T) {
 	// Credentials in the URL itself are refused before anything is dialed.
 	n := hits.Load()
 	withCreds := strings.Replace(srv.URL, "https://", "https://ci:"+password+"@", 1) + "/shop.git"
-	_, err = e.srv.Deploy(ctx, gitserver.DeployRequest{App: "alpha", Upstream: withCreds, Cause: gitserver.CauseWebhook}, &progress)
+	_, err = e.pl.Deploy(ctx, pipeline.DeployRequest{App: "alpha", Upstream: withCreds, Cause: pipeline.CauseWebhook}, &progress)
 	if err == nil || !strings.Contains(err.Error(), "--password-stdin") || strings.Contains(err.Error(), password) {
 		t.Fatalf("credentials in the URL: %v", err)
 	}

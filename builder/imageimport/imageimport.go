@@ -85,8 +85,9 @@ type Config struct {
 	// unpacks, as a build does.
 	DiskDir string
 	// MinFreeBytes and MinFreePercent are that margin: the smaller of
-	// MinFreeBytes and MinFreePercent of the disk's size (the gitserver's
-	// --min-free-disk); either one 0 turns the checks off.
+	// MinFreeBytes and MinFreePercent of the disk's size; either one 0 turns
+	// the checks off. No default: the margin has one owner, the gitserver's
+	// pipeline (--min-free-disk), and cmd/bex gives it here.
 	MinFreeBytes   int64
 	MinFreePercent float64
 
@@ -114,8 +115,6 @@ func DefaultConfig() Config {
 		MaxUnpackedBytes: 32 << 30,
 		Timeout:          30 * time.Minute,
 		StallTimeout:     2 * time.Minute,
-		MinFreeBytes:     1 << 30,
-		MinFreePercent:   5,
 		Namespace:        "bex",
 		Snapshotter:      "overlayfs",
 		AllowFlag:        "bex gitserver --allow-private-registries",

@@ -17,6 +17,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"bex.co/bex/builder"
@@ -30,6 +31,7 @@ import (
 	"bex.co/bex/gitserver/backend"
 	"bex.co/bex/gitserver/hooksecrets"
 	"bex.co/bex/gitserver/mcpserver"
+	"bex.co/bex/gitserver/pipeline"
 	"bex.co/bex/gitserver/sshcmd"
 	"bex.co/bex/gitserver/tokens"
 	"bex.co/bex/gitserver/upstream"
@@ -134,11 +136,11 @@ func (c *gitserverCmd) command() *cobra.Command {
 	f.StringVar(&c.sshURL, "ssh-url", "", "how users reach this server, for the hints commands print (default ssh://git@HOST:PORT)")
 	f.StringVar(&c.hooksAddr, "hooks-addr", "", "HTTP address of the webhooks (POST /hooks/<app>) and the agents' MCP endpoint (/mcp); empty: off")
 	f.StringVar(&c.hooksURL, "hooks-url", "", "how git hosts reach the webhooks, for `webhooks APP` (default http://HOOKS-ADDR)")
-	c.maxObjectSize = gitserver.DefaultMaxObjectBytes
+	c.maxObjectSize = pipeline.DefaultMaxObjectBytes
 	f.Var(&c.maxObjectSize, "max-object-size", "largest object (a file, mostly) that a push or an upstream fetch may hold, checked before it is inflated (GitHub's limit is 100MiB); it also bounds the gitserver's memory")
-	f.Int64Var(&c.maxPushObjects, "max-push-objects", gitserver.DefaultMaxPushObjects, "most objects a push (or an upstream fetch) may hold, refused from its pack's header before any object is read; the gitserver holds about 90 bytes an object of a push, 170 MiB at the default (larger histories are pushed in parts)")
-	c.minFreeDisk = gitserver.DefaultMinFreeBytes
-	f.Var(&c.minFreeDisk, "min-free-disk", fmt.Sprintf("free space kept on the file system of --state-dir: with less free (this or %d%% of the file system, whichever is smaller) pushes and deploys are refused at once, saying how much is free", gitserver.DefaultMinFreePercent))
+	f.Int64Var(&c.maxPushObjects, "max-push-objects", pipeline.DefaultMaxPushObjects, "most objects a push (or an upstream fetch) may hold, refused from its pack's header before any object is read; the gitserver holds about 90 bytes an object of a push, 170 MiB at the default (larger histories are pushed in parts)")
+	c.minFreeDisk = pipeline.DefaultMinFreeBytes
+	f.Var(&c.minFreeDisk, "min-free-disk", fmt.Sprintf("free space kept on the file system of --state-dir: with less free (this or %d%% of the file system, whichever is smaller) pushes and deploys are refused at once, saying how much is free", pipeline.DefaultMinFreePercent))
 	f.Var(&c.buildMemory, "build-memory", "the memory limit of build steps, as set on --build-cgroup (e.g. 4Gi), named when a step is killed by it")
 	f.StringVar(&c.buildCgroup, "build-cgroup", "", "directory of the cgroup buildkitd runs build steps under (bex up sets it); its OOM counters tell a step killed by --build-memory; empty: a step killed for memory is reported by its exit code")
 	pi := plan.DefaultConfig().Images
@@ -170,41 +172,12 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	if c.secretsNamespace == "" {
 		c.secretsNamespace = c.namespace
 	}
-	restCfg, s, err := c.connect()
+	restCfg, kc, dir, informers, err := c.startAPI(ctx)
 	if err != nil {
 		return err
 	}
-	kc, err := client.New(restCfg, client.Options{Scheme: s})
-	if err != nil {
-		return err
-	}
-	acfg := access.DefaultConfig()
-	acfg.Namespace = c.namespace
-	dir, informers, err := access.Start(ctx, acfg, restCfg, s, kc)
-	if err != nil {
-		return err
-	}
-
-	if err := ensureAdminKeys(ctx, kc, c.adminKeys); err != nil {
-		return err
-	}
-	if ok, err := backend.HasAdmin(ctx, kc); err == nil && !ok {
-		say(c.errOut, c.log, "bex gitserver: no admin yet: run `bex users add NAME --admin --key ~/.ssh/id_ed25519.pub` on this machine, or start with --admin-keys FILE")
-	}
-
-	bcfg := builder.DefaultConfig()
-	// An empty --buildkit-addr is derived from the state dir.
-	bcfg.StateDir, bcfg.Address = c.stateDir, c.buildkitAddr
-	bcfg.TLS = c.buildkitTLS
-	bcfg.ImageRepo = c.imageRepo
-	bcfg.Push, bcfg.RegistryConfig = c.push, c.registryConfig
-	bcfg.ImageResolveMode = c.imageResolveMode
-	bcfg.StepMemory = int64(c.buildMemory)
-	bcfg.StepCgroup = c.buildCgroup
-	bcfg.MinFreeBytes = int64(c.minFreeDisk) // a running build keeps the margin pushes are refused under
-	bcfg.Plan.Images = c.planImages
-	bcfg.PlanBasesReady = c.planBasesReady
-	b, err := builder.New(bcfg, c.log)
+	pcfg := c.pipelineConfig()
+	b, err := builder.New(c.builderConfig(pcfg), c.log)
 	if err != nil {
 		return err
 	}
@@ -218,6 +191,14 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	}
 	recorder := &releases.Recorder{Client: kc, Namespace: c.namespace, PollInterval: 50 * time.Millisecond}
 	tokenStore := &tokens.Store{Client: kc, Users: informers, Namespace: c.secretsNamespace}
+	// The pipeline is the bottom layer: the backend's deploys and the SSH
+	// server's pushes both run through it. Each app fetches its ssh upstreams
+	// with its own deploy key, kept with the webhook secrets.
+	pl, err := pipeline.New(pcfg, dir, pushBuilder{b: b, apps: kc, namespace: c.namespace}, pushReleaser{recorder}, c.log, c.metricsRegistry(),
+		pipeline.WithUpstreamAuth(&hooksecrets.Upstreams{Client: kc, Namespace: c.namespace, SecretsNamespace: c.secretsNamespace}))
+	if err != nil {
+		return err
+	}
 	logs := runtimeLogs{runtime: c.runtime, stateDir: filepath.Join(c.stateDir, "runtime"), namespace: c.namespace}
 	if c.runtime == "kubernetes" {
 		// Pod logs are a subresource stream, which controller-runtime's client
@@ -237,33 +218,17 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 			return err
 		}
 	}
-	gcfg := gitserver.DefaultConfig()
-	gcfg.StateDir, gcfg.Addr = c.stateDir, c.sshAddr
-	gcfg.AllowFileUpstreams, gcfg.AllowPrivateUpstreams = c.allowFile, c.allowPrivate
-	gcfg.MaxObjectBytes = int64(c.maxObjectSize)
-	gcfg.MaxPushObjects = c.maxPushObjects
-	gcfg.MinFreeBytes = int64(c.minFreeDisk)
-	var hooksListener net.Listener
-	if c.hooksAddr != "" {
-		// Listening before the commands are made, so that `webhooks APP` can print
-		// the address the port 0 of a test became.
-		if hooksListener, err = net.Listen("tcp", c.hooksAddr); err != nil {
-			return fmt.Errorf("--hooks-addr: %w", err)
-		}
-		defer hooksListener.Close()
-		if c.hooksURL == "" {
-			c.hooksURL = "http://" + hooksListener.Addr().String()
-		}
+	// Listening before the commands are made, so that `webhooks APP` can print
+	// the address the port 0 of a test became.
+	hooksListener, err := c.listenHooks()
+	if err != nil {
+		return err
 	}
-	// The backend needs the server (to deploy, and to remove a repository under
-	// its push lock) and the server takes the commands made on the backend: the
-	// closures read srv once it is set.
-	var srv *gitserver.Server
-	bk := backend.DefaultConfig()
-	bk.Client, bk.Reader, bk.Namespace, bk.SecretsNamespace = kc, informers, c.namespace, c.secretsNamespace
-	bk.Releases, bk.BaseDomain = recorder, c.baseDomain
-	bk.Deployer = serverDeployer{server: func() *gitserver.Server { return srv }}
-	bk.Logs, bk.Builds, bk.Tokens = logs, buildLogs{b}, tokenStore
+	if hooksListener != nil {
+		defer hooksListener.Close()
+	}
+	bk := c.backendConfig(kc, informers, recorder, pl, b)
+	bk.Logs, bk.Tokens = logs, tokenStore
 	bk.Volumes = kubeVols
 	if c.runtime == "local" {
 		// One machine: the state dir, buildkitd and containerd are this
@@ -273,7 +238,7 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 		if addr == "" {
 			addr = filepath.Join(c.stateDir, "containerd", "containerd.sock")
 		}
-		bk.Storage = &machineStorage{stateDir: c.stateDir, server: func() *gitserver.Server { return srv }, builder: b,
+		bk.Storage = &machineStorage{stateDir: c.stateDir, repos: pl, builder: b,
 			runtimeDir: filepath.Join(c.stateDir, "runtime"), namespace: c.namespace, imageRepo: c.imageRepo,
 			containerdAddr: strings.TrimPrefix(addr, "unix://"), containerdNS: c.containerdNS, log: c.log}
 	}
@@ -308,7 +273,7 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 		icfg.Push, icfg.PushKeychain, icfg.PushInsecure = true, kube.ConfigKeychain(c.registryConfig), c.registryInsecure
 	} else if c.runtime == "local" {
 		// The margin pushes are refused under, kept while the image is pulled.
-		icfg.DiskDir, icfg.MinFreeBytes = c.stateDir, int64(c.minFreeDisk)
+		icfg.DiskDir, icfg.MinFreeBytes, icfg.MinFreePercent = c.stateDir, pcfg.MinFreeBytes, pcfg.MinFreePercent
 		addr := c.containerdAddr
 		if addr == "" {
 			addr = filepath.Join(c.stateDir, "containerd", "containerd.sock")
@@ -325,20 +290,13 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 			return err
 		}
 		c.images = imageImporter{im}
-		bk.Images = imageDeployer{server: func() *gitserver.Server { return srv }}
+		bk.Images = imageDeployer{p: pl, images: c.images}
 		bk.Registries = c.images
 	}
 	if c.oneOffs != nil {
 		bk.Runner = oneOffRunner{c.oneOffs}
 		// The release command and postdeploy scripts run as one-offs too.
 		recorder.OneOffs = c.oneOffs
-	}
-	bk.RemoveRepository = func(ctx context.Context, app string) error { return srv.RemoveRepository(ctx, app, 10*time.Second) }
-	bk.RemoveBuildLogs = b.RemoveLogs
-	bk.UpstreamPolicy = upstream.Policy{AllowPrivate: c.allowPrivate, AllowFile: c.allowFile}
-	bk.HooksURL, bk.RolloutTimeout, bk.Log = c.hooksURL, gcfg.RolloutTimeout, c.log
-	if c.sshURL != "" {
-		bk.Host = c.sshURL
 	}
 	be, err := backend.New(bk)
 	if err != nil {
@@ -348,15 +306,65 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	srv, err = gitserver.New(gcfg, dir, pushBuilder{b: b, apps: kc, namespace: c.namespace}, pushDeployer{recorder}, c.log, c.metricsRegistry(),
-		gitserver.WithCommands(cmds),
-		// Each app fetches its ssh upstreams with its own deploy key, kept with
-		// the webhook secrets.
-		gitserver.WithUpstreamAuth(&hooksecrets.Upstreams{Client: kc, Namespace: c.namespace, SecretsNamespace: c.secretsNamespace}),
-		gitserver.WithImages(c.images.importer()))
+	gcfg := gitserver.DefaultConfig()
+	gcfg.StateDir, gcfg.Addr = c.stateDir, c.sshAddr
+	srv, err := gitserver.New(gcfg, dir, pl, c.log, c.metricsRegistry(), gitserver.WithCommands(cmds))
 	if err != nil {
 		return err
 	}
+	return c.serve(ctx, srv, pl, hooksListener, be)
+}
+
+// backendConfig is the backend's configuration on the API, the pipeline (its
+// deploys, the repositories) and the builder (its logs); the runtime's parts
+// are added by run.
+func (c *gitserverCmd) backendConfig(kc client.Client, informers client.Reader, recorder *releases.Recorder, pl *pipeline.Pipeline, b *builder.Builder) backend.Config {
+	bk := backend.DefaultConfig()
+	bk.Client, bk.Reader, bk.Namespace, bk.SecretsNamespace = kc, informers, c.namespace, c.secretsNamespace
+	bk.Releases, bk.BaseDomain = recorder, c.baseDomain
+	bk.Deployer = codeDeployer{pl}
+	bk.Builds = buildLogs{b}
+	bk.RemoveRepository = func(ctx context.Context, app string) error { return pl.RemoveRepository(ctx, app, 10*time.Second) }
+	bk.RemoveBuildLogs = b.RemoveLogs
+	bk.UpstreamPolicy = upstream.Policy{AllowPrivate: c.allowPrivate, AllowFile: c.allowFile}
+	bk.HooksURL, bk.RolloutTimeout, bk.Log = c.hooksURL, pl.Config().RolloutTimeout, c.log
+	if c.sshURL != "" {
+		bk.Host = c.sshURL
+	}
+	return bk
+}
+
+// startAPI connects to the API, starts the directory's cache and makes sure
+// of --admin-keys, saying when there is no admin yet.
+func (c *gitserverCmd) startAPI(ctx context.Context) (*rest.Config, client.Client, *access.Kube, cache.Cache, error) {
+	restCfg, s, err := c.connect()
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	kc, err := client.New(restCfg, client.Options{Scheme: s})
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	acfg := access.DefaultConfig()
+	acfg.Namespace = c.namespace
+	dir, informers, err := access.Start(ctx, acfg, restCfg, s, kc)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if err := ensureAdminKeys(ctx, kc, c.adminKeys); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if ok, err := backend.HasAdmin(ctx, kc); err == nil && !ok {
+		say(c.errOut, c.log, "bex gitserver: no admin yet: run `bex users add NAME --admin --key ~/.ssh/id_ed25519.pub` on this machine, or start with --admin-keys FILE")
+	}
+	return restCfg, kc, dir, informers, nil
+}
+
+// serve serves SSH (and, with hooksListener, the webhooks and the agents'
+// API) until ctx ends or a listener fails, then shuts the front-ends down
+// before the pipeline they run on.
+func (c *gitserverCmd) serve(ctx context.Context, srv *gitserver.Server, pl *pipeline.Pipeline, hooksListener net.Listener, be *backend.Backend) error {
+	var err error
 	c.listener, err = net.Listen("tcp", c.sshAddr)
 	if err != nil {
 		return err
@@ -367,41 +375,10 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	}
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(c.listener) }()
-	var hooks *webhook.Handler
-	var httpSrv *http.Server
+	var hooks *hooksServer
 	if hooksListener != nil {
-		wcfg := webhook.DefaultConfig()
-		if wcfg.TrustedProxies, err = clientaddr.Parse(strings.Join(c.trustedProxies, ",")); err != nil {
-			return fmt.Errorf("--hooks-trusted-proxies: %w", err)
-		}
-		if c.proxySecretFile != "" {
-			if wcfg.ProxySecret, err = clientaddr.ReadSecret(c.proxySecretFile); err != nil {
-				return fmt.Errorf("--hooks-proxy-secret-file: %w", err)
-			}
-		}
-		hooks, err = webhook.New(wcfg, be, hookRedeployer{be}, c.log)
-		if err != nil {
+		if hooks, err = c.serveHooks(hooksListener, be, errc); err != nil {
 			return err
-		}
-		mcfg := mcpserver.DefaultConfig()
-		mcfg.Backend, mcfg.Version, mcfg.Log, mcfg.TrustedProxies, mcfg.ProxySecret = be, version, c.log, wcfg.TrustedProxies, wcfg.ProxySecret
-		agents, err := mcpserver.New(mcfg)
-		if err != nil {
-			return err
-		}
-		mux := http.NewServeMux()
-		mux.Handle("/hooks/", hooks)
-		mux.Handle("/mcp", agents.Handler())
-		httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute,
-			ErrorLog: slog.NewLogLogger(c.log.Handler(), slog.LevelWarn)}
-		go func() {
-			if err := httpSrv.Serve(hooksListener); !errors.Is(err, http.ErrServerClosed) {
-				errc <- err
-			}
-		}()
-		say(c.errOut, c.log, "bex gitserver: webhooks and the agents' API on %s (%s/hooks/APP, %s/mcp)", hooksListener.Addr(), c.hooksURL, c.hooksURL)
-		if c.hooksReady != nil {
-			c.hooksReady <- hooksListener.Addr().String()
 		}
 	}
 	select {
@@ -411,16 +388,122 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	}
 	shutdown, cancelShutdown := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancelShutdown()
-	if httpSrv != nil {
-		// Deliveries are answered at once; the redeploys they started run on
-		// under the gitserver's lock and are waited for like background pushes.
-		_ = httpSrv.Shutdown(shutdown)
-		_ = hooks.Close(shutdown)
-	}
-	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+	// Deliveries are answered at once; the redeploys they started run on under
+	// the pipeline's lock and are waited for like background pushes.
+	hooks.shutdown(shutdown)
+	err = srv.Shutdown(shutdown)
+	pl.Shutdown(shutdown)
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
 	return nil
+}
+
+// pipelineConfig is the pipeline's configuration from the flags: the one
+// owner of the disk margin, the build slots and the build's timeout, which the
+// builder and deploy:image's importer are given from it.
+func (c *gitserverCmd) pipelineConfig() pipeline.Config {
+	pcfg := pipeline.DefaultConfig()
+	pcfg.StateDir = c.stateDir
+	pcfg.AllowFileUpstreams, pcfg.AllowPrivateUpstreams = c.allowFile, c.allowPrivate
+	pcfg.MaxObjectBytes = int64(c.maxObjectSize)
+	pcfg.MaxPushObjects = c.maxPushObjects
+	pcfg.MinFreeBytes = int64(c.minFreeDisk)
+	return pcfg
+}
+
+// builderConfig is the builder's configuration from the flags, with the
+// pipeline's build slots, build timeout and disk margin: a running build keeps
+// the margin pushes are refused under, and the pipeline admits no more builds
+// than the builder runs, so that its own slots never make one wait.
+func (c *gitserverCmd) builderConfig(pcfg pipeline.Config) builder.Config {
+	bcfg := builder.DefaultConfig()
+	// An empty --buildkit-addr is derived from the state dir.
+	bcfg.StateDir, bcfg.Address = c.stateDir, c.buildkitAddr
+	bcfg.TLS = c.buildkitTLS
+	bcfg.ImageRepo = c.imageRepo
+	bcfg.Push, bcfg.RegistryConfig = c.push, c.registryConfig
+	bcfg.ImageResolveMode = c.imageResolveMode
+	bcfg.StepMemory = int64(c.buildMemory)
+	bcfg.StepCgroup = c.buildCgroup
+	bcfg.MaxConcurrent, bcfg.Timeout = pcfg.MaxConcurrentBuilds, pcfg.BuildTimeout
+	bcfg.MinFreeBytes, bcfg.MinFreePercent = pcfg.MinFreeBytes, pcfg.MinFreePercent
+	bcfg.Plan.Images = c.planImages
+	bcfg.PlanBasesReady = c.planBasesReady
+	return bcfg
+}
+
+// listenHooks listens on --hooks-addr (nil without one) and fills in
+// --hooks-url from the address it got.
+func (c *gitserverCmd) listenHooks() (net.Listener, error) {
+	if c.hooksAddr == "" {
+		return nil, nil
+	}
+	l, err := net.Listen("tcp", c.hooksAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--hooks-addr: %w", err)
+	}
+	if c.hooksURL == "" {
+		c.hooksURL = "http://" + l.Addr().String()
+	}
+	return l, nil
+}
+
+// hooksServer is the HTTP front-ends beside the SSH server: the webhooks and
+// the agents' MCP endpoint.
+type hooksServer struct {
+	http  *http.Server
+	hooks *webhook.Handler
+}
+
+// serveHooks serves the webhooks and the agents' API on l, sending a failure
+// to serve on errc.
+func (c *gitserverCmd) serveHooks(l net.Listener, be *backend.Backend, errc chan<- error) (*hooksServer, error) {
+	wcfg := webhook.DefaultConfig()
+	var err error
+	if wcfg.TrustedProxies, err = clientaddr.Parse(strings.Join(c.trustedProxies, ",")); err != nil {
+		return nil, fmt.Errorf("--hooks-trusted-proxies: %w", err)
+	}
+	if c.proxySecretFile != "" {
+		if wcfg.ProxySecret, err = clientaddr.ReadSecret(c.proxySecretFile); err != nil {
+			return nil, fmt.Errorf("--hooks-proxy-secret-file: %w", err)
+		}
+	}
+	hooks, err := webhook.New(wcfg, be, hookRedeployer{be}, c.log)
+	if err != nil {
+		return nil, err
+	}
+	mcfg := mcpserver.DefaultConfig()
+	mcfg.Backend, mcfg.Version, mcfg.Log, mcfg.TrustedProxies, mcfg.ProxySecret = be, version, c.log, wcfg.TrustedProxies, wcfg.ProxySecret
+	agents, err := mcpserver.New(mcfg)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/hooks/", hooks)
+	mux.Handle("/mcp", agents.Handler())
+	httpSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(c.log.Handler(), slog.LevelWarn)}
+	go func() {
+		if err := httpSrv.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+			errc <- err
+		}
+	}()
+	say(c.errOut, c.log, "bex gitserver: webhooks and the agents' API on %s (%s/hooks/APP, %s/mcp)", l.Addr(), c.hooksURL, c.hooksURL)
+	if c.hooksReady != nil {
+		c.hooksReady <- l.Addr().String()
+	}
+	return &hooksServer{http: httpSrv, hooks: hooks}, nil
+}
+
+// shutdown stops taking requests and waits for the redeploys the deliveries
+// started (or ctx); nothing to do without hooks.
+func (h *hooksServer) shutdown(ctx context.Context) {
+	if h == nil {
+		return
+	}
+	_ = h.http.Shutdown(ctx)
+	_ = h.hooks.Close(ctx)
 }
 
 func (c *gitserverCmd) metricsRegistry() prometheus.Registerer {

@@ -7,12 +7,12 @@ import (
 	"net/netip"
 
 	"bex.co/bex/builder/imageimport"
-	"bex.co/bex/gitserver"
 	"bex.co/bex/gitserver/backend"
+	"bex.co/bex/gitserver/pipeline"
 	"bex.co/bex/gitserver/upstream"
 )
 
-// imageImporter is builder/imageimport as the gitserver (Import) and the
+// imageImporter is builder/imageimport as the pipeline (Import) and the
 // backend (CheckLogin) call it: its errors given the backend's kinds.
 type imageImporter struct{ im *imageimport.Importer }
 
@@ -45,12 +45,14 @@ func importError(err error) error {
 	return &backend.Error{Kind: backend.Failed, Msg: err.Error(), Err: err}
 }
 
-// imageDeployer is the gitserver's DeployImage as the backend calls it; server
-// returns the server, made after the backend.
-type imageDeployer struct{ server func() *gitserver.Server }
+// imageDeployer is the pipeline's DeployImage as the backend calls it.
+type imageDeployer struct {
+	p      *pipeline.Pipeline
+	images pipeline.ImageImporter
+}
 
 func (d imageDeployer) DeployImage(ctx context.Context, req backend.ImageRequest) (*backend.DeployResult, error) {
-	res, err := d.server().DeployImage(ctx, gitserver.ImageRequest{App: req.App, Image: req.Image, Actor: req.Actor}, req.Progress)
+	res, err := d.p.DeployImage(ctx, pipeline.ImageRequest{App: req.App, Image: req.Image, Actor: req.Actor}, d.images, req.Progress)
 	if err != nil {
 		return nil, err
 	}
@@ -67,9 +69,9 @@ func registryBlocked(allowPrivate bool) func(netip.Addr) string {
 	return upstream.Blocked
 }
 
-// importer is i as the gitserver's Images, nil when deploy:image is off (a
+// importer is i as the pipeline's Images, nil when deploy:image is off (a
 // nil interface, not a nil importer in one).
-func (i imageImporter) importer() gitserver.Images {
+func (i imageImporter) importer() pipeline.ImageImporter {
 	if i.im == nil {
 		return nil
 	}

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -86,6 +88,51 @@ func TestInternalImportsNoComponent(t *testing.T) {
 				if rest == c || strings.HasPrefix(rest, c+"/") {
 					t.Errorf("internal/%s imports %s, a package of %s: internal/ holds what no component owns, so it takes what it needs from a component as an argument or an interface", from, p, c)
 				}
+			}
+		}
+	}
+}
+
+// The gitserver is built bottom up (docs/architecture.md, "The gitserver's
+// layers"): its pipeline (gitserver/pipeline) is made first and handed, as a
+// value, to the backend and to the SSH server; the backend and the pipeline
+// import neither the SSH server (bex.co/bex/gitserver) nor its front-ends, and
+// cmd/bex hands the backend no closure that returns the server made after it.
+
+func TestTheGitserverIsBuiltBottomUp(t *testing.T) {
+	for _, low := range []string{"gitserver/pipeline", "gitserver/backend"} {
+		cmd := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", "./"+low)
+		cmd.Dir = filepath.Join("..", "..")
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list %s: %v", low, err)
+		}
+		for _, p := range strings.Fields(string(out)) {
+			for _, high := range []string{"gitserver", "gitserver/sshcmd", "gitserver/mcpserver", "gitserver/webhook", "gitserver/access"} {
+				if p == module+"/"+high {
+					t.Errorf("%s imports %s: the lower layer calls no layer above it", low, p)
+				}
+			}
+		}
+	}
+	// A late-bound closure is a func literal returning the server (or the
+	// pipeline) that a value made before it calls once the server exists.
+	late := regexp.MustCompile(`func\s*\(\)\s*\*\s*(gitserver\.Server|pipeline\.Pipeline)\b`)
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(src), "\n") {
+			if late.MatchString(line) {
+				t.Errorf("%s:%d: %s: a closure that returns the server made later; make the pipeline first and hand it as a value", f, i+1, strings.TrimSpace(line))
 			}
 		}
 	}

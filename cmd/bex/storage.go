@@ -14,8 +14,8 @@ import (
 
 	"bex.co/bex/builder"
 	"bex.co/bex/deployer/runtime/local"
-	"bex.co/bex/gitserver"
 	"bex.co/bex/gitserver/backend"
+	"bex.co/bex/gitserver/pipeline"
 	"bex.co/bex/internal/du"
 	"bex.co/bex/internal/machine/daemons"
 )
@@ -37,7 +37,7 @@ import (
 // its root inside it (bex up), else they are added beside it.
 type machineStorage struct {
 	stateDir   string
-	server     func() *gitserver.Server
+	repos      *pipeline.Pipeline // the apps' repositories: their sizes, compaction and locks
 	builder    *builder.Builder
 	runtimeDir string // the local runtime's, STATE_DIR/runtime
 	namespace  string // the Apps'
@@ -116,7 +116,7 @@ func (m *machineStorage) Usage(ctx context.Context, apps []backend.StorageApp, p
 	out := &backend.DiskUsage{StateDir: m.stateDir, Measured: time.Now().UTC()}
 	rows := map[string]*backend.AppUsage{}
 	var inState int64 // what the owners measured inside the state dir
-	srv := m.server()
+	srv := m.repos
 	var errs []error
 	for _, a := range apps {
 		r := &backend.AppUsage{App: a.Name}
@@ -206,7 +206,7 @@ func (m *machineStorage) Usage(ctx context.Context, apps []backend.StorageApp, p
 			return nil, fmt.Errorf("measuring %s: %w", m.stateDir, err)
 		}
 		plat.Kinds.Other = max(out.StateDirBytes-inState, 0)
-		free, total, err := gitserver.Statfs(m.stateDir)
+		free, total, err := pipeline.Statfs(m.stateDir)
 		if err != nil {
 			out.NotMeasured = append(out.NotMeasured, "the file system: "+err.Error())
 		}
@@ -249,7 +249,7 @@ func (m *machineStorage) Prune(ctx context.Context, apps []backend.StorageApp, d
 		if err != nil {
 			errs = append(errs, err)
 		}
-		srv := m.server()
+		srv := m.repos
 		for _, a := range apps {
 			if u == nil || len(u.Reclaimable[a.Name]) == 0 {
 				continue
@@ -264,7 +264,7 @@ func (m *machineStorage) Prune(ctx context.Context, apps []backend.StorageApp, d
 					return err
 				})
 				switch {
-				case errors.Is(err, gitserver.ErrRepositoryBusy):
+				case errors.Is(err, pipeline.ErrRepositoryBusy):
 					rep.Skipped = append(rep.Skipped, fmt.Sprintf("the images of %s: a push or deploy holds the app; run system:prune again once it ends", a.Name))
 					continue
 				case err != nil:
@@ -345,7 +345,7 @@ func (m *machineStorage) Prune(ctx context.Context, apps []backend.StorageApp, d
 		}
 		rep.Items = append(rep.Items, backend.PruneItem{App: app, Kind: "buildCache", What: what, Bytes: rec.Size})
 	}
-	srv := m.server()
+	srv := m.repos
 	for _, a := range apps {
 		if dryRun {
 			if n, _ := srv.RepositoryBytes(a.Name); n > 0 {
@@ -355,7 +355,7 @@ func (m *machineStorage) Prune(ctx context.Context, apps []backend.StorageApp, d
 		}
 		freed, err := srv.CompactRepository(ctx, a.Name)
 		switch {
-		case errors.Is(err, gitserver.ErrRepositoryBusy):
+		case errors.Is(err, pipeline.ErrRepositoryBusy):
 			rep.Skipped = append(rep.Skipped, fmt.Sprintf("the repository of %s: a push or deploy holds it; run system:prune again once it ends", a.Name))
 		case err != nil:
 			errs = append(errs, fmt.Errorf("compacting the repository of %s: %w", a.Name, err))

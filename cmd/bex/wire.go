@@ -25,8 +25,8 @@ import (
 	"bex.co/bex/deployer/releases"
 	"bex.co/bex/deployer/runtime/kube"
 	"bex.co/bex/deployer/runtime/local"
-	"bex.co/bex/gitserver"
 	"bex.co/bex/gitserver/backend"
+	"bex.co/bex/gitserver/pipeline"
 	"bex.co/bex/gitserver/webhook"
 )
 
@@ -45,7 +45,7 @@ func scheme() (*k8sruntime.Scheme, error) {
 	return s, nil
 }
 
-// pushBuilder is the builder as the gitserver sees it: it adds the App's build
+// pushBuilder is the builder as the pipeline sees it: it adds the App's build
 // settings (spec.build) to the request.
 type pushBuilder struct {
 	b         *builder.Builder
@@ -53,7 +53,7 @@ type pushBuilder struct {
 	namespace string
 }
 
-func (p pushBuilder) Build(ctx context.Context, req gitserver.BuildRequest, progress io.Writer) (*gitserver.BuildResult, error) {
+func (p pushBuilder) Build(ctx context.Context, req pipeline.BuildRequest, progress io.Writer) (*pipeline.BuildResult, error) {
 	app := &appv1.App{}
 	if err := p.apps.Get(ctx, client.ObjectKey{Namespace: p.namespace, Name: req.App}, app); err != nil {
 		return nil, fmt.Errorf("reading the build settings of %s: %w", req.App, err)
@@ -83,17 +83,17 @@ func (p pushBuilder) Build(ctx context.Context, req gitserver.BuildRequest, prog
 	}
 	res, err := p.b.Build(ctx, breq, progress)
 	if errors.Is(err, builder.ErrPredeployFailed) {
-		return nil, phaseError{err: err, phase: gitserver.ErrPredeployFailed}
+		return nil, phaseError{err: err, phase: pipeline.ErrPredeployFailed}
 	}
 	if err != nil {
 		return nil, err
 	}
-	out := &gitserver.BuildResult{Image: res.Image, Processes: res.Processes, Release: res.Release, Postdeploy: res.Postdeploy, FirstPostdeploy: res.FirstPostdeploy}
+	out := &pipeline.BuildResult{Image: res.Image, Processes: res.Processes, Release: res.Release, Postdeploy: res.Postdeploy, FirstPostdeploy: res.FirstPostdeploy}
 	if f := res.AppJSON; f != nil {
-		out.AppJSON = &gitserver.AppJSON{Formation: f.Formation, HealthCheck: f.HealthCheck, Cron: f.Cron}
+		out.AppJSON = &pipeline.AppJSON{Formation: f.Formation, HealthCheck: f.HealthCheck, Cron: f.Cron}
 		for _, e := range f.Env {
 			if e.Sets() {
-				out.AppJSON.Env = append(out.AppJSON.Env, gitserver.EnvDefault{Name: e.Name, Value: e.Value, Secret: e.Generator == appjson.GeneratorSecret})
+				out.AppJSON.Env = append(out.AppJSON.Env, pipeline.EnvDefault{Name: e.Name, Value: e.Value, Secret: e.Generator == appjson.GeneratorSecret})
 			}
 		}
 	}
@@ -107,23 +107,23 @@ func requiredEnv(app *appv1.App, f *appjson.File) error {
 		return slices.ContainsFunc(app.Spec.Env, func(e appv1.EnvVar) bool { return e.Name == name })
 	}, app.Spec.Image == "")
 	if len(missing) > 0 {
-		return &gitserver.MissingConfigError{App: app.Name, Names: missing}
+		return &pipeline.MissingConfigError{App: app.Name, Names: missing}
 	}
 	return nil
 }
 
-// pushDeployer records a push's release through the API and waits for the deployer
-// to roll it out.
-type pushDeployer struct{ r *releases.Recorder }
+// pushReleaser records a push's release through the API and waits for the
+// deployer to roll it out: the pipeline's Releaser.
+type pushReleaser struct{ r *releases.Recorder }
 
-func (p pushDeployer) Release(ctx context.Context, req gitserver.ReleaseRequest) (int64, error) {
+func (p pushReleaser) Release(ctx context.Context, req pipeline.ReleaseRequest) (int64, error) {
 	cause := appv1.ReleaseCausePush
 	switch req.Cause {
-	case gitserver.CauseWebhook:
+	case pipeline.CauseWebhook:
 		cause = appv1.ReleaseCauseWebhook
-	case gitserver.CauseDeploy:
+	case pipeline.CauseDeploy:
 		cause = appv1.ReleaseCauseDeploy
-	case gitserver.CauseImage:
+	case pipeline.CauseImage:
 		// No code came with it: the scripts and cron jobs of the last push go
 		// (Code is empty), and app.json's record is forgotten, as for a push
 		// without one.
@@ -153,7 +153,7 @@ func (p pushDeployer) Release(ctx context.Context, req gitserver.ReleaseRequest)
 		Code: code, AppJSON: aj, Progress: req.Progress, FirstEnv: firstEnv,
 	})
 	if errors.Is(err, releases.ErrReleaseCommandFailed) {
-		return 0, fmt.Errorf("%w: %w", gitserver.ErrReleaseCommandFailed, err)
+		return 0, fmt.Errorf("%w: %w", pipeline.ErrReleaseCommandFailed, err)
 	}
 	return n, err
 }
@@ -168,17 +168,15 @@ func (h hookRedeployer) Redeploy(ctx context.Context, r webhook.Redeploy) error 
 	return h.b.Redeploy(ctx, r.App, string(r.Provider), r.Delivery)
 }
 
-// serverDeployer is the gitserver's Deploy as the backend calls it; server
-// returns the server, which is made after the backend (its commands need the
-// backend).
-type serverDeployer struct{ server func() *gitserver.Server }
+// codeDeployer is the pipeline's Deploy as the backend calls it.
+type codeDeployer struct{ p *pipeline.Pipeline }
 
-func (d serverDeployer) Deploy(ctx context.Context, req backend.DeployRequest) (*backend.DeployResult, error) {
-	cause := gitserver.CauseDeploy
+func (d codeDeployer) Deploy(ctx context.Context, req backend.DeployRequest) (*backend.DeployResult, error) {
+	cause := pipeline.CauseDeploy
 	if req.Cause == backend.CauseWebhook {
-		cause = gitserver.CauseWebhook
+		cause = pipeline.CauseWebhook
 	}
-	res, err := d.server().Deploy(ctx, gitserver.DeployRequest{App: req.App, Upstream: req.Upstream, Commit: req.Commit,
+	res, err := d.p.Deploy(ctx, pipeline.DeployRequest{App: req.App, Upstream: req.Upstream, Commit: req.Commit,
 		Cause: cause, Actor: req.Actor, Delivery: req.Delivery}, nil)
 	if err != nil {
 		return nil, err
@@ -188,16 +186,16 @@ func (d serverDeployer) Deploy(ctx context.Context, req backend.DeployRequest) (
 
 // WaitRollout waits for release n; when it fails, the release is withdrawn so that
 // the App asks again for the one that serves (releases.Recorder.Await).
-func (p pushDeployer) WaitRollout(ctx context.Context, app string, n int64, progress io.Writer) (string, error) {
+func (p pushReleaser) WaitRollout(ctx context.Context, app string, n int64, progress io.Writer) (string, error) {
 	url, err := p.r.Await(ctx, app, n, func(msg string) { fmt.Fprintf(progress, "       %s\n", msg) })
 	if errors.Is(err, releases.ErrPostdeployFailed) {
-		return "", phaseError{err: err, phase: gitserver.ErrPostdeployFailed}
+		return "", phaseError{err: err, phase: pipeline.ErrPostdeployFailed}
 	}
 	return url, err
 }
 
 // Serving is the release of app that serves (0: none yet).
-func (p pushDeployer) Serving(ctx context.Context, app string) (int64, error) {
+func (p pushReleaser) Serving(ctx context.Context, app string) (int64, error) {
 	return p.r.Serving(ctx, app)
 }
 

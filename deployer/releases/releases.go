@@ -332,6 +332,10 @@ var ErrRolloutFailed = errors.New("rollout failed")
 type RolloutError struct {
 	Release int64
 	Reason  string
+	// Serving is the release the deployer said keeps serving (the App's
+	// status.revision, written with the condition whose message ends "Release
+	// vN keeps serving."); 0 when it named none.
+	Serving int64
 }
 
 func (e *RolloutError) Error() string { return ErrRolloutFailed.Error() + ": " + e.Reason }
@@ -342,6 +346,10 @@ func (e *RolloutError) Is(target error) bool { return target == ErrRolloutFailed
 // RolloutFailure is the reason, for callers that declare the error they read
 // as an interface (the gitserver's backend).
 func (e *RolloutError) RolloutFailure() string { return e.Reason }
+
+// KeepsServing is Serving, for callers that declare the error they read as an
+// interface (the gitserver's backend, through its pipeline).
+func (e *RolloutError) KeepsServing() int64 { return e.Serving }
 
 // Wait waits until release n of app serves: status.revision is n and the Ready
 // condition is true for the current generation. It returns status.url. It fails
@@ -382,7 +390,7 @@ func (r *Recorder) Wait(ctx context.Context, name string, n int64, progress func
 			return app.Status.URL, nil
 		}
 		if current && rolled != nil && rolled.Status == metav1.ConditionFalse && rolled.Reason != appv1.RollingOutReason {
-			return "", &RolloutError{Release: n, Reason: rolled.Message}
+			return "", &RolloutError{Release: n, Reason: rolled.Message, Serving: app.Status.Revision}
 		}
 		// Only what the deployer said about this generation: an older message (such
 		// as "nothing is deployed yet" before a first release) is not progress.

@@ -22,6 +22,7 @@ import (
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/gitserver"
 	"bex.co/bex/gitserver/backend"
+	"bex.co/bex/gitserver/pipeline"
 )
 
 // KeyFingerprintField is the cache's field index on Users: each of a user's keys that
@@ -134,11 +135,11 @@ func (k *Kube) UserByKey(ctx context.Context, key gossh.PublicKey) (*backend.Use
 }
 
 // App returns the app called name from the cache, or ErrAppNotFound.
-func (k *Kube) App(ctx context.Context, name string) (*gitserver.App, error) {
+func (k *Kube) App(ctx context.Context, name string) (*pipeline.App, error) {
 	var a appv1.App
 	if err := k.cache.Get(ctx, k.key(name), &a); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("app %q: %w", name, gitserver.ErrAppNotFound)
+			return nil, fmt.Errorf("app %q: %w", name, pipeline.ErrAppNotFound)
 		}
 		return nil, fmt.Errorf("get app %q: %w", name, err)
 	}
@@ -154,14 +155,14 @@ func (k *Kube) App(ctx context.Context, name string) (*gitserver.App, error) {
 // two sources that disagree; waiting costs the create a few milliseconds once. If the
 // cache has not caught up within Config.CacheWait, CreateApp returns an error saying
 // the App was created: the watch is then broken and the promise cannot be kept.
-func (k *Kube) CreateApp(ctx context.Context, name, owner string) (*gitserver.App, error) {
+func (k *Kube) CreateApp(ctx context.Context, name, owner string) (*pipeline.App, error) {
 	a := &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: k.cfg.Namespace}}
 	if owner != "" {
 		a.Spec.Members = []string{owner}
 	}
 	if err := k.write.Create(ctx, a); err != nil {
 		if apierrors.IsAlreadyExists(err) {
-			return nil, fmt.Errorf("app %q: %w", name, gitserver.ErrAppExists)
+			return nil, fmt.Errorf("app %q: %w", name, pipeline.ErrAppExists)
 		}
 		return nil, fmt.Errorf("create app %q: %w", name, err)
 	}
@@ -190,7 +191,7 @@ func (k *Kube) SetDeployBranch(ctx context.Context, app, branch string) error {
 	a := &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: k.cfg.Namespace}}
 	if err := k.write.Patch(ctx, a, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		if apierrors.IsNotFound(err) {
-			return fmt.Errorf("app %q: %w", app, gitserver.ErrAppNotFound)
+			return fmt.Errorf("app %q: %w", app, pipeline.ErrAppNotFound)
 		}
 		return fmt.Errorf("set deploy branch of app %q to %q: %w", app, branch, err)
 	}
@@ -233,8 +234,8 @@ func (k *Kube) key(name string) client.ObjectKey {
 	return client.ObjectKey{Namespace: k.cfg.Namespace, Name: name}
 }
 
-func toApp(a *appv1.App) *gitserver.App {
-	return &gitserver.App{
+func toApp(a *appv1.App) *pipeline.App {
+	return &pipeline.App{
 		Name:         a.Name,
 		DeployBranch: a.Spec.Git.DeployBranch,
 		Members:      slices.Clone(a.Spec.Members),

@@ -23,6 +23,7 @@ import (
 	"bex.co/bex/gitserver"
 	"bex.co/bex/gitserver/access"
 	"bex.co/bex/gitserver/backend"
+	"bex.co/bex/gitserver/pipeline"
 	"bex.co/bex/internal/testenv"
 )
 
@@ -261,7 +262,7 @@ func TestApp(t *testing.T) {
 	if err := e.cp.Client.Create(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	want := gitserver.App{Name: "shop", DeployBranch: "prod", Members: []string{"ann", "ben"}}
+	want := pipeline.App{Name: "shop", DeployBranch: "prod", Members: []string{"ann", "ben"}}
 	testenv.Eventually(t, 10*time.Second, "the app", func() error {
 		got, err := e.dir.App(ctx, "shop")
 		if err != nil {
@@ -273,7 +274,7 @@ func TestApp(t *testing.T) {
 		return nil
 	})
 
-	if got, err := e.dir.App(ctx, "no-such-app"); !errors.Is(err, gitserver.ErrAppNotFound) {
+	if got, err := e.dir.App(ctx, "no-such-app"); !errors.Is(err, pipeline.ErrAppNotFound) {
 		t.Fatalf("missing app: got %+v, %v; want ErrAppNotFound", got, err)
 	}
 	// An App in another namespace is not this directory's.
@@ -282,7 +283,7 @@ func TestApp(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.cp.Client.Delete(context.Background(), other) })
-	if got, err := e.dir.App(ctx, other.Name); !errors.Is(err, gitserver.ErrAppNotFound) {
+	if got, err := e.dir.App(ctx, other.Name); !errors.Is(err, pipeline.ErrAppNotFound) {
 		t.Fatalf("app of another namespace: got %+v, %v; want ErrAppNotFound", got, err)
 	}
 }
@@ -315,7 +316,7 @@ func TestCreateApp(t *testing.T) {
 		t.Fatalf("stored members %v", stored.Spec.Members)
 	}
 
-	if got, err := e.dir.CreateApp(ctx, "fresh", "dave"); !errors.Is(err, gitserver.ErrAppExists) {
+	if got, err := e.dir.CreateApp(ctx, "fresh", "dave"); !errors.Is(err, pipeline.ErrAppExists) {
 		t.Fatalf("second CreateApp: got %+v, %v; want ErrAppExists", got, err)
 	}
 
@@ -328,7 +329,7 @@ func TestCreateApp(t *testing.T) {
 	}
 
 	// The API server's name rule is not bypassed.
-	if _, err := e.dir.CreateApp(ctx, "Not_A_Name", "carol"); err == nil || errors.Is(err, gitserver.ErrAppExists) {
+	if _, err := e.dir.CreateApp(ctx, "Not_A_Name", "carol"); err == nil || errors.Is(err, pipeline.ErrAppExists) {
 		t.Fatalf("invalid name: %v", err)
 	}
 }
@@ -375,7 +376,7 @@ func TestSetDeployBranch(t *testing.T) {
 		t.Fatalf("after clearing: %+v, %v", got, err)
 	}
 
-	if err := e.dir.SetDeployBranch(ctx, "no-such-app", "main"); !errors.Is(err, gitserver.ErrAppNotFound) {
+	if err := e.dir.SetDeployBranch(ctx, "no-such-app", "main"); !errors.Is(err, pipeline.ErrAppNotFound) {
 		t.Fatalf("missing app: %v; want ErrAppNotFound", err)
 	}
 }
@@ -423,7 +424,7 @@ func TestLookupsMakeNoAPICalls(t *testing.T) {
 		if _, err := e.dir.App(ctx, "quiet"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.dir.App(ctx, "absent"); !errors.Is(err, gitserver.ErrAppNotFound) {
+		if _, err := e.dir.App(ctx, "absent"); !errors.Is(err, pipeline.ErrAppNotFound) {
 			t.Fatal(err)
 		}
 	}

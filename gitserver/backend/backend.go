@@ -35,6 +35,15 @@ type Releases interface {
 	Await(ctx context.Context, app string, n int64, progress func(string)) (string, error)
 }
 
+// KeepsServing is implemented by a deploy's error whose rollout failed with
+// the deployer naming the release that serves on (its reason says "Release vN
+// keeps serving."): KeepsServing returns N, 0 when it named none. What the
+// backend adds to a failure then does not say it again.
+type KeepsServing interface {
+	error
+	KeepsServing() int64
+}
+
 // RolloutFailure is Releases.Await's error when the release did not come to
 // serve: its method says why, in the deployer's words, as data rather than
 // text to cut out of the error's message.
@@ -43,18 +52,19 @@ type RolloutFailure interface {
 	RolloutFailure() (reason string)
 }
 
-// Deployer rebuilds and rolls out an app outside a push, through the push's
-// pipeline and lock (the gitserver's Deploy; cmd/bex wires it). Its errors carry
-// kinds: NotFound (no app), Invalid (nothing to deploy), Conflict (a push or
-// deploy holds the app), Failed (the build or rollout failed).
-type Deployer interface {
+// CodeDeployer builds an app's code and rolls it out outside a push, through
+// the push's pipeline and lock (gitserver/pipeline's Deploy; cmd/bex wires
+// it). Its errors carry kinds: NotFound (no app), Invalid (nothing to deploy),
+// Conflict (a push or deploy holds the app), Failed (the build or rollout
+// failed).
+type CodeDeployer interface {
 	Deploy(ctx context.Context, req DeployRequest) (*DeployResult, error)
 }
 
 // DeployCause is what asked for a deploy.
 type DeployCause string
 
-// The causes of a Deployer's deploys.
+// The causes of a CodeDeployer's deploys.
 const (
 	CauseDeploy  DeployCause = "deploy"
 	CauseWebhook DeployCause = "webhook"
@@ -120,7 +130,7 @@ type Config struct {
 	Releases Releases
 	// Deployer runs deploys and webhook redeploys; nil: deploy says this server
 	// does not build.
-	Deployer Deployer
+	Deployer CodeDeployer
 	// Images deploys images from registries (deploy:image); nil: it says this
 	// server does not.
 	Images ImageDeployer

@@ -27,7 +27,8 @@
 // API server (Config.Client) and then wait, briefly, until the cache has seen
 // them, so that the next request reads its own writes. Config changes and
 // rollbacks are releases recorded through Config.Releases; deploys and webhook
-// redeploys run through Config.Deployer (the gitserver's push pipeline), and
+// redeploys run through Config.Deployer (gitserver/pipeline, made before the
+// backend and handed to it as a value: the backend calls nothing above it), and
 // deploy:image through Config.Images (the same pipeline with a pull in place of
 // the build; registry:login's check through Config.Registries); logs
 // come from Config.Logs and Config.Builds, and the disk's usage and pruning

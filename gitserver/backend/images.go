@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -12,7 +13,7 @@ import (
 )
 
 // ImageDeployer deploys an image from a registry as a release of an app,
-// through a push's lock, release and rollout (the gitserver's DeployImage;
+// through a push's lock, release and rollout (gitserver/pipeline's DeployImage;
 // cmd/bex wires it). Its errors carry kinds: NotFound (no app, or no such
 // image), Invalid (not a reference, a registry out of reach or refusing,
 // no login), Conflict (a push or deploy holds the app), Failed (the rollout
@@ -56,7 +57,8 @@ func (b *Backend) DeployImage(ctx context.Context, u *User, app, image string, p
 	case Conflict:
 		return nil, Errorf(Conflict, "%w: try again once it ends", err)
 	case Failed:
-		if strings.Contains(err.Error(), "keeps serving") {
+		var ks KeepsServing
+		if errors.As(err, &ks) && ks.KeepsServing() > 0 {
 			// The deployer's reason says so already.
 			return nil, err
 		}

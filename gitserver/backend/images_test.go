@@ -14,7 +14,7 @@ import (
 	"bex.co/bex/gitserver/hooksecrets"
 )
 
-// fakeImages is the gitserver's DeployImage and the importer's CheckLogin.
+// fakeImages is the pipeline's DeployImage and the importer's CheckLogin.
 type fakeImages struct {
 	asked []backend.ImageRequest
 	err   error
@@ -76,6 +76,13 @@ func TestDeployImageRules(t *testing.T) {
 	if _, err := f.b.DeployImage(ctx, member, "shop", "ghcr.io/org/shop:v2", nil); backend.KindOf(err) != backend.Failed ||
 		!strings.Contains(err.Error(), "the previous release keeps serving") {
 		t.Errorf("a failed rollout: %v", err)
+	}
+	// A failure whose deployer's reason names the release serving on
+	// (KeepsServing, as data): passed on as it is, not said twice.
+	images.err = servingOn{&backend.Error{Kind: backend.Failed, Msg: "deploy failed: release v5 did not serve: rollout failed: web.1 keeps exiting. Release v4 keeps serving."}}
+	if _, err := f.b.DeployImage(ctx, member, "shop", "ghcr.io/org/shop:v2", nil); backend.KindOf(err) != backend.Failed ||
+		err.Error() != images.err.Error() {
+		t.Errorf("a failed rollout, v4 serving on: %v", err)
 	}
 	images.err = &backend.Error{Kind: backend.NotFound, Msg: "ghcr.io/org/shop:v9 does not exist in ghcr.io: check the name and the tag"}
 	if _, err := f.b.DeployImage(ctx, member, "shop", "ghcr.io/org/shop:v9", nil); backend.KindOf(err) != backend.NotFound ||
@@ -174,3 +181,11 @@ func TestRegistryLoginKeepsADockerConfigSecret(t *testing.T) {
 		t.Errorf("the login is still kept after registry:logout")
 	}
 }
+
+// servingOn is a deploy's failure that names the release serving on, as the
+// pipeline's is when the deployer's reason does.
+type servingOn struct{ err *backend.Error }
+
+func (s servingOn) Error() string     { return s.err.Error() }
+func (s servingOn) Unwrap() error     { return s.err }
+func (servingOn) KeepsServing() int64 { return 4 }

@@ -22,6 +22,7 @@ import (
 	"bex.co/bex/gitserver"
 	"bex.co/bex/gitserver/access"
 	"bex.co/bex/gitserver/backend"
+	"bex.co/bex/gitserver/pipeline"
 	"bex.co/bex/gitserver/sshcmd"
 	"bex.co/bex/gitserver/tokens"
 	"bex.co/bex/internal/testenv"
@@ -55,12 +56,18 @@ func newServer(t testing.TB) *server {
 	}
 	s := &server{t: t, cp: cp, ns: ns, dir: dir, log: &testenv.SyncBuffer{}}
 	log := slog.New(slog.NewTextHandler(s.log, nil))
-	var srv *gitserver.Server
+	state := t.TempDir()
+	pcfg := pipeline.DefaultConfig()
+	pcfg.StateDir = state
+	pl, err := pipeline.New(pcfg, dir, noBuilds{}, noReleases{}, log, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	bcfg := backend.DefaultConfig()
 	bcfg.Client, bcfg.Reader, bcfg.Namespace = cp.Client, c, ns
 	bcfg.Releases = &releases.Recorder{Client: cp.Client, Namespace: ns, PollInterval: 20 * time.Millisecond}
 	bcfg.Logs, bcfg.Builds, bcfg.Log, bcfg.RolloutTimeout = followLogs{}, fakeBuilds{}, log, 20*time.Second
-	bcfg.RemoveRepository = func(ctx context.Context, app string) error { return srv.RemoveRepository(ctx, app, time.Second) }
+	bcfg.RemoveRepository = func(ctx context.Context, app string) error { return pl.RemoveRepository(ctx, app, time.Second) }
 	bcfg.BaseDomain = baseDomain
 	bcfg.Tokens = &tokens.Store{Client: cp.Client, Users: c, Namespace: ns}
 	b, err := backend.New(bcfg)
@@ -73,10 +80,10 @@ func newServer(t testing.TB) *server {
 		t.Fatal(err)
 	}
 	cfg := gitserver.DefaultConfig()
-	cfg.StateDir = t.TempDir()
+	cfg.StateDir = state
 	cfg.Addr = "127.0.0.1:0"
 	cfg.SessionRecheck = 200 * time.Millisecond
-	srv, err = gitserver.New(cfg, dir, noBuilds{}, noDeploys{}, log, nil, gitserver.WithCommands(cmds))
+	srv, err := gitserver.New(cfg, dir, pl, log, nil, gitserver.WithCommands(cmds))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,6 +97,7 @@ func newServer(t testing.TB) *server {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(ctx)
+		pl.Shutdown(ctx)
 		if t.Failed() {
 			t.Logf("server log:\n%s", s.log.String())
 		}
@@ -112,19 +120,19 @@ func (followLogs) Logs(ctx context.Context, app string, o backend.LogOptions, w 
 
 type noBuilds struct{}
 
-func (noBuilds) Build(context.Context, gitserver.BuildRequest, io.Writer) (*gitserver.BuildResult, error) {
+func (noBuilds) Build(context.Context, pipeline.BuildRequest, io.Writer) (*pipeline.BuildResult, error) {
 	return nil, errors.New("no builds in this test")
 }
 
-type noDeploys struct{}
+type noReleases struct{}
 
-func (noDeploys) Release(context.Context, gitserver.ReleaseRequest) (int64, error) {
+func (noReleases) Release(context.Context, pipeline.ReleaseRequest) (int64, error) {
 	return 0, errors.New("no deploys in this test")
 }
-func (noDeploys) WaitRollout(context.Context, string, int64, io.Writer) (string, error) {
+func (noReleases) WaitRollout(context.Context, string, int64, io.Writer) (string, error) {
 	return "", errors.New("no deploys in this test")
 }
-func (noDeploys) Serving(context.Context, string) (int64, error) { return 0, nil }
+func (noReleases) Serving(context.Context, string) (int64, error) { return 0, nil }
 
 // sshUser is a User on the control plane with one key, named uniquely (Users are
 // cluster-scoped and the control plane is shared).

@@ -9,7 +9,7 @@ import (
 	"bex.co/bex/gitserver/backend"
 )
 
-// imageBackend is the gitserver's DeployImage and the importer's CheckLogin.
+// imageBackend is the pipeline's DeployImage and the importer's CheckLogin.
 type imageBackend struct{ pulled []string }
 
 func (i *imageBackend) DeployImage(_ context.Context, req backend.ImageRequest) (*backend.DeployResult, error) {

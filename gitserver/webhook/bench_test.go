@@ -43,7 +43,7 @@ func deliverOver(c *http.Client, url, app, delivery string) (int, time.Duration)
 func BenchmarkAcknowledge(b *testing.B) {
 	cfg := DefaultConfig()
 	cfg.Rate = rate.Inf
-	d := &fakeDeployer{block: make(chan struct{})}
+	d := &fakeRedeployer{block: make(chan struct{})}
 	h, err := New(cfg, &fakeApps{secrets: [][]byte{secret}}, d, slog.New(slog.DiscardHandler))
 	if err != nil {
 		b.Fatal(err)
@@ -94,7 +94,7 @@ func BenchmarkAcknowledge(b *testing.B) {
 // while its build runs: lookup, verification, parsing, dedup and coalescing, on 4
 // connections).
 func BenchmarkAcceptRate(b *testing.B) {
-	d := &fakeDeployer{block: make(chan struct{})}
+	d := &fakeRedeployer{block: make(chan struct{})}
 	h, err := New(DefaultConfig(), &fakeApps{secrets: [][]byte{secret}}, d, slog.New(slog.DiscardHandler))
 	if err != nil {
 		b.Fatal(err)

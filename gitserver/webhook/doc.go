@@ -6,7 +6,7 @@
 // deploy branch (the exact full ref) is queued; `ping` answers 200; anything else
 // answers 202 with the reason it does nothing. Per app at most one redeploy runs,
 // and the deliveries that arrive meanwhile coalesce into one more, which builds
-// whatever is newest when it starts (the Deployer fetches the branch then). A
+// whatever is newest when it starts (the Redeployer fetches the branch then). A
 // delivery id seen before, or a body seen before with the same signature (a replay
 // under a new id), is acknowledged and ignored; a per-app token bucket and a bound on
 // the apps waiting keep a flood from queueing without end.

@@ -19,7 +19,7 @@ func TestTheEdgesSecretNamesTheSource(t *testing.T) {
 	edgeSecret := []byte("0123456789abcdef0123456789abcdef")
 	cfg := DefaultConfig()
 	cfg.ProxySecret = edgeSecret
-	f := newFixture(t, cfg, &fakeDeployer{})
+	f := newFixture(t, cfg, &fakeRedeployer{})
 	good := push("refs/heads/main", commit(1))
 	bad := map[string]string{"X-GitHub-Event": "push", "X-GitHub-Delivery": "x", HeaderGitHubSignature: Sign([]byte("guess"), []byte(good))}
 	with := func(proxySecret string) map[string]string {

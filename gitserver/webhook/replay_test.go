@@ -29,7 +29,7 @@ func (f *fixture) postFrom(remote, xff, app, body string, header map[string]stri
 }
 
 func TestAReplayedDeliveryIsNotQueuedAgain(t *testing.T) {
-	f := newFixture(t, DefaultConfig(), &fakeDeployer{})
+	f := newFixture(t, DefaultConfig(), &fakeRedeployer{})
 	body := push("refs/heads/main", commit(1))
 	if w := f.github("shop", "push", "id-1", body); w.Code != http.StatusAccepted || answer(t, w).Result != ResultQueued {
 		t.Fatalf("first delivery: %d %s", w.Code, w.Body.String())
@@ -91,7 +91,7 @@ func TestAReplayedDeliveryIsNotQueuedAgain(t *testing.T) {
 }
 
 func TestBadSignaturesAreRateLimitedPerSource(t *testing.T) {
-	f := newFixture(t, DefaultConfig(), &fakeDeployer{})
+	f := newFixture(t, DefaultConfig(), &fakeRedeployer{})
 	good := push("refs/heads/main", commit(1))
 	bad := map[string]string{"X-GitHub-Event": "push", "X-GitHub-Delivery": "x", HeaderGitHubSignature: Sign([]byte("guess"), []byte(good))}
 	limitedAfterTen := func(name, remote string, xff func(i int) string) {

@@ -37,8 +37,9 @@ type Apps interface {
 	Hook(ctx context.Context, app string) (*backend.Hook, error)
 }
 
-// Deployer runs redeploys.
-type Deployer interface {
+// Redeployer runs the redeploys deliveries ask for (the backend's Redeploy;
+// cmd/bex wires it).
+type Redeployer interface {
 	// Redeploy builds and rolls out r.App's deploy branch: the branch as fetched
 	// from the app's upstream when it has one, else its current commit. It returns
 	// when the release serves, or with the reason it does not (the previous
@@ -54,7 +55,7 @@ type Redeploy struct {
 	Delivery string
 	Provider Provider
 	// Commit is what the newest delivery said the branch is at; informational: the
-	// Deployer builds what the branch is at when the build starts.
+	// Redeployer builds what the branch is at when the build starts.
 	Commit string
 	// Coalesced are the ids of older deliveries that this redeploy also answers.
 	Coalesced []string
@@ -157,7 +158,7 @@ func (c Config) Validate() error {
 type Handler struct {
 	cfg      Config
 	apps     Apps
-	deployer Deployer
+	deployer Redeployer
 	log      *slog.Logger
 
 	mu       sync.Mutex
@@ -179,12 +180,12 @@ type Handler struct {
 }
 
 // New returns a handler. log receives the rejections and the redeploys' results.
-func New(cfg Config, apps Apps, d Deployer, log *slog.Logger) (*Handler, error) {
+func New(cfg Config, apps Apps, d Redeployer, log *slog.Logger) (*Handler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if apps == nil || d == nil {
-		return nil, errors.New("webhook: Apps and a Deployer are required")
+		return nil, errors.New("webhook: Apps and a Redeployer are required")
 	}
 	if log == nil {
 		log = slog.Default()

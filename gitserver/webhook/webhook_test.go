@@ -37,15 +37,15 @@ func (a *fakeApps) Hook(_ context.Context, app string) (*backend.Hook, error) {
 	return nil, backend.Errorf(backend.NotFound, "no app %q", app)
 }
 
-// fakeDeployer records redeploys; while block is open, each waits on it.
-type fakeDeployer struct {
+// fakeRedeployer records redeploys; while block is open, each waits on it.
+type fakeRedeployer struct {
 	mu      sync.Mutex
 	got     []Redeploy
 	started chan Redeploy
 	block   chan struct{}
 }
 
-func (d *fakeDeployer) Redeploy(ctx context.Context, r Redeploy) error {
+func (d *fakeRedeployer) Redeploy(ctx context.Context, r Redeploy) error {
 	d.mu.Lock()
 	d.got = append(d.got, r)
 	d.mu.Unlock()
@@ -62,7 +62,7 @@ func (d *fakeDeployer) Redeploy(ctx context.Context, r Redeploy) error {
 	return nil
 }
 
-func (d *fakeDeployer) calls() []Redeploy {
+func (d *fakeRedeployer) calls() []Redeploy {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return append([]Redeploy(nil), d.got...)
@@ -71,14 +71,14 @@ func (d *fakeDeployer) calls() []Redeploy {
 type fixture struct {
 	t   *testing.T
 	h   *Handler
-	d   *fakeDeployer
+	d   *fakeRedeployer
 	log *bytes.Buffer
 	mu  *sync.Mutex
 }
 
 var secret = []byte("hook-secret")
 
-func newFixture(t *testing.T, cfg Config, d *fakeDeployer) *fixture {
+func newFixture(t *testing.T, cfg Config, d *fakeRedeployer) *fixture {
 	t.Helper()
 	var buf bytes.Buffer
 	mu := &sync.Mutex{}
@@ -152,7 +152,7 @@ func commit(n int) string { return fmt.Sprintf("%040x", n) }
 
 func TestBadInput(t *testing.T) {
 	cfg := DefaultConfig()
-	f := newFixture(t, cfg, &fakeDeployer{})
+	f := newFixture(t, cfg, &fakeRedeployer{})
 	good := push("refs/heads/main", commit(1))
 	big := strings.Repeat(" ", int(cfg.MaxBodyBytes)+1)
 	for _, tc := range []struct {
@@ -201,7 +201,7 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestEvents(t *testing.T) {
-	d := &fakeDeployer{started: make(chan Redeploy, 10)}
+	d := &fakeRedeployer{started: make(chan Redeploy, 10)}
 	f := newFixture(t, DefaultConfig(), d)
 
 	w := f.github("shop", "ping", "p1", `{"zen":"Keep it logically awesome.","hook_id":1}`)
@@ -305,7 +305,7 @@ func waitIdle(t *testing.T, h *Handler, app string) {
 // TestCoalescing: three deliveries during one build make exactly one more build,
 // named by the newest delivery; a replayed delivery id makes none.
 func TestCoalescing(t *testing.T) {
-	d := &fakeDeployer{started: make(chan Redeploy, 10), block: make(chan struct{})}
+	d := &fakeRedeployer{started: make(chan Redeploy, 10), block: make(chan struct{})}
 	f := newFixture(t, DefaultConfig(), d)
 	if a := answer(t, f.github("shop", "push", "d1", push("refs/heads/main", commit(1)))); a.Result != ResultQueued {
 		t.Fatalf("first: %+v", a)
@@ -352,7 +352,7 @@ func TestCoalescing(t *testing.T) {
 func TestRateLimitAndQueueBound(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Rate, cfg.Burst, cfg.MaxWaiting = rate.Every(time.Hour), 3, 1
-	d := &fakeDeployer{block: make(chan struct{})}
+	d := &fakeRedeployer{block: make(chan struct{})}
 	f := newFixture(t, cfg, d)
 	for i := 1; i <= 3; i++ {
 		if w := f.github("shop", "push", fmt.Sprint(i), push("refs/heads/main", commit(i))); w.Code != 202 {

@@ -15,6 +15,7 @@ import (
 	"bex.co/bex/deployer/runtime/local"
 	"bex.co/bex/edge"
 	"bex.co/bex/gitserver"
+	"bex.co/bex/gitserver/pipeline"
 	"bex.co/bex/internal/clientaddr"
 	"bex.co/bex/internal/machine/daemons"
 )
@@ -130,8 +131,8 @@ func DefaultConfig() Config {
 		HooksAddr:        "127.0.0.1:8090",
 		BaseDomain:       edge.DefaultBaseDomain,
 		ImageResolveMode: builder.DefaultConfig().ImageResolveMode,
-		MaxObjectBytes:   gitserver.DefaultMaxObjectBytes,
-		MinFreeDiskBytes: gitserver.DefaultMinFreeBytes,
+		MaxObjectBytes:   pipeline.DefaultMaxObjectBytes,
+		MinFreeDiskBytes: pipeline.DefaultMinFreeBytes,
 		LogFormat:        "text",
 		BuildCacheKeep:   daemons.DefaultBuildCacheKeep,
 	}

@@ -1,4 +1,4 @@
-package gitserver
+package pipeline
 
 import (
 	"fmt"
@@ -41,7 +41,7 @@ func (c Config) minFree(total uint64) uint64 {
 	return m
 }
 
-// checkDisk refuses work that writes to the state dir (a push's pack, a build's
+// CheckDisk refuses work that writes to the state dir (a push's pack, a build's
 // fetch and image) when its file system has less than the margin free: the
 // refusal says how much is free and where to look, and nothing has been written;
 // again is what to do after ("push again"). Its kind is Invalid (it cannot be
@@ -50,34 +50,34 @@ func (c Config) minFree(total uint64) uint64 {
 // A file system that cannot be asked does not stop anything: the write itself
 // then fails cleanly if the disk is full (receive writes packs aside and moves no
 // ref before they are whole).
-func (s *Server) checkDisk(again string) error {
-	dir := s.cfg.StateDir
+func (p *Pipeline) CheckDisk(again string) error {
+	dir := p.cfg.StateDir
 	if dir == "" {
-		dir = s.cfg.ReposDir
+		dir = p.cfg.ReposDir
 	}
-	free, total, err := s.cfg.FreeSpace(dir)
+	free, total, err := p.cfg.FreeSpace(dir)
 	if err != nil {
-		s.log.Warn("cannot read the free disk space", "dir", dir, "err", err)
+		p.log.Warn("cannot read the free disk space", "dir", dir, "err", err)
 		return nil
 	}
-	margin := s.cfg.minFree(total)
+	margin := p.cfg.minFree(total)
 	if free >= margin {
 		return nil
 	}
 	return backend.Errorf(backend.Invalid,
 		"the disk of %s has %s free (under the %s bex keeps): free space on it and %s (%s)",
-		dir, bytesize.FormatUint(free), bytesize.FormatUint(margin), again, whereToLook)
+		dir, bytesize.FormatUint(free), bytesize.FormatUint(margin), again, WhereToLook)
 }
 
-// whereToLook ends both lines: the commands that show and free the disk.
-const whereToLook = "an admin's system:df shows what uses it, system:prune removes what is reclaimable"
+// WhereToLook ends both lines: the commands that show and free the disk.
+const WhereToLook = "an admin's system:df shows what uses it, system:prune removes what is reclaimable"
 
-// diskFilled is the line for work that ran out of space part way: what it wrote
+// DiskFilled is the line for work that ran out of space part way: what it wrote
 // is gone, nothing moved.
-func (s *Server) diskFilled(again string) string {
-	dir := s.cfg.StateDir
+func (p *Pipeline) DiskFilled(again string) string {
+	dir := p.cfg.StateDir
 	if dir == "" {
-		dir = s.cfg.ReposDir
+		dir = p.cfg.ReposDir
 	}
-	return fmt.Sprintf("the disk of %s filled up, so nothing was stored: free space on it and %s (%s)", dir, again, whereToLook)
+	return fmt.Sprintf("the disk of %s filled up, so nothing was stored: free space on it and %s (%s)", dir, again, WhereToLook)
 }

@@ -1,4 +1,4 @@
-package gitserver
+package pipeline
 
 import (
 	"context"
@@ -83,26 +83,26 @@ var (
 // a fetched upstream commit) move the branch. It holds the app's push lock for the
 // whole of it, so a push and a Deploy of one app never run at once. Progress lines
 // go to progress (nil: nowhere; the builder keeps the build's log anyway).
-func (s *Server) Deploy(ctx context.Context, req DeployRequest, progress io.Writer) (*DeployResult, error) {
+func (p *Pipeline) Deploy(ctx context.Context, req DeployRequest, progress io.Writer) (*DeployResult, error) {
 	if !appv1.ValidAppName(req.App) {
 		return nil, fmt.Errorf("%w: %q is not an app name", ErrAppNotFound, req.App)
 	}
-	app, err := s.dir.App(ctx, req.App)
+	app, err := p.apps.App(ctx, req.App)
 	if err != nil {
 		return nil, err
 	}
 	// As for a push: a disk short of its margin refuses the fetch and the build
 	// before they start.
-	if err := s.checkDisk("deploy again"); err != nil {
-		s.log.Warn("deploy refused", "app", req.App, "cause", req.Cause, "reason", err)
+	if err := p.CheckDisk("deploy again"); err != nil {
+		p.log.Warn("deploy refused", "app", req.App, "cause", req.Cause, "reason", err)
 		return nil, err
 	}
-	out := newPlainOutput(progress)
-	log := s.log.With("app", req.App, "cause", req.Cause, "actor", req.Actor)
+	out := NewPlainOutput(progress)
+	log := p.log.With("app", req.App, "cause", req.Cause, "actor", req.Actor)
 	if req.Delivery != "" {
 		log = log.With("delivery", req.Delivery)
 	}
-	unlock, err := s.lockForDeploy(ctx, req.App, fmt.Sprintf("a %s deploy by %s", req.Cause, req.Actor), out)
+	unlock, err := p.lockForDeploy(ctx, req.App, fmt.Sprintf("a %s deploy by %s", req.Cause, req.Actor), out)
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +112,7 @@ func (s *Server) Deploy(ctx context.Context, req DeployRequest, progress io.Writ
 	if branch == "" {
 		branch = "main"
 	}
-	dir := filepath.Join(s.cfg.ReposDir, req.App+".git")
+	dir := filepath.Join(p.cfg.ReposDir, req.App+".git")
 	repo, err := receive.Open(dir)
 	if errors.Is(err, receive.ErrNotExist) && req.Upstream != "" {
 		repo, err = receive.Init(dir, branch)
@@ -132,13 +132,13 @@ func (s *Server) Deploy(ctx context.Context, req DeployRequest, progress io.Writ
 	var commit plumbing.Hash
 	switch {
 	case req.Upstream != "":
-		out.step("Fetching %s from %s", branch, upstream.Redact(req.Upstream))
+		out.Step("Fetching %s from %s", branch, upstream.Redact(req.Upstream))
 		start := time.Now()
-		commit, err = s.fetchUpstream(ctx, req.App, repo.Dir, req.Upstream, branch)
+		commit, err = p.fetchUpstream(ctx, req.App, repo.Dir, req.Upstream, branch)
 		if err != nil {
 			log.Warn("fetch failed", "upstream", upstream.Redact(req.Upstream), "err", err)
 			if errors.Is(err, syscall.ENOSPC) {
-				return nil, backend.Errorf(backend.Invalid, "%s", s.diskFilled("deploy again"))
+				return nil, backend.Errorf(backend.Invalid, "%s", p.DiskFilled("deploy again"))
 			}
 			return nil, fmt.Errorf("%w: fetching %s from %s: %v", ErrDeployFailed, branch, upstream.Redact(req.Upstream), err)
 		}
@@ -155,16 +155,16 @@ func (s *Server) Deploy(ctx context.Context, req DeployRequest, progress io.Writ
 		commit = old
 	}
 
-	res := s.buildAndRelease(ctx, job{
-		app: req.App, repoDir: repo.Dir, commit: commit, branch: branch, noCache: req.NoCache,
-		actor: req.Actor, cause: req.Cause, delivery: req.Delivery, what: string(req.Cause),
+	res := p.BuildAndRelease(ctx, Job{
+		App: req.App, RepoDir: repo.Dir, Commit: commit, Branch: branch, NoCache: req.NoCache,
+		Actor: req.Actor, Cause: req.Cause, Delivery: req.Delivery, What: string(req.Cause),
 	}, out, log)
-	if res.reason != "" {
-		log.Info("deploy", append([]any{"result", "failed", "reason", res.reason, "commit", commit.String()}, res.timings...)...)
-		if res.reason == reasonCancelled && ctx.Err() != nil {
+	if res.Reason != "" {
+		log.Info("deploy", append([]any{"result", "failed", "reason", res.Reason, "commit", commit.String()}, res.Timings...)...)
+		if res.Cancelled && ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, fmt.Errorf("%w: %s", ErrDeployFailed, res.detail)
+		return nil, failedDeploy(res)
 	}
 	if req.Upstream != "" && commit != old {
 		// As for a push: the branch follows what runs, once it runs. The lock has
@@ -172,104 +172,141 @@ func (s *Server) Deploy(ctx context.Context, req DeployRequest, progress io.Writ
 		// something outside bex wrote the repository.
 		if err := repo.UpdateRef(receive.Command{Name: branchRef, Old: old, New: commit}); err != nil {
 			log.Error("update ref", "ref", branchRef.String(), "err", err)
-			return nil, fmt.Errorf("release v%d serves, but moving %s failed: %w", res.release, branch, err)
+			return nil, fmt.Errorf("release v%d serves, but moving %s failed: %w", res.Release, branch, err)
 		}
 		if head, err := repo.Head(); err == nil && head != branch {
 			_ = repo.SetHead(branch)
 		}
 	}
-	log.Info("deploy", append([]any{"result", "deployed", "release", res.release, "commit", commit.String()}, res.timings...)...)
-	return &DeployResult{Release: res.release, Commit: commit.String(), URL: res.url}, nil
+	log.Info("deploy", append([]any{"result", "deployed", "release", res.Release, "commit", commit.String()}, res.Timings...)...)
+	return &DeployResult{Release: res.Release, Commit: commit.String(), URL: res.URL}, nil
 }
 
-// job is one build and release: a push's deploy branch, or a Deploy.
-type job struct {
-	app, repoDir string
-	commit       plumbing.Hash
-	branch       string
-	noCache      bool
-	actor        string
-	cause        Cause
-	delivery     string
-	what         string // "push", "webhook": for the messages
+// Job is one build and release: a push's deploy branch, or a Deploy.
+type Job struct {
+	App, RepoDir string
+	Commit       plumbing.Hash
+	Branch       string
+	NoCache      bool
+	Actor        string
+	Cause        Cause
+	Delivery     string
+	What         string // "push", "webhook": for the messages
 }
 
-// jobResult is how a job ended: reason is "" when the release serves, else the
-// short reason a push reports to git, with detail the whole story.
-type jobResult struct {
-	release int64
-	url     string
-	reason  string
-	detail  string
-	timings []any // slog attributes: build, rollout durations
+// JobResult is how a job ended: Reason is "" when the release serves, else the
+// short reason a push reports to git, with Detail the whole story and Err what
+// failed (the builder's, the deployer's error), for errors.Is and errors.As.
+type JobResult struct {
+	Release int64
+	URL     string
+	Reason  string
+	Detail  string
+	Err     error
+	// Cancelled: the caller's ctx ended (the pusher left) before the release
+	// was recorded.
+	Cancelled bool
+	Timings   []any // slog attributes: build, rollout durations
 }
 
-// buildAndRelease builds j.commit, records a release and waits for it to serve,
+// ReasonCancelled is a cancelled job's Reason, which a push reports to git.
+const ReasonCancelled = "push cancelled"
+
+// deployFailed is a deploy that ran and did not come to serve: ErrDeployFailed
+// with the job's detail. Its cause is kept for what the backend asks of it
+// (KeepsServing), not unwrapped: callers tell it by its kind.
+type deployFailed struct {
+	detail string
+	cause  error
+}
+
+func (e *deployFailed) Error() string { return fmt.Sprintf("%v: %s", ErrDeployFailed, e.detail) }
+
+func (e *deployFailed) Unwrap() error { return ErrDeployFailed }
+
+// KeepsServing is the release the deployer said keeps serving when the rollout
+// failed, as its reason (in the detail) says; 0 when it named none.
+func (e *deployFailed) KeepsServing() int64 {
+	var k interface{ KeepsServing() int64 }
+	if errors.As(e.cause, &k) {
+		return k.KeepsServing()
+	}
+	return 0
+}
+
+// failedDeploy is the error of a job that did not serve.
+func failedDeploy(r JobResult) error { return &deployFailed{detail: r.Detail, cause: r.Err} }
+
+// BuildAndRelease builds j.Commit, records a release and waits for it to serve,
 // saying what happens on out. The caller holds the app's lock. Once the release is
 // recorded its rollout is awaited even if ctx ends, so that the caller's ref can
 // follow what runs.
-func (s *Server) buildAndRelease(ctx context.Context, j job, out *output, log *slog.Logger) jobResult {
-	var r jobResult
-	failed := func(reason, format string, args ...any) jobResult {
-		r.reason, r.detail = reason, fmt.Sprintf(format, args...)
+func (p *Pipeline) BuildAndRelease(ctx context.Context, j Job, out *Output, log *slog.Logger) JobResult {
+	var r JobResult
+	failed := func(cause error, reason, format string, args ...any) JobResult {
+		r.Reason, r.Detail, r.Err = reason, fmt.Sprintf(format, args...), cause
+		return r
+	}
+	cancelled := func(format string) JobResult {
+		r.Reason, r.Detail, r.Cancelled = ReasonCancelled, format, true
 		return r
 	}
 	select {
-	case s.builds <- struct{}{}:
+	case p.builds <- struct{}{}:
 	default:
-		out.step("Waiting for a build slot (%d builds are running)", cap(s.builds))
+		out.Step("Waiting for a build slot (%d builds are running)", cap(p.builds))
 		select {
-		case s.builds <- struct{}{}:
+		case p.builds <- struct{}{}:
 		case <-ctx.Done():
-			return failed(reasonCancelled, "cancelled while waiting for a build slot")
+			return cancelled("cancelled while waiting for a build slot")
 		}
 	}
 	slotHeld := true
 	freeSlot := func() {
 		if slotHeld {
-			<-s.builds
+			<-p.builds
 			slotHeld = false
 		}
 	}
 	defer freeSlot()
 
-	s.locks.describe(j.app, fmt.Sprintf("the deploy of %s by %s", short(j.commit), j.actor))
-	out.step("Building %s from %s (%s)", j.app, j.branch, short(j.commit))
+	p.locks.describe(j.App, fmt.Sprintf("the deploy of %s by %s", short(j.Commit), j.Actor))
+	out.Step("Building %s from %s (%s)", j.App, j.Branch, short(j.Commit))
 	start := time.Now()
-	buildCtx, cancel := context.WithTimeout(ctx, s.cfg.BuildTimeout)
-	res, err := s.builder.Build(buildCtx, BuildRequest{
-		App: j.app, RepoDir: j.repoDir, Commit: j.commit.String(), Branch: j.branch, NoCache: j.noCache,
+	buildCtx, cancel := context.WithTimeout(ctx, p.cfg.BuildTimeout)
+	res, err := p.builder.Build(buildCtx, BuildRequest{
+		App: j.App, RepoDir: j.RepoDir, Commit: j.Commit.String(), Branch: j.Branch, NoCache: j.NoCache,
 	}, out)
 	timedOut := errors.Is(buildCtx.Err(), context.DeadlineExceeded)
 	cancel()
-	s.metrics.build.Observe(time.Since(start).Seconds())
-	r.timings = append(r.timings, "build", time.Since(start))
+	p.metrics.build.Observe(time.Since(start).Seconds())
+	r.Timings = append(r.Timings, "build", time.Since(start))
 	freeSlot()
 	var missing *MissingConfigError
 	switch {
 	case err == nil:
 	case errors.As(err, &missing):
-		out.fail("%v", missing)
-		return failed("missing config var", "%v", missing)
+		out.Fail("%v", missing)
+		return failed(missing, "missing config var", "%v", missing)
 	case ctx.Err() != nil:
-		return failed(reasonCancelled, "cancelled during the build")
+		return cancelled("cancelled during the build")
 	case timedOut:
-		out.fail("The build ran longer than %s and was stopped.", s.cfg.BuildTimeout)
-		return failed("build timed out", "the build of %s ran longer than %s", short(j.commit), s.cfg.BuildTimeout)
+		out.Fail("The build ran longer than %s and was stopped.", p.cfg.BuildTimeout)
+		return failed(err, "build timed out", "the build of %s ran longer than %s", short(j.Commit), p.cfg.BuildTimeout)
 	case errors.Is(err, ErrPredeployFailed):
-		out.fail("Build failed: %v", err)
-		out.fail("Nothing changed on %s: %s.", j.app, s.serving(ctx, j.app))
-		return failed("predeploy failed", "the build of %s failed: %v", short(j.commit), err)
+		out.Fail("Build failed: %v", err)
+		out.Fail("Nothing changed on %s: %s.", j.App, p.serving(ctx, j.App))
+		return failed(err, "predeploy failed", "the build of %s failed: %v", short(j.Commit), err)
 	default:
-		out.fail("Build failed: %v", err)
-		out.fail("Nothing changed on %s: %s.", j.app, s.serving(ctx, j.app))
-		return failed("build failed", "the build of %s failed: %v", short(j.commit), err)
+		out.Fail("Build failed: %v", err)
+		out.Fail("Nothing changed on %s: %s.", j.App, p.serving(ctx, j.App))
+		return failed(err, "build failed", "the build of %s failed: %v", short(j.Commit), err)
 	}
 
-	out.step("Releasing %s", res.Image)
-	return s.releaseAndAwait(ctx, ReleaseRequest{
-		App: j.app, Image: res.Image, Commit: j.commit.String(), Processes: res.Processes, Actor: j.actor,
-		Cause: j.cause, Delivery: j.delivery,
+	out.Step("Releasing %s", res.Image)
+	return p.releaseAndAwait(ctx, ReleaseRequest{
+		App: j.App, Image: res.Image, Commit: j.Commit.String(), Processes: res.Processes, Actor: j.Actor,
+		Cause: j.Cause, Delivery: j.Delivery,
 		Release: res.Release, Postdeploy: res.Postdeploy, FirstPostdeploy: res.FirstPostdeploy, AppJSON: res.AppJSON, Progress: out,
 	}, out, log, r)
 }
@@ -278,64 +315,68 @@ func (s *Server) buildAndRelease(ctx context.Context, j job, out *output, log *s
 // out: the second half of a push's deploy, and all of an image's once it is
 // pulled. Once the release is recorded its rollout is awaited even if ctx
 // ends, so that the caller's ref can follow what runs.
-func (s *Server) releaseAndAwait(ctx context.Context, req ReleaseRequest, out *output, log *slog.Logger, r jobResult) jobResult {
-	failed := func(reason, format string, args ...any) jobResult {
-		r.reason, r.detail = reason, fmt.Sprintf(format, args...)
+func (p *Pipeline) releaseAndAwait(ctx context.Context, req ReleaseRequest, out *Output, log *slog.Logger, r JobResult) JobResult {
+	failed := func(cause error, reason, format string, args ...any) JobResult {
+		r.Reason, r.Detail, r.Err = reason, fmt.Sprintf(format, args...), cause
+		return r
+	}
+	cancelled := func(format string) JobResult {
+		r.Reason, r.Detail, r.Cancelled = ReasonCancelled, format, true
 		return r
 	}
 	req.Progress = out
-	n, err := s.deployer.Release(ctx, req)
+	n, err := p.releaser.Release(ctx, req)
 	if err != nil {
 		if errors.Is(err, ErrReleaseCommandFailed) {
-			out.fail("%v", err)
-			out.fail("Nothing changed on %s: %s.", req.App, s.serving(ctx, req.App))
-			return failed("release command failed", "%v", err)
+			out.Fail("%v", err)
+			out.Fail("Nothing changed on %s: %s.", req.App, p.serving(ctx, req.App))
+			return failed(err, "release command failed", "%v", err)
 		}
 		if ctx.Err() != nil {
-			return failed(reasonCancelled, "cancelled while recording the release")
+			return cancelled("cancelled while recording the release")
 		}
 		log.Error("record release", "err", err)
-		out.fail("Could not record the release: %v", err)
-		return failed("release failed", "could not record the release: %v", err)
+		out.Fail("Could not record the release: %v", err)
+		return failed(err, "release failed", "could not record the release: %v", err)
 	}
-	r.release = n
+	r.Release = n
 	// From here the release is the App's desired state, so the rollout is seen
 	// through even if the caller leaves: the ref then follows what runs.
-	out.step("Deploying release v%d", n)
+	out.Step("Deploying release v%d", n)
 	start := time.Now()
-	rolloutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.RolloutTimeout)
-	url, err := s.deployer.WaitRollout(rolloutCtx, req.App, n, out)
+	rolloutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.RolloutTimeout)
+	url, err := p.releaser.WaitRollout(rolloutCtx, req.App, n, out)
 	timedOut := errors.Is(rolloutCtx.Err(), context.DeadlineExceeded)
 	cancel()
-	s.metrics.rollout.Observe(time.Since(start).Seconds())
-	r.timings = append(r.timings, "rollout", time.Since(start))
+	p.metrics.rollout.Observe(time.Since(start).Seconds())
+	r.Timings = append(r.Timings, "rollout", time.Since(start))
 	if err != nil {
 		switch {
 		case errors.Is(err, ErrPostdeployFailed):
 			// It served, its postdeploy script failed, and the App went back
 			// (the error names the release).
-			out.fail("%v", err)
-			out.fail("%s.", upper(s.serving(context.WithoutCancel(ctx), req.App)))
-			return failed("postdeploy failed", "%v", err)
+			out.Fail("%v", err)
+			out.Fail("%s.", upper(p.serving(context.WithoutCancel(ctx), req.App)))
+			return failed(err, "postdeploy failed", "%v", err)
 		case timedOut:
-			out.fail("Release v%d was not serving after %s.", n, s.cfg.RolloutTimeout)
+			out.Fail("Release v%d was not serving after %s.", n, p.cfg.RolloutTimeout)
 		default:
-			out.fail("Release v%d failed: %v", n, err)
+			out.Fail("Release v%d failed: %v", n, err)
 		}
-		out.fail("%s.", upper(s.serving(context.WithoutCancel(ctx), req.App)))
-		return failed("deploy failed", "release v%d did not serve: %v", n, err)
+		out.Fail("%s.", upper(p.serving(context.WithoutCancel(ctx), req.App)))
+		return failed(err, "deploy failed", "release v%d did not serve: %v", n, err)
 	}
-	out.step("Application deployed: release v%d", n)
-	out.detail("%s", url)
-	r.url = url
+	out.Step("Application deployed: release v%d", n)
+	out.Detail("%s", url)
+	r.URL = url
 	return r
 }
 
 // serving says what serves app after a deploy that failed: "release v3 keeps serving",
 // or that nothing does, for a first deploy. A deployer that cannot say gives
 // the words that hold either way.
-func (s *Server) serving(ctx context.Context, app string) string {
-	n, err := s.deployer.Serving(ctx, app)
+func (p *Pipeline) serving(ctx context.Context, app string) string {
+	n, err := p.releaser.Serving(ctx, app)
 	switch {
 	case err != nil:
 		return "whatever served before keeps serving"
@@ -363,10 +404,10 @@ func upstreamRef(branch string) plumbing.ReferenceName {
 // its commit. go-git speaks the protocol (its transports: https, ssh, file), but the
 // pack goes through receive.StorePack as a push's does, not through go-git's
 // parser: the same fsck rules and object size limit, the same bounded memory.
-func (s *Server) fetchUpstream(ctx context.Context, app, dir, upstream, branch string) (plumbing.Hash, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.FetchTimeout)
+func (p *Pipeline) fetchUpstream(ctx context.Context, app, dir, upstream, branch string) (plumbing.Hash, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.FetchTimeout)
 	defer cancel()
-	ep, cli, auth, err := s.upstreamClient(ctx, app, upstream)
+	ep, cli, auth, err := p.upstreamClient(ctx, app, upstream)
 	if err != nil {
 		return plumbing.ZeroHash, err
 	}
@@ -423,12 +464,12 @@ func (s *Server) fetchUpstream(ctx context.Context, app, dir, upstream, branch s
 		case req.Capabilities.Supports(capability.Sideband):
 			pack = sideband.NewDemuxer(sideband.Sideband, resp)
 		}
-		_, err = repo.StorePack(ctx, pack, receive.Limits{MaxPackBytes: s.cfg.MaxPackBytes, MaxObjectBytes: s.cfg.MaxObjectBytes, MaxObjects: s.cfg.MaxPushObjects, Tips: []plumbing.Hash{want}})
+		_, err = repo.StorePack(ctx, pack, receive.Limits{MaxPackBytes: p.cfg.MaxPackBytes, MaxObjectBytes: p.cfg.MaxObjectBytes, MaxObjects: p.cfg.MaxPushObjects, Tips: []plumbing.Hash{want}})
 		if err != nil {
 			// A pack refused part way (the disk full) leaves the sender writing:
 			// Close waits for it (file:// waits for its git-upload-pack), so read
 			// the rest away first, at most the pack limit.
-			_, _ = io.CopyN(io.Discard, pack, s.cfg.MaxPackBytes)
+			_, _ = io.CopyN(io.Discard, pack, p.cfg.MaxPackBytes)
 		}
 		resp.Close()
 		if err != nil {
@@ -450,8 +491,8 @@ func (s *Server) fetchUpstream(ctx context.Context, app, dir, upstream, branch s
 // deploy key (never the host key: a git host that trusts one app's key must not
 // serve another app), the upstream's host key checked against known hosts;
 // file:// only with AllowFileUpstreams.
-func (s *Server) upstreamClient(ctx context.Context, app, raw string) (*transport.Endpoint, transport.Transport, transport.AuthMethod, error) {
-	policy := s.upstreamPolicy()
+func (p *Pipeline) upstreamClient(ctx context.Context, app, raw string) (*transport.Endpoint, transport.Transport, transport.AuthMethod, error) {
+	policy := p.upstreamPolicy()
 	if err := policy.Check(ctx, raw); err != nil {
 		return nil, nil, nil, err
 	}
@@ -462,8 +503,8 @@ func (s *Server) upstreamClient(ctx context.Context, app, raw string) (*transpor
 	switch ep.Protocol {
 	case "https":
 		var auth transport.AuthMethod
-		if s.upstreamAuth != nil {
-			user, pass, ok, err := s.upstreamAuth.Credentials(ctx, app)
+		if p.upstreamAuth != nil {
+			user, pass, ok, err := p.upstreamAuth.Credentials(ctx, app)
 			if err != nil {
 				return nil, nil, nil, fmt.Errorf("reading the upstream credentials of %s: %w", app, err)
 			}
@@ -471,20 +512,20 @@ func (s *Server) upstreamClient(ctx context.Context, app, raw string) (*transpor
 				auth = &githttp.BasicAuth{Username: user, Password: pass}
 			}
 		}
-		return ep, githttp.NewClient(policy.HTTPClient(s.cfg.FetchTimeout, s.cfg.UpstreamRootCAs)), auth, nil
+		return ep, githttp.NewClient(policy.HTTPClient(p.cfg.FetchTimeout, p.cfg.UpstreamRootCAs)), auth, nil
 	case "file":
 		cli, err := transportclient.NewClient(ep)
 		return ep, cli, nil, err
 	case "ssh":
-		if s.upstreamAuth == nil {
+		if p.upstreamAuth == nil {
 			return nil, nil, nil, errors.New("this server keeps no deploy keys, so it fetches no ssh upstreams")
 		}
-		cb, err := knownhosts.New(s.cfg.UpstreamKnownHosts)
+		cb, err := knownhosts.New(p.cfg.UpstreamKnownHosts)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("ssh upstreams need the upstream's host key in %s (ssh-keyscan -p %d %s >> %s): %v",
-				s.cfg.UpstreamKnownHosts, ep.Port, ep.Host, s.cfg.UpstreamKnownHosts, errors.Unwrap(err))
+				p.cfg.UpstreamKnownHosts, ep.Port, ep.Host, p.cfg.UpstreamKnownHosts, errors.Unwrap(err))
 		}
-		signer, err := s.upstreamAuth.DeployKey(ctx, app)
+		signer, err := p.upstreamAuth.DeployKey(ctx, app)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("the deploy key of %s: %w", app, err)
 		}
@@ -503,24 +544,17 @@ func (s *Server) upstreamClient(ctx context.Context, app, raw string) (*transpor
 }
 
 // upstreamPolicy is what upstreams this server fetches from.
-func (s *Server) upstreamPolicy() upstream.Policy {
-	return upstream.Policy{AllowPrivate: s.cfg.AllowPrivateUpstreams, AllowFile: s.cfg.AllowFileUpstreams, Resolver: s.cfg.UpstreamResolver}
+func (p *Pipeline) upstreamPolicy() upstream.Policy {
+	return upstream.Policy{AllowPrivate: p.cfg.AllowPrivateUpstreams, AllowFile: p.cfg.AllowFileUpstreams, Resolver: p.cfg.UpstreamResolver}
 }
 
 // lockForDeploy takes app's lock for a deploy that is not a push (owner says
-// what it is, for whoever waits behind it), waiting up to Config.LockWait and
-// telling out while it waits. An app still busy then is ErrBusy.
-func (s *Server) lockForDeploy(ctx context.Context, app, owner string, out *output) (unlock func(), err error) {
-	lockCtx, cancel := context.WithTimeout(ctx, s.cfg.LockWait)
-	defer cancel()
-	unlock, err = s.locks.acquire(lockCtx, app, owner, func(holder string) {
-		out.step("Waiting for %s to finish (one deploy per app at a time)", holder)
+// what it is, for whoever waits behind it), as Lock does, telling out while it
+// waits.
+func (p *Pipeline) lockForDeploy(ctx context.Context, app, owner string, out *Output) (unlock func(), err error) {
+	return p.Lock(ctx, app, owner, func(holder string) {
+		out.Step("Waiting for %s to finish (one deploy per app at a time)", holder)
 	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("%w: %s is still busy after %s", ErrBusy, app, s.cfg.LockWait)
-	}
-	return unlock, nil
 }
+
+func short(h plumbing.Hash) string { return h.String()[:7] }

@@ -1,4 +1,4 @@
-package gitserver
+package pipeline
 
 import (
 	"context"
@@ -22,65 +22,65 @@ type ImageRequest struct {
 	Actor string
 }
 
-// ErrNoImages: this server was started without an Images (it pulls nothing).
+// ErrNoImages: DeployImage was given no ImageImporter (this server pulls nothing).
 var ErrNoImages error = &backend.Error{Kind: backend.Invalid, Msg: "this server does not deploy images from registries"}
 
 // DeployImage deploys an image from a registry as a release of req.App, the way
 // a push deploys a build: under the app's push lock (a push or deploy of the
 // app waits, and this waits for them), the image pulled into the app's image
-// repository (Images), then a release recorded (cause Image) and awaited, and
+// repository (from), then a release recorded (cause Image) and awaited, and
 // withdrawn when it does not serve, the previous release serving on. It
 // differs from a push only in where the image comes from: there is no build,
 // so no Procfile (the image's own command runs as web, the only process type),
 // no app.json, no release command, postdeploy script or cron jobs (the
 // release clears the ones the last push brought; a rollback to that push's
 // release brings them back). Progress lines go to progress as a push's do.
-func (s *Server) DeployImage(ctx context.Context, req ImageRequest, progress io.Writer) (*DeployResult, error) {
+func (p *Pipeline) DeployImage(ctx context.Context, req ImageRequest, from ImageImporter, progress io.Writer) (*DeployResult, error) {
 	if !appv1.ValidAppName(req.App) {
 		return nil, fmt.Errorf("%w: %q is not an app name", ErrAppNotFound, req.App)
 	}
-	if _, err := s.dir.App(ctx, req.App); err != nil {
+	if _, err := p.apps.App(ctx, req.App); err != nil {
 		return nil, err
 	}
-	if s.images == nil {
+	if from == nil {
 		return nil, ErrNoImages
 	}
 	// As for a push: the pull writes to the state dir's disk.
-	if err := s.checkDisk("deploy the image again"); err != nil {
-		s.log.Warn("deploy:image refused", "app", req.App, "reason", err)
+	if err := p.CheckDisk("deploy the image again"); err != nil {
+		p.log.Warn("deploy:image refused", "app", req.App, "reason", err)
 		return nil, err
 	}
-	out := newPlainOutput(progress)
-	log := s.log.With("app", req.App, "cause", CauseImage, "actor", req.Actor, "image", req.Image)
-	unlock, err := s.lockForDeploy(ctx, req.App, fmt.Sprintf("a deploy of %s by %s", req.Image, req.Actor), out)
+	out := NewPlainOutput(progress)
+	log := p.log.With("app", req.App, "cause", CauseImage, "actor", req.Actor, "image", req.Image)
+	unlock, err := p.lockForDeploy(ctx, req.App, fmt.Sprintf("a deploy of %s by %s", req.Image, req.Actor), out)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
 
-	out.step("Pulling %s", req.Image)
-	image, err := s.images.Import(ctx, req.App, req.Image, out)
+	out.Step("Pulling %s", req.Image)
+	image, err := from.Import(ctx, req.App, req.Image, out)
 	if err != nil {
 		log.Info("deploy:image", "result", "refused", "reason", err)
-		out.fail("%v", err)
-		out.fail("Nothing changed on %s: %s.", req.App, s.serving(ctx, req.App))
+		out.Fail("%v", err)
+		out.Fail("Nothing changed on %s: %s.", req.App, p.serving(ctx, req.App))
 		return nil, err
 	}
-	out.step("Releasing %s", image)
-	res := s.releaseAndAwait(ctx, ReleaseRequest{
+	out.Step("Releasing %s", image)
+	res := p.releaseAndAwait(ctx, ReleaseRequest{
 		App: req.App, Image: image, Actor: req.Actor, Cause: CauseImage,
 		Description: "Deploy image " + req.Image,
 		// The image's own command as web, and no other type: a Procfile's
 		// commands were the pushed code's, not this image's.
 		Processes: map[string][]string{},
-	}, out, log, jobResult{})
-	if res.reason != "" {
-		log.Info("deploy:image", "result", "failed", "reason", res.reason)
-		if res.reason == reasonCancelled && ctx.Err() != nil {
+	}, out, log, JobResult{})
+	if res.Reason != "" {
+		log.Info("deploy:image", "result", "failed", "reason", res.Reason)
+		if res.Cancelled && ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, fmt.Errorf("%w: %s", ErrDeployFailed, res.detail)
+		return nil, failedDeploy(res)
 	}
-	log.Info("deploy:image", append([]any{"result", "deployed", "release", res.release, "pulled", image}, res.timings...)...)
-	return &DeployResult{Release: res.release, URL: res.url}, nil
+	log.Info("deploy:image", append([]any{"result", "deployed", "release", res.Release, "pulled", image}, res.Timings...)...)
+	return &DeployResult{Release: res.Release, URL: res.URL}, nil
 }

@@ -1,4 +1,4 @@
-package gitserver
+package pipeline
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package gitserver
+package pipeline
 
 import (
 	"context"
@@ -40,11 +40,11 @@ func newRepacker() *repacker {
 	return &repacker{queued: map[string]bool{}, slot: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
 }
 
-// repackLater queues a repack of app's repository, unless Config.RepackTimeout is 0
+// RepackLater queues a repack of app's repository, unless Config.RepackTimeout is 0
 // or one is already queued or running for app.
-func (s *Server) repackLater(app string) {
-	r := s.repack
-	if s.cfg.RepackTimeout == 0 || r == nil {
+func (p *Pipeline) RepackLater(app string) {
+	r := p.repack
+	if p.cfg.RepackTimeout == 0 || r == nil {
 		return
 	}
 	r.mu.Lock()
@@ -57,13 +57,13 @@ func (s *Server) repackLater(app string) {
 	r.mu.Unlock()
 	go func() {
 		defer r.wg.Done()
-		skipped, err := s.repackNow(app)
+		skipped, err := p.repackNow(app)
 		r.mu.Lock()
 		delete(r.queued, app)
 		ran := r.ran
 		r.mu.Unlock()
 		if err != nil {
-			s.log.Warn("repack failed", "app", app, "err", err)
+			p.log.Warn("repack failed", "app", app, "err", err)
 		}
 		if ran != nil {
 			ran(app, err, skipped)
@@ -74,8 +74,8 @@ func (s *Server) repackLater(app string) {
 // repackNow waits for the server's repack slot, then for app's lock (briefly), and
 // runs git gc --auto in its repository. skipped: the lock was busy, or the server
 // is stopping.
-func (s *Server) repackNow(app string) (skipped bool, err error) {
-	r := s.repack
+func (p *Pipeline) repackNow(app string) (skipped bool, err error) {
+	r := p.repack
 	select {
 	case r.slot <- struct{}{}:
 	case <-r.ctx.Done():
@@ -83,23 +83,23 @@ func (s *Server) repackNow(app string) (skipped bool, err error) {
 	}
 	defer func() { <-r.slot }()
 	lockCtx, cancel := context.WithTimeout(r.ctx, repackLockWait)
-	unlock, err := s.locks.acquire(lockCtx, app, "a repack of the app's repository", nil)
+	unlock, err := p.locks.acquire(lockCtx, app, "a repack of the app's repository", nil)
 	cancel()
 	if err != nil {
 		return true, nil
 	}
 	defer unlock()
-	ctx, cancel := context.WithTimeout(r.ctx, s.cfg.RepackTimeout)
+	ctx, cancel := context.WithTimeout(r.ctx, p.cfg.RepackTimeout)
 	defer cancel()
 	// The repository's own config (gc.auto, gc.autoPackLimit) decides whether
 	// there is anything to do.
-	return s.gitGC(ctx, app, "--auto")
+	return p.gitGC(ctx, app, "--auto")
 }
 
 // gitGC runs git gc with args in app's repository; the caller holds app's lock.
 // skipped: there is no repository (destroyed meanwhile).
-func (s *Server) gitGC(ctx context.Context, app string, args ...string) (skipped bool, err error) {
-	repoDir := s.RepositoryDir(app)
+func (p *Pipeline) gitGC(ctx context.Context, app string, args ...string) (skipped bool, err error) {
+	repoDir := p.RepositoryDir(app)
 	if _, err := os.Stat(filepath.Join(repoDir, "HEAD")); err != nil {
 		return true, nil // destroyed meanwhile
 	}
@@ -112,7 +112,7 @@ func (s *Server) gitGC(ctx context.Context, app string, args ...string) (skipped
 	if err != nil {
 		return false, &repackError{err: err, out: string(out)}
 	}
-	s.log.Debug("repacked", "app", app, "args", args, "seconds", time.Since(start).Seconds())
+	p.log.Debug("repacked", "app", app, "args", args, "seconds", time.Since(start).Seconds())
 	return false, nil
 }
 
@@ -129,4 +129,13 @@ func (r *repacker) stop() {
 	r.cancel()
 	r.mu.Unlock()
 	r.wg.Wait()
+}
+
+// OnRepack calls f after each background repack attempt, with skipped when git
+// did not run (the app's lock was busy, or the pipeline stopping): for tests,
+// which wait for a repack rather than sleep.
+func (p *Pipeline) OnRepack(f func(app string, skipped bool, err error)) {
+	p.repack.mu.Lock()
+	defer p.repack.mu.Unlock()
+	p.repack.ran = func(app string, err error, skipped bool) { f(app, skipped, err) }
 }

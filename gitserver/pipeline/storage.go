@@ -1,4 +1,4 @@
-package gitserver
+package pipeline
 
 import (
 	"context"
@@ -15,17 +15,17 @@ import (
 var ErrRepositoryBusy = fmt.Errorf("the repository is in use")
 
 // RepositoryDir is the directory of app's bare repository.
-func (s *Server) RepositoryDir(app string) string {
-	return filepath.Join(s.cfg.ReposDir, app+".git")
+func (p *Pipeline) RepositoryDir(app string) string {
+	return filepath.Join(p.cfg.ReposDir, app+".git")
 }
 
 // RepositoryBytes is the size of app's repository on disk (`du -sb`, hard
 // links once); 0 when it has none.
-func (s *Server) RepositoryBytes(app string) (int64, error) {
+func (p *Pipeline) RepositoryBytes(app string) (int64, error) {
 	if !appv1.ValidAppName(app) {
 		return 0, fmt.Errorf("%q is not an app name", app)
 	}
-	return du.Bytes(s.RepositoryDir(app))
+	return du.Bytes(p.RepositoryDir(app))
 }
 
 // IfIdle runs f under app's push lock, taken without waiting for a push (see
@@ -33,8 +33,8 @@ func (s *Server) RepositoryBytes(app string) (int64, error) {
 // ErrRepositoryBusy. For work that must not run beside a push (system:prune's
 // removal of images no release keeps yet: a push's new image gets its release
 // under the lock).
-func (s *Server) IfIdle(app, owner string, f func() error) error {
-	unlock, err := s.tryLock(app, owner)
+func (p *Pipeline) IfIdle(app, owner string, f func() error) error {
+	unlock, err := p.tryLock(app, owner)
 	if err != nil {
 		return err
 	}
@@ -45,10 +45,10 @@ func (s *Server) IfIdle(app, owner string, f func() error) error {
 // tryLock takes app's lock if it is free within repackLockWait: long enough for
 // a background repack that holds it to end, and never for a push (its build
 // and rollout take longer): the push goes first, the prune is skipped.
-func (s *Server) tryLock(app, owner string) (func(), error) {
+func (p *Pipeline) tryLock(app, owner string) (func(), error) {
 	ctx, cancel := context.WithTimeout(context.Background(), repackLockWait)
 	defer cancel()
-	unlock, err := s.locks.acquire(ctx, app, owner, nil)
+	unlock, err := p.locks.acquire(ctx, app, owner, nil)
 	if err != nil {
 		return nil, ErrRepositoryBusy
 	}
@@ -61,11 +61,11 @@ func (s *Server) tryLock(app, owner string) (func(), error) {
 // or a deploy holds it (ErrRepositoryBusy), and waits its turn behind a
 // running background repack (one gc at a time). It returns the
 // bytes freed.
-func (s *Server) CompactRepository(ctx context.Context, app string) (freed int64, err error) {
+func (p *Pipeline) CompactRepository(ctx context.Context, app string) (freed int64, err error) {
 	if !appv1.ValidAppName(app) {
 		return 0, fmt.Errorf("%q is not an app name", app)
 	}
-	if r := s.repack; r != nil {
+	if r := p.repack; r != nil {
 		select {
 		case r.slot <- struct{}{}:
 			defer func() { <-r.slot }()
@@ -73,25 +73,25 @@ func (s *Server) CompactRepository(ctx context.Context, app string) (freed int64
 			return 0, ctx.Err()
 		}
 	}
-	unlock, err := s.tryLock(app, "system:prune's git gc")
+	unlock, err := p.tryLock(app, "system:prune's git gc")
 	if err != nil {
 		return 0, err
 	}
 	defer unlock()
-	before, err := s.RepositoryBytes(app)
+	before, err := p.RepositoryBytes(app)
 	if err != nil {
 		return 0, err
 	}
-	timeout := s.cfg.RepackTimeout
+	timeout := p.cfg.RepackTimeout
 	if timeout <= 0 {
 		timeout = 10 * time.Minute
 	}
 	gctx, cancelGC := context.WithTimeout(ctx, timeout)
 	defer cancelGC()
-	if _, err := s.gitGC(gctx, app, "--prune=now"); err != nil {
+	if _, err := p.gitGC(gctx, app, "--prune=now"); err != nil {
 		return 0, err
 	}
-	after, err := s.RepositoryBytes(app)
+	after, err := p.RepositoryBytes(app)
 	if err != nil {
 		return 0, err
 	}

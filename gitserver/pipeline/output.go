@@ -1,4 +1,4 @@
-package gitserver
+package pipeline
 
 import (
 	"fmt"
@@ -10,14 +10,14 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/protocol/packp/sideband"
 )
 
-// output is what a push says to the pusher. With side-band-64k, messages travel on
+// Output is what a push says to the pusher. With side-band-64k, messages travel on
 // band 2 (git prints them as `remote: ` lines) and the report on band 1; without it,
 // messages are dropped (git has nowhere to show them) and the report goes out plain.
 //
 // Lines follow Dokku's vocabulary, which reads well in a terminal and in CI logs:
 // "-----> " for a step, seven spaces for detail, " !     " for an error. Colour would
 // be SGR codes only; there is no cursor movement, which newer git shows as text.
-type output struct {
+type Output struct {
 	mu        sync.Mutex
 	raw       io.Writer // the session's stdout
 	mux       *sideband.Muxer
@@ -25,11 +25,11 @@ type output struct {
 	lastWrite time.Time
 }
 
-// newOutput writes to the session's stdout w. git asks for "quiet" whenever its
+// NewOutput writes to the session's stdout w. git asks for "quiet" whenever its
 // stderr is not a terminal; bex's lines are the push's result, not a progress meter,
 // so they are sent regardless: CI logs need the build output most.
-func newOutput(w io.Writer, sideband64k bool) *output {
-	o := &output{raw: w, lastWrite: time.Now()}
+func NewOutput(w io.Writer, sideband64k bool) *Output {
+	o := &Output{raw: w, lastWrite: time.Now()}
 	if sideband64k {
 		o.mux = sideband.NewMuxer(sideband.Sideband64k, w)
 	}
@@ -37,20 +37,20 @@ func newOutput(w io.Writer, sideband64k bool) *output {
 }
 
 // Write sends progress bytes as they come (the builder's and the deployer's lines).
-func (o *output) Write(p []byte) (int, error) {
+func (o *Output) Write(p []byte) (int, error) {
 	return o.band(sideband.ProgressMessage, p)
 }
 
-// newPlainOutput writes the same lines to w with no git framing, for deploys that
+// NewPlainOutput writes the same lines to w with no git framing, for deploys that
 // do not come from a push (Server.Deploy).
-func newPlainOutput(w io.Writer) *output {
+func NewPlainOutput(w io.Writer) *Output {
 	if w == nil {
-		w = discard{}
+		w = io.Discard
 	}
-	return &output{raw: w, plain: true, lastWrite: time.Now()}
+	return &Output{raw: w, plain: true, lastWrite: time.Now()}
 }
 
-func (o *output) band(ch sideband.Channel, p []byte) (int, error) {
+func (o *Output) band(ch sideband.Channel, p []byte) (int, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.plain {
@@ -63,16 +63,16 @@ func (o *output) band(ch sideband.Channel, p []byte) (int, error) {
 	return o.mux.WriteChannel(ch, p)
 }
 
-func (o *output) step(format string, args ...any) {
+func (o *Output) Step(format string, args ...any) {
 	o.lines("-----> ", format, args...)
 }
 
-func (o *output) detail(format string, args ...any) {
+func (o *Output) Detail(format string, args ...any) {
 	o.lines("       ", format, args...)
 }
 
 // fail prints an error.
-func (o *output) fail(format string, args ...any) {
+func (o *Output) Fail(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	var b strings.Builder
 	for _, line := range strings.Split(strings.TrimRight(msg, "\n"), "\n") {
@@ -81,7 +81,7 @@ func (o *output) fail(format string, args ...any) {
 	_, _ = o.band(sideband.ProgressMessage, []byte(b.String()))
 }
 
-func (o *output) lines(prefix, format string, args ...any) {
+func (o *Output) lines(prefix, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	var b strings.Builder
 	for _, line := range strings.Split(strings.TrimRight(msg, "\n"), "\n") {
@@ -93,7 +93,7 @@ func (o *output) lines(prefix, format string, args ...any) {
 // keepAlive sends an empty band-1 packet when nothing was sent for at least d, as
 // git's own receive-pack does (receive.keepAlive): clients ignore it, proxies see
 // traffic.
-func (o *output) keepAlive(d time.Duration) {
+func (o *Output) KeepAlive(d time.Duration) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.mux == nil || time.Since(o.lastWrite) < d {
@@ -104,7 +104,7 @@ func (o *output) keepAlive(d time.Duration) {
 }
 
 // report returns the writer for report-status: band 1, or the plain stream.
-func (o *output) report() io.Writer {
+func (o *Output) Report() io.Writer {
 	if o.mux == nil {
 		return o.raw
 	}
@@ -112,7 +112,7 @@ func (o *output) report() io.Writer {
 }
 
 // flush ends the sideband stream, after which git stops reading.
-func (o *output) flush() {
+func (o *Output) Flush() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.mux != nil {

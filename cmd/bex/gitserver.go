@@ -8,22 +8,18 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	gossh "golang.org/x/crypto/ssh"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"bex.co/bex/builder"
 	"bex.co/bex/builder/imageimport"
 	"bex.co/bex/builder/plan"
 	"bex.co/bex/deployer/releases"
-	deployruntime "bex.co/bex/deployer/runtime"
 	"bex.co/bex/deployer/runtime/kube"
 	"bex.co/bex/gitserver"
 	"bex.co/bex/gitserver/access"
@@ -35,7 +31,6 @@ import (
 	"bex.co/bex/gitserver/upstream"
 	"bex.co/bex/gitserver/webhook"
 	"bex.co/bex/internal/clientaddr"
-	"bex.co/bex/internal/machine/daemons"
 )
 
 // gitserverCmd runs the SSH git endpoint against an existing Kubernetes API and
@@ -60,11 +55,8 @@ type gitserverCmd struct {
 	// volumeHelperImage is bex's own image, for the helper pods of volumes'
 	// backups and restores on a cluster.
 	volumeHelperImage string
-	// oneOffs runs `run`, the release phase and postdeploy: the local runtime's
-	// containers or the kubernetes runtime's pods, as --runtime says.
-	oneOffs        deployruntime.OneOffs
-	containerdAddr string
-	containerdNS   string
+	containerdAddr    string
+	containerdNS      string
 	// images pulls deploy:image's images; nil: deploy:image says it is off.
 	images       imageImporter
 	sshURL       string
@@ -210,30 +202,21 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 		return err
 	}
 
-	if c.runtime != "local" && c.runtime != "kubernetes" {
+	kind, ok := runtimeNamed(c.runtime)
+	if !ok {
 		return fmt.Errorf("--runtime %q: use local or kubernetes", c.runtime)
 	}
 	recorder := &releases.Recorder{Client: kc, Namespace: c.namespace, PollInterval: 50 * time.Millisecond}
 	tokenStore := &tokens.Store{Client: kc, Users: informers, Namespace: c.secretsNamespace}
-	logs := runtimeLogs{runtime: c.runtime, stateDir: filepath.Join(c.stateDir, "runtime"), namespace: c.namespace}
-	if c.runtime == "kubernetes" {
-		// Pod logs are a subresource stream, which controller-runtime's client
-		// does not read: client-go's.
-		if logs.pods, err = kubernetes.NewForConfig(restCfg); err != nil {
-			return err
-		}
-		if c.oneOffs, err = newKubeOneOffs(c.hostUsers, restCfg); err != nil {
-			return err
-		}
+	// The backend needs the server (to deploy, and to remove a repository under
+	// its push lock) and the server takes the commands made on the backend: the
+	// closures read srv once it is set.
+	var srv *gitserver.Server
+	rt, err := kind.gitserver(c, gitserverEnv{restCfg: restCfg, kc: kc, apps: informers, server: func() *gitserver.Server { return srv }, builder: b})
+	if err != nil {
+		return err
 	}
-	var kubeVols backend.VolumeStore
-	if c.runtime == "kubernetes" {
-		if c.volumeHelperImage == "" {
-			c.log.Warn("volumes' backups and restores are off: --volume-helper-image is not set (bex's own image)")
-		} else if kubeVols, err = newKubeVolumes(c.volumeHelperImage, c.hostUsers, restCfg, informers, c.namespace); err != nil {
-			return err
-		}
-	}
+	defer rt.close()
 	gcfg := gitserver.DefaultConfig()
 	gcfg.StateDir, gcfg.Addr = c.stateDir, c.sshAddr
 	gcfg.AllowFileUpstreams, gcfg.AllowPrivateUpstreams = c.allowFile, c.allowPrivate
@@ -252,49 +235,12 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 			c.hooksURL = "http://" + hooksListener.Addr().String()
 		}
 	}
-	// The backend needs the server (to deploy, and to remove a repository under
-	// its push lock) and the server takes the commands made on the backend: the
-	// closures read srv once it is set.
-	var srv *gitserver.Server
 	bk := backend.DefaultConfig()
 	bk.Client, bk.Reader, bk.Namespace, bk.SecretsNamespace = kc, informers, c.namespace, c.secretsNamespace
 	bk.Releases, bk.BaseDomain = recorder, c.baseDomain
 	bk.Deployer = serverDeployer{server: func() *gitserver.Server { return srv }}
-	bk.Logs, bk.Builds, bk.Tokens = logs, buildLogs{b}, tokenStore
-	bk.Volumes = kubeVols
-	if c.runtime == "local" {
-		// One machine: the state dir, buildkitd and containerd are this
-		// process's to measure. On a cluster the disks are the nodes' and the
-		// registry's, and system:df says so.
-		addr := c.containerdAddr
-		if addr == "" {
-			addr = filepath.Join(c.stateDir, "containerd", "containerd.sock")
-		}
-		bk.Storage = &machineStorage{stateDir: c.stateDir, server: func() *gitserver.Server { return srv }, builder: b,
-			runtimeDir: filepath.Join(c.stateDir, "runtime"), namespace: c.namespace, imageRepo: c.imageRepo,
-			containerdAddr: strings.TrimPrefix(addr, "unix://"), containerdNS: c.containerdNS, log: c.log}
-	}
-	if c.runtime == "local" {
-		// containerd is up before the gitserver under bex up; a gitserver started
-		// without it (a machine that only serves git) still serves pushes of apps
-		// without a release command, and `run` says it cannot.
-		oneOffs, err := newLocalOneOffs(c.stateDir, c.containerdAddr, c.containerdNS, c.allowEgress, kc, c.log)
-		if err != nil {
-			c.log.Warn("one-off commands are off (run, release commands, postdeploy scripts)", "err", err)
-		} else {
-			defer oneOffs.Close()
-			c.oneOffs = oneOffs
-			// Volumes' usage and backups need the same containerd (to pause the
-			// app): with the one-offs or not at all.
-			vols, closer, err := newLocalVolumes(c.stateDir, c.containerdAddr, c.containerdNS, c.namespace, c.log)
-			if err != nil {
-				c.log.Warn("volumes' backups and usage are off", "err", err)
-			} else {
-				defer closer.Close()
-				bk.Volumes = vols
-			}
-		}
-	}
+	bk.Logs, bk.Builds, bk.Tokens = rt.logs, buildLogs{b}, tokenStore
+	bk.Volumes, bk.Storage = rt.volumes, rt.storage
 	// deploy:image: the image goes where a build's would, into containerd
 	// (one machine) or the cluster's registry (--push).
 	icfg := imageimport.DefaultConfig()
@@ -303,18 +249,10 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	icfg.Credentials = &hooksecrets.Registries{Client: kc, Namespace: c.secretsNamespace}
 	if c.push {
 		icfg.Push, icfg.PushKeychain, icfg.PushInsecure = true, kube.ConfigKeychain(c.registryConfig), c.registryInsecure
-	} else if c.runtime == "local" {
+	} else if rt.images != nil {
 		// The margin pushes are refused under, kept while the image is pulled.
 		icfg.DiskDir, icfg.MinFreeBytes = c.stateDir, int64(c.minFreeDisk)
-		addr := c.containerdAddr
-		if addr == "" {
-			addr = filepath.Join(c.stateDir, "containerd", "containerd.sock")
-		}
-		if icfg.Containerd, err = daemons.ContainerdClient(strings.TrimPrefix(addr, "unix://"), c.containerdNS); err != nil {
-			c.log.Warn("deploy:image is off: containerd is not reachable", "err", err)
-		} else {
-			defer icfg.Containerd.Close()
-		}
+		icfg.Containerd = rt.images
 	}
 	if icfg.Push || icfg.Containerd != nil {
 		im, err := imageimport.New(icfg)
@@ -325,10 +263,10 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 		bk.Images = imageDeployer{server: func() *gitserver.Server { return srv }}
 		bk.Registries = c.images
 	}
-	if c.oneOffs != nil {
-		bk.Runner = oneOffRunner{c.oneOffs}
+	if rt.oneOffs != nil {
+		bk.Runner = oneOffRunner{rt.oneOffs}
 		// The release command and postdeploy scripts run as one-offs too.
-		recorder.OneOffs = c.oneOffs
+		recorder.OneOffs = rt.oneOffs
 	}
 	bk.RemoveRepository = func(ctx context.Context, app string) error { return srv.RemoveRepository(ctx, app, 10*time.Second) }
 	bk.RemoveBuildLogs = b.RemoveLogs
@@ -438,11 +376,3 @@ func (c *gitserverCmd) close() error {
 // builds name images under it, the deployer removes pruned releases' images under
 // it, so that `bex up` (which passes neither) has them agree.
 const defaultImageRepo = "bex.local"
-
-// newKubeOneOffs is the kubernetes runtime's one-off pods, confined as the
-// deployer's pods are (hostUsers as its --host-users).
-func newKubeOneOffs(hostUsers bool, restCfg *rest.Config) (deployruntime.OneOffs, error) {
-	cfg := kube.DefaultConfig()
-	cfg.HostUsers = hostUsers
-	return kube.NewOneOffs(cfg, restCfg)
-}

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -88,5 +90,42 @@ func TestInternalImportsNoComponent(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// runtimeChoice is a comparison of --runtime's value: with a runtime's name
+// (== "local", case "kubernetes", ...) or of the fields that hold the flag.
+var runtimeChoice = regexp.MustCompile(`(==|!=)\s*"(local|kubernetes)"|"(local|kubernetes)"\s*(==|!=)|case\s+"(local|kubernetes)"|\.(runtime|runtimeName)\s*(==|!=)|switch\s+[\w.]*\.(runtime|runtimeName)\b`)
+
+// TestRuntimeIsChosenOnce: --runtime is compared in runtime.go only, whose one
+// switch names each runtime once; everything that depends on the runtime is
+// made there, not chosen again where it is used.
+func TestRuntimeIsChosenOnce(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(src), "\n") {
+			if !runtimeChoice.MatchString(line) {
+				continue
+			}
+			if f != "runtime.go" {
+				t.Errorf("%s:%d chooses by --runtime (%s): let runtime.go's runtimeKind make what depends on the runtime", f, i+1, strings.TrimSpace(line))
+				continue
+			}
+			cases++
+		}
+	}
+	if cases != 2 {
+		t.Errorf("runtime.go compares --runtime %d times: want one switch with a case for local and one for kubernetes", cases)
 	}
 }

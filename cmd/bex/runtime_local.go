@@ -17,6 +17,7 @@ import (
 	deployruntime "bex.co/bex/deployer/runtime"
 	"bex.co/bex/deployer/runtime/local"
 	"bex.co/bex/gitserver/backend"
+	"bex.co/bex/gitserver/storage"
 	"bex.co/bex/internal/machine/daemons"
 )
 
@@ -72,9 +73,16 @@ func (localRuntime) gitserver(c *gitserverCmd, env gitserverEnv) (*gitserverRunt
 	// One machine: the state dir, buildkitd and containerd are this
 	// process's to measure. On a cluster the disks are the nodes' and the
 	// registry's, and system:df says so.
-	rt.storage = &machineStorage{stateDir: c.stateDir, server: env.server, builder: env.builder,
-		runtimeDir: filepath.Join(c.stateDir, "runtime"), namespace: c.namespace, imageRepo: c.imageRepo,
-		containerdAddr: addr, containerdNS: c.containerdNS, log: c.log}
+	rt.storage = &storage.Machine{StateDir: c.stateDir, Server: env.server, Builds: env.builder,
+		Runtime: local.Disk{StateDir: filepath.Join(c.stateDir, "runtime"), Namespace: c.namespace},
+		OpenImages: func() (storage.ImageStore, error) {
+			imgs, err := local.OpenImages(addr, c.containerdNS, c.log)
+			if err != nil {
+				return nil, err // a nil store, not a nil *local.Images in one
+			}
+			return imgs, nil
+		},
+		ImagesAt: addr, ImageRepo: c.imageRepo}
 	// containerd is up before the gitserver under bex up; a gitserver started
 	// without it (a machine that only serves git) still serves pushes of apps
 	// without a release command, and `run` says it cannot.

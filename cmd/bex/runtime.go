@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"io"
 
 	containerd "github.com/containerd/containerd/v2/client"
@@ -13,6 +14,7 @@ import (
 	deployruntime "bex.co/bex/deployer/runtime"
 	"bex.co/bex/gitserver"
 	"bex.co/bex/gitserver/backend"
+	"bex.co/bex/internal/volumearchive"
 )
 
 // The runtime is chosen once: --runtime (the deployer's and the gitserver's)
@@ -27,19 +29,23 @@ type runtimeKind interface {
 	// deployer makes the deployer's runtime, with the settings of cfg it
 	// needs; the runtime's stop, if it has one, is left in c.closeRuntime.
 	deployer(c *deployerCmd, mgr ctrl.Manager, cfg *deployer.Config) (deployruntime.Runtime, error)
-	// gitserver makes the gitserver's parts of the runtime: kc writes and
-	// apps reads the Apps, server is the gitserver (made after these parts,
-	// hence a function) and b the builder, whose disk the machine's Storage
-	// measures.
+	// gitserver makes the gitserver's parts of the runtime. A part that
+	// cannot be made on this machine is off, with a warning, as the
+	// gitserver still serves pushes without it.
 	gitserver(c *gitserverCmd, env gitserverEnv) (*gitserverRuntime, error)
 }
 
 // gitserverEnv is what the gitserver has made before its runtime's parts.
 type gitserverEnv struct {
 	restCfg *rest.Config
-	kc      client.Client
-	apps    client.Reader
-	server  func() *gitserver.Server
+	// kc reads and writes through the API (the local one-offs'); apps reads
+	// the Apps from the informers' cache (the kubernetes volumes').
+	kc   client.Client
+	apps client.Reader
+	// server is the gitserver, made after these parts (its commands need
+	// them), hence a function.
+	server func() *gitserver.Server
+	// builder is the builder, whose disk the machine's Storage measures.
 	builder *builder.Builder
 }
 
@@ -78,4 +84,13 @@ func runtimeNamed(name string) (runtimeKind, bool) {
 		return kubeRuntime{}, true
 	}
 	return nil, false
+}
+
+// restoreError is an archive the runtime refused as an Invalid error (the
+// sender's to fix), on either runtime.
+func restoreError(err error, app, name string) error {
+	if errors.Is(err, volumearchive.ErrBadArchive) {
+		return backend.Errorf(backend.Invalid, "volumes:restore refused the archive, and the volume %s of %s is as it was: %v", name, app, err)
+	}
+	return err
 }

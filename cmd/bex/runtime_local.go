@@ -64,17 +64,14 @@ func (localRuntime) deployer(c *deployerCmd, mgr ctrl.Manager, _ *deployer.Confi
 }
 
 func (localRuntime) gitserver(c *gitserverCmd, env gitserverEnv) (*gitserverRuntime, error) {
-	rt := &gitserverRuntime{logs: localLogs{stateDir: filepath.Join(c.stateDir, "runtime"), namespace: c.namespace}}
-	addr := c.containerdAddr
-	if addr == "" {
-		addr = filepath.Join(c.stateDir, "containerd", "containerd.sock")
-	}
-	addr = strings.TrimPrefix(addr, "unix://")
+	cfg := gitserverLocalConfig(c.stateDir, c.containerdAddr, c.containerdNS)
+	rt := &gitserverRuntime{logs: localLogs{stateDir: cfg.StateDir, namespace: c.namespace}}
+	addr := cfg.Address
 	// One machine: the state dir, buildkitd and containerd are this
 	// process's to measure. On a cluster the disks are the nodes' and the
 	// registry's, and system:df says so.
 	rt.storage = &storage.Machine{StateDir: c.stateDir, Server: env.server, Builds: env.builder,
-		Runtime: local.Disk{StateDir: filepath.Join(c.stateDir, "runtime"), Namespace: c.namespace},
+		Runtime: local.Disk{StateDir: cfg.StateDir, Namespace: c.namespace},
 		OpenImages: func() (storage.ImageStore, error) {
 			imgs, err := local.OpenImages(addr, c.containerdNS, c.log)
 			if err != nil {
@@ -86,7 +83,7 @@ func (localRuntime) gitserver(c *gitserverCmd, env gitserverEnv) (*gitserverRunt
 	// containerd is up before the gitserver under bex up; a gitserver started
 	// without it (a machine that only serves git) still serves pushes of apps
 	// without a release command, and `run` says it cannot.
-	oneOffs, err := newLocalOneOffs(c.stateDir, c.containerdAddr, c.containerdNS, c.allowEgress, env.kc, c.log)
+	oneOffs, err := newLocalOneOffs(cfg, c.allowEgress, env.kc, c.log)
 	if err != nil {
 		c.log.Warn("one-off commands are off (run, release commands, postdeploy scripts)", "err", err)
 	} else {
@@ -94,7 +91,7 @@ func (localRuntime) gitserver(c *gitserverCmd, env gitserverEnv) (*gitserverRunt
 		rt.oneOffs = oneOffs
 		// Volumes' usage and backups need the same containerd (to pause the
 		// app): with the one-offs or not at all.
-		vols, closer, err := newLocalVolumes(c.stateDir, c.containerdAddr, c.containerdNS, c.namespace, c.log)
+		vols, closer, err := newLocalVolumes(cfg, c.namespace, c.log)
 		if err != nil {
 			c.log.Warn("volumes' backups and usage are off", "err", err)
 		} else {
@@ -127,16 +124,22 @@ func (l localLogs) Logs(ctx context.Context, app string, o backend.LogOptions, w
 		local.LogOptions{Follow: o.Follow, Lines: o.Lines, Process: o.Process}, w)
 }
 
-// newLocalOneOffs makes the gitserver's one-offs on the local runtime: the same
-// state dir, containerd and network as the deployer's runtime (the defaults of
+// gitserverLocalConfig is the local runtime as the deployer's runtime has it
+// on this machine: the same state dir and containerd (the defaults of
 // local.Config but these, as localRuntime.deployer sets them).
-func newLocalOneOffs(stateDir, containerdAddr, containerdNS string, allowEgress []netip.Prefix, kc client.Client, log *slog.Logger) (*local.OneOffs, error) {
+func gitserverLocalConfig(stateDir, containerdAddr, containerdNS string) local.Config {
 	addr := containerdAddr
 	if addr == "" {
 		addr = filepath.Join(stateDir, "containerd", "containerd.sock")
 	}
 	cfg := local.DefaultConfig()
 	cfg.Address, cfg.Namespace, cfg.StateDir = strings.TrimPrefix(addr, "unix://"), containerdNS, filepath.Join(stateDir, "runtime")
+	return cfg
+}
+
+// newLocalOneOffs makes the gitserver's one-offs on the local runtime cfg,
+// on the deployer's network.
+func newLocalOneOffs(cfg local.Config, allowEgress []netip.Prefix, kc client.Client, log *slog.Logger) (*local.OneOffs, error) {
 	// The one-offs' runtime installs the tenants' rules: with the deployer's ranges.
 	cfg.TenantNet.AllowEgress = allowEgress
 	return local.NewOneOffs(cfg, kc, "gitserver", log)
@@ -171,16 +174,9 @@ func (l localVolumes) Restore(ctx context.Context, app, name string, r io.Reader
 // Pauses: the app's containers that mount the volume are paused meanwhile.
 func (localVolumes) Pauses() bool { return true }
 
-// newLocalVolumes reaches the volumes of the local runtime on this machine, with
-// the deployer's state dir and containerd (the defaults of local.Config but
-// these, as newLocalOneOffs sets them).
-func newLocalVolumes(stateDir, containerdAddr, containerdNS, namespace string, log *slog.Logger) (backend.VolumeStore, io.Closer, error) {
-	addr := containerdAddr
-	if addr == "" {
-		addr = filepath.Join(stateDir, "containerd", "containerd.sock")
-	}
-	cfg := local.DefaultConfig()
-	cfg.Address, cfg.Namespace, cfg.StateDir = strings.TrimPrefix(addr, "unix://"), containerdNS, filepath.Join(stateDir, "runtime")
+// newLocalVolumes reaches the volumes of the local runtime cfg on this
+// machine.
+func newLocalVolumes(cfg local.Config, namespace string, log *slog.Logger) (backend.VolumeStore, io.Closer, error) {
 	v, err := local.NewVolumes(cfg, log)
 	if err != nil {
 		return nil, nil, err

@@ -9,6 +9,7 @@ import (
 	bkclient "github.com/moby/buildkit/client"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/internal/diskuse"
 	"bex.co/bex/internal/du"
 )
 
@@ -20,24 +21,9 @@ func (b *Builder) LogBytes(app string) (int64, error) {
 	return du.Bytes(filepath.Join(b.cfg.LogDir, app))
 }
 
-// CacheRecord is one record of BuildKit's cache, as its DiskUsage reports it.
-type CacheRecord struct {
-	ID          string
-	Description string
-	// Size is the record's snapshot and blob, in bytes.
-	Size int64
-	// InUse: a build holds it now.
-	InUse bool
-	// Shared: an image in containerd holds the record's layers (its blobs
-	// are the image's; removing the record frees only its own snapshot).
-	Shared bool
-	// Reclaimable: what BuildKit's prune removes now (not in use, not
-	// shared, not BuildKit's internal or frontend records).
-	Reclaimable bool
-	// App is the app the record names, or "" (most records are layers and
-	// sources that name none: the platform's).
-	App string
-}
+// CacheRecord is one record of BuildKit's cache, as its DiskUsage reports it
+// (in the vocabulary system:df joins the disk's owners in).
+type CacheRecord = diskuse.CacheRecord
 
 // CacheUsage lists BuildKit's cache records (DiskUsage).
 func (b *Builder) CacheUsage(ctx context.Context) ([]CacheRecord, error) {

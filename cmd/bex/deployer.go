@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -23,8 +22,6 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"bex.co/bex/deployer"
-	"bex.co/bex/deployer/runtime"
-	"bex.co/bex/deployer/runtime/kube"
 	"bex.co/bex/deployer/runtime/local"
 )
 
@@ -133,15 +130,15 @@ func (c *deployerCmd) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	rt, err := c.newRuntime(mgr)
-	if err != nil {
-		return err
+	kind, ok := runtimeNamed(c.runtimeName)
+	if !ok {
+		return fmt.Errorf("runtime %q: choose local or kubernetes", c.runtimeName)
 	}
 	cfg := deployer.DefaultConfig()
 	cfg.BaseDomain, cfg.HTTPSPort, cfg.KeepReleases, cfg.ImageRepo = c.baseDomain, c.httpsPort, c.keepReleases, c.imageRepo
-	if c.runtimeName == "kubernetes" {
-		// Deployment events say when a rollout moves; no need to poll often.
-		cfg.WatchDeployments, cfg.RequeueWhileRolling = true, 30*time.Second
+	rt, err := kind.deployer(c, mgr, &cfg)
+	if err != nil {
+		return err
 	}
 	r := &deployer.AppReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Runtime: rt, Events: mgr.GetEventRecorder("bex-deployer"), Config: cfg}
 	if err := r.SetupWithManager(mgr); err != nil {
@@ -219,54 +216,6 @@ type notElected manager.RunnableFunc
 
 func (f notElected) Start(ctx context.Context) error { return f(ctx) }
 func (notElected) NeedLeaderElection() bool          { return false }
-
-func (c *deployerCmd) newRuntime(mgr ctrl.Manager) (runtime.Runtime, error) {
-	switch c.runtimeName {
-	case "kubernetes":
-		cfg := kube.DefaultConfig()
-		cfg.HostUsers = c.hostUsers
-		cfg.VolumeStorageClass = c.volumeClass
-		cfg.RegistryDelete, cfg.RegistryInsecure, cfg.RegistryConfig = c.registryDelete, c.registryInsecure, c.registryConfig
-		return kube.New(cfg, mgr.GetClient())
-	case "local":
-		addr := c.containerdAddr
-		if addr == "" {
-			addr = filepath.Join(c.stateDir, "containerd", "containerd.sock")
-		}
-		cfg := local.DefaultConfig()
-		cfg.Address, cfg.Namespace, cfg.StateDir = addr, c.containerdNS, filepath.Join(c.stateDir, "runtime")
-		cfg.TenantNet.AllowEgress = c.allowEgress
-		// The local runtime adopts what runs before the manager's cache starts, so it
-		// reads through a direct client.
-		direct, err := newDirectClient(mgr)
-		if err != nil {
-			return nil, err
-		}
-		rt, err := local.New(cfg, direct, c.log)
-		if err != nil {
-			return nil, err
-		}
-		// Cron jobs run as one-offs of the deployer's own (owner "deployer":
-		// apart from the gitserver's run one-offs, so that neither removes the
-		// other's at start); their history and the cron:run tokens acted on are
-		// kept beside the runtime's state file.
-		oo, err := local.NewOneOffs(cfg, direct, "deployer", c.log)
-		if err != nil {
-			_ = rt.Close()
-			return nil, err
-		}
-		sched, err := local.NewScheduler(oo, filepath.Join(cfg.StateDir, "cron.json"), nil, c.log)
-		if err != nil {
-			_ = oo.Close()
-			_ = rt.Close()
-			return nil, err
-		}
-		rt.SetScheduler(sched)
-		c.closeRuntime = func() error { return errors.Join(sched.Close(), oo.Close(), rt.Close()) }
-		return rt, nil
-	}
-	return nil, fmt.Errorf("runtime %q: choose local or kubernetes", c.runtimeName)
-}
 
 func (c *deployerCmd) close() error {
 	if c.closeRuntime != nil {

@@ -8,14 +8,12 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	gossh "golang.org/x/crypto/ssh"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,7 +22,6 @@ import (
 	"bex.co/bex/builder/imageimport"
 	"bex.co/bex/builder/plan"
 	"bex.co/bex/deployer/releases"
-	deployruntime "bex.co/bex/deployer/runtime"
 	"bex.co/bex/deployer/runtime/kube"
 	"bex.co/bex/gitserver"
 	"bex.co/bex/gitserver/access"
@@ -37,7 +34,6 @@ import (
 	"bex.co/bex/gitserver/upstream"
 	"bex.co/bex/gitserver/webhook"
 	"bex.co/bex/internal/clientaddr"
-	"bex.co/bex/internal/machine/daemons"
 )
 
 // gitserverCmd runs the SSH git endpoint against an existing Kubernetes API and
@@ -62,11 +58,8 @@ type gitserverCmd struct {
 	// volumeHelperImage is bex's own image, for the helper pods of volumes'
 	// backups and restores on a cluster.
 	volumeHelperImage string
-	// oneOffs runs `run`, the release phase and postdeploy: the local runtime's
-	// containers or the kubernetes runtime's pods, as --runtime says.
-	oneOffs        deployruntime.OneOffs
-	containerdAddr string
-	containerdNS   string
+	containerdAddr    string
+	containerdNS      string
 	// images pulls deploy:image's images; nil: deploy:image says it is off.
 	images       imageImporter
 	sshURL       string
@@ -186,7 +179,8 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 		return err
 	}
 
-	if c.runtime != "local" && c.runtime != "kubernetes" {
+	kind, ok := runtimeNamed(c.runtime)
+	if !ok {
 		return fmt.Errorf("--runtime %q: use local or kubernetes", c.runtime)
 	}
 	recorder := &releases.Recorder{Client: kc, Namespace: c.namespace, PollInterval: 50 * time.Millisecond}
@@ -199,25 +193,11 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	logs := runtimeLogs{runtime: c.runtime, stateDir: filepath.Join(c.stateDir, "runtime"), namespace: c.namespace}
-	if c.runtime == "kubernetes" {
-		// Pod logs are a subresource stream, which controller-runtime's client
-		// does not read: client-go's.
-		if logs.pods, err = kubernetes.NewForConfig(restCfg); err != nil {
-			return err
-		}
-		if c.oneOffs, err = newKubeOneOffs(c.hostUsers, restCfg); err != nil {
-			return err
-		}
+	rt, err := kind.gitserver(c, gitserverEnv{restCfg: restCfg, kc: kc, apps: informers, repos: pl, builder: b})
+	if err != nil {
+		return err
 	}
-	var kubeVols backend.VolumeStore
-	if c.runtime == "kubernetes" {
-		if c.volumeHelperImage == "" {
-			c.log.Warn("volumes' backups and restores are off: --volume-helper-image is not set (bex's own image)")
-		} else if kubeVols, err = newKubeVolumes(c.volumeHelperImage, c.hostUsers, restCfg, informers, c.namespace); err != nil {
-			return err
-		}
-	}
+	defer rt.close()
 	// Listening before the commands are made, so that `webhooks APP` can print
 	// the address the port 0 of a test became.
 	hooksListener, err := c.listenHooks()
@@ -228,41 +208,8 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 		defer hooksListener.Close()
 	}
 	bk := c.backendConfig(kc, informers, recorder, pl, b)
-	bk.Logs, bk.Tokens = logs, tokenStore
-	bk.Volumes = kubeVols
-	if c.runtime == "local" {
-		// One machine: the state dir, buildkitd and containerd are this
-		// process's to measure. On a cluster the disks are the nodes' and the
-		// registry's, and system:df says so.
-		addr := c.containerdAddr
-		if addr == "" {
-			addr = filepath.Join(c.stateDir, "containerd", "containerd.sock")
-		}
-		bk.Storage = &machineStorage{stateDir: c.stateDir, repos: pl, builder: b,
-			runtimeDir: filepath.Join(c.stateDir, "runtime"), namespace: c.namespace, imageRepo: c.imageRepo,
-			containerdAddr: strings.TrimPrefix(addr, "unix://"), containerdNS: c.containerdNS, log: c.log}
-	}
-	if c.runtime == "local" {
-		// containerd is up before the gitserver under bex up; a gitserver started
-		// without it (a machine that only serves git) still serves pushes of apps
-		// without a release command, and `run` says it cannot.
-		oneOffs, err := newLocalOneOffs(c.stateDir, c.containerdAddr, c.containerdNS, c.allowEgress, kc, c.log)
-		if err != nil {
-			c.log.Warn("one-off commands are off (run, release commands, postdeploy scripts)", "err", err)
-		} else {
-			defer oneOffs.Close()
-			c.oneOffs = oneOffs
-			// Volumes' usage and backups need the same containerd (to pause the
-			// app): with the one-offs or not at all.
-			vols, closer, err := newLocalVolumes(c.stateDir, c.containerdAddr, c.containerdNS, c.namespace, c.log)
-			if err != nil {
-				c.log.Warn("volumes' backups and usage are off", "err", err)
-			} else {
-				defer closer.Close()
-				bk.Volumes = vols
-			}
-		}
-	}
+	bk.Logs, bk.Tokens = rt.logs, tokenStore
+	bk.Volumes, bk.Storage = rt.volumes, rt.storage
 	// deploy:image: the image goes where a build's would, into containerd
 	// (one machine) or the cluster's registry (--push).
 	icfg := imageimport.DefaultConfig()
@@ -271,18 +218,10 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	icfg.Credentials = &hooksecrets.Registries{Client: kc, Namespace: c.secretsNamespace}
 	if c.push {
 		icfg.Push, icfg.PushKeychain, icfg.PushInsecure = true, kube.ConfigKeychain(c.registryConfig), c.registryInsecure
-	} else if c.runtime == "local" {
+	} else if rt.images != nil {
 		// The margin pushes are refused under, kept while the image is pulled.
 		icfg.DiskDir, icfg.MinFreeBytes, icfg.MinFreePercent = c.stateDir, pcfg.MinFreeBytes, pcfg.MinFreePercent
-		addr := c.containerdAddr
-		if addr == "" {
-			addr = filepath.Join(c.stateDir, "containerd", "containerd.sock")
-		}
-		if icfg.Containerd, err = daemons.ContainerdClient(strings.TrimPrefix(addr, "unix://"), c.containerdNS); err != nil {
-			c.log.Warn("deploy:image is off: containerd is not reachable", "err", err)
-		} else {
-			defer icfg.Containerd.Close()
-		}
+		icfg.Containerd = rt.images
 	}
 	if icfg.Push || icfg.Containerd != nil {
 		im, err := imageimport.New(icfg)
@@ -293,10 +232,10 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 		bk.Images = imageDeployer{p: pl, images: c.images}
 		bk.Registries = c.images
 	}
-	if c.oneOffs != nil {
-		bk.Runner = oneOffRunner{c.oneOffs}
+	if rt.oneOffs != nil {
+		bk.Runner = oneOffRunner{rt.oneOffs}
 		// The release command and postdeploy scripts run as one-offs too.
-		recorder.OneOffs = c.oneOffs
+		recorder.OneOffs = rt.oneOffs
 	}
 	be, err := backend.New(bk)
 	if err != nil {
@@ -518,12 +457,4 @@ func (c *gitserverCmd) close() error {
 		c.cancel()
 	}
 	return nil
-}
-
-// newKubeOneOffs is the kubernetes runtime's one-off pods, confined as the
-// deployer's pods are (hostUsers as its --host-users).
-func newKubeOneOffs(hostUsers bool, restCfg *rest.Config) (deployruntime.OneOffs, error) {
-	cfg := kube.DefaultConfig()
-	cfg.HostUsers = hostUsers
-	return kube.NewOneOffs(cfg, restCfg)
 }

@@ -98,9 +98,8 @@ func TestInternalImportsNoComponent(t *testing.T) {
 // value, to the backend and to the SSH server; the backend and the pipeline
 // import neither the SSH server (bex.co/bex/gitserver) nor its front-ends, and
 // cmd/bex hands the backend no closure that returns the server made after it.
-
 func TestTheGitserverIsBuiltBottomUp(t *testing.T) {
-	for _, low := range []string{"gitserver/pipeline", "gitserver/backend"} {
+	for _, low := range []string{"gitserver/pipeline", "gitserver/backend", "gitserver/storage"} {
 		cmd := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", "./"+low)
 		cmd.Dir = filepath.Join("..", "..")
 		out, err := cmd.Output()
@@ -118,22 +117,55 @@ func TestTheGitserverIsBuiltBottomUp(t *testing.T) {
 	// A late-bound closure is a func literal returning the server (or the
 	// pipeline) that a value made before it calls once the server exists.
 	late := regexp.MustCompile(`func\s*\(\)\s*\*\s*(gitserver\.Server|pipeline\.Pipeline)\b`)
+	eachSourceLine(t, func(f string, n int, line string) {
+		if late.MatchString(line) {
+			t.Errorf("%s:%d: %s: a closure that returns the server made later; make the pipeline first and hand it as a value", f, n, strings.TrimSpace(line))
+		}
+	})
+}
+
+// runtimeChoice is a comparison of --runtime's value: with a runtime's name
+// (== "local", case "kubernetes", ...) or of the fields that hold the flag.
+var runtimeChoice = regexp.MustCompile(`(==|!=)\s*"(local|kubernetes)"|"(local|kubernetes)"\s*(==|!=)|case\s+"(local|kubernetes)"|\.(runtime|runtimeName)\s*(==|!=)|switch\s+[\w.]*\.(runtime|runtimeName)\b`)
+
+// TestRuntimeIsChosenOnce: --runtime is compared in runtime.go only, whose one
+// switch names each runtime once; everything that depends on the runtime is
+// made there, not chosen again where it is used.
+func TestRuntimeIsChosenOnce(t *testing.T) {
+	cases := 0
+	eachSourceLine(t, func(f string, n int, line string) {
+		if !runtimeChoice.MatchString(line) {
+			return
+		}
+		if f != "runtime.go" {
+			t.Errorf("%s:%d chooses by --runtime (%s): let runtime.go's runtimeKind make what depends on the runtime", f, n, strings.TrimSpace(line))
+			return
+		}
+		cases++
+	})
+	if cases != 2 {
+		t.Errorf("runtime.go compares --runtime %d times: want one switch with a case for local and one for kubernetes", cases)
+	}
+}
+
+// eachSourceLine calls f with each line (numbered from 1) of cmd/bex's non-test
+// Go files.
+func eachSourceLine(t *testing.T, f func(file string, n int, line string)) {
+	t.Helper()
 	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range files {
-		if strings.HasSuffix(f, "_test.go") {
+	for _, file := range files {
+		if strings.HasSuffix(file, "_test.go") {
 			continue
 		}
-		src, err := os.ReadFile(f)
+		src, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i, line := range strings.Split(string(src), "\n") {
-			if late.MatchString(line) {
-				t.Errorf("%s:%d: %s: a closure that returns the server made later; make the pipeline first and hand it as a value", f, i+1, strings.TrimSpace(line))
-			}
+			f(file, i+1, line)
 		}
 	}
 }

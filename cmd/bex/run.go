@@ -2,16 +2,8 @@ package main
 
 import (
 	"context"
-	"net/netip"
-	"path/filepath"
-	"strings"
-
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"log/slog"
 
 	"bex.co/bex/deployer/runtime"
-	"bex.co/bex/deployer/runtime/local"
 	"bex.co/bex/gitserver/backend"
 )
 
@@ -54,19 +46,4 @@ func (oneOffRunner) oneOff(ctx context.Context, s backend.RunSpec) runtime.OneOf
 		o.TTY = &runtime.TTY{Term: s.TTY.Term, Width: s.TTY.Width, Height: s.TTY.Height, Resize: resize}
 	}
 	return o
-}
-
-// newLocalOneOffs makes the gitserver's one-offs on the local runtime: the same
-// state dir, containerd and network as the deployer's runtime (the defaults of
-// local.Config but these, as the deployer's newRuntime sets them).
-func newLocalOneOffs(stateDir, containerdAddr, containerdNS string, allowEgress []netip.Prefix, kc client.Client, log *slog.Logger) (*local.OneOffs, error) {
-	addr := containerdAddr
-	if addr == "" {
-		addr = filepath.Join(stateDir, "containerd", "containerd.sock")
-	}
-	cfg := local.DefaultConfig()
-	cfg.Address, cfg.Namespace, cfg.StateDir = strings.TrimPrefix(addr, "unix://"), containerdNS, filepath.Join(stateDir, "runtime")
-	// The one-offs' runtime installs the tenants' rules: with the deployer's ranges.
-	cfg.TenantNet.AllowEgress = allowEgress
-	return local.NewOneOffs(cfg, kc, "gitserver", log)
 }

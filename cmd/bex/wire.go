@@ -11,8 +11,6 @@ import (
 
 	"github.com/spf13/pflag"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -23,8 +21,6 @@ import (
 	"bex.co/bex/builder/appjson"
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/deployer/releases"
-	"bex.co/bex/deployer/runtime/kube"
-	"bex.co/bex/deployer/runtime/local"
 	"bex.co/bex/gitserver/backend"
 	"bex.co/bex/gitserver/pipeline"
 	"bex.co/bex/gitserver/webhook"
@@ -272,26 +268,3 @@ func (l buildLogs) List(app string) ([]backend.BuildInfo, error) {
 }
 
 func (l buildLogs) Open(app, id string) (io.ReadCloser, error) { return l.b.OpenLog(app, id) }
-
-// runtimeLogs reads the local runtime's log files from the state directory the
-// deployer shares with this process (`bex deployer --runtime local` on the same
-// machine). With the Kubernetes runtime the logs are the cluster's.
-type runtimeLogs struct {
-	runtime   string
-	stateDir  string // the local runtime's, STATE_DIR/runtime
-	namespace string
-	// pods reads the pods' logs through the API server, on a cluster.
-	pods kubernetes.Interface
-}
-
-func (l runtimeLogs) Logs(ctx context.Context, app string, o backend.LogOptions, w io.Writer) error {
-	if l.runtime == "kubernetes" {
-		if l.pods == nil {
-			return fmt.Errorf("on a cluster, read the logs with: kubectl logs -n %s -l %s=%s --prefix", l.namespace, appv1.LabelApp, app)
-		}
-		return kube.ReadLogs(ctx, l.pods, types.NamespacedName{Namespace: l.namespace, Name: app},
-			kube.LogOptions{Follow: o.Follow, Lines: o.Lines, Process: o.Process}, w)
-	}
-	return local.ReadLogs(ctx, l.stateDir, types.NamespacedName{Namespace: l.namespace, Name: app},
-		local.LogOptions{Follow: o.Follow, Lines: o.Lines, Process: o.Process}, w)
-}

@@ -7,9 +7,10 @@ import (
 )
 
 // Storage measures the disk of one machine's state dir and frees what is
-// reclaimable (system:df, system:prune, apps:info's bytes). cmd/bex wires it
-// from the parts' owners (the gitserver's repositories, the builder's logs and
-// BuildKit's cache, the local runtime's logs and containerd's images); without
+// reclaimable (system:df, system:prune, apps:info's bytes). gitserver/storage's
+// Machine implements it from the parts' owners (the gitserver's repositories,
+// the builder's logs and BuildKit's cache, the local runtime's logs, volumes
+// and containerd's images), and cmd/bex wires it on the local runtime; without
 // it (a cluster) those commands say so.
 type Storage interface {
 	// Usage measures the apps' bytes and, with platform, the platform's and the

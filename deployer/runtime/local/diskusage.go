@@ -17,7 +17,9 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"bex.co/bex/internal/diskuse"
 	"bex.co/bex/internal/du"
+	"bex.co/bex/internal/machine/daemons"
 )
 
 // LogBytes is the size on disk of app's instances' logs in the runtime's state
@@ -26,6 +28,38 @@ func LogBytes(stateDir string, key types.NamespacedName) (int64, error) {
 	r := &Runtime{cfg: Config{StateDir: stateDir}}
 	return du.Bytes(r.logDir(key))
 }
+
+// Disk is the local runtime's part of one machine's disk as the gitserver's
+// system:df measures it, in a process that runs no Runtime: the logs and the
+// volumes of the apps of Namespace, under StateDir (the runtime's,
+// STATE_DIR/runtime).
+type Disk struct {
+	StateDir  string
+	Namespace string
+}
+
+// LogBytes is the size on disk of app's instances' logs.
+func (d Disk) LogBytes(app string) (int64, error) {
+	return LogBytes(d.StateDir, types.NamespacedName{Namespace: d.Namespace, Name: app})
+}
+
+// VolumeBytes is the bytes app's volumes take (VolumeBytes).
+func (d Disk) VolumeBytes(app string) (int64, error) {
+	return VolumeBytes(d.StateDir, types.NamespacedName{Namespace: d.Namespace, Name: app})
+}
+
+// OpenImages reaches the images of containerd at address (a socket's path)
+// in its namespace, for system:df and system:prune; Close lets containerd go.
+func OpenImages(address, namespace string, log *slog.Logger) (*Images, error) {
+	cl, err := daemons.ContainerdClient(address, namespace)
+	if err != nil {
+		return nil, err
+	}
+	return &Images{Client: cl, Namespace: namespace, Log: log}, nil
+}
+
+// Close closes the client.
+func (m *Images) Close() error { return m.Client.Close() }
 
 // Images measures and prunes the images bex built, in containerd's namespace
 // of the runtime, for a process that runs no Runtime (the gitserver's
@@ -41,48 +75,13 @@ type Images struct {
 	Log *slog.Logger
 }
 
-// ImageBytes are bytes of content and snapshots, and what of them removing
-// the reclaimable images frees.
-type ImageBytes struct {
-	Bytes, Reclaimable int64
-}
-
-// ImageUsage is what the images of the namespace hold, each blob and
-// snapshot counted once: an app's when only its images hold it; Shared when
-// two apps' images do, or an image bex did not make (a base image).
-type ImageUsage struct {
-	Apps   map[string]ImageBytes
-	Shared ImageBytes
-	// Reclaimable are, per app, the images (by digest) no Release keeps and no
-	// container uses, with the bytes removing each alone frees.
-	Reclaimable map[string][]ReclaimableImage
-	// Blobs are every image blob by digest: its size, the app it is counted
-	// for ("": the platform's) and whether removing the reclaimable images
-	// frees it.
-	Blobs map[string]Blob
-	// LeaseBlobs are the blobs each lease holds, by the lease's id (BuildKit
-	// names a cache record's lease by the record's id).
-	LeaseBlobs map[string][]string
-}
-
-// Blob is one blob of the images.
-type Blob struct {
-	Size        int64
-	App         string
-	Reclaimable bool
-}
-
-// ReclaimableImage is one image system:prune removes: its names share Digest.
-type ReclaimableImage struct {
-	Names  []string
-	Digest string
-	// Bytes are the blobs and unpacked snapshots no other image holds: what
-	// removing it frees once BuildKit's records of its layers are pruned too
-	// (system:prune prunes them after the images); Freed what removing the
-	// image alone frees: those no lease holds (BuildKit keeps its records'
-	// blobs under leases).
-	Bytes, Freed int64
-}
+// The images' usage, in the vocabulary system:df joins the disk's owners in.
+type (
+	ImageBytes       = diskuse.ImageBytes
+	ImageUsage       = diskuse.ImageUsage
+	Blob             = diskuse.Blob
+	ReclaimableImage = diskuse.ReclaimableImage
+)
 
 // Usage measures the namespace's images; keep holds, for each app to
 // attribute, the image references ("<repo>/<app>@sha256:…") its Releases keep.
@@ -322,8 +321,8 @@ func (m *Images) snapshotter() string {
 
 // ContentRoot is where containerd keeps its content and
 // snapshots, as its introspection service says ("" when it does not say).
-func ContentRoot(ctx context.Context, c *containerd.Client) string {
-	resp, err := c.IntrospectionService().Plugins(ctx, "type==io.containerd.content.v1")
+func (m *Images) ContentRoot(ctx context.Context) string {
+	resp, err := m.Client.IntrospectionService().Plugins(ctx, "type==io.containerd.content.v1")
 	if err != nil {
 		return ""
 	}

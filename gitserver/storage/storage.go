@@ -1,30 +1,60 @@
-package main
+package storage
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/types"
-
-	"bex.co/bex/builder"
-	"bex.co/bex/deployer/runtime/local"
 	"bex.co/bex/gitserver/backend"
 	"bex.co/bex/gitserver/pipeline"
+	"bex.co/bex/internal/diskuse"
 	"bex.co/bex/internal/du"
-	"bex.co/bex/internal/machine/daemons"
 )
 
-// machineStorage is the backend's Storage on one machine (`bex up`, or a
-// gitserver beside a local-runtime deployer): each part is measured by its
-// owner — the gitserver's repositories, the builder's logs and BuildKit's
-// cache, the local runtime's logs and containerd's images — and the rest of
-// the state dir is the platform's.
+// Builds is the builder's disk: its stored build logs and BuildKit's cache.
+type Builds interface {
+	// LogBytes is the size of app's stored build logs.
+	LogBytes(app string) (int64, error)
+	// CacheUsage lists BuildKit's cache records.
+	CacheUsage(ctx context.Context) ([]diskuse.CacheRecord, error)
+	// PruneCache prunes what BuildKit's prune removes now (dryRun: lists
+	// it) and returns the records it removed.
+	PruneCache(ctx context.Context, dryRun bool) ([]diskuse.CacheRecord, error)
+}
+
+// RuntimeDisk is the runtime's disk of each app in the state dir.
+type RuntimeDisk interface {
+	// LogBytes is the size of app's instances' logs.
+	LogBytes(app string) (int64, error)
+	// VolumeBytes is the size of app's volumes.
+	VolumeBytes(app string) (int64, error)
+}
+
+// ImageStore is the images on this machine (containerd's), opened for one
+// measurement or prune.
+type ImageStore interface {
+	// Usage measures the images named <repo>/<app> of the apps of keep, with
+	// the image references each app's Releases keep.
+	Usage(ctx context.Context, repo string, keep map[string][]string) (*diskuse.ImageUsage, error)
+	// Remove removes the reclaimable images list of app, but those of keep,
+	// and returns those it removed.
+	Remove(ctx context.Context, repo, app string, list []diskuse.ReclaimableImage, keep []string) ([]diskuse.ReclaimableImage, error)
+	// CollectGarbage frees now what no image or lease holds.
+	CollectGarbage(ctx context.Context) error
+	// ContentRoot is where the store keeps its content ("" unknown).
+	ContentRoot(ctx context.Context) string
+	Close() error
+}
+
+// Machine is the backend's Storage on one machine (`bex up`, or a gitserver
+// beside a local-runtime deployer): each part is measured by its owner — the
+// gitserver's repositories, the builder's logs and BuildKit's cache, the local
+// runtime's logs and containerd's images — and the rest of the state dir is
+// the platform's.
 //
 // Each byte is counted once: the state dir is walked once (du -sbx, hard links
 // once) for its total, and the platform's "other" is that total less the parts
@@ -35,17 +65,16 @@ import (
 // blob found through the record's lease); containerd's and
 // buildkitd's bytes count in the state dir's total only when containerd keeps
 // its root inside it (bex up), else they are added beside it.
-type machineStorage struct {
-	stateDir   string
-	repos      *pipeline.Pipeline // the apps' repositories: their sizes, compaction and locks
-	builder    *builder.Builder
-	runtimeDir string // the local runtime's, STATE_DIR/runtime
-	namespace  string // the Apps'
-	imageRepo  string
-	// containerdAddr and containerdNS are the runtime's containerd, where
-	// BuildKit builds the images into.
-	containerdAddr, containerdNS string
-	log                          *slog.Logger
+type Machine struct {
+	StateDir string
+	Repos    *pipeline.Pipeline // the apps' repositories: their sizes, compaction and locks
+	Builds   Builds
+	Runtime  RuntimeDisk
+	// OpenImages reaches containerd's images, where BuildKit builds the images
+	// into; ImagesAt names it in messages (containerd's address).
+	OpenImages func() (ImageStore, error)
+	ImagesAt   string
+	ImageRepo  string
 
 	// measuring runs one Usage at a time: apps:info measures for any member
 	// of an app, and each measurement lists containerd's images and BuildKit's
@@ -54,7 +83,7 @@ type machineStorage struct {
 	measuring sync.Mutex
 }
 
-var _ backend.Storage = (*machineStorage)(nil)
+var _ backend.Storage = (*Machine)(nil)
 
 // measureTimeout bounds each daemon's answer, so that a stuck containerd or
 // buildkitd makes its part "not measured" rather than system:df hang.
@@ -70,29 +99,28 @@ func keepOf(apps []backend.StorageApp) map[string][]string {
 
 // images measures containerd's images, and says whether containerd keeps its
 // root inside the state dir.
-func (m *machineStorage) images(ctx context.Context, apps []backend.StorageApp) (*local.ImageUsage, bool, error) {
-	cl, err := daemons.ContainerdClient(m.containerdAddr, m.containerdNS)
+func (m *Machine) images(ctx context.Context, apps []backend.StorageApp) (*diskuse.ImageUsage, bool, error) {
+	imgs, err := m.OpenImages()
 	if err != nil {
-		return nil, false, fmt.Errorf("containerd at %s: %w", m.containerdAddr, err)
+		return nil, false, fmt.Errorf("containerd at %s: %w", m.ImagesAt, err)
 	}
-	defer cl.Close()
+	defer imgs.Close()
 	ctx, cancel := context.WithTimeout(ctx, measureTimeout)
 	defer cancel()
-	inside := within(m.stateDir, local.ContentRoot(ctx, cl))
-	imgs := &local.Images{Client: cl, Namespace: m.containerdNS, Log: m.log}
-	u, err := imgs.Usage(ctx, m.imageRepo, keepOf(apps))
+	inside := within(m.StateDir, imgs.ContentRoot(ctx))
+	u, err := imgs.Usage(ctx, m.ImageRepo, keepOf(apps))
 	if err != nil {
-		return nil, inside, fmt.Errorf("containerd at %s: %w", m.containerdAddr, err)
+		return nil, inside, fmt.Errorf("containerd at %s: %w", m.ImagesAt, err)
 	}
 	return u, inside, nil
 }
 
 // imgsBlobs are the image blobs the lease id holds (none when imgs is nil).
-func imgsBlobs(imgs *local.ImageUsage, id string) []local.Blob {
+func imgsBlobs(imgs *diskuse.ImageUsage, id string) []diskuse.Blob {
 	if imgs == nil {
 		return nil
 	}
-	var out []local.Blob
+	var out []diskuse.Blob
 	for _, d := range imgs.LeaseBlobs[id] {
 		if b, ok := imgs.Blobs[d]; ok {
 			out = append(out, b)
@@ -109,14 +137,13 @@ func within(dir, path string) bool {
 	rel, err := filepath.Rel(dir, path)
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
-
-func (m *machineStorage) Usage(ctx context.Context, apps []backend.StorageApp, platform bool) (*backend.DiskUsage, error) {
+func (m *Machine) Usage(ctx context.Context, apps []backend.StorageApp, platform bool) (*backend.DiskUsage, error) {
 	m.measuring.Lock()
 	defer m.measuring.Unlock()
-	out := &backend.DiskUsage{StateDir: m.stateDir, Measured: time.Now().UTC()}
+	out := &backend.DiskUsage{StateDir: m.StateDir, Measured: time.Now().UTC()}
 	rows := map[string]*backend.AppUsage{}
 	var inState int64 // what the owners measured inside the state dir
-	srv := m.repos
+	srv := m.Repos
 	var errs []error
 	for _, a := range apps {
 		r := &backend.AppUsage{App: a.Name}
@@ -125,13 +152,13 @@ func (m *machineStorage) Usage(ctx context.Context, apps []backend.StorageApp, p
 		if r.Kinds.Repository, err = srv.RepositoryBytes(a.Name); err != nil {
 			errs = append(errs, err)
 		}
-		if r.Kinds.BuildLogs, err = m.builder.LogBytes(a.Name); err != nil {
+		if r.Kinds.BuildLogs, err = m.Builds.LogBytes(a.Name); err != nil {
 			errs = append(errs, err)
 		}
-		if r.Kinds.Logs, err = local.LogBytes(m.runtimeDir, types.NamespacedName{Namespace: m.namespace, Name: a.Name}); err != nil {
+		if r.Kinds.Logs, err = m.Runtime.LogBytes(a.Name); err != nil {
 			errs = append(errs, err)
 		}
-		if r.Kinds.Volumes, err = local.VolumeBytes(m.runtimeDir, types.NamespacedName{Namespace: m.namespace, Name: a.Name}); err != nil {
+		if r.Kinds.Volumes, err = m.Runtime.VolumeBytes(a.Name); err != nil {
 			errs = append(errs, err)
 		}
 		inState += r.Kinds.Repository + r.Kinds.BuildLogs + r.Kinds.Logs + r.Kinds.Volumes
@@ -154,7 +181,7 @@ func (m *machineStorage) Usage(ctx context.Context, apps []backend.StorageApp, p
 	}
 
 	cctx, cancel := context.WithTimeout(ctx, measureTimeout)
-	recs, err := m.builder.CacheUsage(cctx)
+	recs, err := m.Builds.CacheUsage(cctx)
 	cancel()
 	if err != nil {
 		out.NotMeasured = append(out.NotMeasured, "build cache: "+err.Error())
@@ -202,17 +229,17 @@ func (m *machineStorage) Usage(ctx context.Context, apps []backend.StorageApp, p
 		inState += daemonsBytes
 	}
 	if platform {
-		if out.StateDirBytes, err = du.Bytes(m.stateDir); err != nil {
-			return nil, fmt.Errorf("measuring %s: %w", m.stateDir, err)
+		if out.StateDirBytes, err = du.Bytes(m.StateDir); err != nil {
+			return nil, fmt.Errorf("measuring %s: %w", m.StateDir, err)
 		}
 		plat.Kinds.Other = max(out.StateDirBytes-inState, 0)
-		free, total, err := pipeline.Statfs(m.stateDir)
+		free, total, err := pipeline.Statfs(m.StateDir)
 		if err != nil {
 			out.NotMeasured = append(out.NotMeasured, "the file system: "+err.Error())
 		}
 		out.FileSystem = backend.FileSystem{Size: int64(total), Free: int64(free)}
 		if !inside && daemonsBytes > 0 {
-			out.NotMeasured = append(out.NotMeasured, fmt.Sprintf("containerd at %s keeps its root outside %s: its images and build cache are added beside the state dir, and its other files are not counted", m.containerdAddr, m.stateDir))
+			out.NotMeasured = append(out.NotMeasured, fmt.Sprintf("containerd at %s keeps its root outside %s: its images and build cache are added beside the state dir, and its other files are not counted", m.ImagesAt, m.StateDir))
 		}
 	}
 	for _, a := range apps {
@@ -231,25 +258,23 @@ func (m *machineStorage) Usage(ctx context.Context, apps []backend.StorageApp, p
 	return out, nil
 }
 
-func (m *machineStorage) Prune(ctx context.Context, apps []backend.StorageApp, dryRun bool) (*backend.PruneReport, error) {
+func (m *Machine) Prune(ctx context.Context, apps []backend.StorageApp, dryRun bool) (*backend.PruneReport, error) {
 	rep := &backend.PruneReport{DryRun: dryRun}
 	var errs []error
 	// The images first: the build cache's records of their layers are Shared
 	// while an image holds them, and prunable once it is gone.
-	var u *local.ImageUsage
-	var imgs *local.Images
-	cl, err := daemons.ContainerdClient(m.containerdAddr, m.containerdNS)
+	var u *diskuse.ImageUsage
+	imgs, err := m.OpenImages()
 	if err != nil {
-		cl = nil
-		errs = append(errs, fmt.Errorf("containerd at %s: %w", m.containerdAddr, err))
+		imgs = nil
+		errs = append(errs, fmt.Errorf("containerd at %s: %w", m.ImagesAt, err))
 	} else {
-		imgs = &local.Images{Client: cl, Namespace: m.containerdNS, Log: m.log}
 		keep := keepOf(apps)
-		u, err = imgs.Usage(ctx, m.imageRepo, keep)
+		u, err = imgs.Usage(ctx, m.ImageRepo, keep)
 		if err != nil {
 			errs = append(errs, err)
 		}
-		srv := m.repos
+		srv := m.Repos
 		for _, a := range apps {
 			if u == nil || len(u.Reclaimable[a.Name]) == 0 {
 				continue
@@ -260,7 +285,7 @@ func (m *machineStorage) Prune(ctx context.Context, apps []backend.StorageApp, d
 				// yet released is not taken for one no release keeps.
 				err = srv.IfIdle(a.Name, "system:prune", func() error {
 					var err error
-					gone, err = imgs.Remove(ctx, m.imageRepo, a.Name, gone, keep[a.Name])
+					gone, err = imgs.Remove(ctx, m.ImageRepo, a.Name, gone, keep[a.Name])
 					return err
 				})
 				switch {
@@ -279,16 +304,16 @@ func (m *machineStorage) Prune(ctx context.Context, apps []backend.StorageApp, d
 				if !dryRun {
 					n = ri.Freed
 				}
-				rep.Items = append(rep.Items, backend.PruneItem{App: a.Name, Kind: "images", What: m.imageRepo + "/" + a.Name + "@" + ri.Digest + " (" + strings.Join(ri.Names, ", ") + ")", Bytes: n})
+				rep.Items = append(rep.Items, backend.PruneItem{App: a.Name, Kind: "images", What: m.ImageRepo + "/" + a.Name + "@" + ri.Digest + " (" + strings.Join(ri.Names, ", ") + ")", Bytes: n})
 			}
 		}
 	}
-	var recs []builder.CacheRecord
+	var recs []diskuse.CacheRecord
 	if dryRun {
 		// What BuildKit would prune now, and the records of the reclaimable
 		// images' layers, which it prunes once those images are gone (their
 		// own snapshots: the blobs are counted with the images).
-		all, err := m.builder.CacheUsage(ctx)
+		all, err := m.Builds.CacheUsage(ctx)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -313,7 +338,7 @@ func (m *machineStorage) Prune(ctx context.Context, apps []backend.StorageApp, d
 			}
 		}
 	} else {
-		pruned, err := m.builder.PruneCache(ctx, false)
+		pruned, err := m.Builds.PruneCache(ctx, false)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -327,8 +352,8 @@ func (m *machineStorage) Prune(ctx context.Context, apps []backend.StorageApp, d
 			}
 		}
 	}
-	if cl != nil {
-		cl.Close()
+	if imgs != nil {
+		imgs.Close()
 	}
 	known := map[string]bool{}
 	for _, a := range apps {
@@ -345,7 +370,7 @@ func (m *machineStorage) Prune(ctx context.Context, apps []backend.StorageApp, d
 		}
 		rep.Items = append(rep.Items, backend.PruneItem{App: app, Kind: "buildCache", What: what, Bytes: rec.Size})
 	}
-	srv := m.repos
+	srv := m.Repos
 	for _, a := range apps {
 		if dryRun {
 			if n, _ := srv.RepositoryBytes(a.Name); n > 0 {

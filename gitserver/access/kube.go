@@ -78,7 +78,7 @@ func indexKeyFingerprints(obj client.Object) []string {
 	}
 	var fps []string
 	for _, k := range u.Spec.Keys {
-		pk, err := parseKey(k.PublicKey)
+		pk, err := backend.PublicKeyOf(k.PublicKey)
 		if err != nil {
 			continue
 		}
@@ -88,11 +88,6 @@ func indexKeyFingerprints(obj client.Object) []string {
 		}
 	}
 	return fps
-}
-
-func parseKey(authorized string) (gossh.PublicKey, error) {
-	pk, _, _, _, err := gossh.ParseAuthorizedKey([]byte(authorized))
-	return pk, err
 }
 
 // UserByKey returns the user who holds key, ErrUnknownKey when nobody does, or
@@ -111,7 +106,7 @@ func (k *Kube) UserByKey(ctx context.Context, key gossh.PublicKey) (*backend.Use
 	for i := range users.Items {
 		u := &users.Items[i]
 		for _, uk := range u.Spec.Keys {
-			pk, err := parseKey(uk.PublicKey)
+			pk, err := backend.PublicKeyOf(uk.PublicKey)
 			if err != nil || !bytes.Equal(pk.Marshal(), want) {
 				continue
 			}
@@ -156,20 +151,18 @@ func (k *Kube) App(ctx context.Context, name string) (*pipeline.App, error) {
 // cache has not caught up within Config.CacheWait, CreateApp returns an error saying
 // the App was created: the watch is then broken and the promise cannot be kept.
 func (k *Kube) CreateApp(ctx context.Context, name, owner string) (*pipeline.App, error) {
-	a := &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: k.cfg.Namespace}}
+	var members []string
 	if owner != "" {
-		a.Spec.Members = []string{owner}
+		members = []string{owner}
 	}
-	if err := k.write.Create(ctx, a); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			return nil, fmt.Errorf("app %q: %w", name, pipeline.ErrAppExists)
-		}
-		return nil, fmt.Errorf("create app %q: %w", name, err)
-	}
-	// The UID tells the new App from an older one of the same name whose deletion the
-	// cache may not have seen yet.
-	if err := k.waitCached(ctx, name, func(c *appv1.App) bool { return c.UID == a.UID }); err != nil {
+	a, err := backend.NewApp(ctx, k.write, k.cache, k.cfg.Namespace, name, members, k.cfg.CacheWait)
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		return nil, fmt.Errorf("app %q: %w", name, pipeline.ErrAppExists)
+	case errors.Is(err, backend.ErrNotCached):
 		return nil, fmt.Errorf("app %q was created, but the cache has not seen it: %w", name, err)
+	case err != nil:
+		return nil, fmt.Errorf("create app %q: %w", name, err)
 	}
 	return toApp(a), nil
 }
@@ -205,29 +198,10 @@ func (k *Kube) SetDeployBranch(ctx context.Context, app, branch string) error {
 	return nil
 }
 
-// waitCached polls the cache until the App name satisfies done, for at most
-// Config.CacheWait. Polling a local map is cheap, and it avoids registering an event
-// handler per write.
+// waitCached waits until the cached App name satisfies done, for at most
+// Config.CacheWait (backend.WaitCached, the one wait for the cache).
 func (k *Kube) waitCached(ctx context.Context, name string, done func(*appv1.App) bool) error {
-	ctx, cancel := context.WithTimeout(ctx, k.cfg.CacheWait)
-	defer cancel()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		var a appv1.App
-		err := k.cache.Get(ctx, k.key(name), &a)
-		switch {
-		case err == nil && done(&a):
-			return nil
-		case err != nil && !apierrors.IsNotFound(err):
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("after %s: %w", k.cfg.CacheWait, ctx.Err())
-		case <-tick.C:
-		}
-	}
+	return backend.WaitCached(ctx, k.cache, k.key(name), k.cfg.CacheWait, func(c *appv1.App) bool { return c != nil && done(c) })
 }
 
 func (k *Kube) key(name string) client.ObjectKey {

@@ -100,7 +100,7 @@ func (b *Backend) RemoveKey(ctx context.Context, u *User, user, nameOrFingerprin
 	if err != nil {
 		return "", "", 0, err
 	}
-	if pk, err := parseKey(k.PublicKey); err == nil && b.cfg.Tokens != nil {
+	if pk, err := PublicKeyOf(k.PublicKey); err == nil && b.cfg.Tokens != nil {
 		// A key that does not parse never signed a session in: it made no token.
 		n, err := b.cfg.Tokens.RemoveOfKey(ctx, owner, gossh.FingerprintSHA256(pk))
 		if err != nil {

@@ -46,7 +46,7 @@ func EnsureAdmin(ctx context.Context, c client.Client, user string, authorizedKe
 	u.Spec.Role = appv1.RoleAdmin
 	held := false
 	for _, k := range u.Spec.Keys {
-		if existing, err := parseKey(k.PublicKey); err == nil && bytes.Equal(existing.Marshal(), pk.Marshal()) {
+		if existing, err := PublicKeyOf(k.PublicKey); err == nil && bytes.Equal(existing.Marshal(), pk.Marshal()) {
 			held = true
 			break
 		}

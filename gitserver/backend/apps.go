@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -127,25 +126,13 @@ func seenSince(cached, updated *appv1.App) bool {
 // most CacheWait. A watch delivers in milliseconds; past the bound the write
 // stands and the error says so.
 func (b *Backend) waitCached(ctx context.Context, name string, done func(*appv1.App) bool) error {
-	ctx, cancel := context.WithTimeout(ctx, b.cfg.CacheWait)
-	defer cancel()
-	for {
-		a := &appv1.App{}
-		err := b.cfg.Reader.Get(ctx, b.key(name), a)
-		switch {
-		case apierrors.IsNotFound(err):
-			if done(nil) {
-				return nil
-			}
-		case err == nil && done(a):
-			return nil
-		}
-		select {
-		case <-ctx.Done():
+	if err := WaitCached(ctx, b.cfg.Reader, b.key(name), b.cfg.CacheWait, done); err != nil {
+		if errors.Is(err, ErrNotCached) {
 			return fmt.Errorf("the change of %s was made, but this server's cache has not seen it yet: the next command may not show it", name)
-		case <-time.After(5 * time.Millisecond):
 		}
+		return err
 	}
+	return nil
 }
 
 // Apps lists the apps u may use, by name.
@@ -190,16 +177,18 @@ func (b *Backend) CreateApp(ctx context.Context, u *User, name string) error {
 	if !u.CanCreateApps {
 		return Errorf(Forbidden, "user %s may not create apps: ask an admin to create %s and run access:add %s %s", u.Name, name, name, u.Name)
 	}
-	app := &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: b.cfg.Namespace},
-		Spec: appv1.AppSpec{Members: []string{u.Name}}}
-	if err := b.cfg.Client.Create(ctx, app); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			return Errorf(Conflict, "app %s exists already: pick another name", name)
-		}
+	_, err := NewApp(ctx, b.cfg.Client, b.cfg.Reader, b.cfg.Namespace, name, []string{u.Name}, b.cfg.CacheWait)
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		return Errorf(Conflict, "app %s exists already: pick another name", name)
+	case errors.Is(err, ErrNotCached):
+		b.audit(u, "apps:create", name)
+		return fmt.Errorf("the change of %s was made, but this server's cache has not seen it yet: the next command may not show it", name)
+	case err != nil:
 		return fmt.Errorf("creating app %s: %w", name, err)
 	}
 	b.audit(u, "apps:create", name)
-	return b.waitCached(ctx, name, func(c *appv1.App) bool { return c != nil && c.UID == app.UID })
+	return nil
 }
 
 // DestroyApp deletes an app, its webhook secret, its repository and its build logs; confirm

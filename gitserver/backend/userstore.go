@@ -73,7 +73,7 @@ func AddKey(ctx context.Context, c client.Client, user, keyName string, authoriz
 	}
 	for _, u := range users.Items {
 		for _, k := range u.Spec.Keys {
-			if held, err := parseKey(k.PublicKey); err == nil && bytes.Equal(held.Marshal(), pk.Marshal()) {
+			if held, err := PublicKeyOf(k.PublicKey); err == nil && bytes.Equal(held.Marshal(), pk.Marshal()) {
 				if u.Name == user {
 					return "", Errorf(Conflict, "%s is already your key %q", fp, k.Name)
 				}
@@ -129,7 +129,7 @@ func RemoveKey(ctx context.Context, c client.Client, user, nameOrFingerprint str
 			if k.Name == nameOrFingerprint {
 				return true
 			}
-			pk, err := parseKey(k.PublicKey)
+			pk, err := PublicKeyOf(k.PublicKey)
 			return err == nil && gossh.FingerprintSHA256(pk) == nameOrFingerprint
 		})
 		if j < 0 {
@@ -198,7 +198,7 @@ func adminKeys(users []appv1.User) int {
 			continue
 		}
 		for _, k := range u.Spec.Keys {
-			if _, err := parseKey(k.PublicKey); err == nil {
+			if _, err := PublicKeyOf(k.PublicKey); err == nil {
 				n++
 			}
 		}
@@ -206,7 +206,9 @@ func adminKeys(users []appv1.User) int {
 	return n
 }
 
-func parseKey(authorized string) (gossh.PublicKey, error) {
+// PublicKeyOf reads a key as a User's spec holds it (authorized_keys' format), for
+// every reader of Users' keys: the backend and the push's key lookup.
+func PublicKeyOf(authorized string) (gossh.PublicKey, error) {
 	pk, _, _, _, err := gossh.ParseAuthorizedKey([]byte(authorized))
 	return pk, err
 }

@@ -209,6 +209,19 @@ type JobResult struct {
 	Timings   []any // slog attributes: build, rollout durations
 }
 
+// failed is r ended by cause: reason is what git is told, the detail what the
+// log and the caller's error say.
+func (r JobResult) failed(cause error, reason, format string, args ...any) JobResult {
+	r.Reason, r.Detail, r.Err = reason, fmt.Sprintf(format, args...), cause
+	return r
+}
+
+// cancelled is r ended by the caller's ctx before the release was recorded.
+func (r JobResult) cancelled(detail string) JobResult {
+	r.Reason, r.Detail, r.Cancelled = ReasonCancelled, detail, true
+	return r
+}
+
 // ReasonCancelled is a cancelled job's Reason, which a push reports to git.
 const ReasonCancelled = "push cancelled"
 
@@ -243,14 +256,6 @@ func failedDeploy(r JobResult) error { return &deployFailed{detail: r.Detail, ca
 // follow what runs.
 func (p *Pipeline) BuildAndRelease(ctx context.Context, j Job, out *Output, log *slog.Logger) JobResult {
 	var r JobResult
-	failed := func(cause error, reason, format string, args ...any) JobResult {
-		r.Reason, r.Detail, r.Err = reason, fmt.Sprintf(format, args...), cause
-		return r
-	}
-	cancelled := func(format string) JobResult {
-		r.Reason, r.Detail, r.Cancelled = ReasonCancelled, format, true
-		return r
-	}
 	select {
 	case p.builds <- struct{}{}:
 	default:
@@ -258,7 +263,7 @@ func (p *Pipeline) BuildAndRelease(ctx context.Context, j Job, out *Output, log 
 		select {
 		case p.builds <- struct{}{}:
 		case <-ctx.Done():
-			return cancelled("cancelled while waiting for a build slot")
+			return r.cancelled("cancelled while waiting for a build slot")
 		}
 	}
 	slotHeld := true
@@ -287,20 +292,20 @@ func (p *Pipeline) BuildAndRelease(ctx context.Context, j Job, out *Output, log 
 	case err == nil:
 	case errors.As(err, &missing):
 		out.Fail("%v", missing)
-		return failed(missing, "missing config var", "%v", missing)
+		return r.failed(missing, "missing config var", "%v", missing)
 	case ctx.Err() != nil:
-		return cancelled("cancelled during the build")
+		return r.cancelled("cancelled during the build")
 	case timedOut:
 		out.Fail("The build ran longer than %s and was stopped.", p.cfg.BuildTimeout)
-		return failed(err, "build timed out", "the build of %s ran longer than %s", short(j.Commit), p.cfg.BuildTimeout)
+		return r.failed(err, "build timed out", "the build of %s ran longer than %s", short(j.Commit), p.cfg.BuildTimeout)
 	case errors.Is(err, ErrPredeployFailed):
 		out.Fail("Build failed: %v", err)
 		out.Fail("Nothing changed on %s: %s.", j.App, p.serving(ctx, j.App))
-		return failed(err, "predeploy failed", "the build of %s failed: %v", short(j.Commit), err)
+		return r.failed(err, "predeploy failed", "the build of %s failed: %v", short(j.Commit), err)
 	default:
 		out.Fail("Build failed: %v", err)
 		out.Fail("Nothing changed on %s: %s.", j.App, p.serving(ctx, j.App))
-		return failed(err, "build failed", "the build of %s failed: %v", short(j.Commit), err)
+		return r.failed(err, "build failed", "the build of %s failed: %v", short(j.Commit), err)
 	}
 
 	out.Step("Releasing %s", res.Image)
@@ -316,28 +321,20 @@ func (p *Pipeline) BuildAndRelease(ctx context.Context, j Job, out *Output, log 
 // pulled. Once the release is recorded its rollout is awaited even if ctx
 // ends, so that the caller's ref can follow what runs.
 func (p *Pipeline) releaseAndAwait(ctx context.Context, req ReleaseRequest, out *Output, log *slog.Logger, r JobResult) JobResult {
-	failed := func(cause error, reason, format string, args ...any) JobResult {
-		r.Reason, r.Detail, r.Err = reason, fmt.Sprintf(format, args...), cause
-		return r
-	}
-	cancelled := func(format string) JobResult {
-		r.Reason, r.Detail, r.Cancelled = ReasonCancelled, format, true
-		return r
-	}
 	req.Progress = out
 	n, err := p.releaser.Release(ctx, req)
 	if err != nil {
 		if errors.Is(err, ErrReleaseCommandFailed) {
 			out.Fail("%v", err)
 			out.Fail("Nothing changed on %s: %s.", req.App, p.serving(ctx, req.App))
-			return failed(err, "release command failed", "%v", err)
+			return r.failed(err, "release command failed", "%v", err)
 		}
 		if ctx.Err() != nil {
-			return cancelled("cancelled while recording the release")
+			return r.cancelled("cancelled while recording the release")
 		}
 		log.Error("record release", "err", err)
 		out.Fail("Could not record the release: %v", err)
-		return failed(err, "release failed", "could not record the release: %v", err)
+		return r.failed(err, "release failed", "could not record the release: %v", err)
 	}
 	r.Release = n
 	// From here the release is the App's desired state, so the rollout is seen
@@ -357,14 +354,14 @@ func (p *Pipeline) releaseAndAwait(ctx context.Context, req ReleaseRequest, out 
 			// (the error names the release).
 			out.Fail("%v", err)
 			out.Fail("%s.", upper(p.serving(context.WithoutCancel(ctx), req.App)))
-			return failed(err, "postdeploy failed", "%v", err)
+			return r.failed(err, "postdeploy failed", "%v", err)
 		case timedOut:
 			out.Fail("Release v%d was not serving after %s.", n, p.cfg.RolloutTimeout)
 		default:
 			out.Fail("Release v%d failed: %v", n, err)
 		}
 		out.Fail("%s.", upper(p.serving(context.WithoutCancel(ctx), req.App)))
-		return failed(err, "deploy failed", "release v%d did not serve: %v", n, err)
+		return r.failed(err, "deploy failed", "release v%d did not serve: %v", n, err)
 	}
 	out.Step("Application deployed: release v%d", n)
 	out.Detail("%s", url)

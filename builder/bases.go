@@ -25,7 +25,11 @@ const basesWaitLine = 15 * time.Second
 // saying so every basesWaitLine, rather than failing on an image that is not
 // there yet. The file's directory is watched (inotify), so the build goes on as
 // soon as the file appears.
-func waitForBases(ctx context.Context, path string, out io.Writer, every time.Duration) error {
+//
+// While it waits the build gives its slot back, and takes one again once the
+// file is there: builds waiting for the stand-ins (minutes on a fresh machine)
+// must not hold every slot and stop the builds that need none.
+func waitForBases(ctx context.Context, path string, slot Slot, out io.Writer, every time.Duration) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("waiting for the base images: %w", err)
@@ -50,13 +54,14 @@ func waitForBases(ctx context.Context, path string, out io.Writer, every time.Du
 			if reason := strings.TrimSpace(string(msg)); reason != "" {
 				return fmt.Errorf("the base images for builds without a Dockerfile could not be made: %s (bex up makes them again when it starts; a Dockerfile of the app's own builds meanwhile)", reason)
 			}
-			return nil
+			return slot.Acquire(ctx)
 		case !errors.Is(err, fs.ErrNotExist):
 			return fmt.Errorf("waiting for the base images: %w", err)
 		}
 		if !said {
 			fmt.Fprintln(out, "-----> Waiting for the base images: bex up is making the Debian stand-ins for the official images (the first time takes minutes)")
 			said = true
+			slot.Release()
 		}
 		select {
 		case <-ctx.Done():

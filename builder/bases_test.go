@@ -52,11 +52,12 @@ func writeReady(t *testing.T, path, content string) {
 // --local-bases makes the stand-ins after it is up), a build with a generated
 // Dockerfile that arrives first says it waits, and builds once the file appears;
 // one whose file gives a reason fails with it and builds nothing; an app with its
-// own Dockerfile does not wait.
+// own Dockerfile does not wait. A build that waits holds no build slot: with one
+// slot, a Dockerfile build runs meanwhile without waiting for it.
 func TestBuildWithoutDockerfileWaitsForTheBases(t *testing.T) {
 	dir := t.TempDir()
 	ready := filepath.Join(dir, "local-bases.ready")
-	b, _ := newBuilder(t, func(c *builder.Config) { c.PlanBasesReady = ready })
+	b, _ := newBuilder(t, func(c *builder.Config) { c.PlanBasesReady = ready; c.MaxConcurrent = 1 })
 	procfile := newRepo(t, map[string]string{"Procfile": "web: httpd -f -p $PORT\n", "serve.sh": "exec httpd -f\n"})
 
 	t.Run("waits, then builds", func(t *testing.T) {
@@ -77,6 +78,11 @@ func TestBuildWithoutDockerfileWaitsForTheBases(t *testing.T) {
 		case <-seen:
 		case r := <-done:
 			t.Fatalf("the build ended before the bases were ready (%v):\n%s", r.err, out)
+		}
+		// The waiting build gave its slot back: this one takes it at once.
+		own := newRepo(t, map[string]string{"Dockerfile": "FROM busybox\nCMD [\"true\"]\n"})
+		if _, ownOut := mustBuild(t, b, own.request("meanwhile")); strings.Contains(ownOut, "Waiting for a build slot") {
+			t.Errorf("a build waiting for the base images held the only slot:\n%s", ownOut)
 		}
 		writeReady(t, ready, "")
 		r := <-done

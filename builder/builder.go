@@ -26,13 +26,14 @@ import (
 
 	"bex.co/bex/builder/appjson"
 	"bex.co/bex/builder/plan"
+	"bex.co/bex/internal/buildslot"
 	"bex.co/bex/internal/bytesize"
 )
 
 // Builder builds apps with a buildkitd.
 type Builder struct {
 	cfg   Config
-	slots chan struct{}
+	slots *buildslot.Pool // the builder's own, for requests without a Slot
 	logs  *logStore
 	log   *slog.Logger
 	oom   *oomWatch // nil without Config.StepCgroup
@@ -69,7 +70,7 @@ func New(cfg Config, log *slog.Logger) (*Builder, error) {
 	}
 	b := &Builder{
 		cfg:   cfg,
-		slots: make(chan struct{}, cfg.MaxConcurrent),
+		slots: buildslot.NewPool(cfg.MaxConcurrent),
 		logs:  &logStore{dir: cfg.LogDir, keep: cfg.KeepLogs, maxBytes: cfg.MaxLogBytes},
 		log:   log.WithGroup("builder"),
 	}
@@ -119,6 +120,16 @@ func (b *Builder) client(ctx context.Context) (*bkclient.Client, error) {
 	return c, nil
 }
 
+// Slot is a build's hold on a slot of a limited number of builds
+// (buildslot.Slot is one).
+type Slot interface {
+	// Release gives the slot back; without one held it does nothing.
+	Release()
+	// Acquire takes a slot again, waiting (and saying so) while all are
+	// held, until ctx ends.
+	Acquire(ctx context.Context) error
+}
+
 // Request is one build.
 type Request struct {
 	App string
@@ -147,6 +158,11 @@ type Request struct {
 	// without them, and says so.
 	Env            map[string]string
 	EnvFromSecrets []string
+	// Slot, when set, is the caller's hold on one of its build slots, held
+	// when Build is called: the builder then takes none of its own (the
+	// caller's slots are the one limit). Either way the build gives its slot
+	// back while it waits for the base images, and takes it again after.
+	Slot Slot
 }
 
 // refusal is CheckAppJSON's error: returned, recorded, not printed.
@@ -220,19 +236,19 @@ func outcomeOf(ctx context.Context, res *Result, err error) outcomeRecord {
 	return rec
 }
 
-// run is Build once the log is open: it waits for a slot and builds.
+// run is Build once the log is open: it waits for a slot (the caller's, or
+// one of its own) and builds.
 func (b *Builder) run(ctx context.Context, req Request, out io.Writer) (*Result, error) {
-	select {
-	case b.slots <- struct{}{}:
-	default:
-		fmt.Fprintf(out, "-----> Waiting for a build slot (%d builds are running)\n", cap(b.slots))
-		select {
-		case b.slots <- struct{}{}:
-		case <-ctx.Done():
-			return nil, ctx.Err()
+	if req.Slot == nil {
+		own := b.slots.Slot(func() {
+			fmt.Fprintf(out, "-----> Waiting for a build slot (%d builds are running)\n", b.slots.Size())
+		})
+		if err := own.Acquire(ctx); err != nil {
+			return nil, err
 		}
+		defer own.Release()
+		req.Slot = own
 	}
-	defer func() { <-b.slots }()
 
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
 	defer cancel()
@@ -301,7 +317,7 @@ func (b *Builder) build(ctx context.Context, req Request, out io.Writer) (*Resul
 	if b.cfg.PlanBasesReady != "" && res.Stack != "dockerfile" && res.Stack != plan.StackStatic {
 		// A generated Dockerfile builds on base images that may still be being
 		// made (a static site's busybox is there before bex is up).
-		if err := waitForBases(ctx, b.cfg.PlanBasesReady, out, basesWaitLine); err != nil {
+		if err := waitForBases(ctx, b.cfg.PlanBasesReady, req.Slot, out, basesWaitLine); err != nil {
 			return nil, err
 		}
 	}

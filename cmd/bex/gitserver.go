@@ -352,9 +352,10 @@ func (c *gitserverCmd) pipelineConfig() pipeline.Config {
 }
 
 // builderConfig is the builder's configuration from the flags, with the
-// pipeline's build slots, build timeout and disk margin: a running build keeps
-// the margin pushes are refused under, and the pipeline admits no more builds
-// than the builder runs, so that its own slots never make one wait.
+// pipeline's build timeout and disk margin: a running build keeps the margin
+// pushes are refused under. Each build is handed its hold on one of the
+// pipeline's build slots (pipeline.BuildRequest.Slot), so the builder's own
+// slots, sized alike, are never taken.
 func (c *gitserverCmd) builderConfig(pcfg pipeline.Config) builder.Config {
 	bcfg := builder.DefaultConfig()
 	// An empty --buildkit-addr is derived from the state dir.

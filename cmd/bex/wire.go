@@ -55,7 +55,7 @@ func (p pushBuilder) Build(ctx context.Context, req pipeline.BuildRequest, progr
 		return nil, fmt.Errorf("reading the build settings of %s: %w", req.App, err)
 	}
 	breq := builder.Request{
-		App: req.App, AppUID: string(app.UID), RepoDir: req.RepoDir, Commit: req.Commit, NoCache: req.NoCache,
+		App: req.App, AppUID: string(app.UID), RepoDir: req.RepoDir, Commit: req.Commit, NoCache: req.NoCache, Slot: req.Slot,
 		Dir: app.Spec.Build.Dir, Dockerfile: app.Spec.Build.Dockerfile, Target: app.Spec.Build.Target,
 	}
 	if len(app.Spec.Build.Args) > 0 {

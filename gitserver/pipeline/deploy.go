@@ -256,37 +256,26 @@ func failedDeploy(r JobResult) error { return &deployFailed{detail: r.Detail, ca
 // follow what runs.
 func (p *Pipeline) BuildAndRelease(ctx context.Context, j Job, out *Output, log *slog.Logger) JobResult {
 	var r JobResult
-	select {
-	case p.builds <- struct{}{}:
-	default:
-		out.Step("Waiting for a build slot (%d builds are running)", cap(p.builds))
-		select {
-		case p.builds <- struct{}{}:
-		case <-ctx.Done():
-			return r.cancelled("cancelled while waiting for a build slot")
-		}
+	slot := p.builds.Slot(func() { out.Step("Waiting for a build slot (%d builds are running)", p.builds.Size()) })
+	if err := slot.Acquire(ctx); err != nil {
+		return r.cancelled("cancelled while waiting for a build slot")
 	}
-	slotHeld := true
-	freeSlot := func() {
-		if slotHeld {
-			<-p.builds
-			slotHeld = false
-		}
-	}
-	defer freeSlot()
+	// The builder gives the slot back while it waits for something else (the
+	// base images), and takes it again.
+	defer slot.Release()
 
 	p.locks.describe(j.App, fmt.Sprintf("the deploy of %s by %s", short(j.Commit), j.Actor))
 	out.Step("Building %s from %s (%s)", j.App, j.Branch, short(j.Commit))
 	start := time.Now()
 	buildCtx, cancel := context.WithTimeout(ctx, p.cfg.BuildTimeout)
 	res, err := p.builder.Build(buildCtx, BuildRequest{
-		App: j.App, RepoDir: j.RepoDir, Commit: j.Commit.String(), Branch: j.Branch, NoCache: j.NoCache,
+		App: j.App, RepoDir: j.RepoDir, Commit: j.Commit.String(), Branch: j.Branch, NoCache: j.NoCache, Slot: slot,
 	}, out)
 	timedOut := errors.Is(buildCtx.Err(), context.DeadlineExceeded)
 	cancel()
 	p.metrics.build.Observe(time.Since(start).Seconds())
 	r.Timings = append(r.Timings, "build", time.Since(start))
-	freeSlot()
+	slot.Release()
 	var missing *MissingConfigError
 	switch {
 	case err == nil:

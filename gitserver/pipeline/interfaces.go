@@ -30,6 +30,18 @@ type BuildRequest struct {
 	Commit  string // full hex object id
 	Branch  string
 	NoCache bool // push option no-cache
+	// Slot is the build's hold on one of the pipeline's build slots, held
+	// when Build is called. The builder may give it back while it waits for
+	// something other than its own work, and must hold it again before it
+	// goes on.
+	Slot BuildSlot
+}
+
+// BuildSlot is a build's hold on one of the pipeline's build slots
+// (buildslot.Slot).
+type BuildSlot interface {
+	Release()
+	Acquire(ctx context.Context) error
 }
 
 // BuildResult is what a build produced.

@@ -15,6 +15,7 @@ import (
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/gitserver/backend"
 	"bex.co/bex/gitserver/receive"
+	"bex.co/bex/internal/buildslot"
 )
 
 // Pipeline is what turns code into a release: the apps' repositories and their
@@ -34,7 +35,7 @@ type Pipeline struct {
 	metrics      *metrics
 
 	locks  appLocks
-	builds chan struct{} // one slot per concurrent build
+	builds *buildslot.Pool // one slot per concurrent build
 
 	// background are the async deploys still running; Shutdown waits for them.
 	background sync.WaitGroup
@@ -66,7 +67,7 @@ func New(cfg Config, apps AppReader, b Builder, r Releaser, log *slog.Logger, re
 		// The group is the gitserver's: the pipeline's lines are the pushes'.
 		log:     log.WithGroup("gitserver"),
 		metrics: newMetrics(reg),
-		builds:  make(chan struct{}, cfg.MaxConcurrentBuilds),
+		builds:  buildslot.NewPool(cfg.MaxConcurrentBuilds),
 		repack:  newRepacker(),
 	}
 	for _, o := range opts {

@@ -35,10 +35,15 @@ type pkgRun struct {
 	ended  map[string]string
 }
 
+// slowestTests is how many top-level tests the summary names: enough to see
+// where a package's minutes go, few enough to read.
+const slowestTests = 15
+
 func main() {
 	began := time.Now()
-	times, failed, err := run(os.Stdin, os.Stdout)
+	times, tests, failed, err := run(os.Stdin, os.Stdout)
 	printTimes(os.Stdout, times, time.Since(began))
+	printSlowestTests(os.Stdout, tests, slowestTests)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testtimes:", err)
 		os.Exit(1)
@@ -48,7 +53,7 @@ func main() {
 	}
 }
 
-func run(in io.Reader, out io.Writer) (times []pkgTime, failed bool, err error) {
+func run(in io.Reader, out io.Writer) (times, tests []pkgTime, failed bool, err error) {
 	runs := map[string]*pkgRun{}
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 0, 1<<20), 64<<20)
@@ -97,12 +102,15 @@ func run(in io.Reader, out io.Writer) (times []pkgTime, failed bool, err error) 
 			b.WriteString(ev.Output)
 		case "pass", "fail", "skip":
 			r.ended[ev.Test] = ev.Action
+			if !strings.Contains(ev.Test, "/") {
+				tests = append(tests, pkgTime{name: ev.Package + " " + ev.Test, action: ev.Action, elapsed: time.Duration(ev.Elapsed * float64(time.Second))})
+			}
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return times, failed, err
+		return times, tests, failed, err
 	}
-	return times, failed, nil
+	return times, tests, failed, nil
 }
 
 // printUnfinished prints, in the order they began, the output of the tests that
@@ -127,6 +135,19 @@ func printTimes(out io.Writer, times []pkgTime, whole time.Duration) {
 		if t.action == "skip" && t.elapsed == 0 {
 			continue // no test files
 		}
+		fmt.Fprintf(out, "%8.1fs  %-4s  %s\n", t.elapsed.Seconds(), t.action, t.name)
+	}
+}
+
+// printSlowestTests prints the n slowest top-level tests of the whole run, so
+// that a package's wall time can be read down to the tests that make it.
+func printSlowestTests(out io.Writer, tests []pkgTime, n int) {
+	if len(tests) == 0 {
+		return
+	}
+	slices.SortStableFunc(tests, func(a, b pkgTime) int { return int(b.elapsed - a.elapsed) })
+	fmt.Fprintf(out, "\nthe %d slowest tests (parallel tests overlap):\n", min(n, len(tests)))
+	for _, t := range tests[:min(n, len(tests))] {
 		fmt.Fprintf(out, "%8.1fs  %-4s  %s\n", t.elapsed.Seconds(), t.action, t.name)
 	}
 }

@@ -13,7 +13,7 @@ const stream = `{"Action":"start","Package":"ex/slow"}
 {"Action":"output","Package":"ex/slow","Test":"TestOK","Output":"=== RUN   TestOK\n"}
 {"Action":"output","Package":"ex/slow","Test":"TestOK","Output":"    ok_test.go:9: quiet when it passes\n"}
 {"Action":"output","Package":"ex/slow","Test":"TestOK","Output":"--- PASS: TestOK (0.00s)\n"}
-{"Action":"pass","Package":"ex/slow","Test":"TestOK","Elapsed":0}
+{"Action":"pass","Package":"ex/slow","Test":"TestOK","Elapsed":30.5}
 {"Action":"run","Package":"ex/slow","Test":"TestBad"}
 {"Action":"output","Package":"ex/slow","Test":"TestBad","Output":"=== RUN   TestBad\n"}
 {"Action":"output","Package":"ex/slow","Test":"TestBad","Output":"    bad_test.go:7: the reason it failed\n"}
@@ -34,7 +34,7 @@ const stream = `{"Action":"start","Package":"ex/slow"}
 
 func TestRunPrintsWhatGoTestPrintsThenTheTimes(t *testing.T) {
 	var out strings.Builder
-	times, failed, err := run(strings.NewReader(stream), &out)
+	times, tests, failed, err := run(strings.NewReader(stream), &out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,6 +42,7 @@ func TestRunPrintsWhatGoTestPrintsThenTheTimes(t *testing.T) {
 		t.Error("a package failed, and run does not say so")
 	}
 	printTimes(&out, times, 45*time.Second)
+	printSlowestTests(&out, tests, 1)
 	got := out.String()
 	for _, want := range []string{"the reason it failed", "--- FAIL: TestBad", "FAIL\tex/slow\t42.000s", "ok  \tex/fast\t3.500s",
 		"broken.go:3:1: syntax error", "[no test files]", "the tests took 45s"} {
@@ -60,6 +61,10 @@ func TestRunPrintsWhatGoTestPrintsThenTheTimes(t *testing.T) {
 	if strings.Contains(table, "ex/none") {
 		t.Errorf("a package without tests is in the times:\n%s", table)
 	}
+	slowest := got[strings.Index(got, "the 1 slowest tests"):]
+	if !strings.Contains(slowest, "30.5s  pass  ex/slow TestOK") || strings.Contains(slowest, "TestBad") {
+		t.Errorf("want the one slowest test, ex/slow TestOK (30.5s), alone:\n%s", slowest)
+	}
 }
 
 // A test that never ended (a timeout's panic) has its output printed when its
@@ -71,7 +76,7 @@ func TestRunPrintsATestThatNeverEnded(t *testing.T) {
 {"Action":"fail","Package":"ex/hang","Elapsed":2700}
 `
 	var out strings.Builder
-	if _, failed, err := run(strings.NewReader(in), &out); err != nil || !failed {
+	if _, _, failed, err := run(strings.NewReader(in), &out); err != nil || !failed {
 		t.Fatalf("failed %v, err %v", failed, err)
 	}
 	if !strings.Contains(out.String(), "panic: test timed out") {

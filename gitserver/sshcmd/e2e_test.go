@@ -83,7 +83,7 @@ func newServer(t testing.TB) *server {
 	cfg.StateDir = state
 	cfg.Addr = "127.0.0.1:0"
 	cfg.SessionRecheck = 200 * time.Millisecond
-	srv, err := gitserver.New(cfg, dir, pl, log, nil, gitserver.WithCommands(cmds))
+	srv, err := gitserver.New(cfg, dir, b, pl, log, nil, gitserver.WithCommands(cmds))
 	if err != nil {
 		t.Fatal(err)
 	}

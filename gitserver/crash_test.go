@@ -45,7 +45,7 @@ func runChildServer() int {
 		return fail(err)
 	}
 	ctx := context.Background()
-	dir, err := access.New(ctx, access.Config{Namespace: os.Getenv("BEX_TEST_NAMESPACE")}, c, w)
+	dir, err := access.New(ctx, access.Config{Namespace: os.Getenv("BEX_TEST_NAMESPACE")}, c)
 	if err != nil {
 		return fail(err)
 	}

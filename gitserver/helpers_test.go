@@ -91,7 +91,7 @@ func newEnvOpts(t testing.TB, opts []gitserver.Option, popts []pipeline.Option, 
 	ns := cp.Namespace(t, "git")
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	dir, informers, err := access.Start(ctx, access.Config{Namespace: ns}, cp.Config, cp.Scheme, cp.Client)
+	dir, informers, err := access.Start(ctx, access.Config{Namespace: ns}, cp.Config, cp.Scheme)
 	if err != nil {
 		t.Fatal(err)
 	}

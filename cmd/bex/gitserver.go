@@ -286,7 +286,7 @@ func (c *gitserverCmd) startAPI(ctx context.Context) (*rest.Config, client.Clien
 	}
 	acfg := access.DefaultConfig()
 	acfg.Namespace = c.namespace
-	dir, informers, err := access.Start(ctx, acfg, restCfg, s, kc)
+	dir, informers, err := access.Start(ctx, acfg, restCfg, s)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}

@@ -36,24 +36,23 @@ var ErrAmbiguousKey = errors.New("ambiguous key")
 type Kube struct {
 	cfg   Config
 	cache client.Reader
-	write client.Writer
 }
 
 var _ gitserver.Directory = (*Kube)(nil)
 
-// New returns a directory that reads Users and the Apps of cfg.Namespace from c and
-// writes Apps through w.
+// New returns a directory that reads Users and the Apps of cfg.Namespace from c. It
+// writes nothing (a push's writes are the backend's).
 //
 // New registers the User key index and the User and App informers in c, so it must be
 // called before c is started (older client-go refuses indexes on a started informer,
 // and a cache started without them would fail every lookup). Start c and wait for it to
 // sync afterwards. c must cover cfg.Namespace if it is limited to some namespaces.
-func New(ctx context.Context, cfg Config, c cache.Cache, w client.Writer) (*Kube, error) {
+func New(ctx context.Context, cfg Config, c cache.Cache) (*Kube, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if c == nil || w == nil {
-		return nil, errors.New("access: a cache and a client are required")
+	if c == nil {
+		return nil, errors.New("access: a cache is required")
 	}
 	if err := c.IndexField(ctx, &appv1.User{}, KeyFingerprintField, indexKeyFingerprints); err != nil {
 		return nil, fmt.Errorf("index user keys: %w", err)
@@ -63,7 +62,7 @@ func New(ctx context.Context, cfg Config, c cache.Cache, w client.Writer) (*Kube
 	if _, err := c.GetInformer(ctx, &appv1.App{}); err != nil {
 		return nil, fmt.Errorf("app informer: %w", err)
 	}
-	return &Kube{cfg: cfg.withDefaults(), cache: c, write: w}, nil
+	return &Kube{cfg: cfg.withDefaults(), cache: c}, nil
 }
 
 // indexKeyFingerprints is the KeyFingerprintField indexer. A key that does not parse
@@ -160,7 +159,7 @@ const SyncTimeout = 30 * time.Second
 // started (it runs until ctx ends) and synced. The cache is returned too, for
 // other readers of the same objects. It fails with a message saying what to check
 // when the API cannot be read.
-func Start(ctx context.Context, cfg Config, restCfg *rest.Config, scheme *runtime.Scheme, w client.Writer) (*Kube, cache.Cache, error) {
+func Start(ctx context.Context, cfg Config, restCfg *rest.Config, scheme *runtime.Scheme) (*Kube, cache.Cache, error) {
 	opts := cache.Options{Scheme: scheme,
 		// managedFields are read by no one here; dropped, the cache holds less.
 		DefaultTransform: cache.TransformStripManagedFields()}
@@ -171,7 +170,7 @@ func Start(ctx context.Context, cfg Config, restCfg *rest.Config, scheme *runtim
 	if err != nil {
 		return nil, nil, err
 	}
-	dir, err := New(ctx, cfg, c, w)
+	dir, err := New(ctx, cfg, c)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -64,7 +64,7 @@ func newEnv(t *testing.T, prefix string, cfg *rest.Config) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, err := access.New(ctx, access.Config{Namespace: ns}, c, cp.Client)
+	dir, err := access.New(ctx, access.Config{Namespace: ns}, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,7 +346,7 @@ func TestNewNeedsValidConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := access.New(context.Background(), access.Config{Namespace: "Bad_Namespace"}, c, cp.Client); err == nil {
+	if _, err := access.New(context.Background(), access.Config{Namespace: "Bad_Namespace"}, c); err == nil {
 		t.Fatal("New accepted an invalid namespace")
 	}
 }

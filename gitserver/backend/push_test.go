@@ -232,3 +232,29 @@ func TestSetDeployBranch(t *testing.T) {
 	eve := &backend.User{Name: "eve"}
 	wantKind(t, "a stranger sets the branch", e.b.SetDeployBranch(ctx, eve, "site", "main"), backend.Forbidden, "no access")
 }
+
+// TestCacheWaitConfig: the bound of a write's wait for the cache (the push's
+// app and deploy branch, every other write) is the backend's Config.CacheWait,
+// half a minute by default, and a bound that is not positive is refused with
+// the other problems, each by its field.
+func TestCacheWaitConfig(t *testing.T) {
+	if d := backend.DefaultConfig(); d.CacheWait != 30*time.Second {
+		t.Fatalf("default CacheWait %s", d.CacheWait)
+	}
+	for _, bad := range []time.Duration{-time.Second, 0} {
+		cfg := backend.DefaultConfig()
+		cfg.Client, cfg.Namespace, cfg.Releases, cfg.CacheWait = newFixture(t).c, ns, &fakeReleases{}, bad
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "Config.CacheWait") {
+			t.Errorf("CacheWait %s: Validate() = %v", bad, err)
+		}
+	}
+	// Every problem at once, each by its field.
+	cfg := backend.DefaultConfig()
+	cfg.CacheWait = -time.Second
+	err := cfg.Validate()
+	for _, want := range []string{"Config.Namespace", "Config.CacheWait"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v, want it to name %s", err, want)
+		}
+	}
+}

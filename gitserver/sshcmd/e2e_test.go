@@ -50,7 +50,7 @@ func newServer(t testing.TB) *server {
 	ns := cp.Namespace(t, "sshcmd")
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	dir, c, err := access.Start(ctx, access.Config{Namespace: ns}, cp.Config, cp.Scheme, cp.Client)
+	dir, c, err := access.Start(ctx, access.Config{Namespace: ns}, cp.Config, cp.Scheme)
 	if err != nil {
 		t.Fatal(err)
 	}

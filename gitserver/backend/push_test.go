@@ -11,10 +11,10 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/gitserver/access"
 	"bex.co/bex/gitserver/backend"
 	"bex.co/bex/internal/testenv"
 )
@@ -101,25 +101,11 @@ func newCached(t *testing.T, prefix string) *cached {
 	cp := testenv.SharedControlPlane(t)
 	ns := cp.Namespace(t, prefix)
 	ctx, cancel := context.WithCancel(context.Background())
-	c, err := cache.New(cp.Config, cache.Options{Scheme: cp.Scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
+	t.Cleanup(cancel)
+	// The directory's cache, as cmd/bex reads Apps: synced, running until ctx ends.
+	_, c, err := access.Start(ctx, access.Config{Namespace: ns}, cp.Config, cp.Scheme)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if _, err := c.GetInformer(ctx, &appv1.App{}); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- c.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("cache: %v", err)
-		}
-	})
-	syncCtx, cancelSync := context.WithTimeout(ctx, 30*time.Second)
-	defer cancelSync()
-	if !c.WaitForCacheSync(syncCtx) {
-		t.Fatal("cache did not sync")
 	}
 	cfg := backend.DefaultConfig()
 	cfg.Client, cfg.Reader, cfg.Namespace, cfg.Releases = cp.Client, c, ns, &fakeReleases{c: cp.Client}

@@ -173,11 +173,11 @@ func TestHostKeyIsKeptAcrossRestarts(t *testing.T) {
 	cfg := gitserver.DefaultConfig()
 	cfg.StateDir = state
 	pl := nopPipeline(t, state)
-	a, err := gitserver.New(cfg, nopDirectory{}, pl, nil, nil)
+	a, err := gitserver.New(cfg, nopDirectory{}, nopAdmission{}, pl, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := gitserver.New(cfg, nopDirectory{}, pl, nil, nil)
+	b, err := gitserver.New(cfg, nopDirectory{}, nopAdmission{}, pl, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestHostKeyIsKeptAcrossRestarts(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(state, "ssh_host_ed25519_key"), []byte("garbage"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := gitserver.New(cfg, nopDirectory{}, pl, nil, nil); err == nil || !strings.Contains(err.Error(), "remove it to generate a new one") {
+	if _, err := gitserver.New(cfg, nopDirectory{}, nopAdmission{}, pl, nil, nil); err == nil || !strings.Contains(err.Error(), "remove it to generate a new one") {
 		t.Fatalf("damaged host key: %v", err)
 	}
 }

@@ -45,7 +45,7 @@ func runChildServer() int {
 		return fail(err)
 	}
 	ctx := context.Background()
-	dir, err := access.New(ctx, access.Config{Namespace: os.Getenv("BEX_TEST_NAMESPACE")}, c, w)
+	dir, err := access.New(ctx, access.Config{Namespace: os.Getenv("BEX_TEST_NAMESPACE")}, c)
 	if err != nil {
 		return fail(err)
 	}
@@ -66,7 +66,11 @@ func runChildServer() int {
 	if err != nil {
 		return fail(err)
 	}
-	srv, err := gitserver.New(scfg, dir, pl, log, nil)
+	be, err := newBackend(w, c, os.Getenv("BEX_TEST_NAMESPACE"), log)
+	if err != nil {
+		return fail(err)
+	}
+	srv, err := gitserver.New(scfg, dir, be, pl, log, nil)
 	if err != nil {
 		return fail(err)
 	}

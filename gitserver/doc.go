@@ -23,6 +23,11 @@
 // system is under the pipeline's disk margin; a pack that fills the disk part way
 // is refused as cleanly, the repository left as it was.
 //
-// The Directory and Commands are interfaces declared here and wired by cmd/bex;
-// the package imports no other component.
+// Who may push, and the app a first push makes, are the backend's decisions
+// (Admission: backend.Backend's AdmitPush, CreatePushedApp and SetDeployBranch):
+// the push carries them to git (one ERR line, or a rejected ref) and decides
+// nothing itself.
+//
+// The Directory, Admission and Commands are interfaces declared here and wired by
+// cmd/bex; the package imports no other component.
 package gitserver

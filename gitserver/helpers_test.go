@@ -3,6 +3,7 @@ package gitserver_test
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/gitserver"
@@ -89,7 +91,7 @@ func newEnvOpts(t testing.TB, opts []gitserver.Option, popts []pipeline.Option, 
 	ns := cp.Namespace(t, "git")
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	dir, _, err := access.Start(ctx, access.Config{Namespace: ns}, cp.Config, cp.Scheme, cp.Client)
+	dir, informers, err := access.Start(ctx, access.Config{Namespace: ns}, cp.Config, cp.Scheme)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +109,11 @@ func newEnvOpts(t testing.TB, opts []gitserver.Option, popts []pipeline.Option, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.srv, err = gitserver.New(scfg, dir, e.pl, log, nil, opts...)
+	be, err := newBackend(cp.Client, informers, ns, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv, err = gitserver.New(scfg, dir, be, e.pl, log, nil, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,10 +368,45 @@ func (nopDirectory) UserByKey(context.Context, gossh.PublicKey) (*backend.User, 
 func (nopDirectory) App(context.Context, string) (*pipeline.App, error) {
 	return nil, pipeline.ErrAppNotFound
 }
-func (nopDirectory) CreateApp(context.Context, string, string) (*pipeline.App, error) {
-	return nil, pipeline.ErrAppExists
+
+// newBackend is the backend that admits the pushes of a test's server, on the
+// API (c) and the directory's cache (r). The pushes' releases go through the
+// pipeline's releaser, so the backend's own is never asked.
+func newBackend(c client.Client, r client.Reader, ns string, log *slog.Logger) (*backend.Backend, error) {
+	cfg := backend.DefaultConfig()
+	cfg.Client, cfg.Reader, cfg.Namespace, cfg.Releases, cfg.Log = c, r, ns, nopReleases{}, log
+	return backend.New(cfg)
 }
-func (nopDirectory) SetDeployBranch(context.Context, string, string) error { return nil }
+
+// nopReleases is a backend.Releases for servers whose tests run no config
+// change or rollback.
+type nopReleases struct{}
+
+var errNoReleases = errors.New("this test's backend records no releases")
+
+func (nopReleases) RecordConfig(context.Context, string, func([]appv1.EnvVar) []appv1.EnvVar, string, string, io.Writer) (int64, error) {
+	return 0, errNoReleases
+}
+func (nopReleases) Rollback(context.Context, string, int64, string) (int64, error) {
+	return 0, errNoReleases
+}
+func (nopReleases) List(context.Context, string) ([]appv1.Release, error) { return nil, nil }
+func (nopReleases) Await(context.Context, string, int64, func(string)) (string, error) {
+	return "", errNoReleases
+}
+
+// nopAdmission admits no push: for tests that never authenticate.
+type nopAdmission struct{}
+
+func (nopAdmission) AdmitPush(_ context.Context, _ *backend.User, name string) (*backend.PushTarget, error) {
+	return nil, backend.Errorf(backend.Forbidden, "no push to %s here", name)
+}
+func (a nopAdmission) CreatePushedApp(ctx context.Context, u *backend.User, name string) (*backend.PushTarget, error) {
+	return a.AdmitPush(ctx, u, name)
+}
+func (nopAdmission) SetDeployBranch(context.Context, *backend.User, string, string) error {
+	return backend.ErrForbidden
+}
 
 func clientScheme() *runtime.Scheme {
 	s := runtime.NewScheme()

@@ -17,11 +17,22 @@ type Directory interface {
 	UserByKey(ctx context.Context, key gossh.PublicKey) (*backend.User, error)
 	// App returns an app, or pipeline.ErrAppNotFound.
 	App(ctx context.Context, name string) (*pipeline.App, error)
-	// CreateApp creates an app with owner as its first member, or returns
-	// pipeline.ErrAppExists.
-	CreateApp(ctx context.Context, name, owner string) (*pipeline.App, error)
+}
+
+// Admission decides a push: who may push to an app and the app made on its first
+// push. It is the backend's (backend.Backend), so that a push and the commands
+// keep one rule; the SSH server only carries what it decides to git.
+type Admission interface {
+	// AdmitPush returns the app user may push to (Exists false: the push is its
+	// first, and the app is to be created), or a backend.Forbidden error whose
+	// message is git's one line.
+	AdmitPush(ctx context.Context, user *backend.User, name string) (*backend.PushTarget, error)
+	// CreatePushedApp makes the app of a first push with user as its first
+	// member; when another made it meanwhile, user's access to it is checked
+	// (backend.Forbidden).
+	CreatePushedApp(ctx context.Context, user *backend.User, name string) (*backend.PushTarget, error)
 	// SetDeployBranch records the app's deploy branch.
-	SetDeployBranch(ctx context.Context, app, branch string) error
+	SetDeployBranch(ctx context.Context, user *backend.User, name, branch string) error
 }
 
 // Commands runs the commands of `ssh bex@HOST <command>`: every session whose

@@ -26,7 +26,7 @@ type push struct {
 	sess  ssh.Session
 	log   *slog.Logger
 	user  *backend.User
-	app   *pipeline.App
+	app   *backend.PushTarget // Exists false until ensureApp made it
 	name  string
 	repo  *receive.Repo
 	req   *receive.Request
@@ -49,22 +49,16 @@ const (
 
 // receivePack runs a push and returns the SSH exit status: 0 when every ref moved.
 func (s *Server) receivePack(ctx context.Context, sess ssh.Session, user *backend.User, name string, log *slog.Logger) int {
-	app, err := s.dir.App(ctx, name)
-	switch {
-	case errors.Is(err, pipeline.ErrAppNotFound):
-		if !user.Admin && !user.CanCreateApps {
-			s.metrics.pushes.WithLabelValues("rejected").Inc()
-			fatal(sess, fmt.Sprintf("app %s does not exist, and user %s may not create apps: ask an admin to create it", name, user.Name))
+	app, err := s.admit.AdmitPush(ctx, user, name)
+	if err != nil {
+		if backend.KindOf(err) == backend.Internal {
+			log.Error("app lookup failed", "err", err)
+			fatal(sess, "internal error: try again")
 			return 1
 		}
-		app = nil
-	case err != nil:
-		log.Error("app lookup failed", "err", err)
-		fatal(sess, "internal error: try again")
-		return 1
-	case !user.MayUse(app.Members):
+		// Refused (no access, may not create apps): git shows the one line.
 		s.metrics.pushes.WithLabelValues("rejected").Inc()
-		fatal(sess, fmt.Sprintf("user %s has no access to app %s: ask an admin to add you to its members", user.Name, name))
+		fatal(sess, err.Error())
 		return 1
 	}
 	// A disk short of its margin refuses the push before anything is read: git
@@ -292,14 +286,12 @@ func objectRefusal(err error) string {
 // deploy branch: the app's, or for a new app the first branch pushed (main when it
 // is among them), as Dokku does.
 func (p *push) ensureApp(ctx context.Context) error {
-	if p.app == nil {
+	if !p.app.Exists {
 		p.out.Step("Creating app %s", p.name)
-		app, err := p.s.dir.CreateApp(ctx, p.name, p.user.Name)
-		if errors.Is(err, pipeline.ErrAppExists) {
-			// Created by a concurrent push: check access as for an existing app.
-			if app, err = p.s.dir.App(ctx, p.name); err == nil && !p.user.MayUse(app.Members) {
-				return fmt.Errorf("user %s has no access to app %s", p.user.Name, p.name)
-			}
+		app, err := p.s.admit.CreatePushedApp(ctx, p.user, p.name)
+		if backend.KindOf(err) == backend.Forbidden {
+			// Made meanwhile by a concurrent push, for others.
+			return err
 		}
 		if err != nil {
 			p.log.Error("create app", "err", err)
@@ -320,7 +312,7 @@ func (p *push) ensureApp(ctx context.Context) error {
 		}
 		if branch == "" {
 			branch = "main"
-		} else if err := p.s.dir.SetDeployBranch(ctx, p.name, branch); err != nil {
+		} else if err := p.s.admit.SetDeployBranch(ctx, p.user, p.name, branch); err != nil {
 			p.log.Error("set deploy branch", "err", err)
 			return errors.New("could not record the deploy branch")
 		}
@@ -402,7 +394,7 @@ func (p *push) updateRefs() {
 			p.rejct[cmd.Name] = "could not update the ref"
 		}
 	}
-	if p.app != nil && p.app.DeployBranch != "" {
+	if p.app.DeployBranch != "" {
 		if head, err := p.repo.Head(); err == nil && head != p.app.DeployBranch {
 			_ = p.repo.SetHead(p.app.DeployBranch)
 		}

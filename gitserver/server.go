@@ -22,6 +22,8 @@ import (
 type Server struct {
 	cfg Config
 	dir Directory
+	// admit decides who may push and makes the app of a first push.
+	admit Admission
 	// pipeline builds and releases what a push brings, and owns the
 	// repositories and their locks.
 	pipeline *pipeline.Pipeline
@@ -55,15 +57,16 @@ const (
 	ctxSessions ctxKey = "bex-sessions" // *atomic.Int32, the open session channels
 )
 
-// New makes a server that runs its pushes through p. reg receives its metrics
+// New makes a server that looks keys and apps up in dir, admits its pushes
+// through adm (the backend) and runs them through p. reg receives its metrics
 // (nil: not registered).
-func New(cfg Config, dir Directory, p *pipeline.Pipeline, log *slog.Logger, reg prometheus.Registerer, opts ...Option) (*Server, error) {
+func New(cfg Config, dir Directory, adm Admission, p *pipeline.Pipeline, log *slog.Logger, reg prometheus.Registerer, opts ...Option) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withPaths()
-	if dir == nil || p == nil {
-		return nil, errors.New("gitserver: a Directory and a Pipeline are required")
+	if dir == nil || adm == nil || p == nil {
+		return nil, errors.New("gitserver: a Directory, an Admission and a Pipeline are required")
 	}
 	if log == nil {
 		log = slog.Default()
@@ -73,7 +76,7 @@ func New(cfg Config, dir Directory, p *pipeline.Pipeline, log *slog.Logger, reg 
 		return nil, err
 	}
 	s := &Server{
-		cfg: cfg, dir: dir, pipeline: p,
+		cfg: cfg, dir: dir, admit: adm, pipeline: p,
 		log:     log.WithGroup("gitserver"),
 		metrics: newMetrics(reg),
 		unauth: unauthLimiter{perSource: cfg.MaxUnauthPerSource, total: cfg.MaxUnauthConns,

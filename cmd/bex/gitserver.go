@@ -247,7 +247,7 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	}
 	gcfg := gitserver.DefaultConfig()
 	gcfg.StateDir, gcfg.Addr = c.stateDir, c.sshAddr
-	srv, err := gitserver.New(gcfg, dir, pl, c.log, c.metricsRegistry(), gitserver.WithCommands(cmds))
+	srv, err := gitserver.New(gcfg, dir, be, pl, c.log, c.metricsRegistry(), gitserver.WithCommands(cmds))
 	if err != nil {
 		return err
 	}
@@ -286,7 +286,7 @@ func (c *gitserverCmd) startAPI(ctx context.Context) (*rest.Config, client.Clien
 	}
 	acfg := access.DefaultConfig()
 	acfg.Namespace = c.namespace
-	dir, informers, err := access.Start(ctx, acfg, restCfg, s, kc)
+	dir, informers, err := access.Start(ctx, acfg, restCfg, s)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}

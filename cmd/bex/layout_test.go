@@ -124,6 +124,24 @@ func TestTheGitserverIsBuiltBottomUp(t *testing.T) {
 	})
 }
 
+// TestThePushIsAdmittedByTheBackend: who may push, and whether a push may
+// create its app, is the backend's decision (backend.AdmitPush and
+// CreatePushedApp, the SSH server's Admission); the push carries it and asks no
+// access rule itself.
+func TestThePushIsAdmittedByTheBackend(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("..", "..", "gitserver", "push.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, line := range strings.Split(string(src), "\n") {
+		for _, rule := range []string{".MayUse(", ".CanCreateApps", ".Admin"} {
+			if strings.Contains(line, rule) {
+				t.Errorf("gitserver/push.go:%d: %s: a push's access is decided by the backend (AdmitPush), not by the SSH server", i+1, strings.TrimSpace(line))
+			}
+		}
+	}
+}
+
 // runtimeChoice is a comparison of --runtime's value: with a runtime's name
 // (== "local", case "kubernetes", ...) or of the fields that hold the flag.
 var runtimeChoice = regexp.MustCompile(`(==|!=)\s*"(local|kubernetes)"|"(local|kubernetes)"\s*(==|!=)|case\s+"(local|kubernetes)"|\.(runtime|runtimeName)\s*(==|!=)|switch\s+[\w.]*\.(runtime|runtimeName)\b`)

@@ -3,7 +3,6 @@ package access_test
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"bex.co/bex/gitserver/access"
 )
@@ -13,7 +12,7 @@ func TestConfig(t *testing.T) {
 		t.Fatalf("zero Config: %v", err)
 	}
 	d := access.DefaultConfig()
-	if d.Namespace != access.DefaultNamespace || d.CacheWait != access.DefaultCacheWait {
+	if d.Namespace != access.DefaultNamespace {
 		t.Fatalf("defaults %+v", d)
 	}
 	if err := d.Validate(); err != nil {
@@ -23,17 +22,13 @@ func TestConfig(t *testing.T) {
 		{Namespace: "Upper"},
 		{Namespace: "under_score"},
 		{Namespace: "a-very-long-namespace-name-that-is-longer-than-sixty-three-characters"},
-		{CacheWait: -time.Second},
 	} {
 		if err := bad.Validate(); err == nil {
 			t.Errorf("Validate accepted %+v", bad)
 		}
 	}
-	// Every problem at once, each by its field.
-	err := access.Config{Namespace: "Upper", CacheWait: -time.Second}.Validate()
-	for _, want := range []string{"Config.Namespace", "Config.CacheWait"} {
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("Validate() = %v, want it to name %s", err, want)
-		}
+	// The problem by its field.
+	if err := (access.Config{Namespace: "Upper"}).Validate(); err == nil || !strings.Contains(err.Error(), "Config.Namespace") {
+		t.Errorf("Validate() = %v, want it to name Config.Namespace", err)
 	}
 }

@@ -1,7 +1,8 @@
 // Package access is the gitserver's Directory backed by bex's API objects: it answers
 // "whose key is this?" from the cluster-scoped Users and "does this app exist, who are
-// its members, which branch deploys?" from the Apps of one namespace, and it creates
-// Apps and records their deploy branch on a push.
+// its members, which branch deploys?" from the Apps of one namespace. It writes
+// nothing: the app a first push makes and its deploy branch are the backend's
+// (backend.CreatePushedApp, SetDeployBranch).
 //
 // Reads come from a controller-runtime informer cache, never from the API server:
 // the SSH path asks on every connection, and a watch keeps the cache current, so a key
@@ -9,10 +10,6 @@
 // restart. A key is found through a field index on Users (KeyFingerprintField) that
 // maps each key's SHA256 fingerprint to its holders; the full key is then compared, and
 // a key held by two users is refused rather than resolved to either of them.
-//
-// Writes (CreateApp, SetDeployBranch) go through an ordinary client and then wait,
-// briefly and with a bound, until the cache has seen them, so that the Directory reads
-// its own writes.
 //
 // Set-up order: build the cache (cache.New, or a manager's GetCache), call New, which
 // registers the index and the informers, then start the cache and wait for it to sync.

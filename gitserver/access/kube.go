@@ -3,7 +3,6 @@ package access
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -12,9 +11,7 @@ import (
 
 	gossh "golang.org/x/crypto/ssh"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -39,24 +36,23 @@ var ErrAmbiguousKey = errors.New("ambiguous key")
 type Kube struct {
 	cfg   Config
 	cache client.Reader
-	write client.Writer
 }
 
 var _ gitserver.Directory = (*Kube)(nil)
 
-// New returns a directory that reads Users and the Apps of cfg.Namespace from c and
-// writes Apps through w.
+// New returns a directory that reads Users and the Apps of cfg.Namespace from c. It
+// writes nothing (a push's writes are the backend's).
 //
 // New registers the User key index and the User and App informers in c, so it must be
 // called before c is started (older client-go refuses indexes on a started informer,
 // and a cache started without them would fail every lookup). Start c and wait for it to
 // sync afterwards. c must cover cfg.Namespace if it is limited to some namespaces.
-func New(ctx context.Context, cfg Config, c cache.Cache, w client.Writer) (*Kube, error) {
+func New(ctx context.Context, cfg Config, c cache.Cache) (*Kube, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if c == nil || w == nil {
-		return nil, errors.New("access: a cache and a client are required")
+	if c == nil {
+		return nil, errors.New("access: a cache is required")
 	}
 	if err := c.IndexField(ctx, &appv1.User{}, KeyFingerprintField, indexKeyFingerprints); err != nil {
 		return nil, fmt.Errorf("index user keys: %w", err)
@@ -66,7 +62,7 @@ func New(ctx context.Context, cfg Config, c cache.Cache, w client.Writer) (*Kube
 	if _, err := c.GetInformer(ctx, &appv1.App{}); err != nil {
 		return nil, fmt.Errorf("app informer: %w", err)
 	}
-	return &Kube{cfg: cfg.withDefaults(), cache: c, write: w}, nil
+	return &Kube{cfg: cfg.withDefaults(), cache: c}, nil
 }
 
 // indexKeyFingerprints is the KeyFingerprintField indexer. A key that does not parse
@@ -141,69 +137,6 @@ func (k *Kube) App(ctx context.Context, name string) (*pipeline.App, error) {
 	return toApp(&a), nil
 }
 
-// CreateApp creates the App name with owner (when not empty) as its only member, or
-// returns ErrAppExists. The API server validates the name.
-//
-// It returns once the cache holds the new App, so that the caller's next App(name)
-// finds it. The alternative, App falling back to the API server on a cache miss, would
-// turn every push to a mistyped name into an API call and let reads of one app go to
-// two sources that disagree; waiting costs the create a few milliseconds once. If the
-// cache has not caught up within Config.CacheWait, CreateApp returns an error saying
-// the App was created: the watch is then broken and the promise cannot be kept.
-func (k *Kube) CreateApp(ctx context.Context, name, owner string) (*pipeline.App, error) {
-	var members []string
-	if owner != "" {
-		members = []string{owner}
-	}
-	a, err := backend.NewApp(ctx, k.write, k.cache, k.cfg.Namespace, name, members, k.cfg.CacheWait)
-	switch {
-	case apierrors.IsAlreadyExists(err):
-		return nil, fmt.Errorf("app %q: %w", name, pipeline.ErrAppExists)
-	case errors.Is(err, backend.ErrNotCached):
-		return nil, fmt.Errorf("app %q was created, but the cache has not seen it: %w", name, err)
-	case err != nil:
-		return nil, fmt.Errorf("create app %q: %w", name, err)
-	}
-	return toApp(a), nil
-}
-
-// SetDeployBranch records branch as app's deploy branch (an empty branch clears it), or
-// returns ErrAppNotFound. Like CreateApp, it returns once the cache has the change.
-func (k *Kube) SetDeployBranch(ctx context.Context, app, branch string) error {
-	// A JSON merge patch of this one field: it carries no resourceVersion and no other
-	// field, so it neither conflicts with nor undoes what other writers (the deployer,
-	// kubectl) changed since we last read the App.
-	var value any // null removes the field
-	if branch != "" {
-		value = branch
-	}
-	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"git": map[string]any{"deployBranch": value}}})
-	if err != nil {
-		return err
-	}
-	a := &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: k.cfg.Namespace}}
-	if err := k.write.Patch(ctx, a, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		if apierrors.IsNotFound(err) {
-			return fmt.Errorf("app %q: %w", app, pipeline.ErrAppNotFound)
-		}
-		return fmt.Errorf("set deploy branch of app %q to %q: %w", app, branch, err)
-	}
-	// The generation grows with every spec change, so a cached App at least as new as
-	// the patched one includes this patch, even if others wrote after it.
-	if err := k.waitCached(ctx, app, func(c *appv1.App) bool {
-		return c.UID == a.UID && c.Generation >= a.Generation
-	}); err != nil {
-		return fmt.Errorf("deploy branch of app %q was set, but the cache has not seen it: %w", app, err)
-	}
-	return nil
-}
-
-// waitCached waits until the cached App name satisfies done, for at most
-// Config.CacheWait (backend.WaitCached, the one wait for the cache).
-func (k *Kube) waitCached(ctx context.Context, name string, done func(*appv1.App) bool) error {
-	return backend.WaitCached(ctx, k.cache, k.key(name), k.cfg.CacheWait, func(c *appv1.App) bool { return c != nil && done(c) })
-}
-
 func (k *Kube) key(name string) client.ObjectKey {
 	return client.ObjectKey{Namespace: k.cfg.Namespace, Name: name}
 }
@@ -226,7 +159,7 @@ const SyncTimeout = 30 * time.Second
 // started (it runs until ctx ends) and synced. The cache is returned too, for
 // other readers of the same objects. It fails with a message saying what to check
 // when the API cannot be read.
-func Start(ctx context.Context, cfg Config, restCfg *rest.Config, scheme *runtime.Scheme, w client.Writer) (*Kube, cache.Cache, error) {
+func Start(ctx context.Context, cfg Config, restCfg *rest.Config, scheme *runtime.Scheme) (*Kube, cache.Cache, error) {
 	opts := cache.Options{Scheme: scheme,
 		// managedFields are read by no one here; dropped, the cache holds less.
 		DefaultTransform: cache.TransformStripManagedFields()}
@@ -237,7 +170,7 @@ func Start(ctx context.Context, cfg Config, restCfg *rest.Config, scheme *runtim
 	if err != nil {
 		return nil, nil, err
 	}
-	dir, err := New(ctx, cfg, c, w)
+	dir, err := New(ctx, cfg, c)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -64,7 +64,7 @@ func newEnv(t *testing.T, prefix string, cfg *rest.Config) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, err := access.New(ctx, access.Config{Namespace: ns}, c, cp.Client)
+	dir, err := access.New(ctx, access.Config{Namespace: ns}, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,99 +288,6 @@ func TestApp(t *testing.T) {
 	}
 }
 
-func TestCreateApp(t *testing.T) {
-	e := newEnv(t, "create", nil)
-	ctx := context.Background()
-
-	got, err := e.dir.CreateApp(ctx, "fresh", "carol")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.Name != "fresh" || got.DeployBranch != "" || !slices.Equal(got.Members, []string{"carol"}) {
-		t.Fatalf("CreateApp returned %+v", *got)
-	}
-	// No polling: CreateApp returns once the cache has the App.
-	seen, err := e.dir.App(ctx, "fresh")
-	if err != nil {
-		t.Fatalf("App right after CreateApp: %v", err)
-	}
-	if !slices.Equal(seen.Members, []string{"carol"}) {
-		t.Fatalf("App right after CreateApp: %+v", *seen)
-	}
-	// And it is a real App in the configured namespace.
-	var stored appv1.App
-	if err := e.cp.Client.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: "fresh"}, &stored); err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(stored.Spec.Members, []string{"carol"}) {
-		t.Fatalf("stored members %v", stored.Spec.Members)
-	}
-
-	if got, err := e.dir.CreateApp(ctx, "fresh", "dave"); !errors.Is(err, pipeline.ErrAppExists) {
-		t.Fatalf("second CreateApp: got %+v, %v; want ErrAppExists", got, err)
-	}
-
-	ownerless, err := e.dir.CreateApp(ctx, "ownerless", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ownerless.Members) != 0 {
-		t.Fatalf("app without owner has members %v", ownerless.Members)
-	}
-
-	// The API server's name rule is not bypassed.
-	if _, err := e.dir.CreateApp(ctx, "Not_A_Name", "carol"); err == nil || errors.Is(err, pipeline.ErrAppExists) {
-		t.Fatalf("invalid name: %v", err)
-	}
-}
-
-func TestSetDeployBranch(t *testing.T) {
-	e := newEnv(t, "branch", nil)
-	ctx := context.Background()
-	if _, err := e.dir.CreateApp(ctx, "site", "carol"); err != nil {
-		t.Fatal(err)
-	}
-	// Another writer changes the members after the directory last saw the App; the
-	// merge patch must not undo that.
-	var a appv1.App
-	if err := e.cp.Client.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: "site"}, &a); err != nil {
-		t.Fatal(err)
-	}
-	a.Spec.Members = append(a.Spec.Members, "dave")
-	if err := e.cp.Client.Update(ctx, &a); err != nil {
-		t.Fatal(err)
-	}
-
-	if err := e.dir.SetDeployBranch(ctx, "site", "release/v1"); err != nil {
-		t.Fatal(err)
-	}
-	// No polling: SetDeployBranch returns once the cache has the change.
-	got, err := e.dir.App(ctx, "site")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.DeployBranch != "release/v1" {
-		t.Fatalf("deploy branch %q right after SetDeployBranch", got.DeployBranch)
-	}
-	if err := e.cp.Client.Get(ctx, client.ObjectKey{Namespace: e.ns, Name: "site"}, &a); err != nil {
-		t.Fatal(err)
-	}
-	if a.Spec.Git.DeployBranch != "release/v1" || !slices.Equal(a.Spec.Members, []string{"carol", "dave"}) {
-		t.Fatalf("stored spec %+v", a.Spec)
-	}
-
-	if err := e.dir.SetDeployBranch(ctx, "site", ""); err != nil {
-		t.Fatal(err)
-	}
-	if got, err := e.dir.App(ctx, "site"); err != nil || got.DeployBranch != "" {
-		t.Fatalf("after clearing: %+v, %v", got, err)
-	}
-
-	if err := e.dir.SetDeployBranch(ctx, "no-such-app", "main"); !errors.Is(err, pipeline.ErrAppNotFound) {
-		t.Fatalf("missing app: %v; want ErrAppNotFound", err)
-	}
-}
-
 // countingTransport counts the requests that are not watches.
 type countingTransport struct {
 	next http.RoundTripper
@@ -439,7 +346,7 @@ func TestNewNeedsValidConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := access.New(context.Background(), access.Config{Namespace: "Bad_Namespace"}, c, cp.Client); err == nil {
+	if _, err := access.New(context.Background(), access.Config{Namespace: "Bad_Namespace"}, c); err == nil {
 		t.Fatal("New accepted an invalid namespace")
 	}
 }

@@ -14,7 +14,7 @@ import (
 )
 
 // The one way an App is made and a write is waited for in the cache, for the
-// backend's apps:create and for the push that creates its app (gitserver/access):
+// backend's apps:create and for the push that creates its app (CreatePushedApp):
 // both write through the API server and read through the informers' cache, so a
 // write returns once the cache has it, and the caller's next read finds it.
 

@@ -180,7 +180,10 @@ type Config struct {
 	Log *slog.Logger
 }
 
-// DefaultConfig returns the defaults of the settings that have one.
+// DefaultConfig returns the defaults of the settings that have one. CacheWait:
+// a healthy watch delivers an event in milliseconds, but on a loaded machine
+// (two cores running builds and tests) it was seen to take more than 5 s; half
+// a minute means it is broken.
 func DefaultConfig() Config {
 	return Config{Host: "ssh://git@HOST:PORT", BaseDomain: "localhost", RolloutTimeout: 5 * time.Minute, CacheWait: 30 * time.Second}
 }

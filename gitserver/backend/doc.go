@@ -10,7 +10,9 @@
 // Who may do what: an admin everything; a member everything on the apps whose
 // spec.members lists it (by exact name), its own keys and tokens, and creating
 // apps when its User allows it (spec.canCreateApps), becoming the new app's
-// member. Users are managed by admins.
+// member. Users are managed by admins. A push is admitted here too (push.go:
+// AdmitPush, CreatePushedApp on the first push, SetDeployBranch), so that the
+// SSH server that carries it decides nothing of its own.
 //
 // Errors are *Error values with a Kind (NotFound, Forbidden, Invalid, Conflict,
 // Failed) and a one-line message that says what to do; matched with errors.Is

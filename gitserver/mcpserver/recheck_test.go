@@ -105,7 +105,7 @@ func TestWithdrawnAccessEndsToolCalls(t *testing.T) {
 	defer cancel()
 	cp := testenv.SharedControlPlane(t)
 	ns := cp.Namespace(t, "mcp")
-	_, cache, err := access.Start(ctx, access.Config{Namespace: ns}, cp.Config, cp.Scheme, cp.Client)
+	_, cache, err := access.Start(ctx, access.Config{Namespace: ns}, cp.Config, cp.Scheme)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,7 @@ func TestRunTool(t *testing.T) {
 	ns := cp.Namespace(t, "mcprun")
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	_, cache, err := access.Start(actx, access.Config{Namespace: ns}, cp.Config, cp.Scheme, cp.Client)
+	_, cache, err := access.Start(actx, access.Config{Namespace: ns}, cp.Config, cp.Scheme)
 	if err != nil {
 		t.Fatal(err)
 	}

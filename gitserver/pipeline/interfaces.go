@@ -193,8 +193,6 @@ type App struct {
 	Members []string
 }
 
-// Errors of an app's lookup and creation (gitserver.Directory, AppReader).
-var (
-	ErrAppNotFound error = &backend.Error{Kind: backend.NotFound, Msg: "app not found"}
-	ErrAppExists   error = &backend.Error{Kind: backend.Conflict, Msg: "app already exists"}
-)
+// ErrAppNotFound is an app's lookup's error when there is no such app
+// (gitserver.Directory, AppReader).
+var ErrAppNotFound error = &backend.Error{Kind: backend.NotFound, Msg: "app not found"}

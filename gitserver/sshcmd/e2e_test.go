@@ -50,7 +50,7 @@ func newServer(t testing.TB) *server {
 	ns := cp.Namespace(t, "sshcmd")
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	dir, c, err := access.Start(ctx, access.Config{Namespace: ns}, cp.Config, cp.Scheme, cp.Client)
+	dir, c, err := access.Start(ctx, access.Config{Namespace: ns}, cp.Config, cp.Scheme)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func newServer(t testing.TB) *server {
 	cfg.StateDir = state
 	cfg.Addr = "127.0.0.1:0"
 	cfg.SessionRecheck = 200 * time.Millisecond
-	srv, err := gitserver.New(cfg, dir, pl, log, nil, gitserver.WithCommands(cmds))
+	srv, err := gitserver.New(cfg, dir, b, pl, log, nil, gitserver.WithCommands(cmds))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ const volumeSize = "256Mi"
 // deletion takes the claim.
 func TestVolumesOnTheCluster(t *testing.T) {
 	const app = "volly"
-	r := newRepo(t, "hello-shell", app)
+	r := newHostRepo(t, app) // stops on SIGTERM: each stop of a Recreate rollout would take the 30 s grace
 	mustPush(t, r)
 	waitBody(t, app, "/", "hello from bex", time.Minute)
 

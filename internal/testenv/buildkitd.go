@@ -153,7 +153,7 @@ func (b *Buildkitd) Stop() error {
 func SharedBuildkitd(t testing.TB) *Buildkitd {
 	t.Helper()
 	c := SharedContainerd(t)
-	return sharedDaemon(t, "buildkitd", func(dir string) (*Buildkitd, func() error, error) {
+	return Shared(t, "buildkitd", func(dir string) (*Buildkitd, func() error, error) {
 		b, err := StartBuildkitd(dir, c)
 		if err != nil {
 			return nil, nil, err

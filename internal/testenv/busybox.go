@@ -32,7 +32,7 @@ func BusyboxImage(ctx context.Context, c *Containerd, dir string) (string, error
 func SharedBusybox(t testing.TB) string {
 	t.Helper()
 	c := SharedContainerd(t)
-	return sharedDaemon(t, "busybox", func(dir string) (string, func() error, error) {
+	return Shared(t, "busybox", func(dir string) (string, func() error, error) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return "", nil, err
 		}

@@ -119,7 +119,7 @@ func (c *Containerd) Stop() error {
 // SharedContainerd returns the containerd of this test binary, started on first use.
 func SharedContainerd(t testing.TB) *Containerd {
 	t.Helper()
-	return sharedDaemon(t, "containerd", func(dir string) (*Containerd, func() error, error) {
+	return Shared(t, "containerd", func(dir string) (*Containerd, func() error, error) {
 		c, err := StartContainerd(dir)
 		if err != nil {
 			return nil, nil, err

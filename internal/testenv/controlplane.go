@@ -130,7 +130,7 @@ func withParentDeathSignal(dir, bin string) (string, error) {
 // use. Tests that share it use their own namespaces or names.
 func SharedControlPlane(t testing.TB) *ControlPlane {
 	t.Helper()
-	return sharedDaemon(t, "controlplane", func(dir string) (*ControlPlane, func() error, error) {
+	return Shared(t, "controlplane", func(dir string) (*ControlPlane, func() error, error) {
 		cp, err := StartControlPlane(dir)
 		if err != nil {
 			return nil, nil, err

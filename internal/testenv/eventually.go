@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -10,14 +11,23 @@ import (
 // daemon) wait with it instead of sleeping.
 func Eventually(t testing.TB, timeout time.Duration, what string, f func() error) {
 	t.Helper()
+	if err := Poll(timeout, f); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// Poll is Eventually for code that has no test to fail (a daemon shared by
+// several tests, stopped after them): it returns f's last error, saying how long
+// it was tried, when timeout passes first.
+func Poll(timeout time.Duration, f func() error) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		err := f()
 		if err == nil {
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: still %v after %s", what, err, timeout)
+			return fmt.Errorf("still %w after %s", err, timeout)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

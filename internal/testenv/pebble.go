@@ -210,7 +210,7 @@ func selfSignedLoopbackCert() (certPEM, keyPEM []byte, err error) {
 // SharedPebble returns the Pebble of this test binary, started on first use.
 func SharedPebble(t testing.TB) *Pebble {
 	t.Helper()
-	return sharedDaemon(t, "pebble", func(dir string) (*Pebble, func() error, error) {
+	return Shared(t, "pebble", func(dir string) (*Pebble, func() error, error) {
 		p, err := StartPebble(dir)
 		if err != nil {
 			return nil, nil, err

@@ -29,7 +29,7 @@ func StandInsConfig() baseimage.Config {
 func SharedStandIns(t testing.TB) []baseimage.Image {
 	t.Helper()
 	c := SharedContainerd(t)
-	return sharedDaemon(t, "standins", func(dir string) ([]baseimage.Image, func() error, error) {
+	return Shared(t, "standins", func(dir string) ([]baseimage.Image, func() error, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 		defer cancel()
 		cl, err := c.Client()

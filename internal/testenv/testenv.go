@@ -79,9 +79,11 @@ func stopShared() error {
 	return errors.Join(errs...)
 }
 
-// sharedDaemon returns the daemon called name, starting it with start on first use.
-// start gets a fresh directory of its own and returns the handle and its stop func.
-func sharedDaemon[T any](t testing.TB, name string, start func(dir string) (T, func() error, error)) T {
+// Shared returns the daemon called name, starting it with start on first use in
+// this test binary; Run stops it at the end. start gets a fresh directory of its
+// own and returns the handle and its stop func. A package may share its own
+// daemons through it (cmd/bex/e2e shares one bex up).
+func Shared[T any](t testing.TB, name string, start func(dir string) (T, func() error, error)) T {
 	t.Helper()
 	shared.mu.Lock()
 	defer shared.mu.Unlock()

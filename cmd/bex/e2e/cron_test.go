@@ -17,9 +17,7 @@ import (
 // once with its output under `logs --process cron.<id>`. Schedules are
 // "@every 2s": no minute is waited for.
 func TestCronJobs(t *testing.T) {
-	p := newPlatform(t)
-	t.Cleanup(p.kill)
-	p.start(t)
+	p := sharedPlatform(t)
 	app := p.newRepo(t, "hello-shell", "crony")
 	if out, err := app.push(); err != nil {
 		t.Fatalf("push: %v\n%s", err, out)

@@ -35,9 +35,7 @@ func dokkuTasks(predeploy, postdeploy string) string {
 // each rejects the push naming its phase, the ref where it was and the release
 // that served before answering on the edge.
 func TestDokkuDeploymentTasks(t *testing.T) {
-	p := newPlatform(t)
-	t.Cleanup(p.kill)
-	p.start(t)
+	p := sharedPlatform(t)
 	const app = "dokku-tasks"
 	r := p.newRepo(t, "hello-shell", app)
 	const procfile = "web: httpd -f -p $PORT -h /www\nrelease: touch /app/released\n"

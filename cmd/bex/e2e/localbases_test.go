@@ -93,26 +93,37 @@ web: test ! -e released && mkdir -p tmp && touch tmp/web && exec node server.js
 		}
 		testenv.Eventually(t, 30*time.Second, "https://writes-node.localhost answers", p.answers("writes-node", "/", "hello from node v18."))
 	})
-	p.stop(t)
 }
 
-// startLocalBases starts bex up with --local-bases, once the stand-ins are in the
-// machine's cache (minutes the first time on a machine, seconds after), so that bex
-// up's start is not timed on a cold mmdebstrap; bex up then finds them there. Build
-// steps get 1Gi: npm ci and bundle need more than the 256Mi the other tests' steps get.
+// startLocalBases is one bex up with --local-bases, shared by the tests that
+// build on the stand-ins (as sharedPlatform is), started once the stand-ins are in
+// the machine's cache (minutes the first time on a machine, seconds after), so
+// that bex up's start is not timed on a cold mmdebstrap; bex up then finds them
+// there. Build steps get 1Gi: npm ci and bundle need more than the 256Mi the other
+// tests' steps get.
 func startLocalBases(t *testing.T) (*platform, baseimage.Config) {
 	t.Helper()
 	cfg := testenv.StandInsConfig()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	defer cancel()
-	began := time.Now()
-	if _, err := baseimage.Build(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("stand-ins ready in %s (%s)", time.Since(began).Round(time.Millisecond), cfg.CacheDir)
-
-	p := newPlatform(t)
-	t.Cleanup(p.kill)
-	p.start(t, "--local-bases", "--local-bases-cache", cfg.CacheDir, "--build-memory", "1Gi")
+	p := testenv.Shared(t, "bex-up-local-bases", func(dir string) (*platform, func() error, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+		defer cancel()
+		began := time.Now()
+		if _, err := baseimage.Build(ctx, cfg); err != nil {
+			return nil, nil, err
+		}
+		t.Logf("stand-ins ready in %s (%s)", time.Since(began).Round(time.Millisecond), cfg.CacheDir)
+		if err := os.MkdirAll(filepath.Join(dir, "state"), 0o700); err != nil {
+			return nil, nil, err
+		}
+		p, err := newPlatformIn(filepath.Join(dir, "state"), dir)
+		if err != nil {
+			return nil, nil, err
+		}
+		p.shared = true
+		if err := p.launch("--local-bases", "--local-bases-cache", cfg.CacheDir, "--build-memory", "1Gi"); err != nil {
+			return nil, nil, err
+		}
+		return p, p.shutdown, nil
+	})
 	return p, cfg
 }

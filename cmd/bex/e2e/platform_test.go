@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -61,27 +62,65 @@ type platform struct {
 	cmd    *exec.Cmd
 	out    *testenv.SyncBuffer
 	exited chan struct{}
+	// shared: the platform of several tests (sharedPlatform), whose apps are
+	// destroyed when the test that made them ends.
+	shared bool
 }
 
 // newPlatform chooses the ports and makes the admin's key; start runs it.
 func newPlatform(t testing.TB) *platform {
 	t.Helper()
-	p := &platform{dir: t.TempDir()}
 	// t.TempDir and its parent are 0700, as a state dir under /root is: the apps'
 	// user namespaces must not need to pass through it (containerd's bundles are in
 	// /run/bex).
+	p, err := newPlatformIn(t.TempDir(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// newPlatformIn is newPlatform on a state dir and a directory for the key that
+// the caller made.
+func newPlatformIn(stateDir, keyDir string) (*platform, error) {
+	p := &platform{dir: stateDir}
 	for _, a := range []*string{&p.sshAddr, &p.httpAddr, &p.httpsAddr, &p.hooksAddr} {
 		port, err := testenv.FreePort()
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		*a = fmt.Sprintf("127.0.0.1:%d", port)
 	}
-	p.keyPath = filepath.Join(t.TempDir(), "id_ed25519")
+	p.keyPath = filepath.Join(keyDir, "id_ed25519")
 	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "e2e@bex", "-f", p.keyPath).CombinedOutput(); err != nil {
-		t.Fatalf("ssh-keygen: %v\n%s", err, out)
+		return nil, fmt.Errorf("ssh-keygen: %v\n%s", err, out)
 	}
-	return p
+	return p, nil
+}
+
+// sharedPlatform is one bex up with the usual flags for the tests that need
+// none of their own: each uses apps of its own names and changes nothing of the
+// platform's (its users, flags or files), and the apps it makes are destroyed
+// when it ends (newRepo), so that what one test left running (cron jobs,
+// instances) neither loads nor confuses the next. The first test that asks
+// starts it; testenv.Run stops it after the last test, as a user would, and
+// fails the run if it does not stop cleanly or leaves a process.
+func sharedPlatform(t *testing.T) *platform {
+	t.Helper()
+	return testenv.Shared(t, "bex-up", func(dir string) (*platform, func() error, error) {
+		if err := os.MkdirAll(filepath.Join(dir, "state"), 0o700); err != nil {
+			return nil, nil, err
+		}
+		p, err := newPlatformIn(filepath.Join(dir, "state"), dir)
+		if err != nil {
+			return nil, nil, err
+		}
+		p.shared = true
+		if err := p.launch(); err != nil {
+			return nil, nil, err
+		}
+		return p, p.shutdown, nil
+	})
 }
 
 // start runs bex up, with extra flags after the usual ones, and waits until it
@@ -89,6 +128,13 @@ func newPlatform(t testing.TB) *platform {
 // owns the platform.
 func (p *platform) start(t testing.TB, extra ...string) {
 	t.Helper()
+	if err := p.launch(extra...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// launch is start without a test: the shared platform's.
+func (p *platform) launch(extra ...string) error {
 	p.cmd = p.upCommand(append([]string{"--state-dir", p.dir,
 		"--ssh-addr", p.sshAddr, "--http-addr", p.httpAddr, "--https-addr", p.httpsAddr,
 		"--hooks-addr", p.hooksAddr, "--base-domain", "localhost",
@@ -102,28 +148,30 @@ func (p *platform) start(t testing.TB, extra ...string) {
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
+		return err
 	}
 	p.exited = make(chan struct{})
 	go func() { _ = p.cmd.Wait(); close(p.exited) }()
-	up := false
-	defer func() {
-		if !up {
-			p.kill()
-		}
-	}()
-	testenv.Eventually(t, 3*time.Minute, "bex up says it is up", func() error {
+	exited := errors.New("bex up exited")
+	err := testenv.Poll(3*time.Minute, func() error {
 		select {
 		case <-p.exited:
-			t.Fatalf("bex up exited (%v):\n%s", p.cmd.ProcessState, p.out)
+			return exited
 		default:
 		}
 		if !strings.Contains(p.out.String(), "bex is up.") {
-			return fmt.Errorf("not yet:\n%s", p.out)
+			return errors.New("not yet")
 		}
 		return nil
 	})
-	up = true
+	switch {
+	case errors.Is(err, exited):
+		return fmt.Errorf("bex up exited (%v):\n%s", p.cmd.ProcessState, p.out)
+	case err != nil:
+		p.kill()
+		return fmt.Errorf("bex up does not say it is up: %v:\n%s", err, p.out)
+	}
+	return nil
 }
 
 // upCommand is `bex up args...`, finding the daemons `make tools` built in bin/.
@@ -155,26 +203,36 @@ func (p *platform) kill() {
 func (p *platform) stop(t testing.TB) {
 	t.Helper()
 	began := time.Now()
+	if err := p.shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("bex up stopped in %s", time.Since(began).Round(time.Millisecond))
+}
+
+// shutdown is stop without a test: the shared platform's.
+func (p *platform) shutdown() error {
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.exited:
 	case <-time.After(2 * time.Minute):
 		p.cmd.Process.Kill()
-		t.Fatalf("bex up did not stop within 2 minutes of SIGTERM:\n%s", p.out)
+		return fmt.Errorf("bex up did not stop within 2 minutes of SIGTERM:\n%s", p.out)
 	}
 	if !p.cmd.ProcessState.Success() {
-		t.Fatalf("bex up exited with %v:\n%s", p.cmd.ProcessState, p.out)
+		return fmt.Errorf("bex up exited with %v:\n%s", p.cmd.ProcessState, p.out)
 	}
-	t.Logf("bex up stopped in %s", time.Since(began).Round(time.Millisecond))
 	// containerd's shims are the processes most likely to outlive it: they are
 	// found by the state dir in their command line, as is everything else bex up
 	// started.
-	testenv.Eventually(t, 10*time.Second, "no process left after bex up stopped", func() error {
+	if err := testenv.Poll(10*time.Second, func() error {
 		if left := processesMentioning(p.dir); len(left) > 0 {
 			return fmt.Errorf("left:\n%s", strings.Join(left, "\n"))
 		}
 		return nil
-	})
+	}); err != nil {
+		return fmt.Errorf("a process is left after bex up stopped: %v", err)
+	}
+	return nil
 }
 
 // processesMentioning lists the live processes whose command line contains s.
@@ -321,7 +379,28 @@ func (p *platform) newRepoFrom(t testing.TB, dir, app string) *repo {
 	r.git(t, "add", "-A")
 	r.git(t, "commit", "-q", "-m", "first")
 	r.git(t, "remote", "add", "bex", p.remote(app))
+	if p.shared {
+		t.Cleanup(func() { p.destroyApp(t, app) })
+	}
 	return r
+}
+
+// destroyApp destroys app and waits until its App is gone (the deployer stopped
+// its processes first): the next test on a shared platform starts without it.
+func (p *platform) destroyApp(t testing.TB, app string) {
+	t.Helper()
+	if _, stderr, err := p.ssh(t, "apps:destroy", app, "--confirm", app); err != nil {
+		if !strings.Contains(stderr, "no app") {
+			t.Errorf("apps:destroy %s: %v: %s", app, err, stderr)
+		}
+		return
+	}
+	testenv.Eventually(t, 2*time.Minute, app+" is gone", func() error {
+		if out := p.kubectl(t, "get", "apps.app.bex.co", "--ignore-not-found", app, "-o", "name"); out != "" {
+			return fmt.Errorf("still there: %s", out)
+		}
+		return nil
+	})
 }
 
 func (r *repo) git(t testing.TB, args ...string) string {

@@ -17,9 +17,7 @@ import (
 // when it fails; app.json's formation, health check and cron land in the App, a
 // malformed app.json is rejected with its line, and ps:scale survives a push.
 func TestReleasePhaseAndAppJSON(t *testing.T) {
-	p := newPlatform(t)
-	t.Cleanup(p.kill)
-	p.start(t)
+	p := sharedPlatform(t)
 	const app = "migrates"
 	r := p.newRepo(t, "hello-shell", app)
 	if out, err := r.push(); err != nil {
@@ -151,9 +149,7 @@ func psReplicas(out, typ, n string) bool {
 // app.json's value and a generated 64-hex secret, and a later push changes
 // neither.
 func TestAppJSONEnv(t *testing.T) {
-	p := newPlatform(t)
-	t.Cleanup(p.kill)
-	p.start(t)
+	p := sharedPlatform(t)
 	const app = "withenv"
 	r := p.newRepo(t, "hello-shell", app)
 	r.commit(t, "app.json", map[string]string{"app.json": `{

@@ -119,9 +119,7 @@ func (p *platform) oneOffContainers(t *testing.T) []string {
 // change, the exit status, Ctrl-C, stdin from a pipe, --detach and its logs, and
 // no container left.
 func TestRun(t *testing.T) {
-	p := newPlatform(t)
-	t.Cleanup(p.kill)
-	p.start(t)
+	p := sharedPlatform(t)
 	app := p.newRepo(t, "hello-shell", "hello-shell")
 	if out, err := app.push(); err != nil {
 		t.Fatalf("push: %v\n%s", err, out)

@@ -76,5 +76,4 @@ func TestLocalBasesServeHerokuStyleAppsWithoutDockerfile(t *testing.T) {
 			}
 		})
 	}
-	p.stop(t)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"bex.co/bex/cmd/bex/up"
+	"bex.co/bex/gitserver/pipeline"
 	"bex.co/bex/internal/machine/baseimage"
 )
 
@@ -63,9 +64,9 @@ func (c *upCmd) command() *cobra.Command {
 	f.StringVar(&c.cfg.ImageResolveMode, "image-resolve-mode", d.ImageResolveMode, "how builds find base images: default, pull, or local (images already in containerd; no registry)")
 	c.maxObjectSize = byteSize(d.MaxObjectBytes)
 	f.Var(&c.maxObjectSize, "max-object-size", "largest object (a file, mostly) that a push may hold, passed to the gitserver (GitHub's limit is 100MiB)")
-	f.Int64Var(&c.cfg.MaxPushObjects, "max-push-objects", 0, "most objects a push may hold, passed to the gitserver, which refuses a larger one from its pack's header before reading any object (0: the gitserver's default, 2,000,000)")
+	f.Int64Var(&c.cfg.MaxPushObjects, "max-push-objects", 0, fmt.Sprintf("most objects a push may hold, passed to the gitserver, which refuses a larger one from its pack's header before reading any object (0: the gitserver's default, %d)", pipeline.DefaultConfig().MaxPushObjects))
 	c.minFreeDisk = byteSize(d.MinFreeDiskBytes)
-	f.Var(&c.minFreeDisk, "min-free-disk", "free space kept on the file system of --state-dir, passed to the gitserver: with less free (this or 5% of the file system, whichever is smaller) pushes and deploys are refused at once")
+	f.Var(&c.minFreeDisk, "min-free-disk", fmt.Sprintf("free space kept on the file system of --state-dir, passed to the gitserver: with less free (this or %d%% of the file system, whichever is smaller) pushes and deploys are refused at once", pipeline.DefaultMinFreePercent))
 	f.BoolVar(&c.cfg.AllowPrivateRegistries, "allow-private-registries", false, "let deploy:image pull from registries on loopback, private (RFC 1918, CGNAT, ULA) and link-local addresses, passed to the gitserver (a registry on the LAN); off: a member could reach this machine's and the LAN's services")
 	f.BoolVar(&c.cfg.AllowPrivateUpstreams, "allow-private-upstreams", false, "let apps fetch upstreams on loopback, private (RFC 1918, CGNAT, ULA) and link-local addresses, passed to the gitserver (a git host on the LAN); off: a member could reach this machine's and the LAN's services")
 	f.Var(&c.allowEgress, "allow-tenant-egress", egressUsage+"; passed to the deployer and the gitserver")

@@ -45,6 +45,7 @@ var ErrNotCached = errors.New("the cache has not seen the change")
 // for at most wait. An error of the cache other than NotFound ends it; so does
 // wait, with an error wrapping ErrNotCached.
 func WaitCached(ctx context.Context, r client.Reader, key client.ObjectKey, wait time.Duration, done func(*appv1.App) bool) error {
+	began := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	tick := time.NewTicker(5 * time.Millisecond)
@@ -66,7 +67,9 @@ func WaitCached(ctx context.Context, r client.Reader, key client.ObjectKey, wait
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w after %s: %w", ErrNotCached, wait, ctx.Err())
+			// The time it waited, not the bound: the caller's context may
+			// have ended first.
+			return fmt.Errorf("%w after %s: %w", ErrNotCached, time.Since(began).Round(time.Millisecond), ctx.Err())
 		case <-tick.C:
 		}
 	}

@@ -21,6 +21,20 @@ func TestABuildThatGivesItsSlotBackLetsTheOthersBuild(t *testing.T) {
 
 	reacquired := make(chan error, 1)
 	first, second := admin.workdir("first"), admin.workdir("second")
+	// push commits a change in dir and starts pushing it: what git says, and
+	// its end.
+	push := func(dir, round string) (*testenv.SyncBuffer, chan error) {
+		admin.commit(dir, "app.txt", round+"\n")
+		cmd := admin.gitCmd(dir, "push", "bex", "main")
+		out := &testenv.SyncBuffer{}
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		return out, done
+	}
 	// pushWhileFirstWaits pushes the app "first", whose build waits (its slot
 	// given back or not), then "second", and returns what the second push said.
 	pushWhileFirstWaits := func(round string, giveBack bool) string {
@@ -42,29 +56,13 @@ func TestABuildThatGivesItsSlotBackLetsTheOthersBuild(t *testing.T) {
 			}
 			return nil
 		})
-		admin.commit(first, "app.txt", round+"\n")
-		firstPush := admin.gitCmd(first, "push", "bex", "main")
-		firstOut := &testenv.SyncBuffer{}
-		firstPush.Stdout, firstPush.Stderr = firstOut, firstOut
-		if err := firstPush.Start(); err != nil {
-			t.Fatal(err)
-		}
-		firstDone := make(chan error, 1)
-		go func() { firstDone <- firstPush.Wait() }()
+		firstOut, firstDone := push(first, round)
 		select {
 		case <-started:
 		case err := <-firstDone:
 			t.Fatalf("the first push ended before its build began (%v):\n%s", err, firstOut)
 		}
-		admin.commit(second, "app.txt", round+"\n")
-		secondPush := admin.gitCmd(second, "push", "bex", "main")
-		secondOut := &testenv.SyncBuffer{}
-		secondPush.Stdout, secondPush.Stderr = secondOut, secondOut
-		if err := secondPush.Start(); err != nil {
-			t.Fatal(err)
-		}
-		secondDone := make(chan error, 1)
-		go func() { secondDone <- secondPush.Wait() }()
+		secondOut, secondDone := push(second, round)
 		if giveBack {
 			// The second push needs no slot the first one holds.
 			if err := <-secondDone; err != nil {

@@ -104,26 +104,13 @@ web: test ! -e released && mkdir -p tmp && touch tmp/web && exec node server.js
 func startLocalBases(t *testing.T) (*platform, baseimage.Config) {
 	t.Helper()
 	cfg := testenv.StandInsConfig()
-	p := testenv.Shared(t, "bex-up-local-bases", func(dir string) (*platform, func() error, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-		defer cancel()
-		began := time.Now()
-		if _, err := baseimage.Build(ctx, cfg); err != nil {
-			return nil, nil, err
-		}
-		t.Logf("stand-ins ready in %s (%s)", time.Since(began).Round(time.Millisecond), cfg.CacheDir)
-		if err := os.MkdirAll(filepath.Join(dir, "state"), 0o700); err != nil {
-			return nil, nil, err
-		}
-		p, err := newPlatformIn(filepath.Join(dir, "state"), dir)
-		if err != nil {
-			return nil, nil, err
-		}
-		p.shared = true
-		if err := p.launch("--local-bases", "--local-bases-cache", cfg.CacheDir, "--build-memory", "1Gi"); err != nil {
-			return nil, nil, err
-		}
-		return p, p.shutdown, nil
-	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	began := time.Now()
+	if _, err := baseimage.Build(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stand-ins ready in %s (%s)", time.Since(began).Round(time.Millisecond), cfg.CacheDir)
+	p := sharedUp(t, "bex-up-local-bases", "--local-bases", "--local-bases-cache", cfg.CacheDir, "--build-memory", "1Gi")
 	return p, cfg
 }

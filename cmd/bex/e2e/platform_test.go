@@ -107,7 +107,14 @@ func newPlatformIn(stateDir, keyDir string) (*platform, error) {
 // fails the run if it does not stop cleanly or leaves a process.
 func sharedPlatform(t *testing.T) *platform {
 	t.Helper()
-	return testenv.Shared(t, "bex-up", func(dir string) (*platform, func() error, error) {
+	return sharedUp(t, "bex-up")
+}
+
+// sharedUp is the bex up called name, with extra flags after the usual ones,
+// started by the first test that asks for it and stopped by testenv.Run.
+func sharedUp(t *testing.T, name string, extra ...string) *platform {
+	t.Helper()
+	return testenv.Shared(t, name, func(dir string) (*platform, func() error, error) {
 		if err := os.MkdirAll(filepath.Join(dir, "state"), 0o700); err != nil {
 			return nil, nil, err
 		}
@@ -116,7 +123,7 @@ func sharedPlatform(t *testing.T) *platform {
 			return nil, nil, err
 		}
 		p.shared = true
-		if err := p.launch(); err != nil {
+		if err := p.launch(extra...); err != nil {
 			return nil, nil, err
 		}
 		return p, p.shutdown, nil

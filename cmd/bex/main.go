@@ -20,6 +20,11 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// A write to a stdout or stderr nobody reads any more (bex up | tee, and tee
+	// was ended) fails with EPIPE instead of ending the process: Go's default
+	// would kill bex up in the middle of stopping its daemons, leaving their
+	// mounts behind. Notify, not Ignore: what bex starts gets SIGPIPE's default.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	root, logs := newRoot(os.Stdout, os.Stderr)
 	// controller-runtime (the API cache, controllers) logs through the same handler.
 	ctrllog.SetLogger(logr.FromSlogHandler(logs))

@@ -65,6 +65,9 @@ type platform struct {
 	// shared: the platform of several tests (sharedPlatform), whose apps are
 	// destroyed when the test that made them ends.
 	shared bool
+	// stdio, when set, is bex up's stdout and stderr in place of out (a pipe
+	// whose reader the test controls); launch closes this end once it started.
+	stdio *os.File
 }
 
 // newPlatform chooses the ports and makes the admin's key; start runs it.
@@ -151,16 +154,25 @@ func (p *platform) launch(extra ...string) error {
 		"--image-resolve-mode", "local", "--busybox-base",
 		// Small enough for a test step to pass it without taking the machine's memory.
 		"--build-memory", "256Mi"}, extra...)...)
-	p.out = &testenv.SyncBuffer{}
+	if p.out == nil {
+		p.out = &testenv.SyncBuffer{}
+	}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if p.stdio != nil {
+		p.cmd.Stdout, p.cmd.Stderr = p.stdio, p.stdio
+	}
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
+	err := p.cmd.Start()
+	if p.stdio != nil {
+		p.stdio.Close()
+	}
+	if err != nil {
 		return err
 	}
 	p.exited = make(chan struct{})
 	go func() { _ = p.cmd.Wait(); close(p.exited) }()
 	exited := errors.New("bex up exited")
-	err := testenv.Poll(3*time.Minute, func() error {
+	err = testenv.Poll(3*time.Minute, func() error {
 		select {
 		case <-p.exited:
 			return exited

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"bex.co/bex/internal/buildslot"
 )
 
 // basesWaitLine is how often a build waiting for the base images says so.
@@ -29,7 +31,7 @@ const basesWaitLine = 15 * time.Second
 // While it waits the build gives its slot back, and takes one again once the
 // file is there: builds waiting for the stand-ins (minutes on a fresh machine)
 // must not hold every slot and stop the builds that need none.
-func waitForBases(ctx context.Context, path string, slot Slot, out io.Writer, every time.Duration) error {
+func waitForBases(ctx context.Context, path string, slot *buildslot.Slot, out io.Writer, every time.Duration) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("waiting for the base images: %w", err)

@@ -120,16 +120,6 @@ func (b *Builder) client(ctx context.Context) (*bkclient.Client, error) {
 	return c, nil
 }
 
-// Slot is a build's hold on a slot of a limited number of builds
-// (buildslot.Slot is one).
-type Slot interface {
-	// Release gives the slot back; without one held it does nothing.
-	Release()
-	// Acquire takes a slot again, waiting (and saying so) while all are
-	// held, until ctx ends.
-	Acquire(ctx context.Context) error
-}
-
 // Request is one build.
 type Request struct {
 	App string
@@ -162,7 +152,7 @@ type Request struct {
 	// when Build is called: the builder then takes none of its own (the
 	// caller's slots are the one limit). Either way the build gives its slot
 	// back while it waits for the base images, and takes it again after.
-	Slot Slot
+	Slot *buildslot.Slot
 }
 
 // refusal is CheckAppJSON's error: returned, recorded, not printed.

@@ -11,6 +11,7 @@ import (
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/gitserver/backend"
+	"bex.co/bex/internal/buildslot"
 )
 
 // Builder turns one commit of an app's repository into an image.
@@ -34,14 +35,7 @@ type BuildRequest struct {
 	// when Build is called. The builder may give it back while it waits for
 	// something other than its own work, and must hold it again before it
 	// goes on.
-	Slot BuildSlot
-}
-
-// BuildSlot is a build's hold on one of the pipeline's build slots
-// (buildslot.Slot).
-type BuildSlot interface {
-	Release()
-	Acquire(ctx context.Context) error
+	Slot *buildslot.Slot
 }
 
 // BuildResult is what a build produced.

@@ -21,6 +21,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&App{}, &AppList{},
 		&Release{}, &ReleaseList{},
 		&User{}, &UserList{},
+		&Database{}, &DatabaseList{},
 	)
 	metav1.AddToGroupVersion(scheme, GroupVersion)
 	return nil

@@ -59,7 +59,7 @@ func TestAllParsesEveryKind(t *testing.T) {
 	for _, crd := range all {
 		kinds[crd.Spec.Names.Kind] = string(crd.Spec.Scope)
 	}
-	want := map[string]string{"App": "Namespaced", "Release": "Namespaced", "User": "Cluster"}
+	want := map[string]string{"App": "Namespaced", "Database": "Namespaced", "Release": "Namespaced", "User": "Cluster"}
 	for kind, scope := range want {
 		if kinds[kind] != scope {
 			t.Errorf("kind %s: scope %q, want %q (all: %v)", kind, kinds[kind], scope, kinds)

@@ -8,7 +8,8 @@
 // for the host's own addresses, FORWARD for anything else.
 //
 // The filter rules live in chains of bex's own (BEX-INPUT, BEX-FORWARD, in
-// the nat table BEX-POSTROUTING, in the raw table BEX-PREROUTING), jumped to
+// the nat table BEX-POSTROUTING, in the raw table BEX-PREROUTING; and the
+// chains of the databases, below), jumped to
 // first from the built-in chains. Install writes them all in one
 // iptables-restore transaction per table (a second start, or two processes at
 // once, leave the same rules); Remove takes the jumps and the chains away. From
@@ -29,6 +30,26 @@
 //     CGNAT, link-local with the cloud metadata address, multicast) are refused,
 //     the Internet is reached;
 //   - POSTROUTING: what leaves for elsewhere is masqueraded.
+//
+// Managed databases run as app instances and are reached by the apps at a
+// stable address: the apps' gateway (AppsGateway, the first address of
+// AppsSubnet) and a port of the database's. Expose puts a DNAT in the nat
+// table's BEX-DATABASES (jumped to from PREROUTING) that leads connections from
+// the apps' subnet to that port to the database instance's own address; the
+// rule's comment is the database's name, by which Expose finds it again, so a
+// port is held by one name. What may use it is the filter table's BEX-LINKS,
+// jumped to by the first rule of BEX-FORWARD for traffic within the apps'
+// subnet: AllowLinks puts there, per linked instance (owner: its network
+// namespace's id, the comment) and port, an ACCEPT of the connections whose
+// original tuple in conntrack is that instance's address to that port of the
+// gateway. Both directions of such a connection pass, before the
+// tenant-to-tenant drop; nothing else does: an instance that is not linked is
+// led to the database and dropped there, a linked one cannot reach the
+// database's own address, a build step is not led at all (the DNAT is the apps'
+// subnet's), and the host's own listener on that port is not what an app
+// reaches. Inside the subnet nothing is masqueraded: the database sees the
+// app's own address. RemoveLinks and SweepLinks (owners that are gone) take
+// links away; Install keeps both chains' rules, Remove deletes them.
 //
 // IPv6 is switched off on the container's interface (the `tuning` plugin), and
 // IPv6 that comes in on a tenant's interface all the same (a packet socket) is

@@ -26,7 +26,8 @@ func (r Rule) String() string {
 	return fmt.Sprintf("-t %s -A %s %s", r.Table, r.Chain, strings.Join(r.Args, " "))
 }
 
-// Chains returns bex's chains: filter INPUT and FORWARD, nat POSTROUTING.
+// Chains returns bex's chains: filter INPUT and FORWARD, nat POSTROUTING. (The
+// others are the raw table's, the host ports', the databases' and the links'.)
 func (cfg Config) Chains() (input, forward, postrouting string) {
 	p := cfg.ChainPrefix
 	return p + "-INPUT", p + "-FORWARD", p + "-POSTROUTING"
@@ -42,7 +43,8 @@ func (cfg Config) hostPortsChain() string { return cfg.ChainPrefix + "-HOST-PORT
 
 // jumps are the rules in the built-in chains that send traffic to bex's chains.
 // They are inserted first, so that no broader ACCEPT before them lets a tenant
-// through.
+// through (and, in nat PREROUTING, so that a database's port on the apps'
+// gateway is led to the database before any other DNAT of that port).
 func (cfg Config) jumps() []Rule {
 	in, fwd, post := cfg.Chains()
 	return []Rule{
@@ -50,6 +52,7 @@ func (cfg Config) jumps() []Rule {
 		{"filter", "INPUT", []string{"-j", in}},
 		{"filter", "FORWARD", []string{"-j", fwd}},
 		{"nat", "POSTROUTING", []string{"-j", post}},
+		{"nat", "PREROUTING", []string{"-j", cfg.databasesChain()}},
 	}
 }
 
@@ -118,6 +121,10 @@ func (cfg Config) Rules(res Resolvers) []Rule {
 		rules = append(rules, Rule{"filter", in, []string{"-s", s, "-j", cfg.hostPortsChain()}})
 		rules = append(rules, Rule{"filter", in, []string{"-s", s, "-j", "DROP"}})
 	}
+	// The links to databases (AllowLinks) first: the one tenant-to-tenant
+	// traffic that passes, an app and the database it reaches at the apps'
+	// gateway (links.go).
+	rules = append(rules, cfg.linksJump())
 	for _, s := range cfg.subnets() {
 		for _, d := range cfg.subnets() {
 			rules = append(rules, Rule{"filter", fwd, []string{"-s", s, "-d", d, "-j", "DROP"}})
@@ -196,7 +203,8 @@ func nameservers(resolvConf []byte) []netip.Addr {
 // chains' rules, and turns on IPv4 forwarding. The rules of each table are
 // written in one iptables-restore transaction, which replaces what the chains held
 // (an older bex's rules, in an older order) without a moment in which they are
-// empty; the host ports' chain keeps what AllowHostPorts put there. It is safe to
+// empty; the host ports' chain keeps what AllowHostPorts put there, the
+// databases' and links' chains what Expose and AllowLinks put there. It is safe to
 // call at every start and from several processes at once (the xtables lock).
 func Install(ctx context.Context, cfg Config) error {
 	cfg = cfg.withDefaults()
@@ -208,7 +216,7 @@ func Install(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("tenant network: host resolvers: %w", err)
 	}
 	in, fwd, post := cfg.Chains()
-	for _, c := range []struct{ table, chain string }{{"filter", cfg.hostPortsChain()}, {"filter", in}, {"filter", fwd}, {"nat", post}, {"raw", cfg.rawChain()}} {
+	for _, c := range []struct{ table, chain string }{{"filter", cfg.hostPortsChain()}, {"filter", cfg.linksChain()}, {"nat", cfg.databasesChain()}, {"filter", in}, {"filter", fwd}, {"nat", post}, {"raw", cfg.rawChain()}} {
 		if err := iptables(ctx, "-t", c.table, "-n", "-L", c.chain); err != nil {
 			if err := iptables(ctx, "-t", c.table, "-N", c.chain); err != nil && !strings.Contains(err.Error(), "already exists") {
 				return fmt.Errorf("tenant network: create chain %s: %w", c.chain, err)
@@ -258,9 +266,9 @@ func Remove(ctx context.Context, cfg Config) error {
 		}
 	}
 	in, fwd, post := cfg.Chains()
-	// The INPUT chain first: it jumps to the host ports' chain, which can only go
-	// once nothing refers to it.
-	for _, c := range []struct{ table, chain string }{{"filter", in}, {"filter", fwd}, {"nat", post}, {"raw", cfg.rawChain()}, {"filter", cfg.hostPortsChain()}} {
+	// The INPUT and FORWARD chains first: they jump to the host ports' and the
+	// links' chains, which can only go once nothing refers to them.
+	for _, c := range []struct{ table, chain string }{{"filter", in}, {"filter", fwd}, {"nat", post}, {"raw", cfg.rawChain()}, {"filter", cfg.hostPortsChain()}, {"filter", cfg.linksChain()}, {"nat", cfg.databasesChain()}} {
 		if iptables(ctx, "-t", c.table, "-n", "-L", c.chain) != nil {
 			continue
 		}

@@ -138,13 +138,13 @@ func TestInstallIsIdempotentAndRemoveCleans(t *testing.T) {
 		t.Fatalf("BEXTEST is named %d times in ip6tables' raw table, want 3", n)
 	}
 	first := count()
-	// Occurrences, not lines: a subnet's jump to the host ports' chain names the
-	// prefix twice.
+	// Occurrences, not lines: a jump from one of bex's chains to another names
+	// the prefix twice.
 	res, err := cfg.HostResolvers()
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := len(cfg.Rules(res)) + 4 /* jumps */ + 5 /* chain declarations */ + 2 /* subnets */
+	want := len(cfg.Rules(res)) + 5 /* jumps */ + 7 /* chain declarations */ + 3 /* rules that name two chains: each subnet's jump to the host ports, the jump to the links */
 	if first != want {
 		t.Fatalf("BEXTEST is named %d times after Install, want %d", first, want)
 	}

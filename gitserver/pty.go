@@ -13,19 +13,24 @@ import (
 // A client asks for a pseudo-terminal (pty-req) before it says which command it
 // runs (exec), and the answer is due before the command is known; so every
 // pty-req is accepted (acceptPTY) and the session decides (sessionTTY): a `run`
-// gets the terminal (its size, term, window changes), every other command runs
+// (or a database's client, postgres:psql and redis:cli) gets the terminal (its size, term, window changes), every other command runs
 // as without one. Those write plain "\n" lines and git a binary protocol: on a
 // client whose terminal ssh -t put in raw mode, "\n" alone would not return the
 // cursor, so their output gets the "\r\n" a terminal's line discipline would
 // make (git's commands are left as they are: git never asks for a terminal).
 func acceptPTY(ssh.Context, ssh.Pty) bool { return true }
 
-// isRun reports whether args are a `run` command, the one that gets a terminal.
-func isRun(args []string) bool { return len(args) > 0 && args[0] == "run" }
+// isRun reports whether args are a command that gets a terminal: `run`, and the
+// databases' clients, which run as one-offs too.
+func isRun(args []string) bool {
+	return len(args) > 0 && (args[0] == "run" || args[0] == "postgres:psql" || args[0] == "redis:cli")
+}
 
 // binaryOutput reports the commands whose stdout is a byte stream (a volume's
-// tar archive), which a "\r\n" would corrupt.
-func binaryOutput(args []string) bool { return len(args) > 0 && args[0] == "volumes:backup" }
+// tar archive, a database's dump), which a "\r\n" would corrupt.
+func binaryOutput(args []string) bool {
+	return len(args) > 0 && (args[0] == "volumes:backup" || args[0] == "postgres:backup")
+}
 
 // sessionTTY returns the terminal of a run session, fed with the window changes
 // until ctx ends, or nil; stdout and stderr are what the other commands of a

@@ -138,6 +138,20 @@ func (b *Backend) ChangeConfig(ctx context.Context, u *User, name string, ch Con
 	if len(set) == 0 {
 		op = "config:unset"
 	}
+	n, err := b.recordConfig(ctx, u, a, op, res.Description, edit, ch.Progress, "set", set, "unset", unset)
+	if err != nil {
+		return nil, err
+	}
+	res.Release = n
+	return res, nil
+}
+
+// recordConfig records a release of a whose config vars are edit of the
+// current ones (cause Config, description saying what changed), edit running
+// on the App as read for the write; or, before a's first deploy, edits its
+// spec for the first release to take, and returns release 0. op and attrs make
+// the audit line. Config changes and database links both go through it.
+func (b *Backend) recordConfig(ctx context.Context, u *User, a *appv1.App, op, description string, edit func([]appv1.EnvVar) []appv1.EnvVar, progress io.Writer, attrs ...any) (int64, error) {
 	if a.Spec.Image == "" {
 		// Nothing runs yet, so there is nothing to restart: the first push's
 		// release takes the config from the spec.
@@ -145,16 +159,15 @@ func (b *Backend) ChangeConfig(ctx context.Context, u *User, name string, ch Con
 			a.Spec.Env = edit(a.Spec.Env)
 			return nil
 		}); err != nil {
-			return nil, err
+			return 0, err
 		}
-		b.audit(u, op, a.Name, "set", set, "unset", unset)
-		return res, nil
+		b.audit(u, op, a.Name, attrs...)
+		return 0, nil
 	}
-	n, err := b.cfg.Releases.RecordConfig(ctx, a.Name, edit, u.Name, res.Description, ch.Progress)
+	n, err := b.cfg.Releases.RecordConfig(ctx, a.Name, edit, u.Name, description, progress)
 	if err != nil {
-		return nil, fmt.Errorf("recording the release of %s: %w", a.Name, err)
+		return 0, fmt.Errorf("recording the release of %s: %w", a.Name, err)
 	}
-	res.Release = n
-	b.audit(u, op, a.Name, "set", set, "unset", unset, "release", n)
-	return res, nil
+	b.audit(u, op, a.Name, append(attrs, "release", n)...)
+	return n, nil
 }

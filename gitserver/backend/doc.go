@@ -25,6 +25,15 @@
 // user again while the request runs (StillMayUse, Recheck: the same MayUse rule)
 // and end it when access is withdrawn.
 //
+// Databases (databases.go: postgres:*, redis:*, the MCP database tools) are
+// Database objects the backend creates and deletes, and links: a config var
+// whose value is a reference to the database's credentials Secret (never the
+// value: the backend reads no Secret of the apps' namespace), recorded as a
+// release as config:set's are; psql, backups, restores and redis-cli run as
+// one-offs from the database's image through Config.Runner. A user sees the
+// databases whose spec.members lists them (admins all); any other answers as
+// one that does not exist.
+//
 // Reads of Apps and Users come from a cache (Config.Reader); writes go to the
 // API server (Config.Client) and then wait, briefly, until the cache has seen
 // them, so that the next request reads its own writes. Config changes and

@@ -123,15 +123,34 @@ func (b *Backend) Run(ctx context.Context, u *User, name string, opts RunOptions
 	if t := runType(a); t != "" {
 		spec.Resources = a.Spec.Processes[t].Resources
 	}
-	if !b.runs.take(name) {
-		return RunResult{}, Errorf(Conflict, "%s has %d one-off commands running, the most at once: wait for one to end", name, MaxRunsPerApp)
+	audit := func() {
+		b.audit(u, "run", name, "id", spec.ID, "release", spec.Release, "detach", opts.Detach, "tty", opts.TTY != nil,
+			"command", strings.Join(opts.Command, " "))
+	}
+	if !opts.Detach {
+		spec.Stdin, spec.Stdout, spec.Stderr, spec.TTY = opts.Stdin, opts.Stdout, opts.Stderr, opts.TTY
+	}
+	exit, err := b.runOneOff(ctx, "run", name, name, spec, opts.Detach, audit)
+	if err != nil {
+		return RunResult{}, err
+	}
+	return RunResult{ID: spec.ID, Process: spec.Process, Exit: exit}, nil
+}
+
+// runOneOff runs spec through the Runner, at most MaxRunsPerApp at once for
+// bound (an app's name; a database's runtime name, so that its one-offs are
+// counted apart from any app's): detached when detach (its end is logged, its
+// exit status is not waited for), else to its end with the streams spec
+// carries, returning the exit status. audit is called once the run has its
+// place, before it starts. op and name are what the errors say ("run shop").
+func (b *Backend) runOneOff(ctx context.Context, op, name, bound string, spec RunSpec, detach bool, audit func()) (int, error) {
+	if !b.runs.take(bound) {
+		return 0, Errorf(Conflict, "%s has %d one-off commands running, the most at once: wait for one to end", name, MaxRunsPerApp)
 	}
 	var once sync.Once
-	release := func() { once.Do(func() { b.runs.give(name) }) }
-	res := RunResult{ID: spec.ID, Process: spec.Process}
-	b.audit(u, "run", name, "id", spec.ID, "release", spec.Release, "detach", opts.Detach, "tty", opts.TTY != nil,
-		"command", strings.Join(opts.Command, " "))
-	if opts.Detach {
+	release := func() { once.Do(func() { b.runs.give(bound) }) }
+	audit()
+	if detach {
 		if spec.Timeout == 0 {
 			spec.Timeout = DefaultDetachedTimeout
 		}
@@ -141,21 +160,19 @@ func (b *Backend) Run(ctx context.Context, u *User, name string, opts RunOptions
 			log.Info("run ended", "app", name, "id", spec.ID, "exit", exit)
 		}); err != nil {
 			release()
-			return RunResult{}, Errorf(Failed, "run %s: %v", name, err)
+			return 0, Errorf(Failed, "%s %s: %v", op, name, err)
 		}
-		return res, nil
+		return 0, nil
 	}
-	spec.Stdin, spec.Stdout, spec.Stderr, spec.TTY = opts.Stdin, opts.Stdout, opts.Stderr, opts.TTY
 	exit, err := b.cfg.Runner.Run(ctx, spec)
 	release()
 	if err != nil {
 		if ctx.Err() != nil {
-			return RunResult{}, ctx.Err()
+			return 0, ctx.Err()
 		}
-		return RunResult{}, Errorf(Failed, "run %s: %v", name, err)
+		return 0, Errorf(Failed, "%s %s: %v", op, name, err)
 	}
-	res.Exit = exit
-	return res, nil
+	return exit, nil
 }
 
 // processCommand is the argv of a one-off that runs a process type's command

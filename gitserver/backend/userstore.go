@@ -147,7 +147,8 @@ func RemoveKey(ctx context.Context, c client.Client, user, nameOrFingerprint str
 }
 
 // DeleteUser deletes the User name and takes it out of the members of every App in
-// namespace, so that a later user of the same name does not inherit its apps.
+// namespace, so that a later user of the same name does not inherit its apps (nor
+// its databases).
 // Deleting the last admin is refused.
 func DeleteUser(ctx context.Context, c client.Client, name, namespace string) error {
 	adminChanges.Lock()
@@ -182,6 +183,26 @@ func DeleteUser(ctx context.Context, c client.Client, name, namespace string) er
 		})
 		if err != nil {
 			return fmt.Errorf("removing %s from the members of %s: %w", name, a.Name, err)
+		}
+	}
+	var dbs appv1.DatabaseList
+	if err := c.List(ctx, &dbs, client.InNamespace(namespace)); err != nil {
+		return fmt.Errorf("listing databases: %w", err)
+	}
+	for _, d := range dbs.Items {
+		if !slices.Contains(d.Spec.Members, name) {
+			continue
+		}
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			db := &appv1.Database{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(&d), db); err != nil {
+				return client.IgnoreNotFound(err)
+			}
+			db.Spec.Members = slices.DeleteFunc(db.Spec.Members, func(m string) bool { return m == name })
+			return c.Update(ctx, db)
+		})
+		if err != nil {
+			return fmt.Errorf("removing %s from the members of database %s: %w", name, d.Name, err)
 		}
 	}
 	if err := c.Delete(ctx, &users.Items[i]); err != nil && !apierrors.IsNotFound(err) {

@@ -58,6 +58,9 @@ type AppInfo struct {
 	Disk *AppUsage `json:"disk,omitempty"`
 	// Cron are the app's cron jobs and what is known of their runs.
 	Cron []CronJobInfo `json:"cron"`
+	// Databases are the databases the app is linked to: its config takes a
+	// variable from their credentials (postgres:link, redis:link).
+	Databases []string `json:"databases"`
 }
 
 // CronJobInfo is one cron job (`cron APP --json`: the first six fields are a
@@ -320,6 +323,7 @@ func infoOf(a *appv1.App, host string) *AppInfo {
 	}
 	in.Trouble, in.TroubleMessage = trouble(a)
 	in.Cron = cronOf(a, time.Now())
+	in.Databases = nonNil(appv1.LinkedDatabases(a.Spec.Env))
 	return in
 }
 

@@ -2,7 +2,9 @@
 // SDK, streamable HTTP at /mcp) whose tools do what the ssh commands do, as a
 // front-end of the same backend (gitserver/backend: its operations, access rules
 // and view types): list_apps, app_status, deploy, rollback, suspend, resume,
-// set_config, scale, releases, logs and build_logs.
+// set_config, scale, releases, logs and build_logs; the managed databases'
+// databases, create_database, link_database and unlink_database (app_status
+// names an app's linked databases).
 //
 // Every call carries a bearer token made by `tokens:create` (the backend verifies it); it
 // acts as its User, read again on each request, so an agent may touch exactly the

@@ -128,6 +128,7 @@ func (s *Server) tools() {
 	b := s.cfg.Backend
 	s.runTool()
 	s.volumeTools()
+	s.databaseTools()
 	addTool(s, "list_apps", "List the apps you may use, with their phase, serving release and URL.",
 		func(ctx context.Context, u *backend.User, _ struct{}) (AppList, string, error) {
 			apps, err := b.Apps(ctx, u)
@@ -144,7 +145,7 @@ func (s *Server) tools() {
 			return AppList{Apps: apps}, fmt.Sprintf("%d apps: %s.", len(names), strings.Join(names, ", ")), nil
 		})
 
-	addTool(s, "app_status", "Show an app: phase, the release asked for and the one serving, URL, conditions, processes, cron jobs and their last runs (failing: 3 failed runs in a row), the last build's result and the last release.",
+	addTool(s, "app_status", "Show an app: phase, the release asked for and the one serving, URL, conditions, processes, cron jobs and their last runs (failing: 3 failed runs in a row), the databases linked to it, the last build's result and the last release.",
 		func(ctx context.Context, u *backend.User, in AppArg) (backend.AppInfo, string, error) {
 			if err := required(in.App); err != nil {
 				return backend.AppInfo{}, "", err
@@ -174,6 +175,9 @@ func (s *Server) tools() {
 					}
 					text += fmt.Sprintf("; cron job %s failing (%d runs in a row, last exit %s)", c.ID, c.ConsecutiveFailures, exit)
 				}
+			}
+			if len(st.Databases) > 0 {
+				text += "; linked to the databases " + strings.Join(st.Databases, ", ")
 			}
 			if lb := st.LastBuild; lb != nil {
 				text += fmt.Sprintf("; last build %s of %.7s", lb.Result, lb.Commit)

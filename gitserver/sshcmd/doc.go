@@ -1,6 +1,8 @@
 // Package sshcmd is the command tree of `ssh bex@HOST <command>`: apps, config,
-// processes, releases, domains, logs, access, keys, users, webhooks, tokens and
-// the machine's disk (system:df, system:prune),
+// processes, releases, domains, logs, access, keys, users, webhooks, tokens,
+// managed databases (postgres:* and redis:*: create, list, info, link, unlink,
+// destroy, and psql, backup, restore, cli as one-offs on the session's streams)
+// and the machine's disk (system:df, system:prune),
 // in the spirit of Heroku's and Dokku's command lines. It is a front-end of
 // gitserver/backend: each command parses its words, calls one backend
 // operation as the session's user, and prints.

@@ -156,6 +156,7 @@ func (s *session) tree() *cobra.Command {
 	})
 	root.AddGroup(
 		&cobra.Group{ID: groupApps, Title: "Apps:"},
+		&cobra.Group{ID: groupDatabases, Title: "Databases (Postgres, Redis):"},
 		&cobra.Group{ID: groupConfig, Title: "Config and domains:"},
 		&cobra.Group{ID: groupRun, Title: "Processes and releases:"},
 		&cobra.Group{ID: groupLogs, Title: "Logs:"},
@@ -163,7 +164,7 @@ func (s *session) tree() *cobra.Command {
 		&cobra.Group{ID: groupSystem, Title: "The machine (admins):"},
 	)
 	root.SetHelpCommandGroupID(groupAccess)
-	for _, c := range [][]*cobra.Command{s.appCommands(), s.configCommands(), s.webhookCommands(), s.psCommands(), s.runCommands(), s.cronCommands(), s.imageCommands(), s.volumeCommands(), s.logCommands(), s.accessCommands(), s.keyCommands(), s.tokenCommands(), s.systemCommands()} {
+	for _, c := range [][]*cobra.Command{s.appCommands(), s.configCommands(), s.webhookCommands(), s.psCommands(), s.runCommands(), s.cronCommands(), s.imageCommands(), s.volumeCommands(), s.databaseCommands(), s.logCommands(), s.accessCommands(), s.keyCommands(), s.tokenCommands(), s.systemCommands()} {
 		root.AddCommand(c...)
 	}
 	return root

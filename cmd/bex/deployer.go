@@ -22,6 +22,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"bex.co/bex/deployer"
+	"bex.co/bex/deployer/databases"
 	"bex.co/bex/deployer/runtime/local"
 )
 
@@ -55,6 +56,8 @@ type deployerCmd struct {
 	metricsAddr      string
 	metricsSecure    bool
 	healthAddr       string
+	postgresImage    string
+	redisImage       string
 
 	closeRuntime func() error
 }
@@ -89,6 +92,8 @@ func (c *deployerCmd) command() *cobra.Command {
 	f.StringVar(&c.leaderElectNS, "leader-election-namespace", "", "namespace of the leader election Lease (default: --namespace, else default)")
 	f.StringVar(&c.metricsAddr, "metrics-addr", "127.0.0.1:9091", "Prometheus metrics address (0 turns it off)")
 	f.BoolVar(&c.metricsSecure, "metrics-secure", false, "serve the metrics over HTTPS (a self-signed certificate) to callers with a Kubernetes bearer token allowed to GET the non-resource URL /metrics (a TokenReview and a SubjectAccessReview per caller, cached); for a cluster, where every pod reaches the deployer's pod")
+	f.StringVar(&c.postgresImage, "postgres-image", databases.DefaultConfig().Postgres.Ref, "local runtime: the image managed Postgres databases run (the official image's behaviour: docker-entrypoint.sh, POSTGRES_PASSWORD); its tag is the version offered")
+	f.StringVar(&c.redisImage, "redis-image", databases.DefaultConfig().Redis.Ref, "local runtime: the image managed Redis databases run; its tag is the version offered")
 	f.StringVar(&c.healthAddr, "health-addr", "127.0.0.1:9092", "health and readiness probes address, or unix:PATH for a socket only root reaches (0 turns it off)")
 	return cmd
 }

@@ -14,11 +14,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"bex.co/bex/deployer"
+	"bex.co/bex/deployer/databases"
 	deployruntime "bex.co/bex/deployer/runtime"
 	"bex.co/bex/deployer/runtime/local"
 	"bex.co/bex/gitserver/backend"
 	"bex.co/bex/gitserver/storage"
 	"bex.co/bex/internal/machine/daemons"
+	"bex.co/bex/internal/machine/tenantnet"
 )
 
 // localRuntime is --runtime local: containerd on this machine, whose state dir
@@ -60,7 +62,39 @@ func (localRuntime) deployer(c *deployerCmd, mgr ctrl.Manager, _ *deployer.Confi
 	}
 	rt.SetScheduler(sched)
 	c.closeRuntime = func() error { return errors.Join(sched.Close(), oo.Close(), rt.Close()) }
+	// Managed databases run on the same runtime, reached through the tenants'
+	// network at the apps' gateway.
+	dbCfg := databases.DefaultConfig()
+	dbCfg.Postgres, dbCfg.Redis = imageVersion(c.postgresImage), imageVersion(c.redisImage)
+	dbr := &databases.Reconciler{Client: mgr.GetClient(), Runtime: rt, Network: databaseNetwork{cfg.TenantNet}, Config: dbCfg}
+	if err := dbr.SetupWithManager(mgr); err != nil {
+		_ = c.closeRuntime()
+		return nil, err
+	}
 	return rt, nil
+}
+
+// databaseNetwork gives the databases their address on the tenants' network.
+type databaseNetwork struct{ cfg tenantnet.Config }
+
+func (n databaseNetwork) Host() netip.Addr { return n.cfg.AppsGateway() }
+
+func (n databaseNetwork) Expose(ctx context.Context, name string, port uint16, target netip.AddrPort) error {
+	return n.cfg.Expose(ctx, name, port, target)
+}
+
+func (n databaseNetwork) Unexpose(ctx context.Context, name string) error {
+	return n.cfg.Unexpose(ctx, name)
+}
+
+// imageVersion is a database image and the version its tag says: "postgres:15"
+// offers 15; an image without a tag offers what it runs, unnamed.
+func imageVersion(ref string) databases.Image {
+	img := databases.Image{Ref: ref}
+	if i := strings.LastIndexByte(ref, ':'); i > strings.LastIndexByte(ref, '/') {
+		img.Version = ref[i+1:]
+	}
+	return img
 }
 
 func (localRuntime) gitserver(c *gitserverCmd, env gitserverEnv) (*gitserverRuntime, error) {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"io"
+	"net/netip"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -28,6 +29,12 @@ type Desired struct {
 	// HealthCheck, when set, is the HTTP check of web instances; otherwise an
 	// instance is ready when its PORT accepts TCP connections.
 	HealthCheck *appv1.HealthCheck
+	// Servers are process types besides web whose instances serve TCP on their
+	// PORT (a database's server): an instance is ready once PORT accepts a
+	// connection, and ProcessStatus.Addresses names the ready ones. Nothing is
+	// published for them (no endpoints, no route): whoever asked for them
+	// decides who reaches them.
+	Servers []string
 	// Suspended stops every instance; the endpoints become empty.
 	Suspended bool
 	// Volumes are the app's volumes (spec.volumes): the runtime makes each that
@@ -77,6 +84,9 @@ type Status struct {
 	Note string
 	// Processes reports each process type of the desired release.
 	Processes map[string]ProcessStatus
+	// Addresses are, for each type of Desired.Servers, where the host reaches
+	// its ready instances of the desired release (address and PORT).
+	Addresses map[string][]netip.AddrPort
 	// Cron reports each cron job of Desired.Cron that has run or is running.
 	Cron []CronStatus
 	// Volumes reports every volume the runtime has for the app: those of

@@ -129,3 +129,16 @@ func (p *Platform) planImageArgs() []string {
 		"--plan-image-ruby", n.Ruby, "--plan-image-php", n.PHP, "--plan-image-composer", n.PHP,
 	}
 }
+
+// databaseImageArgs are the deployer's flags that run managed databases on
+// the Postgres and Redis stand-ins; none without --local-bases (the official
+// images). A database created before the stand-ins are imported waits for
+// them: its server's image is not found until then, and the deployer tries
+// again.
+func (p *Platform) databaseImageArgs() []string {
+	if !p.cfg.LocalBases {
+		return nil
+	}
+	n := p.baseConfig().Names
+	return []string{"--postgres-image", n.Postgres, "--redis-image", n.Redis}
+}

@@ -478,6 +478,7 @@ func (p *Platform) startComponents(ctx context.Context) error {
 	// The deployer's local runtime installs the tenants' rules too: with the
 	// same ranges, or it would close what bex up opened.
 	deployer.Args = append(deployer.Args, p.egressArgs()...)
+	deployer.Args = append(deployer.Args, p.databaseImageArgs()...)
 	// Stopping the deployer leaves the apps' containers running (a restarted deployer
 	// adopts them); bex up is stopping everything, so it stops them too.
 	deployer.AfterStop = func() {

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -44,7 +45,9 @@ type instance struct {
 	restart string
 	ctr     containerd.Container
 	// healthPath is the HTTP check of a web instance ("" = TCP connect).
-	healthPath  string
+	healthPath string
+	// server: a type of runtime.Desired.Servers, ready once PORT accepts TCP.
+	server      bool
 	bootTimeout time.Duration
 	// memory is the instance's memory limit in bytes, for the OOM message.
 	memory int64
@@ -125,7 +128,13 @@ func (r *Runtime) create(ctx context.Context, a *appState, d runtime.Desired, g 
 			inst.bootTimeout = time.Duration(d.HealthCheck.BootTimeoutSeconds) * time.Second
 		}
 	}
+	inst.server = slices.Contains(d.Servers, process)
 	if err := os.MkdirAll(filepath.Dir(inst.logPath), 0o700); err != nil {
+		_ = r.store.free(port, id)
+		return nil, err
+	}
+	links, err := r.linkPorts(ctx, a.key.Namespace, d.Env)
+	if err != nil {
 		_ = r.store.free(port, id)
 		return nil, err
 	}
@@ -135,6 +144,11 @@ func (r *Runtime) create(ctx context.Context, a *appState, d runtime.Desired, g 
 		return nil, fmt.Errorf("network of %s: %w", id, err)
 	}
 	inst.addr, inst.netns = att.addr, att.id
+	if err := r.net.allowLinks(ctx, att, links); err != nil {
+		_ = r.net.teardown(context.WithoutCancel(ctx), att.id)
+		_ = r.store.free(port, id)
+		return nil, fmt.Errorf("network of %s: %w", id, err)
+	}
 
 	vars := map[string]string{}
 	envList := make([]string, 0, len(env)+1)
@@ -202,6 +216,12 @@ func (r *Runtime) create(ctx context.Context, a *appState, d runtime.Desired, g 
 	if len(vols) > 0 {
 		labels[labelVolumes] = volumeNames(vols)
 	}
+	if inst.server {
+		labels[labelServer] = "true"
+	}
+	if len(links) > 0 {
+		labels[labelLinks] = portsLabel(links)
+	}
 	if att.dir != "" {
 		labels[labelAddress] = att.addr.String()
 		labels[labelNetns] = att.id
@@ -230,7 +250,7 @@ func (r *Runtime) create(ctx context.Context, a *appState, d runtime.Desired, g 
 
 // instanceFromLabels rebuilds an adopted container's instance.
 func instanceFromLabels(ctr containerd.Container, l map[string]string, cfg Config) (*instance, error) {
-	inst := &instance{id: ctr.ID(), ctr: ctr, process: l[labelProcess], logPath: l[labelLog], healthPath: l[labelHealth], restart: l[labelRestart],
+	inst := &instance{id: ctr.ID(), ctr: ctr, process: l[labelProcess], logPath: l[labelLog], healthPath: l[labelHealth], restart: l[labelRestart], server: l[labelServer] == "true",
 		app: types.NamespacedName{Namespace: l[labelNamespace], Name: l[labelApp]}}
 	var err error
 	var errs []error
@@ -486,8 +506,8 @@ func check(ctx context.Context, inst *instance) error {
 	return nil
 }
 
-// probe checks a started task until it is ready. Non-web instances are ready once
-// running. Checks start fast and slow down, so a quick app is noticed within
+// probe checks a started task until it is ready. Other instances than web and
+// servers (runtime.Desired.Servers) are ready once running. Checks start fast and slow down, so a quick app is noticed within
 // milliseconds and a slow one is not hammered.
 func (r *Runtime) probe(inst *instance, seq int) {
 	log := r.log.With("app", inst.app.String(), "release", inst.gen.Release, "instance", inst.name())
@@ -505,7 +525,7 @@ func (r *Runtime) probe(inst *instance, seq int) {
 			return
 		}
 		var err error
-		if inst.web() {
+		if inst.web() || inst.server {
 			err = check(inst.ctx, inst)
 		}
 		r.mu.Lock()

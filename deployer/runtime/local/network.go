@@ -43,6 +43,7 @@ type network struct {
 	mode     string
 	dir      string // <state dir>/net: one directory per namespace
 	cni      *tenantnet.Network
+	tn       tenantnet.Config // the rules' chains, for the links of databases
 	log      *slog.Logger
 	poolSize int
 
@@ -76,7 +77,7 @@ func (a attachment) sysfs() string {
 var loopback = netip.MustParseAddr("127.0.0.1")
 
 func newNetwork(cfg Config, log *slog.Logger) (*network, error) {
-	n := &network{mode: cfg.Network, dir: filepath.Join(cfg.StateDir, "net"), log: log, poolSize: cfg.NetworkPool}
+	n := &network{mode: cfg.Network, dir: filepath.Join(cfg.StateDir, "net"), log: log, poolSize: cfg.NetworkPool, tn: cfg.TenantNet}
 	if n.mode == NetworkHost {
 		return n, nil
 	}
@@ -260,6 +261,16 @@ func (n *network) restore(ctx context.Context, id, ctrID string) (attachment, bo
 	return att, true, nil
 }
 
+// allowLinks lets the instance in att reach the databases listening on ports
+// of the apps' gateway (links.go). On the host network there is nothing to
+// open: every instance reaches every listener.
+func (n *network) allowLinks(ctx context.Context, att attachment, ports []uint16) error {
+	if n.mode == NetworkHost || len(ports) == 0 {
+		return nil
+	}
+	return n.tn.AllowLinks(ctx, att.id, att.addr, ports)
+}
+
 // writeFiles writes the namespace's resolv.conf (the host's, read now) and hosts.
 func (n *network) writeFiles(att attachment, ctrID string) error {
 	host, err := os.ReadFile("/etc/resolv.conf")
@@ -305,6 +316,11 @@ func (n *network) teardown(ctx context.Context, id string) error {
 	var errs []error
 	// First: RemoveAll below must never walk into a mounted sysfs.
 	if err := unmountSysfs(att.sysfs()); err != nil {
+		return err
+	}
+	// The links go before the address is given back: the next namespace that
+	// gets it must not inherit them.
+	if err := n.tn.RemoveLinks(ctx, id); err != nil {
 		return err
 	}
 	if err := n.cni.Detach(ctx, id, att.netns()); err != nil {

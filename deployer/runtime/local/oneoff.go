@@ -214,6 +214,10 @@ func (o *OneOffs) create(ctx context.Context, oo runtime.OneOff) (*prepared, err
 	if err != nil {
 		return nil, err
 	}
+	links, err := o.r.linkPorts(ctx, key.Namespace, oo.Env)
+	if err != nil {
+		return nil, err
+	}
 	id := containerID(key, "oneoff-"+oo.ID, oo.Release, 0)
 	p := &prepared{logPath: o.oneOffLog(key, oo), app: key}
 	if err := os.MkdirAll(filepath.Dir(p.logPath), 0o700); err != nil {
@@ -240,6 +244,9 @@ func (o *OneOffs) create(ctx context.Context, oo runtime.OneOff) (*prepared, err
 		return fail(fmt.Errorf("network of %s: %w", id, err))
 	}
 	p.netns = att.id
+	if err := o.r.net.allowLinks(ctx, att, links); err != nil {
+		return fail(fmt.Errorf("network of %s: %w", id, err))
+	}
 
 	envList := make([]string, 0, len(env)+2)
 	vars := map[string]string{}

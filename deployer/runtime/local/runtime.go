@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"maps"
 	"os"
 	"path/filepath"
@@ -53,6 +54,8 @@ const (
 	labelMemory    = "app.bex.co/memory"   // memory limit in bytes
 	labelAddress   = "app.bex.co/address"  // the instance's IP address; absent: 127.0.0.1 (host network)
 	labelNetns     = "app.bex.co/netns"    // the id of the instance's network namespace (<state dir>/net/<id>)
+	labelServer    = "app.bex.co/server"   // "true": a type of Desired.Servers, ready when PORT accepts TCP
+	labelLinks     = "app.bex.co/links"    // the database ports the instance may reach (linkPorts), comma-separated
 	runtimeName    = "local"
 )
 
@@ -275,6 +278,9 @@ func (r *Runtime) adopt() error {
 				if _, err := ctr.SetLabels(ctx, map[string]string{labelAddress: att.addr.String()}); err != nil {
 					r.log.Warn("record the new address of an adopted container", "container", inst.id, "err", err)
 				}
+				if err := r.net.allowLinks(ctx, att, portsOfLabel(labels[labelLinks])); err != nil {
+					r.log.Warn("links of an adopted container", "container", inst.id, "err", err)
+				}
 			}
 		}
 		r.mu.Lock()
@@ -285,6 +291,7 @@ func (r *Runtime) adopt() error {
 		r.supervise(inst, task)
 	}
 	r.net.cleanup(ctx, liveNetns)
+	r.sweepLinks(ctx)
 	return r.store.retain(live)
 }
 
@@ -312,8 +319,12 @@ func (r *Runtime) syncProcesses(ctx context.Context, d runtime.Desired) (st runt
 	r.mu.Lock()
 	a.owner = &owner
 	r.mu.Unlock()
-	if err := r.ensureService(ctx, a.key, owner); err != nil {
-		return runtime.Status{}, err
+	// A database (a Desired with servers) is published to nobody: no Service,
+	// whose name its runtime key could not be either.
+	if len(d.Servers) == 0 {
+		if err := r.ensureService(ctx, a.key, owner); err != nil {
+			return runtime.Status{}, err
+		}
 	}
 	vols, volFailure, err := r.syncVolumes(ctx, d)
 	if err != nil {
@@ -668,11 +679,26 @@ func (r *Runtime) processStatusLocked(a *appState, d runtime.Desired, g gen) map
 	return ps
 }
 
+// addressesLocked are the ready instances of g's server types.
+func (r *Runtime) addressesLocked(a *appState, d runtime.Desired, g gen) map[string][]netip.AddrPort {
+	var out map[string][]netip.AddrPort
+	for _, inst := range a.instances {
+		if inst.gen != g || inst.leaving() || inst.stale(d) || !inst.server || !inst.ready {
+			continue
+		}
+		if out == nil {
+			out = map[string][]netip.AddrPort{}
+		}
+		out[inst.process] = append(out[inst.process], netip.AddrPortFrom(inst.addr, uint16(inst.port)))
+	}
+	return out
+}
+
 // status reports a, for the desired gen g.
 func (r *Runtime) status(a *appState, d runtime.Desired, g gen, f *failure) runtime.Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	st := runtime.Status{Serving: a.serving.Release, Processes: r.processStatusLocked(a, d, g)}
+	st := runtime.Status{Serving: a.serving.Release, Processes: r.processStatusLocked(a, d, g), Addresses: r.addressesLocked(a, d, g)}
 	if f != nil {
 		st.Failure, st.Message = f.reason, f.message
 		if f.processes != nil && a.serving != g {
@@ -873,7 +899,9 @@ func configHash(d runtime.Desired, env []envVar) string {
 		// Volumes are left out when there are none, so that an app without any
 		// keeps the hash it had before volumes existed (no rollout on upgrade).
 		Volumes map[string][]string `json:",omitempty"`
-	}{d.Image, cmds, envs, d.HealthCheck, limitsJSON(lims), vols})
+		// Servers likewise: only databases have them.
+		Servers []string `json:",omitempty"`
+	}{d.Image, cmds, envs, d.HealthCheck, limitsJSON(lims), vols, d.Servers})
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:6])
 }

@@ -58,6 +58,9 @@ var needs = map[string][]grant{
 		{[]string{"get", "list", "watch", "create", "update", "patch", "delete"}, "app.bex.co/users", "*", ""},
 		{[]string{"get", "list", "watch", "create", "update", "patch", "delete"}, "app.bex.co/apps", "default", ""},
 		{[]string{"get", "list", "watch", "create", "patch", "delete"}, "app.bex.co/releases", "default", ""},
+		// postgres:* and redis:* (gitserver/backend databases.go); users:remove
+		// updates their members.
+		{[]string{"get", "list", "watch", "create", "update", "delete"}, "app.bex.co/databases", "default", ""},
 		// gitserver/hooksecrets and gitserver/tokens, --secrets-namespace=bex-gitserver.
 		{[]string{"get", "list", "create", "update", "delete"}, "/secrets", "bex-gitserver", ""},
 		// `logs APP [-f]` on a cluster: the app's pods by label, their logs through
@@ -86,6 +89,7 @@ var (
 	gridVerbs     = []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
 	gridResources = []string{
 		"app.bex.co/apps", "app.bex.co/apps/status", "app.bex.co/apps/finalizers", "app.bex.co/releases", "app.bex.co/users",
+		"app.bex.co/databases", "app.bex.co/databases/status",
 		"/secrets", "/configmaps", "/persistentvolumeclaims", "/pods", "/pods/log", "/pods/exec", "/pods/attach", "/services", "/serviceaccounts/token", "/events", "/namespaces",
 		"events.k8s.io/events", "apps/deployments", "apps/daemonsets", "batch/cronjobs", "batch/jobs", "discovery.k8s.io/endpointslices", "coordination.k8s.io/leases",
 		"rbac.authorization.k8s.io/roles", "rbac.authorization.k8s.io/rolebindings", "rbac.authorization.k8s.io/clusterrolebindings",

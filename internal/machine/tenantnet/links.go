@@ -274,6 +274,11 @@ func (cfg Config) RemoveLinks(ctx context.Context, owner string) error {
 	}
 	linksMu.Lock()
 	defer linksMu.Unlock()
+	if iptables(ctx, "-t", "filter", "-n", "-L", cfg.linksChain()) != nil {
+		// Remove took the chain away with every rule in it: a namespace torn
+		// down after that has none left to remove.
+		return nil
+	}
 	return deleteWhere(ctx, "filter", cfg.linksChain(), func(r []string) bool { return comment(r) == owner })
 }
 

@@ -433,5 +433,9 @@ func TestLinks(t *testing.T) {
 	if err := cfg.AllowLinks(ctx, appOwner, appAddr, []uint16{port}); err == nil || !strings.Contains(err.Error(), "has Install run?") {
 		t.Errorf("AllowLinks without the chains: %v", err)
 	}
+	// A namespace torn down after Remove has no rule left to remove.
+	if err := cfg.RemoveLinks(ctx, appOwner); err != nil {
+		t.Errorf("RemoveLinks without the chains: %v", err)
+	}
 	t.Logf("took %s", time.Since(start).Round(time.Millisecond))
 }

@@ -12,4 +12,11 @@
 // their content (Build) and imported under the names the caller configures
 // (Import): bex up --local-bases, and testenv.SharedStandIns. They stand in for
 // the official images; they are not them (Debian's Node 18 and Python 3.11).
+//
+// Two of them are the servers of managed databases rather than bases
+// (servers.go): postgres and redis, Debian's PostgreSQL 15 and Redis 7 with a
+// docker-entrypoint.sh that does what the official images' does for the way
+// the deployer starts them (the first start initialises Postgres's data
+// directory from POSTGRES_USER, POSTGRES_PASSWORD and POSTGRES_DB; the server
+// runs as its own user, not root).
 package baseimage

@@ -62,6 +62,16 @@ type Names struct {
 	// Runtime stands in for gcr.io/distroless/static-debian12: CA certificates,
 	// time zones, /etc/passwd with nobody, and no shell.
 	Runtime string
+	// Postgres stands in for postgres:15, the server of managed Postgres
+	// databases: Debian's PostgreSQL 15 (server and client programs) and a
+	// docker-entrypoint.sh that initialises the data directory from
+	// POSTGRES_USER, POSTGRES_PASSWORD and POSTGRES_DB as the official image's
+	// does (servers.go).
+	Postgres string
+	// Redis stands in for redis:7, the server of managed Redis databases:
+	// Debian's redis-server and redis-cli, and a docker-entrypoint.sh that runs
+	// the server as the redis user in a data directory it owns.
+	Redis string
 }
 
 // DefaultNames are names of their own, not the official images' (the stand-ins
@@ -69,14 +79,16 @@ type Names struct {
 // registry host that does not exist, so that nothing is ever pulled for them.
 func DefaultNames() Names {
 	return Names{
-		Debian:  "bex-base.local/debian:bookworm",
-		Stack:   "bex-base.local/stack:bookworm",
-		Ruby:    "bex-base.local/ruby:bookworm",
-		PHP:     "bex-base.local/php:bookworm",
-		Node:    "bex-base.local/node:bookworm",
-		Go:      "bex-base.local/golang:bookworm",
-		Python:  "bex-base.local/python:bookworm",
-		Runtime: "bex-base.local/static:bookworm",
+		Debian:   "bex-base.local/debian:bookworm",
+		Stack:    "bex-base.local/stack:bookworm",
+		Ruby:     "bex-base.local/ruby:bookworm",
+		PHP:      "bex-base.local/php:bookworm",
+		Node:     "bex-base.local/node:bookworm",
+		Go:       "bex-base.local/golang:bookworm",
+		Python:   "bex-base.local/python:bookworm",
+		Runtime:  "bex-base.local/static:bookworm",
+		Postgres: "bex-base.local/postgres:15",
+		Redis:    "bex-base.local/redis:7",
 	}
 }
 
@@ -135,6 +147,7 @@ func (c Config) Validate() error {
 		{"Names.Debian", c.Names.Debian}, {"Names.Stack", c.Names.Stack}, {"Names.Ruby", c.Names.Ruby},
 		{"Names.PHP", c.Names.PHP}, {"Names.Node", c.Names.Node}, {"Names.Go", c.Names.Go},
 		{"Names.Python", c.Names.Python}, {"Names.Runtime", c.Names.Runtime},
+		{"Names.Postgres", c.Names.Postgres}, {"Names.Redis", c.Names.Redis},
 	} {
 		if f.v == "" {
 			errs = append(errs, fmt.Errorf("baseimage: Config.%s is empty", f.name))
@@ -177,9 +190,15 @@ type standIn struct {
 	kind     string
 	packages []string
 	hooks    []string
-	env      []string
-	workdir  string
-	cmd      []string
+	// essentialHooks run once the Essential packages are installed and before
+	// the others are: to configure how those install (dpkg's path filters,
+	// a package's own configuration file that its postinst reads).
+	essentialHooks []string
+	env            []string
+	workdir        string
+	cmd            []string
+	// stopSignal is the image's STOPSIGNAL, when not SIGTERM.
+	stopSignal string
 	// from names the stand-in whose files pick chooses.
 	from string
 	pick func(name string) bool
@@ -275,12 +294,15 @@ func (c Config) standIns(goVersion string) []standIn {
 				name == "etc/os-release" || name == "usr/lib/os-release"
 		},
 			env: []string{basePath, "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt"}},
+		postgresStandIn(),
+		redisStandIn(),
 	}
 }
 
 // Image is one stand-in, built and in the cache.
 type Image struct {
-	// Kind is debian, stack, ruby, php, node, golang, python or runtime.
+	// Kind is debian, stack, ruby, php, node, golang, python, runtime, postgres
+	// or redis.
 	Kind string
 	// Name is its name in containerd (from Config.Names).
 	Name string
@@ -293,7 +315,10 @@ type Image struct {
 }
 
 func (n Names) of(kind string) string {
-	return map[string]string{"debian": n.Debian, "stack": n.Stack, "ruby": n.Ruby, "php": n.PHP, "node": n.Node, "golang": n.Go, "python": n.Python, "runtime": n.Runtime}[kind]
+	return map[string]string{
+		"debian": n.Debian, "stack": n.Stack, "ruby": n.Ruby, "php": n.PHP, "node": n.Node, "golang": n.Go,
+		"python": n.Python, "runtime": n.Runtime, "postgres": n.Postgres, "redis": n.Redis,
+	}[kind]
 }
 
 // Build makes the stand-ins that the cache lacks and returns all of them. The
@@ -351,6 +376,14 @@ func (c Config) key(s standIn, goVersion, fromKey string) string {
 	}
 	if s.kind == "golang" {
 		doc["go"] = goVersion
+	}
+	// Only when set: the keys of the images without them stay as they were, and
+	// so do the caches that hold them.
+	if len(s.essentialHooks) > 0 {
+		doc["essentialHooks"] = s.essentialHooks
+	}
+	if s.stopSignal != "" {
+		doc["stopSignal"] = s.stopSignal
 	}
 	// The CAs by content: a renewed one builds the images that hold it again.
 	if t := c.trustHook(); len(t) == 0 || !slices.Contains(s.hooks, t[0]) {
@@ -427,7 +460,7 @@ func (c Config) build(ctx context.Context, s standIn, dst string, from Image) (s
 	}
 	cf = cf.DeepCopy()
 	cf.OS, cf.Architecture = "linux", runtime.GOARCH
-	cf.Config.Env, cf.Config.Cmd, cf.Config.WorkingDir = s.env, s.cmd, s.workdir
+	cf.Config.Env, cf.Config.Cmd, cf.Config.WorkingDir, cf.Config.StopSignal = s.env, s.cmd, s.workdir, s.stopSignal
 	if img, err = mutate.ConfigFile(img, cf); err != nil {
 		return "", err
 	}
@@ -462,6 +495,9 @@ func (c Config) rootfsLayer(ctx context.Context, s standIn, tmp, layer string) e
 	args := append([]string{}, mmdebstrapOptions...)
 	if len(s.packages) > 0 {
 		args = append(args, "--include="+strings.Join(s.packages, ","))
+	}
+	for _, h := range s.essentialHooks {
+		args = append(args, "--essential-hook="+h)
 	}
 	for _, h := range s.hooks {
 		args = append(args, "--customize-hook="+h)

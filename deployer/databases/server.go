@@ -17,13 +17,16 @@ const (
 	redisData    = "/data"
 )
 
-// lockCommand runs cmd once it holds the lock file on the data volume at
-// dir: a replaced server (a config change starts the new instance before the
-// old one stops) waits for the old one to exit instead of opening the same
-// data. The lock is held by the descriptor the server inherits (fd 9), so it
-// is released only when the server and its children are gone.
+// lockCommand runs cmd once it holds a lock on the data volume's root dir: a
+// replaced server (a config change starts the new instance before the old one
+// stops) waits for the old one to exit instead of opening the same data. The
+// lock is held by the descriptor the server inherits (fd 9), so it is
+// released only when the server and its children are gone. It is the mount
+// point itself, not a file in it: the server's user owns the volume's files
+// and could put a symbolic link where a lock file was, which the container's
+// root would then follow; a mount point cannot be replaced.
 func lockCommand(dir, cmd string) []string {
-	return []string{"sh", "-c", "exec 9>>" + dir + "/.bex-lock && flock 9 && exec " + cmd}
+	return []string{"sh", "-c", "exec 9<" + dir + " && flock 9 && exec " + cmd}
 }
 
 // desired is what the runtime runs for db: one server instance (a process

@@ -74,7 +74,7 @@ func TestServerStandIns(t *testing.T) {
 		env := []string{"PORT=" + port, "POSTGRES_USER=" + user, "POSTGRES_PASSWORD=" + password,
 			"POSTGRES_DB=" + db, "PGDATA=/var/lib/postgresql/data/pgdata"}
 		// deployer/databases' command for a Postgres server.
-		args := []string{"sh", "-c", `exec 9>>/var/lib/postgresql/data/.bex-lock && flock 9 && exec docker-entrypoint.sh postgres -p "$PORT" -c listen_addresses='*'`}
+		args := []string{"sh", "-c", `exec 9</var/lib/postgresql/data && flock 9 && exec docker-entrypoint.sh postgres -p "$PORT" -c listen_addresses='*'`}
 		psql := func(s *runningServer, pw string, sql ...string) (string, uint32) {
 			cmd := []string{"psql", "-X", "-v", "ON_ERROR_STOP=1", "-At", "-h", "127.0.0.1", "-p", port, "-U", user, "-d", db}
 			for _, q := range sql {
@@ -159,7 +159,7 @@ func TestServerStandIns(t *testing.T) {
 		const port, password = "25002", "r3dis-pass"
 		env := []string{"PORT=" + port, "REDIS_PASSWORD=" + password}
 		// deployer/databases' command for a Redis server.
-		args := []string{"sh", "-c", `exec 9>>/data/.bex-lock && flock 9 && exec docker-entrypoint.sh redis-server --port "$PORT" --requirepass "$REDIS_PASSWORD" --appendonly yes --appendfsync everysec --dir /data --protected-mode no`}
+		args := []string{"sh", "-c", `exec 9</data && flock 9 && exec docker-entrypoint.sh redis-server --port "$PORT" --requirepass "$REDIS_PASSWORD" --appendonly yes --appendfsync everysec --dir /data --protected-mode no`}
 		cli := func(s *runningServer, auth bool, cmd ...string) string {
 			full := []string{"redis-cli", "-h", "127.0.0.1", "-p", port}
 			var env []string

@@ -234,6 +234,11 @@ func (r *Runtime) create(ctx context.Context, a *appState, d runtime.Desired, g 
 		// has no idmapped mounts).
 		containerd.WithUserNSRemappedSnapshot(id, img, idm.mappings(), idm.mappings()),
 		containerd.WithContainerLabels(labels),
+		// The image's STOPSIGNAL, as Docker and Kubernetes honour it: Postgres's
+		// SIGTERM is the "smart" shutdown, which waits for every client to go, so
+		// its images ask for SIGINT (fast: clients are told, the data is
+		// checkpointed). After the labels, which they would replace.
+		containerd.WithImageStopSignal(img, "SIGTERM"),
 		containerd.WithNewSpec(opts...))
 	if err != nil {
 		_ = r.net.teardown(context.WithoutCancel(ctx), att.id)
@@ -647,7 +652,8 @@ func (r *Runtime) live(inst *instance, seq int, log *slog.Logger) {
 	}
 }
 
-// stop ends inst: out of the endpoints, SIGTERM, SIGKILL after StopTimeout, task
+// stop ends inst: out of the endpoints, SIGTERM (or the image's STOPSIGNAL),
+// SIGKILL after StopTimeout, task
 // and container (with its snapshot) deleted, port freed.
 func (r *Runtime) stop(inst *instance) {
 	log := r.log.With("app", inst.app.String(), "release", inst.gen.Release, "instance", inst.name())
@@ -664,7 +670,11 @@ func (r *Runtime) stop(inst *instance) {
 	if task, err := inst.ctr.Task(ctx, nil); err == nil {
 		if st, err := task.Status(ctx); err == nil && st.Status == containerd.Running {
 			if statusC, err := task.Wait(ctx); err == nil {
-				_ = task.Kill(ctx, syscall.SIGTERM)
+				sig, err := containerd.GetStopSignal(ctx, inst.ctr, syscall.SIGTERM)
+				if err != nil {
+					sig = syscall.SIGTERM
+				}
+				_ = task.Kill(ctx, sig)
 				select {
 				case <-statusC:
 				case <-r.ctx.Done():

@@ -33,6 +33,9 @@ type Config struct {
 	// RequeueStarting is how soon a database that is not yet ready is looked at
 	// again; RequeueRunning how often a running one is (its used bytes, a crash).
 	RequeueStarting, RequeueRunning time.Duration
+	// RetryFailed is how long a failed server waits before it is tried again
+	// (Reconciler.retry).
+	RetryFailed time.Duration
 }
 
 // DefaultConfig returns the defaults: the official images.
@@ -45,6 +48,7 @@ func DefaultConfig() Config {
 		MaxInstances:    1,
 		RequeueStarting: time.Second,
 		RequeueRunning:  30 * time.Second,
+		RetryFailed:     10 * time.Second,
 	}
 }
 
@@ -60,7 +64,7 @@ func (c Config) Validate() error {
 	if c.MaxInstances < 1 {
 		errs = append(errs, errors.New("databases: MaxInstances must be at least 1"))
 	}
-	if c.RequeueStarting <= 0 || c.RequeueRunning <= 0 {
+	if c.RequeueStarting <= 0 || c.RequeueRunning <= 0 || c.RetryFailed <= 0 {
 		errs = append(errs, errors.New("databases: requeue intervals must be positive"))
 	}
 	return errors.Join(errs...)

@@ -1,6 +1,8 @@
 package databases
 
 import (
+	"time"
+
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -154,7 +156,7 @@ func (r *Reconciler) reconcile(ctx context.Context, db *appv1.Database) (ctrl.Re
 	switch {
 	case st.Failure != "" && len(addrs) == 0:
 		r.fail(db, st.Failure, st.Message)
-		return ctrl.Result{RequeueAfter: r.Config.RequeueRunning}, nil
+		return r.retry(ctx, db)
 	case len(addrs) == 0:
 		db.Status.Phase = appv1.DatabaseCreating
 		meta.SetStatusCondition(&db.Status.Conditions, metav1.Condition{Type: appv1.ReadyCondition, Status: metav1.ConditionFalse,
@@ -171,6 +173,29 @@ func (r *Reconciler) reconcile(ctx context.Context, db *appv1.Database) (ctrl.Re
 		return ctrl.Result{RequeueAfter: r.Config.RequeueStarting}, nil
 	}
 	return ctrl.Result{RequeueAfter: r.Config.RequeueRunning}, nil
+}
+
+// retry has the runtime try a failed server again once RetryFailed has passed
+// since the last try: the runtime remembers a failed release and does not
+// start it again by itself, but a database has nobody to push again. Its
+// image may come later (bex up --local-bases imports the stand-ins after the
+// deployer starts), or what made it crash (memory, the disk) may be gone. The
+// try is an annotation (app.bex.co/restartedAt, as ps:restart's), so that it
+// outlives a restart of the deployer and does not restart a server that runs.
+func (r *Reconciler) retry(ctx context.Context, db *appv1.Database) (ctrl.Result, error) {
+	now := time.Now()
+	if last, err := time.Parse(time.RFC3339Nano, db.Annotations[appv1.RestartedAtAnnotation]); err == nil {
+		if wait := r.Config.RetryFailed - now.Sub(last); wait > 0 {
+			return ctrl.Result{RequeueAfter: wait}, nil
+		}
+	}
+	patch := client.MergeFrom(db.DeepCopy())
+	if db.Annotations == nil {
+		db.Annotations = map[string]string{}
+	}
+	db.Annotations[appv1.RestartedAtAnnotation] = now.UTC().Format(time.RFC3339Nano)
+	// The patch's event brings the next reconcile, with the new token.
+	return ctrl.Result{}, client.IgnoreNotFound(r.Client.Patch(ctx, db, patch))
 }
 
 // fail marks db Failed with reason and message.

@@ -38,6 +38,9 @@ type fakeRuntime struct {
 	ready   map[string]netip.AddrPort
 	synced  map[string]runtime.Desired
 	deleted map[string]bool
+	// failing: the restart tokens whose release fails (ImageNotFound), and
+	// stays failed, as the local runtime remembers a failed release.
+	failing map[string]bool
 }
 
 func (f *fakeRuntime) Sync(_ context.Context, d runtime.Desired) (runtime.Status, error) {
@@ -45,6 +48,10 @@ func (f *fakeRuntime) Sync(_ context.Context, d runtime.Desired) (runtime.Status
 	defer f.mu.Unlock()
 	f.synced[d.App.Name] = d
 	st := runtime.Status{Processes: map[string]runtime.ProcessStatus{}}
+	if f.failing[d.App.Name+"/"+d.Restarts[d.Servers[0]]] {
+		st.Failure, st.Message = appv1.ImageNotFoundReason, "image is not in containerd"
+		return st, nil
+	}
 	if a, ok := f.ready[d.App.Name]; ok {
 		st.Serving, st.RolledOut = d.Release, true
 		st.Addresses = map[string][]netip.AddrPort{d.Servers[0]: {a}}
@@ -128,7 +135,7 @@ func start(t *testing.T, cfg Config) *env {
 		t.Fatal(err)
 	}
 	e := &env{t: t, c: cp.Client, ns: ns,
-		rt:  &fakeRuntime{ready: map[string]netip.AddrPort{}, synced: map[string]runtime.Desired{}, deleted: map[string]bool{}},
+		rt:  &fakeRuntime{ready: map[string]netip.AddrPort{}, synced: map[string]runtime.Desired{}, deleted: map[string]bool{}, failing: map[string]bool{}},
 		net: &fakeNetwork{rules: map[string]string{}}}
 	r := &Reconciler{Client: mgr.GetClient(), Runtime: e.rt, Network: e.net, Config: cfg}
 	if err := r.SetupWithManager(mgr); err != nil {
@@ -323,6 +330,30 @@ func TestWhatThisPlatformCannotRunFailsWithALine(t *testing.T) {
 		if _, ok := e.rt.desired(name + ".db"); ok {
 			t.Fatalf("%s: a server was asked for", name)
 		}
+	}
+}
+
+// TestAFailedServerIsTriedAgain: the runtime keeps a failed release failed
+// (an image not there yet: bex up imports the stand-ins after the deployer
+// starts); the controller tries it again with a new restart token, kept on
+// the Database, so that the running server is not restarted by the next look.
+func TestAFailedServerIsTriedAgain(t *testing.T) {
+	e := start(t, testConfig())
+	e.rt.mu.Lock()
+	e.rt.failing["late.db/"] = true
+	e.rt.ready["late.db"] = netip.MustParseAddrPort("10.89.0.9:5432")
+	e.rt.mu.Unlock()
+	e.create("late", appv1.EnginePostgres)
+	e.eventually("late runs after a try with a new token", func() error {
+		if db := e.db("late"); db.Status.Phase != appv1.DatabaseRunning {
+			return fmt.Errorf("status %+v", db.Status)
+		}
+		return nil
+	})
+	token := e.db("late").Annotations[appv1.RestartedAtAnnotation]
+	d, _ := e.rt.desired("late.db")
+	if token == "" || d.Restarts["postgres"] != token {
+		t.Fatalf("restart token %q, the server's %v", token, d.Restarts)
 	}
 }
 

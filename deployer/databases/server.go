@@ -75,7 +75,11 @@ func desired(db *appv1.Database, img Image) runtime.Desired {
 		Image:     img.Ref,
 		Processes: map[string]appv1.ProcessSpec{process: {Command: cmd, Replicas: 1, Resources: res}},
 		Servers:   []string{process},
-		Env:       env,
-		Volumes:   []appv1.Volume{{Name: volumeName, Path: path, Size: db.Spec.Size}},
+		// A new value makes the runtime try a failed server again
+		// (Reconciler.retry), as ps:restart does for an app; it stays the same
+		// while the server runs, so nothing restarts it.
+		Restarts: map[string]string{process: db.Annotations[appv1.RestartedAtAnnotation]},
+		Env:      env,
+		Volumes:  []appv1.Volume{{Name: volumeName, Path: path, Size: db.Spec.Size}},
 	}
 }

@@ -217,17 +217,26 @@ func sshIn(t *testing.T, p *platform, stdin *strings.Reader, args ...string) (st
 
 // postmaster is the PID of the one Postgres server running on this machine
 // (the test's own bex up runs the only one): the process whose command line
-// is the database's server command.
+// is the database's server command. Postgres may rewrite its command line (the
+// backends call themselves "postgres: ..."), with spaces for NULs; the
+// postmaster keeps its arguments.
 func postmaster(t *testing.T) int {
 	t.Helper()
 	var found []int
+	var seen []string
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		args := strings.Split(string(cmdline), "\x00")
-		// The postmaster keeps its command line (the backends rename
-		// themselves "postgres: ..."); the image may start it by its path.
-		if err != nil || len(args) < 3 || filepath.Base(args[0]) != "postgres" || args[1] != "-p" || !slices.Contains(args, "listen_addresses=*") {
+		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		cmdline := strings.TrimSpace(strings.ReplaceAll(string(raw), "\x00", " "))
+		if !strings.Contains(cmdline, "postgres") {
+			continue
+		}
+		seen = append(seen, e.Name()+": "+cmdline)
+		fields := strings.Fields(cmdline)
+		if len(fields) < 2 || filepath.Base(fields[0]) != "postgres" || !slices.Contains(fields, "listen_addresses=*") {
 			continue
 		}
 		var pid int
@@ -236,7 +245,7 @@ func postmaster(t *testing.T) int {
 		}
 	}
 	if len(found) != 1 {
-		t.Fatalf("want one postmaster, found %v", found)
+		t.Fatalf("want one postmaster, found %v among:\n%s", found, strings.Join(seen, "\n"))
 	}
 	return found[0]
 }

@@ -2,17 +2,22 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	containerd "github.com/containerd/containerd/v2/client"
+
+	"bex.co/bex/cmd/bex/up"
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/internal/machine/daemons"
 	"bex.co/bex/internal/testenv"
 )
 
@@ -132,15 +137,19 @@ func TestManagedDatabases(t *testing.T) {
 		data(t, "apple")
 
 		// kill -9 of the server: the runtime starts it again on the same data.
-		pid := postmaster(t)
+		pid, err := postmaster(p, "shop")
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
 		testenv.Eventually(t, time.Minute, "a new postmaster", func() error {
-			if n := postmaster(t); n == pid {
+			n, err := postmaster(p, "shop")
+			if err == nil && n == pid {
 				return fmt.Errorf("still %d", n)
 			}
-			return nil
+			return err
 		})
 		data(t, "apple")
 
@@ -215,39 +224,36 @@ func sshIn(t *testing.T, p *platform, stdin *strings.Reader, args ...string) (st
 	return stdout.String(), stderr.String(), err
 }
 
-// postmaster is the PID of the one Postgres server running on this machine
-// (the test's own bex up runs the only one): the process whose command line
-// is the database's server command. Postgres may rewrite its command line (the
-// backends call themselves "postgres: ..."), with spaces for NULs; the
-// postmaster keeps its arguments.
-func postmaster(t *testing.T) int {
-	t.Helper()
-	var found []int
-	var seen []string
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+// postmaster is the host PID of the Postgres server of database db: the
+// task of its one running container (labelled with the runtime's name for it,
+// <db>.db), whose first process the entrypoint replaced with postgres. A
+// SIGKILL to it is a kill -9 of the database's container.
+func postmaster(p *platform, db string) (int, error) {
+	cl, err := daemons.ContainerdClient(filepath.Join(p.dir, "containerd", "containerd.sock"), up.ContainerdNamespace)
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ctrs, err := cl.Containers(ctx, fmt.Sprintf(`labels.%q==%q`, appv1.LabelApp, appv1.RuntimeName(db)))
+	if err != nil {
+		return 0, err
+	}
+	var pids []int
+	for _, c := range ctrs {
+		task, err := c.Task(ctx, nil)
 		if err != nil {
 			continue
 		}
-		cmdline := strings.TrimSpace(strings.ReplaceAll(string(raw), "\x00", " "))
-		if !strings.Contains(cmdline, "postgres") {
-			continue
-		}
-		seen = append(seen, e.Name()+": "+cmdline)
-		fields := strings.Fields(cmdline)
-		if len(fields) < 2 || filepath.Base(fields[0]) != "postgres" || !slices.Contains(fields, "listen_addresses=*") {
-			continue
-		}
-		var pid int
-		if _, err := fmt.Sscan(e.Name(), &pid); err == nil {
-			found = append(found, pid)
+		if st, err := task.Status(ctx); err == nil && st.Status == containerd.Running {
+			pids = append(pids, int(task.Pid()))
 		}
 	}
-	if len(found) != 1 {
-		t.Fatalf("want one postmaster, found %v among:\n%s", found, strings.Join(seen, "\n"))
+	if len(pids) != 1 {
+		return 0, fmt.Errorf("want one running server of %s, found %v in %d containers", db, pids, len(ctrs))
 	}
-	return found[0]
+	return pids[0], nil
 }
 
 func decode(t *testing.T, b64 string) string {

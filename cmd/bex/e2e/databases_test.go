@@ -41,6 +41,10 @@ func TestManagedDatabases(t *testing.T) {
 		if t.Failed() {
 			out := p.out.String()
 			t.Logf("bex up's last output:\n%s", out[max(0, len(out)-20000):])
+			for _, l := range []string{"gitserver.log", "deployer.log"} {
+				b, _ := os.ReadFile(filepath.Join(p.dir, "logs", l))
+				t.Logf("the end of %s:\n%s", l, b[max(0, len(b)-8000):])
+			}
 		}
 	})
 

@@ -157,6 +157,8 @@ func (p *platform) launch(extra ...string) error {
 	if p.out == nil {
 		p.out = &testenv.SyncBuffer{}
 	}
+	// What an earlier start printed is not this start's "bex is up.".
+	before := len(p.out.String())
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if p.stdio != nil {
 		p.cmd.Stdout, p.cmd.Stderr = p.stdio, p.stdio
@@ -178,7 +180,7 @@ func (p *platform) launch(extra ...string) error {
 			return exited
 		default:
 		}
-		if !strings.Contains(p.out.String(), "bex is up.") {
+		if !strings.Contains(p.out.String()[before:], "bex is up.") {
 			return errors.New("not yet")
 		}
 		return nil

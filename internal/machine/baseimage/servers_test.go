@@ -23,7 +23,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"bex.co/bex/deployer/runtime"
 	"bex.co/bex/internal/machine/baseimage"
 	"bex.co/bex/internal/testenv"
 )
@@ -275,7 +274,7 @@ func (h *serverHarness) start(ctx context.Context, t *testing.T, image, data, mo
 			oci.WithEnv(env),
 			oci.WithMounts([]specs.Mount{{Destination: mountAt, Type: "bind", Source: data, Options: []string{"rbind", "rw", "nosuid", "nodev"}}}),
 			oci.WithUserNamespace(ids, ids),
-			oci.WithCapabilities(runtime.Capabilities),
+			oci.WithCapabilities(appCapabilities),
 			oci.WithNoNewPrivileges,
 			seccomp.WithDefaultProfile(),
 		))
@@ -469,4 +468,12 @@ func unpackedSize(t *testing.T, dir string) int64 {
 		rc.Close()
 	}
 	return total
+}
+
+// appCapabilities is the capability set the runtimes give an app's processes
+// (deployer/runtime.Capabilities: Docker's default without NET_RAW and MKNOD),
+// written out here: internal/ takes nothing from a component.
+var appCapabilities = []string{
+	"CAP_AUDIT_WRITE", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
+	"CAP_NET_BIND_SERVICE", "CAP_SETFCAP", "CAP_SETGID", "CAP_SETPCAP", "CAP_SETUID", "CAP_SYS_CHROOT",
 }

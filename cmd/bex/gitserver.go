@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 	"bex.co/bex/gitserver"
 	"bex.co/bex/gitserver/access"
 	"bex.co/bex/gitserver/backend"
+	"bex.co/bex/gitserver/dbbackups"
 	"bex.co/bex/gitserver/hooksecrets"
 	"bex.co/bex/gitserver/mcpserver"
 	"bex.co/bex/gitserver/pipeline"
@@ -237,9 +239,15 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 		// The release command and postdeploy scripts run as one-offs too.
 		recorder.OneOffs = rt.oneOffs
 	}
+	// Postgres backups kept on this server, beside the repositories, under the
+	// same floor of free space as pushes.
+	bk.Backups = &dbbackups.Store{Dir: filepath.Join(c.stateDir, "database-backups"), MinFreeBytes: uint64(pl.Config().MinFreeBytes)}
 	be, err := backend.New(bk)
 	if err != nil {
 		return err
+	}
+	if sched := be.BackupSchedules(); sched != nil {
+		go sched.Run(ctx)
 	}
 	cmds, err := sshcmd.New(sshcmd.Config{Backend: be})
 	if err != nil {

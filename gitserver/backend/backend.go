@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/gitserver/dbbackups"
 	"bex.co/bex/gitserver/tokens"
 	"bex.co/bex/gitserver/upstream"
 )
@@ -149,6 +150,10 @@ type Config struct {
 	// Volumes reads and replaces volumes' contents (volumes' usage,
 	// volumes:backup, volumes:restore); nil: those say this server cannot.
 	Volumes VolumeStore
+	// Backups keeps Postgres databases' dumps on this server (postgres:backups,
+	// postgres:backups:capture, the schedule, postgres:restore --backup); nil:
+	// those say this server keeps none.
+	Backups *dbbackups.Store
 	// Tokens keeps the agents' API tokens; nil: there is no agents' API.
 	Tokens *tokens.Store
 	// RemoveRepository deletes an app's git repository (apps:destroy); nil:

@@ -343,6 +343,13 @@ func (b *Backend) DestroyDatabase(ctx context.Context, u *User, engine appv1.Dat
 		return fmt.Errorf("deleting database %s: %w", name, err)
 	}
 	b.auditDatabase(u, string(db.Spec.Engine)+":destroy", name)
+	// Its backups go with it (the schedule's sweep removes what this misses:
+	// a database deleted with kubectl, a capture that ended meanwhile).
+	if b.cfg.Backups != nil {
+		if err := b.cfg.Backups.Remove(string(db.UID)); err != nil {
+			b.log.Error("removing the backups of a destroyed database", "database", name, "err", err)
+		}
+	}
 	return nil
 }
 
@@ -512,6 +519,13 @@ func (b *Backend) runDatabase(ctx context.Context, u *User, engine appv1.Databas
 	if err != nil {
 		return 0, err
 	}
+	return b.runOnDatabase(ctx, db, op, script, dio, func(id string) { b.auditDatabase(u, op, name, "id", id, "tty", dio.TTY != nil) })
+}
+
+// runOnDatabase runs script on db, which the caller may use; audit records
+// the run (by its ID) once it is allowed to start.
+func (b *Backend) runOnDatabase(ctx context.Context, db *appv1.Database, op, script string, dio DatabaseIO, audit func(id string)) (int, error) {
+	name, engine := db.Name, db.Spec.Engine
 	if b.cfg.Runner == nil {
 		return 0, Errorf(Invalid, "this server cannot run one-off commands")
 	}
@@ -528,8 +542,7 @@ func (b *Backend) runDatabase(ctx context.Context, u *User, engine appv1.Databas
 		Command: []string{"sh", "-c", script}, Env: []appv1.EnvVar{credentialVar(appv1.LinkEnv(engine), db.Name)},
 		Stdin: dio.Stdin, Stdout: dio.Stdout, Stderr: dio.Stderr, TTY: dio.TTY}
 	spec.Process = "run." + spec.ID
-	audit := func() { b.auditDatabase(u, op, name, "id", spec.ID, "tty", dio.TTY != nil) }
-	return b.runOneOff(ctx, op, name, app.Name, spec, false, audit)
+	return b.runOneOff(ctx, op, name, app.Name, spec, false, func() { audit(spec.ID) })
 }
 
 // auditDatabase logs a change of, or a session on, a database.

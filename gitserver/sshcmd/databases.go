@@ -185,14 +185,64 @@ func (s *session) engineCommands(e appv1.DatabaseEngine) []*cobra.Command {
 	backup := newCmd(groupDatabases, p+"backup NAME > dump", "Write a dump of the database (pg_dump's custom format) to stdout", args(1, 1), func(_ *cobra.Command, a []string) error {
 		return s.b.BackupDatabase(s.ctx, s.user, a[0], s.out, s.errOut)
 	})
-	restore := newCmd(groupDatabases, p+"restore NAME < dump", "Replace the database's contents with a dump from stdin, in one transaction: a restore that fails changes nothing", args(1, 1), func(_ *cobra.Command, a []string) error {
+	var backupID string
+	restore := newCmd(groupDatabases, p+"restore NAME [--backup ID] < dump", "Replace the database's contents with a dump from stdin, or a backup kept here, in one transaction: a restore that fails changes nothing", args(1, 1), func(_ *cobra.Command, a []string) error {
+		if backupID != "" {
+			if err := s.b.RestoreDatabaseBackup(s.ctx, s.user, a[0], backupID, s.errOut); err != nil {
+				return err
+			}
+			fmt.Fprintf(s.out, "Restored %s from its backup %s.\n", a[0], backupID)
+			return nil
+		}
 		if err := s.b.RestoreDatabase(s.ctx, s.user, a[0], s.stdin, s.errOut); err != nil {
 			return err
 		}
 		fmt.Fprintf(s.out, "Restored %s from the dump.\n", a[0])
 		return nil
 	})
-	return append(cmds, backup, restore)
+	flags(restore).StringVar(&backupID, "backup", "", "a backup kept on the server ("+p+"backups NAME lists them) instead of stdin")
+
+	var backupsJSON bool
+	backups := newCmd(groupDatabases, p+"backups NAME", "List the database's backups kept on the server, and its schedule", args(1, 1), func(_ *cobra.Command, a []string) error {
+		in, err := s.b.DatabaseBackups(s.ctx, s.user, a[0])
+		if err != nil {
+			return err
+		}
+		if backupsJSON {
+			return s.json(in)
+		}
+		next := "never: " + in.ScheduleError
+		if in.Next != nil {
+			next = in.Next.Format(time.RFC3339)
+		}
+		fmt.Fprintf(s.out, "Schedule: %s (UTC), %d kept; next: %s\n", in.Schedule, in.Keep, next)
+		if len(in.Backups) == 0 {
+			fmt.Fprintf(s.out, "No backups yet: %sbackups:capture %s takes one now.\n", p, a[0])
+			return nil
+		}
+		w := s.table()
+		fmt.Fprintln(w, "ID\tKIND\tCREATED\tSIZE")
+		for _, b := range in.Backups {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", b.ID, b.Kind, b.Created.Format(time.RFC3339), bytesize.Format(b.Bytes))
+		}
+		return w.Flush()
+	})
+	jsonFlag(backups, &backupsJSON)
+
+	var captureJSON bool
+	capture := newCmd(groupDatabases, p+"backups:capture NAME", "Take a backup of the database now and keep it on the server", args(1, 1), func(_ *cobra.Command, a []string) error {
+		bk, err := s.b.CaptureDatabaseBackup(s.ctx, s.user, a[0], s.errOut)
+		if err != nil {
+			return err
+		}
+		if captureJSON {
+			return s.json(bk)
+		}
+		fmt.Fprintf(s.out, "Backup %s of %s taken (%s): %srestore %s --backup %s brings it back.\n", bk.ID, a[0], bytesize.Format(bk.Bytes), p, a[0], bk.ID)
+		return nil
+	})
+	jsonFlag(capture, &captureJSON)
+	return append(cmds, backup, restore, backups, capture)
 }
 
 func orDash(v string) string {

@@ -20,6 +20,7 @@ import (
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/gitserver"
 	"bex.co/bex/gitserver/backend"
+	"bex.co/bex/gitserver/dbbackups"
 	"bex.co/bex/internal/testenv"
 )
 
@@ -302,5 +303,52 @@ func TestDatabaseOneOffCommands(t *testing.T) {
 	var dbs []backend.DatabaseInfo
 	if err := json.Unmarshal([]byte(out), &dbs); err != nil || len(dbs) != 2 {
 		t.Errorf("postgres:list --json: %v %s", err, out)
+	}
+}
+
+// TestDatabaseBackupCommands: postgres:backups:capture keeps a dump on the
+// server, postgres:backups lists it with the schedule, and postgres:restore
+// --backup feeds it to pg_restore.
+func TestDatabaseBackupCommands(t *testing.T) {
+	r := &fakeRunner{}
+	store := &dbbackups.Store{Dir: t.TempDir()}
+	shop := &appv1.Database{ObjectMeta: metav1.ObjectMeta{Name: "shop", Namespace: ns, UID: types.UID("0b7f3c1e-2a4d-4f6e-9c8b-1d2e3f4a5b6c")},
+		Spec: appv1.DatabaseSpec{Engine: appv1.EnginePostgres, Size: resource.MustParse("1Gi"), Members: []string{"bob"}},
+		Status: appv1.DatabaseStatus{Phase: appv1.DatabaseRunning, Host: "127.0.0.1", Port: 15432,
+			Image: "bex.local/postgres@sha256:" + strings.Repeat("c", 64)}}
+	f := newFixtureWith(t, func(c *backend.Config) { c.Runner, c.Backups = r, store }, shop)
+
+	out, errOut, code := f.run(bob, "", "postgres:backups", "shop")
+	if code != 0 || !strings.Contains(out, "Schedule: @daily (UTC), 7 kept; next: ") || !strings.Contains(out, "No backups yet: postgres:backups:capture shop takes one now.") {
+		t.Fatalf("postgres:backups of a new database: %d %q %q", code, out, errOut)
+	}
+	out, errOut, code = f.run(bob, "", "postgres:backups:capture", "shop", "--json")
+	var bk dbbackups.Backup
+	if code != 0 || json.Unmarshal([]byte(out), &bk) != nil || bk.Kind != dbbackups.Captured || !dbbackups.ValidID(bk.ID) {
+		t.Fatalf("postgres:backups:capture --json: %d %q %q", code, out, errOut)
+	}
+	if !strings.Contains(r.runs[0].Command[2], "pg_dump") {
+		t.Fatalf("the capture ran %q", r.runs[0].Command)
+	}
+	out, _, code = f.run(bob, "", "postgres:backups", "shop")
+	if code != 0 || !strings.Contains(out, bk.ID) || !strings.Contains(out, "captured") {
+		t.Fatalf("postgres:backups after a capture: %d %q", code, out)
+	}
+	out, errOut, code = f.run(bob, "", "postgres:restore", "shop", "--backup", bk.ID)
+	if code != 0 || out != "Restored shop from its backup "+bk.ID+".\n" || !strings.Contains(r.runs[1].Command[2], "pg_restore") || r.runs[1].Stdin == nil {
+		t.Fatalf("postgres:restore --backup: %d %q %q", code, out, errOut)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"postgres:restore", "shop", "--backup", "../x"}, `shop has no backup "../x": postgres:backups shop lists them`},
+		{[]string{"postgres:backups", "nope"}, `no postgres database "nope"`},
+		{[]string{"redis:backups", "shop"}, `unknown command "redis:backups"`},
+	} {
+		_, errOut, code := f.run(bob, "", c.args...)
+		if code == 0 || !strings.Contains(errOut, c.want) || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("%v: %d %q, want %q", c.args, code, errOut, c.want)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -131,6 +132,36 @@ func TestManagedDatabases(t *testing.T) {
 		data(t, "apple")
 	})
 
+	var backupID string
+	t.Run("backups kept on the server", func(t *testing.T) {
+		var bk struct {
+			ID    string `json:"id"`
+			Kind  string `json:"kind"`
+			Bytes int64  `json:"bytes"`
+		}
+		if err := json.Unmarshal([]byte(mustSSH(t, p, nil, "postgres:backups:capture", "shop", "--json")), &bk); err != nil {
+			t.Fatal(err)
+		}
+		if bk.ID == "" || bk.Kind != "captured" || bk.Bytes == 0 {
+			t.Fatalf("postgres:backups:capture: %+v", bk)
+		}
+		backupID = bk.ID
+		if err := p.answers("notes", "/pg/write?v=cherry", "wrote cherry")(); err != nil {
+			t.Fatal(err)
+		}
+		data(t, "apple,cherry")
+		if _, stderr, err := p.ssh(t, "postgres:restore", "shop", "--backup", "../../etc/passwd"); err == nil || !strings.Contains(stderr, "postgres:backups shop lists them") {
+			t.Fatalf("restore of a backup that is not one: %v: %s", err, stderr)
+		}
+		data(t, "apple,cherry")
+		mustSSH(t, p, nil, "postgres:restore", "shop", "--backup", backupID)
+		data(t, "apple")
+		list := mustSSH(t, p, nil, "postgres:backups", "shop")
+		if !strings.Contains(list, backupID) || !strings.Contains(list, "@daily") {
+			t.Fatalf("postgres:backups:\n%s", list)
+		}
+	})
+
 	t.Run("the data outlives redeploys, rollbacks and kills", func(t *testing.T) {
 		app.commit(t, "a change", map[string]string{"CHANGES": "one\n"})
 		if out, err := app.push(); err != nil {
@@ -176,6 +207,14 @@ func TestManagedDatabases(t *testing.T) {
 		if _, stderr, err := p.ssh(t, "postgres:destroy", "shop", "--confirm", "shop"); err == nil || !strings.Contains(stderr, "notes") {
 			t.Fatalf("destroy of a linked database: %v: %s", err, stderr)
 		}
+		// The backup outlived the restarts and kills too.
+		if list := mustSSH(t, p, nil, "postgres:backups", "shop"); backupID == "" || !strings.Contains(list, backupID) {
+			t.Errorf("backup %q is not listed after the restarts:\n%s", backupID, list)
+		}
+		backups := filepath.Join(p.dir, "database-backups", p.kubectl(t, "get", "databases.app.bex.co", "shop", "-o", "jsonpath={.metadata.uid}"))
+		if _, err := os.Stat(backups); err != nil {
+			t.Fatalf("the backups of shop: %v", err)
+		}
 		mustSSH(t, p, nil, "postgres:unlink", "shop", "notes")
 		testenv.Eventually(t, 2*time.Minute, "notes lost DATABASE_URL", p.answers("notes", "/env", "DATABASE_URL=unset REDIS_URL=set"))
 		if err := p.answers("notes", "/reach?host="+host+"&port="+port, "unreachable")(); err != nil {
@@ -189,6 +228,9 @@ func TestManagedDatabases(t *testing.T) {
 		testenv.Eventually(t, 2*time.Minute, "shop and its data are gone", func() error {
 			if out := p.kubectl(t, "get", "databases.app.bex.co", "--ignore-not-found", "shop", "-o", "name"); out != "" {
 				return fmt.Errorf("still there: %s", out)
+			}
+			if _, err := os.Stat(backups); err == nil {
+				return fmt.Errorf("its backups are still in %s", backups)
 			}
 			for _, v := range volumes {
 				if _, err := os.Stat(v); err == nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"github.com/distribution/reference"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -66,7 +67,11 @@ func (localRuntime) deployer(c *deployerCmd, mgr ctrl.Manager, _ *deployer.Confi
 	// network at the apps' gateway.
 	dbCfg := databases.DefaultConfig()
 	dbCfg.Postgres, dbCfg.Redis = imageVersion(c.postgresImage), imageVersion(c.redisImage)
-	dbr := &databases.Reconciler{Client: mgr.GetClient(), Runtime: rt, Network: databaseNetwork{cfg.TenantNet}, Config: dbCfg}
+	dbr := &databases.Reconciler{Client: mgr.GetClient(), Runtime: rt, Network: databaseNetwork{cfg.TenantNet}, Config: dbCfg,
+		Usage: func(key types.NamespacedName, volume string) (int64, error) {
+			used, _, err := cfg.VolumeUsage(key, volume)
+			return used, err
+		}}
 	if err := dbr.SetupWithManager(mgr); err != nil {
 		_ = c.closeRuntime()
 		return nil, err
@@ -91,8 +96,10 @@ func (n databaseNetwork) Unexpose(ctx context.Context, name string) error {
 // offers 15; an image without a tag offers what it runs, unnamed.
 func imageVersion(ref string) databases.Image {
 	img := databases.Image{Ref: ref}
-	if i := strings.LastIndexByte(ref, ':'); i > strings.LastIndexByte(ref, '/') {
-		img.Version = ref[i+1:]
+	if named, err := reference.ParseNormalizedNamed(ref); err == nil {
+		if tagged, ok := named.(reference.Tagged); ok {
+			img.Version = tagged.Tag()
+		}
 	}
 	return img
 }

@@ -4,15 +4,9 @@ import (
 	"time"
 
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
-	"net/url"
-	"slices"
-	"strconv"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -53,6 +47,9 @@ type Reconciler struct {
 	Runtime runtime.Runtime
 	Network Network
 	Config  Config
+	// Usage measures the bytes in use on a volume of the runtime key's
+	// (status.usedBytes); nil: not measured.
+	Usage func(key types.NamespacedName, volume string) (used int64, err error)
 
 	mu      sync.Mutex
 	exposed map[string]netip.AddrPort // runtime key → the target Expose was last given
@@ -72,17 +69,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// One at a time: the port of a new database is chosen among the others'.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
 		Owns(&corev1.Secret{}).
-		Watches(&appv1.App{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []ctrl.Request {
-			app, ok := o.(*appv1.App)
-			if !ok {
-				return nil
-			}
-			var out []ctrl.Request
-			for _, db := range appv1.LinkedDatabases(app.Spec.Env) {
-				out = append(out, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: app.Namespace, Name: db}})
-			}
-			return out
-		})).
+		Watches(&appv1.App{}, handler.EnqueueRequestsFromMapFunc(LinkedBy)).
 		Complete(r)
 }
 
@@ -112,15 +99,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 }
 
 func (r *Reconciler) reconcile(ctx context.Context, db *appv1.Database) (ctrl.Result, error) {
-	links, err := r.links(ctx, db)
+	links, err := Links(ctx, r.Client, db)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	db.Status.Links = links
 	img := r.Config.image(db.Spec.Engine)
 	db.Status.Image, db.Status.Version = img.Ref, img.Version
-	if v := db.Spec.Version; v != "" && v != img.Version && !isPrefixVersion(img.Version, v) {
-		r.fail(db, "VersionUnavailable", fmt.Sprintf("%s %s is not offered here: this platform runs %s %s; create it without --version", db.Spec.Engine, v, db.Spec.Engine, img.Version))
+	if msg := VersionUnavailable(db, img); msg != "" {
+		r.fail(db, "VersionUnavailable", msg)
 		return ctrl.Result{}, nil
 	}
 	if n := max(db.Spec.Instances, 1); n > r.Config.MaxInstances {
@@ -169,10 +156,26 @@ func (r *Reconciler) reconcile(ctx context.Context, db *appv1.Database) (ctrl.Re
 	db.Status.Phase = appv1.DatabaseRunning
 	meta.SetStatusCondition(&db.Status.Conditions, metav1.Condition{Type: appv1.ReadyCondition, Status: metav1.ConditionTrue,
 		Reason: "Accepting", Message: "accepting connections", ObservedGeneration: db.Generation})
+	r.measure(db)
 	if !st.RolledOut {
 		return ctrl.Result{RequeueAfter: r.Config.RequeueStarting}, nil
 	}
 	return ctrl.Result{RequeueAfter: r.Config.RequeueRunning}, nil
+}
+
+// usedBytesStep is what status.usedBytes is rounded down to, so that a
+// database that writes does not rewrite its status at every look.
+const usedBytesStep = 1 << 20
+
+// measure sets status.usedBytes from the data volume's file system; a
+// volume that cannot be measured now keeps the last figure.
+func (r *Reconciler) measure(db *appv1.Database) {
+	if r.Usage == nil {
+		return
+	}
+	if used, err := r.Usage(db.RuntimeKey(), volumeName); err == nil {
+		db.Status.UsedBytes = used / usedBytesStep * usedBytesStep
+	}
 }
 
 // retry has the runtime try a failed server again once RetryFailed has passed
@@ -203,11 +206,6 @@ func (r *Reconciler) fail(db *appv1.Database, reason, msg string) {
 	db.Status.Phase = appv1.DatabaseFailed
 	meta.SetStatusCondition(&db.Status.Conditions, metav1.Condition{Type: appv1.ReadyCondition, Status: metav1.ConditionFalse,
 		Reason: reason, Message: msg, ObservedGeneration: db.Generation})
-}
-
-// isPrefixVersion: "15" asked for and "15.4" offered, or the reverse.
-func isPrefixVersion(a, b string) bool {
-	return len(a) > len(b) && a[:len(b)+1] == b+"." || len(b) > len(a) && b[:len(a)+1] == a+"."
 }
 
 // expose leads the database's port to target when it is not already.
@@ -248,80 +246,15 @@ func (r *Reconciler) freePort(ctx context.Context, db *appv1.Database) (int, err
 	return 0, fmt.Errorf("every port of %d-%d is taken: destroy a database you no longer use", r.Config.PortMin, r.Config.PortMax)
 }
 
-// links are the apps in db's namespace whose config takes a value from its
-// credentials.
-func (r *Reconciler) links(ctx context.Context, db *appv1.Database) ([]string, error) {
-	var apps appv1.AppList
-	if err := r.Client.List(ctx, &apps, client.InNamespace(db.Namespace)); err != nil {
-		return nil, err
-	}
-	var out []string
-	for _, a := range apps.Items {
-		if slices.Contains(appv1.LinkedDatabases(a.Spec.Env), db.Name) {
-			out = append(out, a.Name)
-		}
-	}
-	slices.Sort(out)
-	return out, nil
-}
-
 // ensureSecret makes the credentials Secret, or brings its address up to
 // date; the password is made once and never changes here.
 func (r *Reconciler) ensureSecret(ctx context.Context, db *appv1.Database) error {
 	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: appv1.CredentialsSecret(db.Name)}}
-	_, err := controllerutil.CreateOrPatch(ctx, r.Client, s, func() error {
-		if s.Labels == nil {
-			s.Labels = map[string]string{}
-		}
-		s.Labels[appv1.LabelDatabase] = db.Name
-		if err := controllerutil.SetControllerReference(db, s, r.Client.Scheme()); err != nil {
-			return err
-		}
-		if s.Data == nil {
-			s.Data = map[string][]byte{}
-		}
-		if len(s.Data[appv1.CredentialPassword]) == 0 {
-			pw, err := password()
-			if err != nil {
-				return err
-			}
-			s.Data[appv1.CredentialPassword] = []byte(pw)
-		}
-		for k, v := range credentials(db, string(s.Data[appv1.CredentialPassword])) {
-			s.Data[k] = []byte(v)
-		}
-		return nil
-	})
+	_, err := controllerutil.CreateOrPatch(ctx, r.Client, s, func() error { return FillCredentials(s, db, r.Client.Scheme()) })
 	if err != nil {
 		return fmt.Errorf("credentials of database %s: %w", db.Name, err)
 	}
 	return nil
-}
-
-// credentials are the Secret's keys besides the password, from db's status.
-func credentials(db *appv1.Database, pw string) map[string]string {
-	hostport := net.JoinHostPort(db.Status.Host, strconv.Itoa(int(db.Status.Port)))
-	out := map[string]string{
-		appv1.CredentialHost: db.Status.Host,
-		appv1.CredentialPort: strconv.Itoa(int(db.Status.Port)),
-	}
-	if db.Spec.Engine == appv1.EngineRedis {
-		out[appv1.CredentialURL] = (&url.URL{Scheme: "redis", User: url.UserPassword("", pw), Host: hostport}).String()
-		return out
-	}
-	name := appv1.PostgresName(db.Name)
-	out[appv1.CredentialUser], out[appv1.CredentialDatabase] = name, name
-	out[appv1.CredentialURL] = (&url.URL{Scheme: "postgres", User: url.UserPassword(name, pw), Host: hostport, Path: "/" + name}).String()
-	return out
-}
-
-// password is 32 random characters of base64url: nothing to escape in a URL.
-func password() (string, error) {
-	var b [24]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	return base64.RawURLEncoding.EncodeToString(b[:]), nil
 }
 
 // reconcileDelete stops the server, removes its volume, address and Secret.

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -115,6 +116,8 @@ type env struct {
 	ns  string
 	rt  *fakeRuntime
 	net *fakeNetwork
+	// used is what the data volume's Usage says.
+	used atomic.Int64
 }
 
 func start(t *testing.T, cfg Config) *env {
@@ -137,7 +140,13 @@ func start(t *testing.T, cfg Config) *env {
 	e := &env{t: t, c: cp.Client, ns: ns,
 		rt:  &fakeRuntime{ready: map[string]netip.AddrPort{}, synced: map[string]runtime.Desired{}, deleted: map[string]bool{}, failing: map[string]bool{}},
 		net: &fakeNetwork{rules: map[string]string{}}}
-	r := &Reconciler{Client: mgr.GetClient(), Runtime: e.rt, Network: e.net, Config: cfg}
+	r := &Reconciler{Client: mgr.GetClient(), Runtime: e.rt, Network: e.net, Config: cfg,
+		Usage: func(key types.NamespacedName, volume string) (int64, error) {
+			if volume != volumeName {
+				return 0, fmt.Errorf("%s has no volume %q", key, volume)
+			}
+			return e.used.Load(), nil
+		}}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
@@ -222,6 +231,7 @@ func TestADatabaseGetsCredentialsAnAddressAndItsServer(t *testing.T) {
 	}
 
 	target := netip.MustParseAddrPort("10.88.0.7:40001")
+	e.used.Store(5<<20 + 12345)
 	e.rt.setReady("shop.db", target)
 	e.eventually("running, with its address led to the server", func() error {
 		db := e.db("shop")
@@ -230,6 +240,9 @@ func TestADatabaseGetsCredentialsAnAddressAndItsServer(t *testing.T) {
 		}
 		if got, want := e.net.rule(e.ns+"/shop.db"), fmt.Sprintf("%d->%s", db.Status.Port, target); got != want {
 			return fmt.Errorf("exposed %q, want %q", got, want)
+		}
+		if db.Status.UsedBytes != 5<<20 {
+			return fmt.Errorf("usedBytes %d, want the volume's 5 MiB (rounded down to a MiB)", db.Status.UsedBytes)
 		}
 		return nil
 	})

@@ -1,7 +1,6 @@
 package databases
 
 import (
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
@@ -14,7 +13,6 @@ import (
 const (
 	volumeName   = "data"
 	postgresData = "/var/lib/postgresql/data"
-	redisData    = "/data"
 )
 
 // lockCommand runs cmd once it holds a lock on the data volume's root dir: a
@@ -36,24 +34,16 @@ func desired(db *appv1.Database, img Image) runtime.Desired {
 	fromSecret := func(name, key string) appv1.EnvVar {
 		return appv1.EnvVar{Name: name, ValueFrom: &appv1.SecretKeySelector{Name: secret, Key: key}}
 	}
-	res := db.Spec.Resources
-	if res == nil || res.Memory == nil {
-		mem := resource.NewQuantity(appv1.DefaultDatabaseMemory, resource.BinarySI)
-		res = &appv1.Resources{Memory: mem}
-		if db.Spec.Resources != nil {
-			res.CPU = db.Spec.Resources.CPU
-		}
-	}
+	res := ServerResources(db)
 	process := string(db.Spec.Engine)
 	var cmd []string
 	var env []appv1.EnvVar
 	var path string
 	switch db.Spec.Engine {
 	case appv1.EngineRedis:
-		path = redisData
-		// Append-only with an fsync a second, as Redis's own advice for data
-		// that matters; the password from the Secret, through the environment.
-		cmd = lockCommand(redisData, `docker-entrypoint.sh redis-server --port "$PORT" --requirepass "$REDIS_PASSWORD" --appendonly yes --appendfsync everysec --dir `+redisData+` --protected-mode no`)
+		path = RedisData
+		// The password from the Secret, through the environment.
+		cmd = lockCommand(RedisData, RedisServer)
 		env = []appv1.EnvVar{fromSecret("REDIS_PASSWORD", appv1.CredentialPassword)}
 	default:
 		path = postgresData

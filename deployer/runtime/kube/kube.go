@@ -121,6 +121,9 @@ func (r *Runtime) Sync(ctx context.Context, d runtime.Desired) (runtime.Status, 
 
 	if hasProcess(d, WebProcess) {
 		svc := service(r.cfg, d.App)
+		if err := r.serviceIsOurs(ctx, d.App, *svc.Name); err != nil {
+			return runtime.Status{}, err
+		}
 		if err := r.c.Apply(ctx, svc, client.FieldOwner(r.cfg.FieldManager), client.ForceOwnership); err != nil {
 			return runtime.Status{}, fmt.Errorf("app %s: apply service %s: %w", key, *svc.Name, err)
 		}
@@ -187,6 +190,27 @@ func (r *Runtime) Delete(ctx context.Context, app types.NamespacedName) error {
 		return err
 	}
 	return r.deleteService(ctx, app)
+}
+
+// serviceIsOurs refuses a Service name another object holds: applying with
+// ForceOwnership would take its selector over, and the connections meant for
+// it (a database's Service, <db>-rw or <db>-redis, with the passwords linked
+// apps send) would reach this app's pods.
+func (r *Runtime) serviceIsOurs(ctx context.Context, app *appv1.App, name string) error {
+	var svc corev1.Service
+	err := r.c.Get(ctx, types.NamespacedName{Namespace: app.Namespace, Name: name}, &svc)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("app %s: service %s: %w", app.Name, name, err)
+	}
+	// An App of the same name made earlier (deleted, its Service not yet
+	// collected) gives it over.
+	if c := metav1.GetControllerOf(&svc); c != nil && c.Kind == "App" && c.Name == app.Name {
+		return nil
+	}
+	return fmt.Errorf("app %s: the Service %s belongs to something else (a database's, or one made by hand): give the app another name", app.Name, name)
 }
 
 // deleteService deletes the app's Service if it is the app's (labelled so): a

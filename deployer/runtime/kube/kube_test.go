@@ -2,6 +2,7 @@ package kube_test
 
 import (
 	"context"
+	"k8s.io/utils/ptr"
 	"os"
 	"slices"
 	"strconv"
@@ -268,6 +269,27 @@ func TestSyncCreatesDeploymentsAndService(t *testing.T) {
 	}
 	if ports := svc.Spec.Ports; len(ports) != 1 || ports[0].Port != 80 || ports[0].TargetPort != intstr.FromInt32(8080) || ports[0].Protocol != corev1.ProtocolTCP {
 		t.Errorf("service ports %+v", ports)
+	}
+}
+
+// TestAServiceOfAnotherIsNotTakenOver: an app named as another object's
+// Service (a database's <db>-rw, here "hello") does not take its selector
+// over, which would lead the database's clients, passwords and all, to the
+// app's pods.
+func TestAServiceOfAnotherIsNotTakenOver(t *testing.T) {
+	f := setup(t)
+	theirs := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "hello",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: appv1.GroupVersion.String(), Kind: "Database", Name: "hel", UID: "db-uid", Controller: ptr.To(true)}}},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"cnpg.io/cluster": "hel"}, Ports: []corev1.ServicePort{{Port: 5432}}}}
+	if err := f.c.Create(f.ctx, theirs); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.rt.Sync(f.ctx, f.desired(1, imageA, map[string]appv1.ProcessSpec{"web": {Replicas: 1}}))
+	if err == nil || !strings.Contains(err.Error(), "the Service hello belongs to something else") {
+		t.Fatalf("Sync over another's Service: %v", err)
+	}
+	if sel := f.service().Spec.Selector; len(sel) != 1 || sel["cnpg.io/cluster"] != "hel" {
+		t.Fatalf("the Service's selector became %v", sel)
 	}
 }
 

@@ -74,10 +74,18 @@ func progressDeadline(cfg Config, d runtime.Desired) int32 {
 }
 
 func ownerReference(app *appv1.App) *metav1ac.OwnerReferenceApplyConfiguration {
+	kind, name := "App", app.Name
+	// A database's one-offs (psql, pg_dump, redis-cli) run as the synthetic
+	// App <name>.db with the Database's UID (gitserver/backend's
+	// runOnDatabase): no App of that name exists, and the garbage collector
+	// would delete a pod owned by one at once. The Database owns them.
+	if db := app.Labels[appv1.LabelDatabase]; db != "" && app.Name == appv1.RuntimeName(db) {
+		kind, name = "Database", db
+	}
 	return metav1ac.OwnerReference().
 		WithAPIVersion(appv1.GroupVersion.String()).
-		WithKind("App").
-		WithName(app.Name).
+		WithKind(kind).
+		WithName(name).
 		WithUID(app.UID).
 		WithController(true).
 		WithBlockOwnerDeletion(true)

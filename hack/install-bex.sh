@@ -23,6 +23,16 @@
 #                  and kept by hack/cluster-*.sh). Needed when the registry's
 #                  credentials are made (the first run); 16 or more of A-Z a-z
 #                  0-9 . _ ~ -
+#   CNPG_IMAGE     the image of CloudNativePG's operator (infra/cnpg), which the
+#                  Postgres pods' init container runs too (default: upstream's
+#                  ghcr.io/cloudnative-pg/cloudnative-pg of CNPG_VERSION;
+#                  hack/cluster-local.sh loads bex.local/cloudnative-pg, built
+#                  from the Go module, into its node)
+#   CNPG_POSTGRES_IMAGE
+#                  the Postgres image the managed databases' CloudNativePG
+#                  Clusters run (the deployer's --cluster-postgres-image;
+#                  default ghcr.io/cloudnative-pg/postgresql:15;
+#                  hack/cluster-local.sh pushes one made from Debian's packages)
 #   EXTRA_PATCHES  a file of kustomize patches (a YAML list, as under `patches:`)
 #                  added to the overlay, for what a cluster needs of its own
 #                  (hack/cluster-local.sh: a node port for the gitserver,
@@ -49,6 +59,9 @@ hooks_url=${HOOKS_URL:-https://$base_domain}
 # a tag).
 image_name=$image image_tag=latest
 if [[ ${image##*/} == *:* ]]; then image_name=${image%:*} image_tag=${image##*:}; fi
+cnpg_image=${CNPG_IMAGE:-}
+cnpg_name=$cnpg_image cnpg_tag=latest
+if [[ ${cnpg_image##*/} == *:* ]]; then cnpg_name=${cnpg_image%:*} cnpg_tag=${cnpg_image##*:}; fi
 
 # An overlay of infra/bex with this installation's image and settings, in a
 # temporary directory: nothing in the repository changes.
@@ -66,6 +79,7 @@ images:
   - name: bex.local/bex
     newName: $image_name
     newTag: "$image_tag"
+$(if [[ -n $cnpg_image ]]; then printf '  - name: ghcr.io/cloudnative-pg/cloudnative-pg\n    newName: %s\n    newTag: "%s"\n' "$cnpg_name" "$cnpg_tag"; fi)
 patches:
   - patch: |
       apiVersion: v1
@@ -78,6 +92,7 @@ patches:
         BEX_ACME_EMAIL: "$acme_email"
         BEX_SSH_URL: "$ssh_url"
         BEX_HOOKS_URL: "$hooks_url"
+$(if [[ -n ${CNPG_POSTGRES_IMAGE:-} ]]; then printf '        BEX_CLUSTER_POSTGRES_IMAGE: "%s"\n' "$CNPG_POSTGRES_IMAGE"; fi)
 YAML
 if [[ -n ${EXTRA_PATCHES:-} ]]; then
 	[[ -f $EXTRA_PATCHES ]] || die "EXTRA_PATCHES=$EXTRA_PATCHES is not a file"
@@ -236,6 +251,9 @@ say "waiting for the components"
 "$kubectl" -n bex-system rollout status deployment/bex-deployer --timeout=5m
 "$kubectl" -n bex-system rollout status statefulset/bex-gitserver --timeout=5m
 "$kubectl" -n bex-system rollout status daemonset/bex-edge --timeout=5m
+# CloudNativePG's operator: its first start makes its webhooks' certificate and
+# may restart once, until the kubelet has mounted it.
+"$kubectl" -n cnpg-system rollout status deployment/cnpg-controller-manager --timeout=5m
 
 addr=$("$kubectl" -n bex-system get service bex-gitserver -o jsonpath='{.status.loadBalancer.ingress[0].ip}')
 port=22

@@ -29,6 +29,8 @@
 #        caddy                              (hack/tools/caddy; the edge benchmarks' reference)
 #        coredns                            (hack/tools/coredns; the one-node cluster's DNS)
 #        registry                           (hack/tools/registry; distribution's, in-cluster)
+#        cnpg-manager                       (CloudNativePG's operator, from its module
+#                                            at CNPG_VERSION into bin/cnpg-<version>)
 #        Cluster API's managers             (hack/tools/clusterapi)
 #   3. For tests, the official TypeScript MCP SDK (hack/mcp-client, npm ci) into
 #      bin/mcp-sdk-<version>/node_modules, linked as bin/mcp-sdk: the MCP server's
@@ -165,12 +167,29 @@ CGO_ENABLED=0 build "registry $REGISTRY_VERSION" "registry-$REGISTRY_VERSION" ha
 	"-s -w -X github.com/distribution/distribution/v3/version.version=$REGISTRY_VERSION" "registry" \
 	github.com/distribution/distribution/v3/cmd/registry
 
+# CloudNativePG's manager (the operator, and the instance manager it copies into
+# each Postgres pod), built in the module's own directory of the module cache, so
+# with its own go.mod and go.sum (no replace directives): upstream's dependencies.
+# The exact version downloads though the proxy refuses the version list (which
+# `go install PKG@VERSION` would ask for its deprecation check). Static, since
+# hack/nodeimages puts it alone in an image (bex.local/cloudnative-pg).
+cnpg_dir=cnpg-$CNPG_VERSION
+cnpg_mod=.
+if ! [ -f "bin/$cnpg_dir/.complete" ] || ! [ -x "bin/$cnpg_dir/manager" ]; then
+	cnpg_mod=$(cd / && GOFLAGS= go mod download -json "github.com/cloudnative-pg/cloudnative-pg@$CNPG_VERSION" | jq -r .Dir) ||
+		die "go mod download github.com/cloudnative-pg/cloudnative-pg@$CNPG_VERSION failed"
+	[ -f "$cnpg_mod/go.mod" ] || die "no module directory for github.com/cloudnative-pg/cloudnative-pg@$CNPG_VERSION ($cnpg_mod)"
+fi
+CGO_ENABLED=0 build "CloudNativePG $CNPG_VERSION" "$cnpg_dir" "$cnpg_mod" "-s -w" "manager" ./cmd/manager
+
 for b in kubelet kube-proxy kube-scheduler kube-controller-manager; do link "kubenode-$KUBE_VERSION" "$b"; done
 link "pebble-$PEBBLE_VERSION" pebble
 link "pebble-$PEBBLE_VERSION" pebble-challtestsrv
 link "caddy-$CADDY_VERSION" caddy
 link "coredns-$COREDNS_VERSION" coredns
 link "registry-$REGISTRY_VERSION" registry
+ln -sfn "$cnpg_dir/manager" bin/cnpg-manager
+[ -x bin/cnpg-manager ] || die "bin/cnpg-manager is missing after the build: remove bin/$cnpg_dir and run make tools again"
 [ -x bin/coredns ] && [ -x bin/registry ] || die "bin/coredns or bin/registry is missing after the build: remove bin/coredns-* bin/registry-* and run make tools again"
 
 for b in kubelet kube-proxy kube-scheduler kube-controller-manager pebble pebble-challtestsrv caddy; do

@@ -7,7 +7,9 @@
 //   - clusterapi/overlays/hetzner-caph: Hetzner Cloud (CAPH), and
 //     hetzner-caph-baremetal: plus Hetzner dedicated servers;
 //   - bex: bex installed on a cluster (namespace, CRDs, RBAC per component, the
-//     deployer, gitserver, buildkitd, registry and edge).
+//     deployer, gitserver, buildkitd, registry and edge), and cnpg, which it
+//     includes: CloudNativePG's CRDs (the module's, checked byte for byte) and
+//     operator, the Postgres of Databases on a cluster.
 //
 // The tests render each with the kubectl in bin/ (`kubectl kustomize`), substitute
 // the template variables as `clusterctl generate cluster` does, and send the result

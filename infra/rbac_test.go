@@ -46,6 +46,16 @@ var needs = map[string][]grant{
 		// The apps' volumes (deployer/runtime/kube volumes.go).
 		{[]string{"get", "list", "watch", "create", "patch", "delete"}, "/persistentvolumeclaims", "default", ""},
 		{[]string{"create", "patch"}, "events.k8s.io/events", "default", ""},
+		// Managed databases (deployer/databases/cluster): the Databases, their
+		// credentials Secret created once (never read), a CloudNativePG Cluster
+		// or a StatefulSet, and a NetworkPolicy each.
+		{[]string{"get", "list", "watch"}, "app.bex.co/databases", "default", ""},
+		{[]string{"get", "update", "patch"}, "app.bex.co/databases/status", "default", ""},
+		{[]string{"update"}, "app.bex.co/databases/finalizers", "default", ""},
+		{[]string{"create"}, "/secrets", "default", ""},
+		{[]string{"get", "list", "watch", "create", "patch"}, "postgresql.cnpg.io/clusters", "default", ""},
+		{[]string{"get", "list", "watch", "create", "patch"}, "apps/statefulsets", "default", ""},
+		{[]string{"create", "patch"}, "networking.k8s.io/networkpolicies", "default", ""},
 		{[]string{"create"}, "coordination.k8s.io/leases", "bex-system", ""},
 		{[]string{"get", "update"}, "coordination.k8s.io/leases", "bex-system", "bex-deployer.app.bex.co"},
 		{[]string{"create", "patch"}, "/events", "bex-system", ""},
@@ -89,7 +99,8 @@ var (
 	gridVerbs     = []string{"get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"}
 	gridResources = []string{
 		"app.bex.co/apps", "app.bex.co/apps/status", "app.bex.co/apps/finalizers", "app.bex.co/releases", "app.bex.co/users",
-		"app.bex.co/databases", "app.bex.co/databases/status",
+		"app.bex.co/databases", "app.bex.co/databases/status", "app.bex.co/databases/finalizers",
+		"postgresql.cnpg.io/clusters", "apps/statefulsets", "networking.k8s.io/networkpolicies",
 		"/secrets", "/configmaps", "/persistentvolumeclaims", "/pods", "/pods/log", "/pods/exec", "/pods/attach", "/services", "/serviceaccounts/token", "/events", "/namespaces",
 		"events.k8s.io/events", "apps/deployments", "apps/daemonsets", "batch/cronjobs", "batch/jobs", "discovery.k8s.io/endpointslices", "coordination.k8s.io/leases",
 		"rbac.authorization.k8s.io/roles", "rbac.authorization.k8s.io/rolebindings", "rbac.authorization.k8s.io/clusterrolebindings",

@@ -23,6 +23,7 @@ import (
 
 	"bex.co/bex/deployer"
 	"bex.co/bex/deployer/databases"
+	"bex.co/bex/deployer/databases/cluster"
 	"bex.co/bex/deployer/runtime/local"
 )
 
@@ -58,6 +59,11 @@ type deployerCmd struct {
 	healthAddr       string
 	postgresImage    string
 	redisImage       string
+	// The kubernetes runtime's Postgres: CloudNativePG's operand image and
+	// the uid and gid of its postgres user.
+	clusterPostgresImage string
+	clusterPostgresUID   int64
+	clusterPostgresGID   int64
 
 	closeRuntime func() error
 }
@@ -93,7 +99,10 @@ func (c *deployerCmd) command() *cobra.Command {
 	f.StringVar(&c.metricsAddr, "metrics-addr", "127.0.0.1:9091", "Prometheus metrics address (0 turns it off)")
 	f.BoolVar(&c.metricsSecure, "metrics-secure", false, "serve the metrics over HTTPS (a self-signed certificate) to callers with a Kubernetes bearer token allowed to GET the non-resource URL /metrics (a TokenReview and a SubjectAccessReview per caller, cached); for a cluster, where every pod reaches the deployer's pod")
 	f.StringVar(&c.postgresImage, "postgres-image", databases.DefaultConfig().Postgres.Ref, "local runtime: the image managed Postgres databases run (the official image's behaviour: docker-entrypoint.sh, POSTGRES_PASSWORD); its tag is the version offered")
-	f.StringVar(&c.redisImage, "redis-image", databases.DefaultConfig().Redis.Ref, "local runtime: the image managed Redis databases run; its tag is the version offered")
+	f.StringVar(&c.redisImage, "redis-image", databases.DefaultConfig().Redis.Ref, "the image managed Redis databases run, on both runtimes (the official image's behaviour: docker-entrypoint.sh drops root); its tag is the version offered")
+	f.StringVar(&c.clusterPostgresImage, "cluster-postgres-image", cluster.DefaultConfig().Postgres.Ref, "kubernetes runtime: CloudNativePG's operand image managed Postgres databases run (its Clusters' imageName, with psql and pg_dump); its tag is the version offered")
+	f.Int64Var(&c.clusterPostgresUID, "cluster-postgres-uid", cluster.DefaultPostgresUID, "kubernetes runtime: the uid of the postgres user in --cluster-postgres-image")
+	f.Int64Var(&c.clusterPostgresGID, "cluster-postgres-gid", cluster.DefaultPostgresUID, "kubernetes runtime: the gid of the postgres user in --cluster-postgres-image")
 	f.StringVar(&c.healthAddr, "health-addr", "127.0.0.1:9092", "health and readiness probes address, or unix:PATH for a socket only root reaches (0 turns it off)")
 	return cmd
 }

@@ -15,6 +15,7 @@ import (
 
 	"bex.co/bex/deployer"
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/deployer/databases/cluster"
 	deployruntime "bex.co/bex/deployer/runtime"
 	"bex.co/bex/deployer/runtime/kube"
 	"bex.co/bex/gitserver/backend"
@@ -31,7 +32,20 @@ func (kubeRuntime) deployer(c *deployerCmd, mgr ctrl.Manager, dcfg *deployer.Con
 	cfg.RegistryDelete, cfg.RegistryInsecure, cfg.RegistryConfig = c.registryDelete, c.registryInsecure, c.registryConfig
 	// Deployment events say when a rollout moves; no need to poll often.
 	dcfg.WatchDeployments, dcfg.RequeueWhileRolling = true, 30*time.Second
-	return kube.New(cfg, mgr.GetClient())
+	rt, err := kube.New(cfg, mgr.GetClient())
+	if err != nil {
+		return nil, err
+	}
+	// Managed databases: Postgres through CloudNativePG, Redis as a
+	// StatefulSet, their pods confined as the apps' are.
+	dbCfg := cluster.DefaultConfig()
+	dbCfg.Postgres, dbCfg.Redis = imageVersion(c.clusterPostgresImage), imageVersion(c.redisImage)
+	dbCfg.PostgresUID, dbCfg.PostgresGID = c.clusterPostgresUID, c.clusterPostgresGID
+	dbCfg.StorageClass, dbCfg.Pods = c.volumeClass, cfg
+	if err := (&cluster.Reconciler{Client: mgr.GetClient(), Config: dbCfg}).SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	return rt, nil
 }
 
 func (kubeRuntime) gitserver(c *gitserverCmd, env gitserverEnv) (*gitserverRuntime, error) {

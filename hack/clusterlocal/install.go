@@ -47,11 +47,16 @@ func (l *layout) installAddons(k kubectl) error {
 }
 
 // installBex installs bex from infra/bex with hack/install-bex.sh, as on any
-// cluster, with this node's settings: the image imported above, the local CA, the
+// cluster, with this node's settings: the images imported above (bex's and
+// CloudNativePG's operator), the local CA, the
 // gitserver on a fixed node port, and app pods in the node's user namespace
 // (containerd 1.6 and runc 1.1 cannot give a pod one of its own: docs/cluster.md).
 func (l *layout) installBex(root string, k kubectl) error {
 	t := time.Now()
+	env, err := l.imagesEnv()
+	if err != nil {
+		return err
+	}
 	pub, err := l.adminKey()
 	if err != nil {
 		return err
@@ -77,6 +82,11 @@ func (l *layout) installBex(root string, k kubectl) error {
 		"EXTRA_PATCHES="+patches,
 		// The kubelet's config.json has it (writeConfigs).
 		"REGISTRY_NODE_PASSWORD="+nodePassword,
+		// CloudNativePG's operator as hack/nodeimages made it from the module.
+		"CNPG_IMAGE="+env["CNPG_IMAGE"],
+		// The Postgres the Databases' Clusters run: the Debian-made operand
+		// this script pushed to bex's registry.
+		"CNPG_POSTGRES_IMAGE="+operandImage(),
 	)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {

@@ -22,11 +22,12 @@ import (
 //
 // A volume is used once: a claim deleted (volumes:destroy, apps:destroy)
 // leaves its volume Released, and a volume made again binds another. Enough
-// are made for the tests of infra/cluster and a person trying it; up in a DIR
+// are made for the tests of infra/cluster (the apps' volumes, and one per
+// Postgres instance of CloudNativePG's Clusters) and a person trying it; up in a DIR
 // whose volumes are all used needs a new DIR.
 const (
 	appStorageClass = "bex-local"
-	appVolumes      = 8
+	appVolumes      = 16
 	appVolumeSize   = 256 << 20 // bytes; a claim asks for at most this
 )
 

@@ -49,6 +49,11 @@ func up(l *layout, root, bin string) error {
 	}
 	images := make(chan error, 1)
 	go func() { images <- l.buildImages(root) }()
+	// Needed only once bex is installed (it goes to bex's registry), and the
+	// longest of the builds the first time (mmdebstrap): meanwhile.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	operand := startOperandBuild(ctx)
 	if err := l.startNode(); err != nil {
 		<-images
 		return err
@@ -68,6 +73,13 @@ func up(l *layout, root, bin string) error {
 		return err
 	}
 	if err := l.seedRegistry(context.Background(), k); err != nil {
+		return err
+	}
+	img, err := operand.wait()
+	if err != nil {
+		return err
+	}
+	if err := l.pushOperand(context.Background(), k, img); err != nil {
 		return err
 	}
 	if err := l.writeEnv(k); err != nil {
@@ -174,6 +186,7 @@ CA_FILE=%s
 ADMIN_IDENTITY=%s
 NODE_NETNS=/run/netns/%s
 NODE_IP=%s
-`, l.kubeconfig(), l.nodeIP, sshNodePort, l.nodeIP, baseDomain, caFile, l.adminIdentity(), l.netns(), l.nodeIP)
+CNPG_POSTGRES_IMAGE=%s
+`, l.kubeconfig(), l.nodeIP, sshNodePort, l.nodeIP, baseDomain, caFile, l.adminIdentity(), l.netns(), l.nodeIP, operandImage())
 	return os.WriteFile(l.envFile(), []byte(env), 0o644)
 }

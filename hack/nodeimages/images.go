@@ -1,7 +1,9 @@
 package main
 
 import (
+	"archive/tar"
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -76,7 +78,7 @@ type Options struct {
 
 // Written is one archive Build wrote or found up to date.
 type Written struct {
-	Key     string // PAUSE, COREDNS, REGISTRY, BUILDKIT: images.env's prefix
+	Key     string // PAUSE, COREDNS, REGISTRY, BUILDKIT, CNPG: images.env's prefix
 	Image   string // the name ctr import gives it
 	Archive string // the docker archive's path
 	Size    int64  // the archive's size in bytes
@@ -87,10 +89,12 @@ type Written struct {
 type spec struct {
 	key, file, image string
 	files            map[string]string
-	entrypoint, cmd  []string
+	// layer, when set, makes the image's one layer instead of files.
+	layer           func() ([]byte, error)
+	entrypoint, cmd []string
 }
 
-// Build writes the four archives and Out/images.env.
+// Build writes the five archives and Out/images.env.
 func Build(ctx context.Context, o Options) ([]Written, error) {
 	if o.Bin == "" {
 		o.Bin = filepath.Join(o.Root, "bin")
@@ -109,7 +113,7 @@ func Build(ctx context.Context, o Options) ([]Written, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, k := range []string{"COREDNS_VERSION", "REGISTRY_VERSION", "BUILDKIT_VERSION"} {
+	for _, k := range []string{"COREDNS_VERSION", "REGISTRY_VERSION", "BUILDKIT_VERSION", "CNPG_VERSION"} {
 		if versions[k] == "" {
 			return nil, fmt.Errorf("hack/versions.env has no %s", k)
 		}
@@ -155,6 +159,10 @@ func Build(ctx context.Context, o Options) ([]Written, error) {
 	if err != nil {
 		return nil, err
 	}
+	cnpg, err := tool("cnpg-"+versions["CNPG_VERSION"], "manager")
+	if err != nil {
+		return nil, err
+	}
 	runc, err := exec.LookPath("runc")
 	if err != nil {
 		return nil, fmt.Errorf("runc is not installed (apt-get install runc, or make tools): %w", err)
@@ -184,6 +192,13 @@ func Build(ctx context.Context, o Options) ([]Written, error) {
 				"/usr/bin/buildkit-cni-host-local": filepath.Join(cniDir, "host-local"),
 				"/usr/bin/buildkit-cni-loopback":   filepath.Join(cniDir, "loopback")},
 			entrypoint: []string{"buildkitd"}},
+		// CloudNativePG's operator, laid out as upstream's image: the operator
+		// hashes operator/manager_<arch> (relative to its working directory,
+		// /) and the Postgres pods' init container runs `/manager bootstrap
+		// /controller/manager`, which copies "manager" (its own name) from
+		// there. Static: the manager alone.
+		{key: "CNPG", file: "cloudnative-pg.tar", image: CNPGImage(versions["CNPG_VERSION"]),
+			layer: func() ([]byte, error) { return cnpgLayer(cnpg) }, entrypoint: []string{"/manager"}},
 	}
 	var written []Written
 	var env strings.Builder
@@ -215,7 +230,12 @@ func (s spec) write(dir string) (Written, error) {
 	if err != nil {
 		return w, err
 	}
-	layer, err := imagebuild.HostLayer(s.files)
+	var layer []byte
+	if s.layer != nil {
+		layer, err = s.layer()
+	} else {
+		layer, err = imagebuild.HostLayer(s.files)
+	}
 	if err != nil {
 		return w, err
 	}
@@ -305,4 +325,41 @@ func writeAtomic(path string, data []byte) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// CNPGImage is the name of CloudNativePG's operator image of version (v1.27.1:
+// bex.local/cloudnative-pg:1.27.1, upstream's tag).
+func CNPGImage(version string) string {
+	return "bex.local/cloudnative-pg:" + strings.TrimPrefix(version, "v")
+}
+
+// cnpgLayer is the operator image's layer: the manager at
+// /operator/manager_amd64, /manager a link to it (as upstream's image has
+// them), and nothing else.
+func cnpgLayer(manager string) ([]byte, error) {
+	data, err := os.ReadFile(manager)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	mtime := time.Unix(0, 0)
+	for _, h := range []*tar.Header{
+		{Typeflag: tar.TypeDir, Name: "operator/", Mode: 0o755, ModTime: mtime},
+		{Typeflag: tar.TypeReg, Name: "operator/manager_amd64", Mode: 0o755, Size: int64(len(data)), ModTime: mtime},
+		{Typeflag: tar.TypeSymlink, Name: "manager", Linkname: "operator/manager_amd64", Mode: 0o777, ModTime: mtime},
+	} {
+		if err := tw.WriteHeader(h); err != nil {
+			return nil, err
+		}
+		if h.Typeflag == tar.TypeReg {
+			if _, err := tw.Write(data); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }

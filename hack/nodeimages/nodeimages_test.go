@@ -2,6 +2,7 @@ package main
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -33,7 +34,7 @@ func TestMain(m *testing.M) { os.Exit(testenv.Run(m)) }
 // k8sNamespace is the namespace the kubelet's containerd (CRI) keeps its images in.
 const k8sNamespace = "k8s.io"
 
-// TestNodeImages builds the four images, imports each with `ctr -n k8s.io images
+// TestNodeImages builds the five images, imports each with `ctr -n k8s.io images
 // import` into a real containerd, and runs each as the cluster does.
 func TestNodeImages(t *testing.T) {
 	root, err := testenv.RepoRoot()
@@ -81,6 +82,8 @@ func TestNodeImages(t *testing.T) {
 		"COREDNS_ARCHIVE":  filepath.Join(out, "coredns.tar"),
 		"REGISTRY_ARCHIVE": filepath.Join(out, "registry.tar"),
 		"BUILDKIT_ARCHIVE": filepath.Join(out, "buildkit.tar"),
+		"CNPG_IMAGE":       "bex.local/cloudnative-pg:" + strings.TrimPrefix(versions["CNPG_VERSION"], "v"),
+		"CNPG_ARCHIVE":     filepath.Join(out, "cloudnative-pg.tar"),
 	}
 	for k, v := range want {
 		if images[k] != v {
@@ -113,7 +116,7 @@ func TestNodeImages(t *testing.T) {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(namespaces.WithNamespace(context.Background(), k8sNamespace), 5*time.Minute)
 	defer cancel()
-	for _, k := range []string{"PAUSE", "COREDNS", "REGISTRY", "BUILDKIT"} {
+	for _, k := range []string{"PAUSE", "COREDNS", "REGISTRY", "BUILDKIT", "CNPG"} {
 		start := time.Now()
 		msg, err := exec.CommandContext(ctx, ctrBin, "-a", c.Address, "-n", k8sNamespace, "images", "import", images[k+"_ARCHIVE"]).CombinedOutput()
 		if err != nil {
@@ -246,6 +249,34 @@ func TestNodeImages(t *testing.T) {
 		gc := launch(ctx, t, cl, c, images["REGISTRY_IMAGE"], []string{"garbage-collect", "--delete-untagged", "/etc/distribution/config.yml"}, mounts)
 		if code := gc.wait(ctx, t, 30*time.Second); code != 0 {
 			t.Fatalf("registry garbage-collect exited %d: %s", code, gc.out.String())
+		}
+	})
+
+	// What each Postgres pod's init container does (CNPG's pkg/specs): the
+	// image's /manager copies itself into the pod's /controller, and the copy
+	// is the file the operator hashes (operator/manager_amd64), so that the
+	// operator sees its instance managers as up to date.
+	t.Run("cloudnative-pg bootstrap", func(t *testing.T) {
+		ctl := t.TempDir()
+		r := launch(ctx, t, cl, c, images["CNPG_IMAGE"], []string{"bootstrap", "/controller/manager"},
+			oci.WithMounts([]specs.Mount{bind(ctl, "/controller", "rw")}))
+		if code := r.wait(ctx, t, 30*time.Second); code != 0 {
+			t.Fatalf("/manager bootstrap /controller/manager exited %d: %s", code, r.out.String())
+		}
+		got, err := os.ReadFile(filepath.Join(ctl, "manager"))
+		if err != nil {
+			t.Fatalf("bootstrap copied nothing (%v): %s", err, r.out.String())
+		}
+		want, err := os.ReadFile(filepath.Join(root, "bin", "cnpg-"+versions["CNPG_VERSION"], "manager"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("the copied manager (%d bytes) is not bin/cnpg-%s/manager (%d bytes)", len(got), versions["CNPG_VERSION"], len(want))
+		}
+		r = launch(ctx, t, cl, c, images["CNPG_IMAGE"], []string{"version"})
+		if code := r.wait(ctx, t, 30*time.Second); code != 0 || !strings.Contains(r.out.String(), strings.TrimPrefix(versions["CNPG_VERSION"], "v")) {
+			t.Fatalf("/manager version exited %d, printed %q; want %s", code, r.out.String(), versions["CNPG_VERSION"])
 		}
 	})
 

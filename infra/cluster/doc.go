@@ -9,6 +9,11 @@
 // reaches: the platform's listeners must refuse it by themselves, whatever the
 // CNI enforces.
 //
+// cnpg_test.go runs CloudNativePG's operator (infra/cnpg) with the Postgres
+// image that hack/cluster-local.sh makes from Debian's packages
+// (CNPG_POSTGRES_IMAGE in cluster.env): a Cluster becomes ready and answers
+// psql, and with two instances survives the deletion of its primary's pod.
+//
 // BEX_TEST_CLUSTER_ENV=DIR/cluster.env runs the tests against a cluster already up
 // (hack/cluster-local.sh up DIR), and leaves it up: for working on the tests.
 package cluster

@@ -119,6 +119,10 @@ type Config struct {
 	Names Names
 	// Progress, when set, receives what is built and mmdebstrap's output.
 	Progress io.Writer
+	// Kinds, when set, are the only stand-ins Build makes and returns (and
+	// those they are picked from): the one-node cluster needs the postgres one
+	// alone (hack/clusterlocal). Empty: all of them.
+	Kinds []string
 }
 
 // DefaultConfig builds from Debian's own mirror, with the Go toolchain this
@@ -344,7 +348,12 @@ func Build(ctx context.Context, c Config) ([]Image, error) {
 	keys := map[string]string{}
 	built := map[string]Image{}
 	var out []Image
-	for _, s := range c.standIns(gov) {
+	all := c.standIns(gov)
+	wanted := c.selected(all)
+	for _, s := range all {
+		if !wanted[s.kind] {
+			continue
+		}
 		key := c.key(s, gov, keys[s.from])
 		keys[s.kind] = key
 		img := Image{Kind: s.kind, Name: c.Names.of(s.kind), Layout: filepath.Join(c.CacheDir, s.kind+"-"+key[:16])}
@@ -363,6 +372,21 @@ func Build(ctx context.Context, c Config) ([]Image, error) {
 		out = append(out, img)
 	}
 	return out, nil
+}
+
+// selected are the kinds of all that Build makes: Kinds and those they are
+// picked from (a `from` comes before the image that picks from it), or all.
+func (c Config) selected(all []standIn) map[string]bool {
+	wanted := map[string]bool{}
+	for i := len(all) - 1; i >= 0; i-- {
+		if s := all[i]; len(c.Kinds) == 0 || slices.Contains(c.Kinds, s.kind) || wanted[s.kind] {
+			wanted[s.kind] = true
+			if s.from != "" {
+				wanted[s.from] = true
+			}
+		}
+	}
+	return wanted
 }
 
 // key is a digest of everything that makes the image: a change to any of them

@@ -330,6 +330,7 @@ func knownListener(what string) string {
 		{`^(Service|pod) bex-system/bex-registry[a-z0-9-]* port 5000( \(node port\))?$`, "HTTP basic authentication, 401 without (checked: TestRegistryRequiresCredentials)"},
 		{`^pod bex-system/bex-deployer-[a-z0-9-]+ port 9091$`, "metrics: HTTPS, a token allowed GET /metrics (checked: TestDeployerMetricsNeedToken)"},
 		{`^pod bex-system/bex-deployer-[a-z0-9-]+ port 9092$`, "probes: FINDING: no authentication (ok or not, nothing else)"},
+		{`^Service cnpg-system/cnpg-webhook-service port 443$|^pod cnpg-system/cnpg-controller-manager-[a-z0-9-]+ port 9443$`, "CloudNativePG's admission webhooks: TLS, no client authentication, as upstream's; they answer AdmissionReviews and change nothing (FINDING: anyone may ask)"},
 		{`^(Service|pod) default/`, "an app's own port; FINDING: apps reach each other's pods, not only through the edge"},
 	} {
 		if regexp.MustCompile(k.re).MatchString(what) {

@@ -58,8 +58,10 @@ func withUID(db *appv1.Database, uid string) *appv1.Database {
 func TestDatabaseBackupsOnTheServer(t *testing.T) {
 	r := &dumpRunner{}
 	dir := t.TempDir()
-	store := &dbbackups.Store{Dir: dir}
 	created := time.Date(2026, 12, 6, 21, 30, 0, 0, time.UTC)
+	// The captures below are taken an hour after the database was made,
+	// whatever the wall clock says.
+	store := &dbbackups.Store{Dir: dir, Now: func() time.Time { return created.Add(time.Hour) }}
 	shop := withUID(database("shop", appv1.EnginePostgres, appv1.DatabaseRunning, "bob"), "11111111-2222-4333-8444-555555555555")
 	shop.CreationTimestamp = metav1.NewTime(created)
 	shop.Spec.Backups = &appv1.DatabaseBackups{Keep: 2}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -71,6 +72,11 @@ type Store struct {
 	MinFreeBytes uint64
 	// Now is the clock; nil: time.Now.
 	Now func() time.Time
+
+	// naming makes choosing an ID and linking the dump under it one step:
+	// two dumps that end in the same second (a capture and the schedule)
+	// never take the same ID.
+	naming sync.Mutex
 }
 
 // ValidID reports whether id has the form of a backup's ID.
@@ -134,6 +140,8 @@ func (s *Store) Create(uid string, kind Kind, dump func(io.Writer) error) (Backu
 	if err := f.Close(); err != nil {
 		return Backup{}, err
 	}
+	s.naming.Lock()
+	defer s.naming.Unlock()
 	created := s.now().Truncate(time.Second)
 	id := created.Format(idLayout)
 	for n := 2; ; n++ {
@@ -143,8 +151,8 @@ func (s *Store) Create(uid string, kind Kind, dump func(io.Writer) error) (Backu
 		id = created.Format(idLayout) + "-" + strconv.Itoa(n)
 	}
 	name := filepath.Join(dir, id+"."+string(kind)+".dump")
-	// Link, not rename: it fails rather than replace a backup that appeared
-	// meanwhile.
+	// Link, not rename: it fails rather than replace a backup another
+	// process put there.
 	if err := os.Link(tmp, name); err != nil {
 		return Backup{}, err
 	}

@@ -241,3 +241,33 @@ func TestSweep(t *testing.T) {
 		t.Fatalf("after Sweep: %v, want the live database's backup alone", f)
 	}
 }
+
+// TestDumpsEndingInTheSameSecondTakeTwoIDs: a capture and the schedule that
+// end at once never share an ID (nor fail for it).
+func TestDumpsEndingInTheSameSecondTakeTwoIDs(t *testing.T) {
+	s := &dbbackups.Store{Dir: t.TempDir(), Now: func() time.Time { return time.Date(2026, 12, 7, 1, 0, 0, 0, time.UTC) }}
+	errs := make(chan error, 16)
+	for i := range 16 {
+		kind := dbbackups.Captured
+		if i%2 == 1 {
+			kind = dbbackups.Scheduled
+		}
+		go func() { _, err := s.Create(uid, kind, write("x")); errs <- err }()
+	}
+	for range 16 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	list, err := s.List(uid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	for _, b := range list {
+		ids[b.ID] = true
+	}
+	if len(list) != 16 || len(ids) != 16 {
+		t.Fatalf("16 dumps in one second: %d backups, %d IDs", len(list), len(ids))
+	}
+}

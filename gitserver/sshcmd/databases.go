@@ -176,7 +176,7 @@ func (s *session) engineCommands(e appv1.DatabaseEngine) []*cobra.Command {
 		s.exit = exit
 		return nil
 	})
-	cmds := []*cobra.Command{create, list, info, link, unlink, shell, destroy}
+	cmds := append([]*cobra.Command{create, list, info, link, unlink, shell, destroy}, s.databaseAccessCommands(e)...)
 	if e != appv1.EnginePostgres {
 		return cmds
 	}
@@ -243,6 +243,48 @@ func (s *session) engineCommands(e appv1.DatabaseEngine) []*cobra.Command {
 	})
 	jsonFlag(capture, &captureJSON)
 	return append(cmds, backup, restore, backups, capture)
+}
+
+// databaseAccessCommands are postgres:access:* and redis:access:*: who may
+// use a database besides admins, as access:* for an app.
+func (s *session) databaseAccessCommands(e appv1.DatabaseEngine) []*cobra.Command {
+	p, title := string(e)+":", engineTitle(e)
+
+	var asJSON bool
+	list := newCmd(groupDatabases, p+"access:list NAME", "List who may use a "+title+" database besides admins", args(1, 1), func(_ *cobra.Command, a []string) error {
+		out, err := s.b.DatabaseMembers(s.ctx, s.user, e, a[0])
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return s.json(out)
+		}
+		if len(out.Members) == 0 {
+			fmt.Fprintf(s.out, "Only admins may use %s.\n", out.Database)
+		}
+		for _, m := range out.Members {
+			fmt.Fprintln(s.out, m)
+		}
+		return nil
+	})
+	jsonFlag(list, &asJSON)
+
+	add := newCmd(groupDatabases, p+"access:add NAME USER", "Let a user see, link and use a "+title+" database", args(2, 2), func(_ *cobra.Command, a []string) error {
+		if err := s.b.AddDatabaseMember(s.ctx, s.user, e, a[0], a[1]); err != nil {
+			return err
+		}
+		fmt.Fprintf(s.out, "%s may now use %s.\n", a[1], a[0])
+		return nil
+	})
+
+	remove := newCmd(groupDatabases, p+"access:remove NAME USER", "Take away a user's access to a "+title+" database (its links stay)", args(2, 2), func(_ *cobra.Command, a []string) error {
+		if err := s.b.RemoveDatabaseMember(s.ctx, s.user, e, a[0], a[1]); err != nil {
+			return err
+		}
+		fmt.Fprintf(s.out, "%s may no longer use %s.\n", a[1], a[0])
+		return nil
+	})
+	return []*cobra.Command{list, add, remove}
 }
 
 func orDash(v string) string {

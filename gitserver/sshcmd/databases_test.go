@@ -352,3 +352,135 @@ func TestDatabaseBackupCommands(t *testing.T) {
 		}
 	}
 }
+
+// TestDatabaseAccessOverSSH: postgres:access:* and redis:access:* through the
+// real ssh client on a real API server: a member added lists, reads and links
+// the database at once; removed, it is an unknown name to them again; a
+// non-member cannot add themselves; USER must exist; a database of the other
+// engine is an unknown name.
+func TestDatabaseAccessOverSSH(t *testing.T) {
+	s := newServer(t)
+	ctx := context.Background()
+	admin := s.addUser("admin", appv1.RoleAdmin, false)
+	bob := s.addUser("bob", appv1.RoleMember, true)
+	carol := s.addUser("carol", appv1.RoleMember, true)
+
+	if out := bob.ok(""); !strings.Contains(out, "postgres:access:add") || !strings.Contains(out, "redis:access:remove") {
+		t.Fatalf("help lists no database access commands:\n%s", out)
+	}
+	if out := bob.ok("", "help", "redis:access:add"); !strings.Contains(out, "redis:access:add NAME USER") {
+		t.Fatalf("help redis:access:add:\n%s", out)
+	}
+	bob.ok("", "postgres:create", "shop")
+	bob.ok("", "redis:create", "cache")
+	s.runDatabase(ctx, "shop")
+	s.runDatabase(ctx, "cache")
+	s.eventually(func() error {
+		var in backend.DatabaseInfo
+		bob.json(&in, "postgres:info", "shop")
+		if in.Status != "Running" {
+			return fmt.Errorf("shop is %s", in.Status)
+		}
+		return nil
+	})
+
+	// The same line as an unknown name: a non-member, and the other engine.
+	line := func(u *sshUser, args ...string) string {
+		t.Helper()
+		out, errOut, code := u.ssh("", args...)
+		if code == 0 || out != "" || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("%s %v: exit %d, stdout %q, stderr %q", u.name, args, code, out, errOut)
+		}
+		return errOut
+	}
+	for _, c := range []struct {
+		u    *sshUser
+		args []string
+	}{
+		{carol, []string{"postgres:access:add", "%s", carol.name}},
+		{carol, []string{"postgres:access:list", "%s"}},
+		{carol, []string{"postgres:access:remove", "%s", bob.name}},
+		{bob, []string{"redis:access:add", "%s", carol.name}},
+	} {
+		words := func(name string) []string {
+			out := make([]string, len(c.args))
+			for i, w := range c.args {
+				out[i] = strings.ReplaceAll(w, "%s", name)
+			}
+			return out
+		}
+		hidden, unknown := line(c.u, words("shop")...), line(c.u, words("shoq")...)
+		if !strings.Contains(hidden, `database "shop"`) || strings.ReplaceAll(unknown, "shoq", "shop") != hidden {
+			t.Errorf("%s %v: shop says %q, an unknown name %q", c.u.name, c.args, hidden, unknown)
+		}
+	}
+	for _, args := range [][]string{{"postgres:access:list", "%s"}, {"postgres:access:add", "%s", carol.name}, {"postgres:access:remove", "%s", bob.name}} {
+		cache, unknown := line(bob, strings.ReplaceAll(strings.Join(args, " "), "%s", "cache")), line(bob, strings.ReplaceAll(strings.Join(args, " "), "%s", "cachx"))
+		if !strings.Contains(cache, `no postgres database "cache"`) || strings.ReplaceAll(unknown, "cachx", "cache") != cache {
+			t.Errorf("%v on a redis database says %q, on an unknown name %q", args, cache, unknown)
+		}
+	}
+	if out := bob.ok("", "postgres:access:list", "shop"); out != bob.name+"\n" {
+		t.Fatalf("postgres:access:list shop: %q", out)
+	}
+	bob.refused(`no user "nobody": an admin creates users with users:add`, "postgres:access:add", "shop", "nobody")
+	bob.refused("usage: postgres:access:add NAME USER", "postgres:access:add", "shop")
+
+	// Added, carol lists, reads and links shop at once.
+	if out := bob.ok("", "postgres:access:add", "shop", carol.name); out != carol.name+" may now use shop.\n" {
+		t.Fatalf("postgres:access:add: %q", out)
+	}
+	var al backend.DatabaseAccess
+	carol.json(&al, "postgres:access:list", "shop")
+	if al.Database != "shop" || al.Engine != "postgres" || strings.Join(al.Members, ",") != bob.name+","+carol.name {
+		t.Errorf("postgres:access:list --json: %+v", al)
+	}
+	var dbs []backend.DatabaseInfo
+	carol.json(&dbs, "postgres:list")
+	if len(dbs) != 1 || dbs[0].Name != "shop" {
+		t.Errorf("carol's postgres:list: %+v", dbs)
+	}
+	if out := carol.ok("", "postgres:info", "shop"); !strings.Contains(out, "Running") || !strings.Contains(out, carol.name) {
+		t.Errorf("carol's postgres:info shop:\n%s", out)
+	}
+	carol.ok("", "apps:create", "board")
+	if out := carol.ok("", "postgres:link", "shop", "board"); !strings.Contains(out, "Linked shop to board as DATABASE_URL; the first deploy (git push) takes it.") {
+		t.Errorf("carol's postgres:link:\n%s", out)
+	}
+	bob.refused(carol.name+" has access to shop already", "postgres:access:add", "shop", carol.name)
+
+	// Removed, shop is an unknown name to her again.
+	if out := bob.ok("", "postgres:access:remove", "shop", carol.name); out != carol.name+" may no longer use shop.\n" {
+		t.Fatalf("postgres:access:remove: %q", out)
+	}
+	for _, args := range [][]string{{"postgres:info", "%s"}, {"postgres:access:add", "%s", carol.name}, {"postgres:unlink", "%s", "board"}} {
+		hidden := line(carol, strings.ReplaceAll(strings.Join(args, " "), "%s", "shop"))
+		unknown := line(carol, strings.ReplaceAll(strings.Join(args, " "), "%s", "shoq"))
+		if !strings.Contains(hidden, `no postgres database "shop"`) || strings.ReplaceAll(unknown, "shoq", "shop") != hidden {
+			t.Errorf("%v after the removal says %q, on an unknown name %q", args, hidden, unknown)
+		}
+	}
+	bob.refused(carol.name+" is not a member of shop (postgres:access:list shop shows who is)", "postgres:access:remove", "shop", carol.name)
+
+	// redis:access:*, and an admin leaving a database to admins.
+	bob.ok("", "redis:access:add", "cache", carol.name)
+	if out := carol.ok("", "redis:info", "cache"); !strings.Contains(out, "Running") {
+		t.Errorf("carol's redis:info cache:\n%s", out)
+	}
+	admin.ok("", "redis:access:remove", "cache", bob.name)
+	admin.ok("", "redis:access:remove", "cache", carol.name)
+	if out := admin.ok("", "redis:access:list", "cache"); out != "Only admins may use cache.\n" {
+		t.Errorf("redis:access:list of a database left to admins: %q", out)
+	}
+	bob.refused(`no redis database "cache"`, "redis:info", "cache")
+
+	log := s.log.String()
+	for _, w := range []string{"backend.user=" + bob.name, "command=postgres:access:add backend.database=shop backend.member=" + carol.name,
+		"command=postgres:access:remove backend.database=shop backend.member=" + carol.name,
+		"command=redis:access:add backend.database=cache backend.member=" + carol.name,
+		"command=redis:access:remove backend.database=cache backend.member=" + bob.name} {
+		if !strings.Contains(log, w) {
+			t.Errorf("the log lacks %q", w)
+		}
+	}
+}

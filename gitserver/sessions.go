@@ -11,6 +11,7 @@ import (
 	"github.com/gliderlabs/ssh"
 	gossh "golang.org/x/crypto/ssh"
 
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/gitserver/backend"
 	"bex.co/bex/gitserver/pipeline"
 )
@@ -21,7 +22,7 @@ import (
 // push waiting for the app's lock, a long build), so the open sessions are checked
 // again every Config.SessionRecheck: a session whose key no longer belongs to the
 // same user is closed, and one whose user (as read again) may no longer use an app
-// it works on is ended with a line saying why.
+// or a database it works on is ended with a line saying why.
 type sessions struct {
 	mu   sync.Mutex
 	open map[*openSession]struct{}
@@ -34,8 +35,9 @@ const endGrace = 500 * time.Millisecond
 
 type openSession struct {
 	key gossh.PublicKey
-	// user is who the session started as; uses the apps it works on: a git
-	// session's from the start, a command's as the backend reads them.
+	// user is who the session started as; uses the apps it works on (a git
+	// session's from the start, a command's as the backend reads them) and the
+	// databases (as the backend reads them).
 	user   *backend.User
 	uses   *backend.Uses
 	stderr io.Writer
@@ -89,8 +91,8 @@ func (ss *sessions) markEnded(o *openSession) bool {
 
 // track registers sess, authenticated as user, for the rechecks. It returns the
 // context the session's work runs with (cancelled when the session is ended,
-// carrying the backend.Uses that records the apps it works on) and the func to
-// call when the handler returns.
+// carrying the backend.Uses that records the apps and databases it works on)
+// and the func to call when the handler returns.
 func (s *Server) track(sess ssh.Session, user *backend.User, key gossh.PublicKey) (context.Context, func()) {
 	ctx, end := context.WithCancelCause(sess.Context())
 	conn, _ := sess.Context().Value(ssh.ContextKeyConn).(gossh.Conn)
@@ -111,8 +113,9 @@ func (s *Server) track(sess ssh.Session, user *backend.User, key gossh.PublicKey
 }
 
 // recheckSessions runs until ctx ends, checking every open session again: one
-// user lookup per key and one app read per app a session works on, all from the
-// Directory's cache, so that it is cheap enough to run every second.
+// user lookup per key, one app read per app and one database read per database
+// a session works on, all from the cache (the Directory's, the backend's), so
+// that it is cheap enough to run every second.
 func (s *Server) recheckSessions(ctx context.Context) {
 	t := time.NewTicker(s.cfg.SessionRecheck)
 	defer t.Stop()
@@ -127,7 +130,8 @@ func (s *Server) recheckSessions(ctx context.Context) {
 }
 
 func (s *Server) recheckOnce(ctx context.Context) {
-	apps := map[string]*pipeline.App{} // one read per app per round
+	apps := map[string]*pipeline.App{}  // one read per app per round
+	dbs := map[string]*appv1.Database{} // and per database
 	for fp, list := range s.sessions.byKey() {
 		lookup, cancel := context.WithTimeout(ctx, 5*time.Second)
 		u, err := s.dir.UserByKey(lookup, list[0].key)
@@ -147,16 +151,23 @@ func (s *Server) recheckOnce(ctx context.Context) {
 				}
 				continue
 			}
-			if why := s.stillMayUse(ctx, o, u, apps); why != nil {
+			if why := s.stillMayUse(ctx, o, u, apps, dbs); why != nil {
 				s.endSession(o, why)
 			}
 		}
 	}
 }
 
+// databaseReader reads a database as the cache has it now (nil: gone), for the
+// rechecks: the backend, which New gets as the Admission, is one.
+type databaseReader interface {
+	CachedDatabase(ctx context.Context, name string) (*appv1.Database, error)
+}
+
 // stillMayUse applies the backend's rule (backend.StillMayUse) to the user as
-// read again and each app the session works on, as the cache has it now.
-func (s *Server) stillMayUse(ctx context.Context, o *openSession, now *backend.User, apps map[string]*pipeline.App) error {
+// read again and each app and database the session works on, as the cache has
+// it now.
+func (s *Server) stillMayUse(ctx context.Context, o *openSession, now *backend.User, apps map[string]*pipeline.App, dbs map[string]*appv1.Database) error {
 	for _, name := range o.uses.Apps() {
 		a, ok := apps[name]
 		if !ok {
@@ -174,6 +185,35 @@ func (s *Server) stillMayUse(ctx context.Context, o *openSession, now *backend.U
 			continue
 		}
 		if err := backend.StillMayUse(o.user, now, name, a.Members); err != nil {
+			return err
+		}
+	}
+	used := o.uses.Databases()
+	if len(used) == 0 {
+		return nil
+	}
+	r, ok := s.admit.(databaseReader)
+	if !ok {
+		s.log.Warn("session recheck failed: this server cannot read databases", "user", o.user.Name, "databases", used)
+		return nil
+	}
+	for _, name := range used {
+		db, ok := dbs[name]
+		if !ok {
+			lookup, cancel := context.WithTimeout(ctx, 5*time.Second)
+			var err error
+			db, err = r.CachedDatabase(lookup, name)
+			cancel()
+			if err != nil {
+				s.log.Warn("session recheck failed", "database", name, "err", err)
+				continue
+			}
+			dbs[name] = db // nil: gone, nothing left to use
+		}
+		if db == nil {
+			continue
+		}
+		if err := backend.StillMayUseDatabase(o.user, now, name, db.Spec.Members); err != nil {
 			return err
 		}
 	}

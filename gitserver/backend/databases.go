@@ -126,9 +126,10 @@ func noSuchDatabase(engine appv1.DatabaseEngine, name string) error {
 	return Errorf(NotFound, "no %s database %q: %s:list shows the ones you can use", engine, name, engine)
 }
 
-// database reads a database u may use, of engine (any when ""). A database u
-// may not use is answered as one that does not exist; one of another engine
-// is named with its engine (once u may see it).
+// database reads a database u may use, of engine (any when ""), and records
+// it in ctx's Uses (the request's access to it is then checked again while it
+// runs). A database u may not use is answered as one that does not exist; one
+// of another engine is named with its engine (once u may see it).
 func (b *Backend) database(ctx context.Context, u *User, engine appv1.DatabaseEngine, name string) (*appv1.Database, error) {
 	if err := checkDatabaseName(name); err != nil {
 		return nil, err
@@ -146,6 +147,7 @@ func (b *Backend) database(ctx context.Context, u *User, engine appv1.DatabaseEn
 	if engine != "" && db.Spec.Engine != engine {
 		return nil, Errorf(NotFound, "%s is a %s database, not a %s one: %s:info %s shows it", name, db.Spec.Engine, engine, db.Spec.Engine, name)
 	}
+	UsedDatabase(ctx, db.Name)
 	return db, nil
 }
 

@@ -13,15 +13,18 @@ import (
 )
 
 // Uses is what a long request (an SSH session, an MCP call) has worked on: the
-// apps whose access check it passed. Whoever serves the request puts one in its
-// context (WithUses); every operation that reads an app for a user records the
-// app there; and the server checks the user again against those apps while the
-// request runs (StillMayUse), so that taking access away ends what is already
-// open (a `logs -f`, a push waiting for the app's lock, a deploy) and not only
-// what starts next. It is safe for concurrent use.
+// apps and the databases whose access check it passed. Whoever serves the
+// request puts one in its context (WithUses); every operation that reads an app
+// or a database for a user records it there; and the server checks the user
+// again against those while the request runs (StillMayUse), so that taking
+// access away ends what is already open (a `logs -f`, a psql, a push waiting
+// for the app's lock, a deploy) and not only what starts next. It is safe for
+// concurrent use.
 type Uses struct {
 	mu   sync.Mutex
 	apps []string
+	// databases apart: an app and a database may have the same name.
+	databases []string
 }
 
 type usesKey struct{}
@@ -48,12 +51,36 @@ func (us *Uses) Apps() []string {
 	return slices.Clone(us.apps)
 }
 
+// AddDatabase records that the request works on the database named name.
+func (us *Uses) AddDatabase(name string) {
+	us.mu.Lock()
+	defer us.mu.Unlock()
+	if !slices.Contains(us.databases, name) {
+		us.databases = append(us.databases, name)
+	}
+}
+
+// Databases are the databases recorded, in the order first used.
+func (us *Uses) Databases() []string {
+	us.mu.Lock()
+	defer us.mu.Unlock()
+	return slices.Clone(us.databases)
+}
+
 // Used records app in ctx's Uses, if it carries one: the operations here call
 // it once their access check passed, and so does whatever checks access itself
 // (the gitserver's git sessions).
 func Used(ctx context.Context, app string) {
 	if us, ok := ctx.Value(usesKey{}).(*Uses); ok {
 		us.Add(app)
+	}
+}
+
+// UsedDatabase records the database named name in ctx's Uses, if it carries
+// one, as Used does an app.
+func UsedDatabase(ctx context.Context, name string) {
+	if us, ok := ctx.Value(usesKey{}).(*Uses); ok {
+		us.AddDatabase(name)
 	}
 }
 
@@ -71,6 +98,26 @@ func StillMayUse(was, now *User, app string, members []string) error {
 		return Errorf(Forbidden, "%s is no longer an admin, and not a member of %s: this session ends", now.Name, app)
 	}
 	return Errorf(Forbidden, "your access to %s was removed: this session ends", app)
+}
+
+// StillMayUseDatabase is StillMayUse for the database named name, whose
+// members are members (its lines say "the database NAME").
+func StillMayUseDatabase(was, now *User, name string, members []string) error {
+	return StillMayUse(was, now, "the database "+name, members)
+}
+
+// CachedDatabase is the database named name as the cache has it now, or nil
+// when it is gone: what the rechecks of a request that used it read. A
+// database that is gone is skipped, as an app is: nothing is left to use.
+func (b *Backend) CachedDatabase(ctx context.Context, name string) (*appv1.Database, error) {
+	db := &appv1.Database{}
+	if err := b.cfg.Reader.Get(ctx, b.key(name), db); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading database %s: %w", name, err)
+	}
+	return db, nil
 }
 
 // Recheck reads u's User and each of apps again from the cache and returns

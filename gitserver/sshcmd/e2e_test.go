@@ -44,7 +44,8 @@ type server struct {
 // baseDomain is the test server's: apps answer at <app>.apps.bex.test.
 const baseDomain = "apps.bex.test"
 
-func newServer(t testing.TB) *server {
+// newServer's tweaks are applied to the backend's Config.
+func newServer(t testing.TB, tweaks ...func(*backend.Config)) *server {
 	t.Helper()
 	cp := testenv.SharedControlPlane(t)
 	ns := cp.Namespace(t, "sshcmd")
@@ -70,6 +71,9 @@ func newServer(t testing.TB) *server {
 	bcfg.RemoveRepository = func(ctx context.Context, app string) error { return pl.RemoveRepository(ctx, app, time.Second) }
 	bcfg.BaseDomain = baseDomain
 	bcfg.Tokens = &tokens.Store{Client: cp.Client, Users: c, Namespace: ns}
+	for _, tweak := range tweaks {
+		tweak(&bcfg)
+	}
 	b, err := backend.New(bcfg)
 	if err != nil {
 		t.Fatal(err)

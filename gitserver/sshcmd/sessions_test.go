@@ -2,16 +2,20 @@ package sshcmd_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/gitserver/backend"
 	"bex.co/bex/internal/testenv"
 )
 
@@ -45,14 +49,14 @@ func (u *sshUser) start(args ...string) *running {
 	return r
 }
 
-// streaming waits until the session printed its first log line: the command
-// runs, past its access check.
+// streaming waits until the session printed its first line (a log's, a
+// database client's): the command runs, past its access check.
 func (r *running) streaming(t *testing.T, app string) {
 	t.Helper()
 	testenv.Eventually(t, 10*time.Second, "the logs session to stream", func() error {
 		select {
 		case <-r.done:
-			t.Fatalf("logs -f %s ended early: exit %d, %q", app, r.code, r.errOut.String())
+			t.Fatalf("the session on %s ended early: exit %d, %q", app, r.code, r.errOut.String())
 		default:
 		}
 		if !strings.Contains(r.out.String(), "hello from "+app) {
@@ -63,9 +67,9 @@ func (r *running) streaming(t *testing.T, app string) {
 }
 
 // endsWith waits up to 2 s (the promise) for the session to end with exactly
-// one line on stderr containing want and a failing status; it returns how long
-// it took from since.
-func (r *running) endsWith(t *testing.T, since time.Time, want string) time.Duration {
+// one line on stderr containing one of wants and a failing status; it returns
+// how long it took from since.
+func (r *running) endsWith(t *testing.T, since time.Time, wants ...string) time.Duration {
 	t.Helper()
 	select {
 	case <-r.done:
@@ -76,8 +80,9 @@ func (r *running) endsWith(t *testing.T, since time.Time, want string) time.Dura
 	// One line of bex's; the ssh client adds its own when the connection goes.
 	errOut := r.errOut.String()
 	errOut = strings.TrimSuffix(errOut, "Connection to "+r.host+" closed by remote host.\r\n")
-	if r.code == 0 || !strings.Contains(errOut, want) || strings.Count(strings.TrimLeft(errOut, "\n"), "\n") != 1 {
-		t.Fatalf("the session ended with exit %d, stderr %q; want one line with %q", r.code, r.errOut.String(), want)
+	has := slices.ContainsFunc(wants, func(w string) bool { return strings.Contains(errOut, w) })
+	if r.code == 0 || !has || strings.Count(strings.TrimLeft(errOut, "\n"), "\n") != 1 {
+		t.Fatalf("the session ended with exit %d, stderr %q; want one line with one of %q", r.code, r.errOut.String(), wants)
 	}
 	return took
 }
@@ -141,9 +146,84 @@ func TestWithdrawnAccessEndsOpenSessions(t *testing.T) {
 	carolShop.stillOpen(t, "carol's logs -f shop (still a member)")
 	bobCart.stillOpen(t, "bob's logs -f cart (still a member of cart)")
 
-	// A removed user's sessions end with them.
+	// A removed user's sessions end with them: users:remove takes them off the
+	// apps' members first, so the recheck may see either change first.
 	admin.ok("", "users:remove", carol.name)
-	took = carolShop.endsWith(t, time.Now(), "no longer belongs to "+carol.name)
+	took = carolShop.endsWith(t, time.Now(), "no longer belongs to "+carol.name, "bex: your access to shop was removed: this session ends")
 	t.Logf("users:remove ended carol's logs -f shop in %v", took.Round(time.Millisecond))
 	bobCart.stillOpen(t, "bob's logs -f cart")
+}
+
+// openShell is a database's client (psql, redis-cli) that prints one line and
+// then waits, as one on a terminal waits for what is typed, until the
+// session's context ends.
+type openShell struct{}
+
+func (openShell) Run(ctx context.Context, s backend.RunSpec) (int, error) {
+	fmt.Fprintf(s.Stdout, "hello from %s\n", s.App.Labels[appv1.LabelDatabase])
+	<-ctx.Done()
+	return 0, ctx.Err()
+}
+
+func (openShell) Start(context.Context, backend.RunSpec, func(int)) error {
+	return errors.New("a database's client is never detached")
+}
+
+// TestWithdrawnDatabaseAccessEndsOpenSessions: postgres:access:remove and
+// redis:access:remove each end the removed member's open psql or redis-cli
+// within 2 s, with one line saying why, while another member's session on the
+// database, and the same user's on another database, go on. The user is a
+// member of an app of the database's name all along: a database's access is
+// checked as a database's, not an app's.
+func TestWithdrawnDatabaseAccessEndsOpenSessions(t *testing.T) {
+	s := newServer(t, func(c *backend.Config) { c.Runner = openShell{} })
+	ctx := context.Background()
+	admin := s.addUser("admin", appv1.RoleAdmin, false)
+	bob := s.addUser("bob", appv1.RoleMember, false)
+	carol := s.addUser("carol", appv1.RoleMember, false)
+	if err := s.cp.Client.Create(ctx, &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: "ledger", Namespace: s.ns}, Spec: appv1.AppSpec{Members: []string{bob.name}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, db := range []struct {
+		name    string
+		engine  appv1.DatabaseEngine
+		members []string
+	}{{"ledger", appv1.EnginePostgres, []string{bob.name, carol.name}}, {"cache", appv1.EngineRedis, []string{bob.name}}} {
+		if err := s.cp.Client.Create(ctx, &appv1.Database{ObjectMeta: metav1.ObjectMeta{Name: db.name, Namespace: s.ns},
+			Spec: appv1.DatabaseSpec{Engine: db.engine, Size: resource.MustParse("64Mi"), Members: db.members}}); err != nil {
+			t.Fatal(err)
+		}
+		s.runDatabase(ctx, db.name)
+		s.eventually(func() error {
+			out, errOut, _ := bob.ssh("", string(db.engine)+":info", db.name)
+			if !strings.Contains(out, "Running") {
+				return fmt.Errorf("%s:info %s: %q %q", db.engine, db.name, out, errOut)
+			}
+			return nil
+		})
+	}
+
+	bobLedger, bobCache := bob.start("postgres:psql", "ledger"), bob.start("redis:cli", "cache")
+	carolLedger := carol.start("postgres:psql", "ledger")
+	bobLedger.streaming(t, "ledger")
+	bobCache.streaming(t, "cache")
+	carolLedger.streaming(t, "ledger")
+
+	admin.ok("", "postgres:access:remove", "ledger", bob.name)
+	took := bobLedger.endsWith(t, time.Now(), "bex: your access to the database ledger was removed: this session ends")
+	t.Logf("postgres:access:remove ended bob's psql in %v", took.Round(time.Millisecond))
+	bob.refused(`no postgres database "ledger"`, "postgres:psql", "ledger")
+	// The controls: the recheck that ended bob's psql looked at these too.
+	carolLedger.stillOpen(t, "carol's psql on ledger (still a member)")
+	bobCache.stillOpen(t, "bob's redis-cli on cache (still a member of cache)")
+
+	admin.ok("", "redis:access:remove", "cache", bob.name)
+	took = bobCache.endsWith(t, time.Now(), "bex: your access to the database cache was removed: this session ends")
+	t.Logf("redis:access:remove ended bob's redis-cli in %v", took.Round(time.Millisecond))
+	carolLedger.stillOpen(t, "carol's psql on ledger")
+
+	// users:remove takes carol off the databases' members, then removes her.
+	admin.ok("", "users:remove", carol.name)
+	took = carolLedger.endsWith(t, time.Now(), "no longer belongs to "+carol.name, "bex: your access to the database ledger was removed: this session ends")
+	t.Logf("users:remove ended carol's psql in %v", took.Round(time.Millisecond))
 }

@@ -33,6 +33,12 @@
 #                  Clusters run (the deployer's --cluster-postgres-image;
 #                  default ghcr.io/cloudnative-pg/postgresql:15;
 #                  hack/cluster-local.sh pushes one made from Debian's packages)
+#   REDIS_IMAGE    the Redis image the managed Redis databases' StatefulSets run
+#                  (the deployer's --redis-image; its tag is the version
+#                  offered; default docker.io/library/redis:7, or an image that
+#                  behaves as it does: docker-entrypoint.sh drops root, with
+#                  redis-cli; hack/cluster-local.sh pushes bex's stand-in made
+#                  from Debian's packages)
 #   EXTRA_PATCHES  a file of kustomize patches (a YAML list, as under `patches:`)
 #                  added to the overlay, for what a cluster needs of its own
 #                  (hack/cluster-local.sh: a node port for the gitserver,
@@ -93,6 +99,7 @@ patches:
         BEX_SSH_URL: "$ssh_url"
         BEX_HOOKS_URL: "$hooks_url"
 $(if [[ -n ${CNPG_POSTGRES_IMAGE:-} ]]; then printf '        BEX_CLUSTER_POSTGRES_IMAGE: "%s"\n' "$CNPG_POSTGRES_IMAGE"; fi)
+$(if [[ -n ${REDIS_IMAGE:-} ]]; then printf '        BEX_REDIS_IMAGE: "%s"\n' "$REDIS_IMAGE"; fi)
 YAML
 if [[ -n ${EXTRA_PATCHES:-} ]]; then
 	[[ -f $EXTRA_PATCHES ]] || die "EXTRA_PATCHES=$EXTRA_PATCHES is not a file"

@@ -266,7 +266,7 @@ func TestADatabaseGetsCredentialsAnAddressAndItsServer(t *testing.T) {
 	e.eventually("the redis credentials", func() error {
 		return e.c.Get(context.Background(), client.ObjectKey{Namespace: e.ns, Name: appv1.CredentialsSecret("cache")}, rs)
 	})
-	if ru := string(rs.Data["url"]); !strings.HasPrefix(ru, "redis://:") || rs.Data["user"] != nil {
+	if ru := string(rs.Data["url"]); !strings.HasPrefix(ru, "redis://default:") || rs.Data["user"] != nil {
 		t.Fatalf("redis url %q", ru)
 	}
 }

@@ -70,7 +70,11 @@ func credentials(db *appv1.Database, pw string) map[string]string {
 		appv1.CredentialPort: strconv.Itoa(int(db.Status.Port)),
 	}
 	if db.Spec.Engine == appv1.EngineRedis {
-		out[appv1.CredentialURL] = (&url.URL{Scheme: "redis", User: url.UserPassword("", pw), Host: hostport}).String()
+		// The user is named: redis-cli 6.2 to 7.x (the redis:7 images') takes
+		// the empty one of redis://:PASSWORD@ for a user called "" and fails
+		// AUTH (WRONGPASS); "default" is the user a password alone
+		// authenticates, and every client sends it as such.
+		out[appv1.CredentialURL] = (&url.URL{Scheme: "redis", User: url.UserPassword("default", pw), Host: hostport}).String()
 		return out
 	}
 	name := appv1.PostgresName(db.Name)

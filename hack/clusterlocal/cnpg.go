@@ -3,7 +3,6 @@ package main
 import (
 	"archive/tar"
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -11,14 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	ocilayout "github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
-
-	"bex.co/bex/internal/machine/baseimage"
 )
 
 // The Postgres that CloudNativePG runs on this node (the operand of its
@@ -39,37 +33,9 @@ const (
 // operandImage is the operand's name as the Clusters give it.
 func operandImage() string { return registryHost + "/" + operandRepo + ":" + operandTag }
 
-// buildOperand makes the operand image: the postgres stand-in (built by
-// mmdebstrap, or found in the machine's cache, baseimage.DefaultCacheDir) and
-// the layer with the new /etc/passwd.
-func buildOperand(ctx context.Context) (v1.Image, error) {
-	t := time.Now()
-	c := baseimage.DefaultConfig()
-	c.Kinds = []string{"postgres"}
-	imgs, err := baseimage.Build(ctx, c)
-	if err != nil {
-		return nil, err
-	}
-	var base v1.Image
-	for _, img := range imgs {
-		if img.Kind != "postgres" {
-			continue
-		}
-		p, err := ocilayout.FromPath(img.Layout)
-		if err != nil {
-			return nil, err
-		}
-		h, err := v1.NewHash(img.Digest)
-		if err != nil {
-			return nil, err
-		}
-		if base, err = p.Image(h); err != nil {
-			return nil, err
-		}
-	}
-	if base == nil {
-		return nil, errors.New("baseimage built no postgres stand-in")
-	}
+// operandFrom makes the operand image from the postgres stand-in: one more
+// layer with the new /etc/passwd, and no stop signal of its own.
+func operandFrom(base v1.Image) (v1.Image, error) {
 	passwd, err := fileOf(base, "etc/passwd")
 	if err != nil {
 		return nil, err
@@ -106,11 +72,7 @@ func buildOperand(ctx context.Context) (v1.Image, error) {
 	}
 	cfg := cf.Config
 	cfg.StopSignal = ""
-	if img, err = mutate.Config(img, cfg); err != nil {
-		return nil, err
-	}
-	say("Postgres operand image (bex's postgres stand-in, postgres at uid %d) ready in %.0f s", postgresUID, time.Since(t).Seconds())
-	return img, nil
+	return mutate.Config(img, cfg)
 }
 
 // fileOf is the content of the regular file path (without a leading /) in img's
@@ -155,53 +117,4 @@ func withUID(passwd []byte, user string, uid int) ([]byte, error) {
 		return nil, fmt.Errorf("/etc/passwd has no user %s", user)
 	}
 	return []byte(strings.Join(lines, "\n")), nil
-}
-
-// pushOperand pushes the operand image to bex's registry (through its node
-// port, as the registry's user builder, as seedRegistry pushes busybox).
-func (l *layout) pushOperand(ctx context.Context, k kubectl, img v1.Image) error {
-	t := time.Now()
-	auth, err := builderAuth(k)
-	if err != nil {
-		return err
-	}
-	ref, err := name.ParseReference(fmt.Sprintf("%s:%d/%s:%s", l.nodeIP, registryNodePort, operandRepo, operandTag), name.Insecure)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
-	if err := remote.Write(ref, img, remote.WithContext(ctx), remote.WithAuth(auth)); err != nil {
-		return fmt.Errorf("push the Postgres operand image to the registry at %s: %w", ref.Context().RegistryStr(), err)
-	}
-	d, err := img.Digest()
-	if err != nil {
-		return err
-	}
-	say("Postgres operand image pushed as %s (%s) in %.0f s", operandImage(), d, time.Since(t).Seconds())
-	return nil
-}
-
-// operandBuild runs buildOperand in the background while the node starts.
-type operandBuild struct {
-	done chan struct{}
-	img  v1.Image
-	err  error
-}
-
-func startOperandBuild(ctx context.Context) *operandBuild {
-	b := &operandBuild{done: make(chan struct{})}
-	go func() {
-		defer close(b.done)
-		b.img, b.err = buildOperand(ctx)
-	}()
-	return b
-}
-
-func (b *operandBuild) wait() (v1.Image, error) {
-	<-b.done
-	if b.err != nil {
-		return nil, fmt.Errorf("the Postgres operand image: %w", b.err)
-	}
-	return b.img, nil
 }

@@ -48,7 +48,8 @@ func (l *layout) installAddons(k kubectl) error {
 
 // installBex installs bex from infra/bex with hack/install-bex.sh, as on any
 // cluster, with this node's settings: the images imported above (bex's and
-// CloudNativePG's operator), the local CA, the
+// CloudNativePG's operator), the databases' servers' images pushed to bex's
+// registry (the Postgres operand, Redis), the local CA, the
 // gitserver on a fixed node port, and app pods in the node's user namespace
 // (containerd 1.6 and runc 1.1 cannot give a pod one of its own: docs/cluster.md).
 func (l *layout) installBex(root string, k kubectl) error {
@@ -87,6 +88,9 @@ func (l *layout) installBex(root string, k kubectl) error {
 		// The Postgres the Databases' Clusters run: the Debian-made operand
 		// this script pushed to bex's registry.
 		"CNPG_POSTGRES_IMAGE="+operandImage(),
+		// The Redis the Redis Databases' StatefulSets run: the Debian-made
+		// stand-in this script pushed there too.
+		"REDIS_IMAGE="+redisImage(),
 	)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {

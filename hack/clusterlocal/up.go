@@ -53,7 +53,7 @@ func up(l *layout, root, bin string) error {
 	// longest of the builds the first time (mmdebstrap): meanwhile.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	operand := startOperandBuild(ctx)
+	servers := startServerBuild(ctx)
 	if err := l.startNode(); err != nil {
 		<-images
 		return err
@@ -75,11 +75,11 @@ func up(l *layout, root, bin string) error {
 	if err := l.seedRegistry(context.Background(), k); err != nil {
 		return err
 	}
-	img, err := operand.wait()
+	imgs, err := servers.wait()
 	if err != nil {
 		return err
 	}
-	if err := l.pushOperand(context.Background(), k, img); err != nil {
+	if err := imgs.push(context.Background(), l, k); err != nil {
 		return err
 	}
 	if err := l.writeEnv(k); err != nil {
@@ -187,6 +187,7 @@ ADMIN_IDENTITY=%s
 NODE_NETNS=/run/netns/%s
 NODE_IP=%s
 CNPG_POSTGRES_IMAGE=%s
-`, l.kubeconfig(), l.nodeIP, sshNodePort, l.nodeIP, baseDomain, caFile, l.adminIdentity(), l.netns(), l.nodeIP, operandImage())
+REDIS_IMAGE=%s
+`, l.kubeconfig(), l.nodeIP, sshNodePort, l.nodeIP, baseDomain, caFile, l.adminIdentity(), l.netns(), l.nodeIP, operandImage(), redisImage())
 	return os.WriteFile(l.envFile(), []byte(env), 0o644)
 }

@@ -189,7 +189,7 @@ const LabelDatabase = "app.bex.co/database"
 
 // The keys of a database's credentials Secret.
 const (
-	CredentialURL      = "url"      // postgres://user:password@host:port/database, redis://:password@host:port
+	CredentialURL      = "url"      // postgres://user:password@host:port/database, redis://default:password@host:port
 	CredentialHost     = "host"     // where linked instances reach it
 	CredentialPort     = "port"     // its port there, decimal
 	CredentialUser     = "user"     // Postgres's user

@@ -30,6 +30,9 @@ func (c *Containerd) Run(ctx context.Context, image string, args ...string) (out
 	if err != nil {
 		return "", 0, fmt.Errorf("image %s: %w", image, err)
 	}
+	if err := EnsureUnpacked(ctx, img); err != nil {
+		return "", 0, err
+	}
 	id := fmt.Sprintf("testenv-run-%d-%d", os.Getpid(), runSeq.Add(1))
 	specOpts := []oci.SpecOpts{oci.WithImageConfig(img), oci.WithHostNamespace(specs.NetworkNamespace), oci.WithHostResolvconf}
 	if len(args) > 0 {
@@ -87,4 +90,17 @@ func (c *Containerd) Run(ctx context.Context, image string, args ...string) (out
 	case <-ctx.Done():
 		return "", 0, ctx.Err()
 	}
+}
+
+// EnsureUnpacked unpacks img for containerd's default snapshotter unless it is:
+// images are imported without (baseimage.Import), as the runtime unpacks what
+// it runs when it first runs it.
+func EnsureUnpacked(ctx context.Context, img containerd.Image) error {
+	if ok, err := img.IsUnpacked(ctx, "overlayfs"); err != nil || ok {
+		return err
+	}
+	if err := img.Unpack(ctx, "overlayfs"); err != nil {
+		return fmt.Errorf("unpack %s: %w", img.Name(), err)
+	}
+	return nil
 }

@@ -28,6 +28,10 @@ func (c *Containerd) Start(ctx context.Context, image string, env ...string) (st
 		cl.Close()
 		return nil, fmt.Errorf("image %s: %w", image, err)
 	}
+	if err := EnsureUnpacked(ctx, img); err != nil {
+		cl.Close()
+		return nil, err
+	}
 	id := fmt.Sprintf("testenv-start-%d-%d", os.Getpid(), runSeq.Add(1))
 	ctr, err := cl.NewContainer(ctx, id,
 		containerd.WithImage(img),

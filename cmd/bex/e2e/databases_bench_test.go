@@ -312,6 +312,9 @@ func (d *dbBench) startBare(b *testing.B, image string) bareServer {
 func (d *dbBench) container(ctx context.Context, b *testing.B, img containerd.Image, out io.Writer, opts ...oci.SpecOpts) (containerd.Task, <-chan containerd.ExitStatus, func()) {
 	d.seq++
 	id := fmt.Sprintf("bench-db-%d-%d", os.Getpid(), d.seq)
+	if err := testenv.EnsureUnpacked(ctx, img); err != nil {
+		b.Fatal(err)
+	}
 	ctr, err := d.cl.NewContainer(ctx, id, containerd.WithImage(img), containerd.WithNewSnapshot(id, img),
 		containerd.WithNewSpec(append([]oci.SpecOpts{oci.WithImageConfig(img)}, opts...)...))
 	if err != nil {

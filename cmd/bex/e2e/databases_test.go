@@ -33,11 +33,11 @@ import (
 // variable and the reach away; destroy is refused while linked, then removes
 // the data.
 func TestManagedDatabases(t *testing.T) {
-	cfg := testenv.StandInsConfig()
-	p := newPlatform(t)
-	t.Cleanup(p.kill)
-	upArgs := []string{"--local-bases", "--local-bases-cache", cfg.CacheDir, "--build-memory", "1Gi"}
-	p.start(t, upArgs...)
+	// The bex up the local bases' tests share: its restarts below start it
+	// again with the flags it was started with (startLocalBases'), so the tests
+	// after this one find it up, as they would have.
+	p, cfg := startLocalBases(t)
+	upArgs := localBasesArgs(cfg)
 	t.Cleanup(func() {
 		if t.Failed() {
 			out := p.out.String()
@@ -242,7 +242,6 @@ func TestManagedDatabases(t *testing.T) {
 		mustSSH(t, p, nil, "redis:unlink", "cache", "notes")
 		mustSSH(t, p, nil, "redis:destroy", "cache", "--confirm", "cache")
 	})
-	p.stop(t)
 }
 
 // mustSSH runs a bex command over ssh with stdin and fails the test unless it

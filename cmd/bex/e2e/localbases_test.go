@@ -111,6 +111,11 @@ func startLocalBases(t *testing.T) (*platform, baseimage.Config) {
 		t.Fatal(err)
 	}
 	t.Logf("stand-ins ready in %s (%s)", time.Since(began).Round(time.Millisecond), cfg.CacheDir)
-	p := sharedUp(t, "bex-up-local-bases", "--local-bases", "--local-bases-cache", cfg.CacheDir, "--build-memory", "1Gi")
+	p := sharedUp(t, "bex-up-local-bases", localBasesArgs(cfg)...)
 	return p, cfg
+}
+
+// localBasesArgs are the flags of startLocalBases' bex up after the usual ones.
+func localBasesArgs(cfg baseimage.Config) []string {
+	return []string{"--local-bases", "--local-bases-cache", cfg.CacheDir, "--build-memory", "1Gi"}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,10 +18,13 @@ import (
 func TestMain(m *testing.M) { os.Exit(testenv.Run(m)) }
 
 // TestControlPlaneStartsEveryTime starts the API part of bex up (etcd,
-// kube-apiserver, the CRDs, the admin keys: startAPI, as bex up runs it) 20
+// kube-apiserver, the CRDs, the admin keys: startAPI, as bex up runs it) 8
 // times in a row, on a fresh state dir and on the one before alternately. Two
 // starts in eight once died right after the CRDs were installed, with `no
 // matches for kind "User"`: the client's discovery did not list the new kinds yet.
+// Eight starts catch a failure that frequent nine times in ten; every other test
+// that runs bex up starts it again (dozens of starts per make test), so the suite
+// as a whole catches rarer ones. BEX_CONTROL_PLANE_STARTS=N runs N, to hunt one.
 func TestControlPlaneStartsEveryTime(t *testing.T) {
 	bins := Binaries{}
 	for _, name := range []string{"etcd", "kube-apiserver"} {
@@ -41,7 +45,11 @@ func TestControlPlaneStartsEveryTime(t *testing.T) {
 	began := time.Now()
 	var dir string
 	var slowest time.Duration
-	for i := range 20 {
+	starts := 8
+	if n, err := strconv.Atoi(os.Getenv("BEX_CONTROL_PLANE_STARTS")); err == nil && n > 0 {
+		starts = n
+	}
+	for i := range starts {
 		fresh := i%2 == 0
 		if fresh {
 			dir = t.TempDir()
@@ -71,5 +79,5 @@ func TestControlPlaneStartsEveryTime(t *testing.T) {
 		}
 		t.Logf("start %2d (fresh: %-5v) in %s", i+1, fresh, took.Round(time.Millisecond))
 	}
-	t.Logf("20 starts in %s, the slowest %s", time.Since(began).Round(time.Millisecond), slowest.Round(time.Millisecond))
+	t.Logf("%d starts in %s, the slowest %s", starts, time.Since(began).Round(time.Millisecond), slowest.Round(time.Millisecond))
 }

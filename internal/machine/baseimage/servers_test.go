@@ -263,6 +263,10 @@ func (h *serverHarness) start(ctx context.Context, t *testing.T, image, data, mo
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Import does not unpack: the runtime does, before it runs an image.
+	if err := testenv.EnsureUnpacked(ctx, img); err != nil {
+		t.Fatal(err)
+	}
 	id := fmt.Sprintf("baseimage-server-%d-%d", os.Getpid(), serverSeq.Add(1))
 	ids := []specs.LinuxIDMapping{{ContainerID: 0, HostID: serverHostID, Size: serverIDRange}}
 	ctr, err := h.cl.NewContainer(ctx, id,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -158,4 +159,20 @@ func TestManagedPostgres(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// kubectlRun runs the real kubectl on the cluster with stdin: its output, and
+// an error with the output when it fails.
+func kubectlRun(stdin string, args ...string) (string, error) {
+	bin, err := testenv.Binary("kubectl")
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command(bin, append([]string{"--kubeconfig", env["KUBECONFIG"]}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("kubectl %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
 }

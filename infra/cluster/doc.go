@@ -9,14 +9,12 @@
 // reaches: the platform's listeners must refuse it by themselves, whatever the
 // CNI enforces.
 //
-// cnpg_test.go runs CloudNativePG's operator (infra/cnpg) with the Postgres
-// image that hack/cluster-local.sh makes from Debian's packages
-// (CNPG_POSTGRES_IMAGE in cluster.env): a Cluster becomes ready and answers
-// psql, and with two instances survives the deletion of its primary's pod.
-// databases_test.go and redis_test.go go through bex itself (postgres:*,
-// redis:*): an app linked to the database writes and reads, and its data
-// outlives the server's pod (REDIS_IMAGE is the Redis stand-in the same script
-// pushes).
+// databases_test.go runs CloudNativePG's operator (infra/cnpg) with the
+// Postgres image that hack/cluster-local.sh makes from Debian's packages
+// (CNPG_POSTGRES_IMAGE in cluster.env), through bex itself (postgres:*): an app
+// linked to the database writes and reads, and with two instances its writes
+// work again after the primary's pod is deleted. redis_test.go does the same
+// for redis:* (REDIS_IMAGE is the Redis stand-in the same script pushes).
 //
 // BEX_TEST_CLUSTER_ENV=DIR/cluster.env runs the tests against a cluster already up
 // (hack/cluster-local.sh up DIR), and leaves it up: for working on the tests.

@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -73,16 +71,12 @@ func TestLocalBasesBuildANodeAppWithoutDockerfile(t *testing.T) {
 		// A Heroku app's Procfile as it is: its release command makes Rails' tmp/
 		// and log/ and a file in /app, as the node user that runs it; `$$` and
 		// `$(...)` reach sh as written. What it wrote stays in its own instance:
-		// the web process does not find /app/released, and serves.
-		app := p.newRepo(t, "hello-node", "writes-node")
+		// the web process does not find /app/released, and serves. The same
+		// app's next commit: npm ci is cached, what is new is the Procfile.
 		procfile := `release: mkdir -p tmp/cache log && touch /app/released tmp/cache/x log/release.log && test "$$" -gt 0 && echo "the release wrote $(ls released) in $(pwd) as uid $(id -u)"
 web: test ! -e released && mkdir -p tmp && touch tmp/web && exec node server.js
 `
-		if err := os.WriteFile(filepath.Join(app.dir, "Procfile"), []byte(procfile), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		app.git(t, "add", "Procfile")
-		app.git(t, "commit", "-q", "-m", "a Procfile with a release command")
+		app.commit(t, "a Procfile with a release command", map[string]string{"Procfile": procfile})
 		out, err := app.push()
 		if err != nil {
 			t.Fatalf("push: %v\n%s", err, out)
@@ -91,7 +85,7 @@ web: test ! -e released && mkdir -p tmp && touch tmp/web && exec node server.js
 		if !strings.Contains(out, "the release wrote released in /app as uid 1000") {
 			t.Errorf("the push does not show the release command's output")
 		}
-		testenv.Eventually(t, 30*time.Second, "https://writes-node.localhost answers", p.answers("writes-node", "/", "hello from node v18."))
+		testenv.Eventually(t, 30*time.Second, "https://hello-node.localhost answers", p.answers("hello-node", "/", "hello from node v18."))
 	})
 }
 

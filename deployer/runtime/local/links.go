@@ -3,8 +3,6 @@ package local
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/internal/machine/tenantnet"
 )
 
 // An instance whose config takes a value from a database's credentials Secret
@@ -52,21 +51,16 @@ func (r *Runtime) linkPorts(ctx context.Context, namespace string, env []appv1.E
 }
 
 // sweepLinks removes the link rules of namespaces that are gone (a crash
-// between a namespace's rules and its teardown): those of no directory under
-// <state dir>/net (this runtime's) or <state dir>/net-oneoff/<owner> (the
-// one-offs' of every process).
+// between a namespace's rules and its teardown). Whether one is gone is asked
+// of the machine (tenantnet.Attached), not of this runtime's directories: the
+// links' chain holds the rules of every bex on the machine, and of the
+// one-offs of every process, which a sweep by this runtime's namespaces would
+// cut off from their databases.
 func (r *Runtime) sweepLinks(ctx context.Context) {
 	if r.net.mode == NetworkHost {
 		return
 	}
-	exists := func(owner string) bool {
-		if _, err := os.Stat(filepath.Join(r.net.dir, owner)); err == nil {
-			return true
-		}
-		m, _ := filepath.Glob(filepath.Join(r.cfg.StateDir, "net-oneoff", "*", owner))
-		return len(m) > 0
-	}
-	if err := r.net.tn.SweepLinks(ctx, exists); err != nil {
+	if err := r.net.tn.SweepLinks(ctx, tenantnet.Attached); err != nil {
 		r.log.Warn("remove the database links of namespaces that are gone", "err", err)
 	}
 }

@@ -121,6 +121,35 @@ func newBuildsNetwork(cfg Config) (*Network, error) {
 // cniResults is libcni's cache of ADD results (go-cni has no option for another).
 var cniResults = "/var/lib/cni/results"
 
+// cachedResult is what ReleaseStale and Attached read of a cached ADD result.
+type cachedResult struct {
+	ContainerID string `json:"containerId"`
+	NetworkName string `json:"networkName"`
+	Netns       string `json:"netns"`
+}
+
+// Attached reports whether id has a live attachment to the apps' network on
+// this machine: libcni's cached ADD result for it names a namespace that is
+// still mounted. It is the machine's truth, not one process's: every bex on
+// the machine attaches to the one network (its addresses are allocated in one
+// store), so whether a namespace of id is live cannot be told from the
+// directories of one of them. SweepLinks asks it.
+func Attached(id string) bool {
+	// libcni names the file <network>-<container id>-<interface>.
+	m, _ := filepath.Glob(filepath.Join(cniResults, AppsNetwork+"-"+id+"-*"))
+	for _, f := range m {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		var cached cachedResult
+		if json.Unmarshal(data, &cached) == nil && cached.ContainerID == id && cached.NetworkName == AppsNetwork && IsNetNS(cached.Netns) {
+			return true
+		}
+	}
+	return false
+}
+
 // ReleaseStale runs CNI DEL for every attachment to the tenants' networks whose
 // namespace is gone: a buildkitd or a local runtime killed before it released
 // its namespaces leaves host-local's address allocations, which outlive any
@@ -146,11 +175,7 @@ func ReleaseStale(ctx context.Context, cfg Config) error {
 		if err != nil {
 			continue // released meanwhile
 		}
-		var cached struct {
-			ContainerID string `json:"containerId"`
-			NetworkName string `json:"networkName"`
-			Netns       string `json:"netns"`
-		}
+		var cached cachedResult
 		if json.Unmarshal(data, &cached) != nil || cached.ContainerID == "" || IsNetNS(cached.Netns) {
 			continue
 		}

@@ -48,8 +48,10 @@
 // database's own address, a build step is not led at all (the DNAT is the apps'
 // subnet's), and the host's own listener on that port is not what an app
 // reaches. Inside the subnet nothing is masqueraded: the database sees the
-// app's own address. RemoveLinks and SweepLinks (owners that are gone) take
-// links away; Install keeps both chains' rules, Remove deletes them.
+// app's own address. RemoveLinks and SweepLinks (owners that are gone, which
+// Attached tells from the machine's CNI attachments, as the chain is shared by
+// every bex on the machine) take links away; Install keeps both chains' rules,
+// Remove deletes them.
 //
 // IPv6 is switched off on the container's interface (the `tuning` plugin), and
 // IPv6 that comes in on a tenant's interface all the same (a packet socket) is

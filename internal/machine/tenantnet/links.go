@@ -284,7 +284,10 @@ func (cfg Config) RemoveLinks(ctx context.Context, owner string) error {
 
 // SweepLinks deletes the rules of every owner for which keep returns false
 // (asked once per owner): what namespaces that are gone left behind. Rules
-// without an owner are not bex's and stay.
+// without an owner are not bex's and stay. The chain is the machine's, shared by
+// every bex on it: keep must answer for all of their owners (Attached does),
+// not for one process's, or a bex that starts takes the links of another's
+// running instances.
 func (cfg Config) SweepLinks(ctx context.Context, keep func(owner string) bool) error {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {

@@ -439,3 +439,45 @@ func TestLinks(t *testing.T) {
 	}
 	t.Logf("took %s", time.Since(start).Round(time.Millisecond))
 }
+
+// TestAttached: a namespace attached to the apps' network is, by its id, until
+// it is detached or unmounted; an id never attached is not.
+func TestAttached(t *testing.T) {
+	cfg := linksConfig(t)
+	n, err := tenantnet.NewAppsNetwork(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	id := fmt.Sprintf("tenantnet-attached-%d", time.Now().UnixNano())
+	path := filepath.Join(t.TempDir(), "netns")
+	if err := tenantnet.NewNetNS(path); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Detach(ctx, id, path); _ = tenantnet.RemoveNetNS(path) })
+	if tenantnet.Attached(id) {
+		t.Fatal("Attached before Attach")
+	}
+	if _, err := n.Attach(ctx, id, path); err != nil {
+		t.Fatal(err)
+	}
+	if !tenantnet.Attached(id) {
+		t.Fatal("not Attached after Attach")
+	}
+	if tenantnet.Attached(id + "-other") {
+		t.Fatal("another id is Attached")
+	}
+	// A namespace unmounted without a detach (a crash) is not attached.
+	if err := tenantnet.RemoveNetNS(path); err != nil {
+		t.Fatal(err)
+	}
+	if tenantnet.Attached(id) {
+		t.Fatal("Attached after the namespace went")
+	}
+	if err := n.Detach(ctx, id, path); err != nil {
+		t.Fatal(err)
+	}
+	if tenantnet.Attached(id) {
+		t.Fatal("Attached after Detach")
+	}
+}

@@ -41,10 +41,11 @@ run:
 	@bash hack/run.sh
 
 ## test: install what is missing, then run every test (real daemons included); it
-## ends with each package's wall time, slowest first (hack/testtimes)
+## ends with each package's wall time, slowest first (hack/testtimes), and keeps
+## go test's JSON events in bin/test.json for a closer look at the run
 test: tools lint
 	@go build -o bin/testtimes ./hack/testtimes
-	set -o pipefail; go test -count=1 -json -timeout $(TEST_TIMEOUT) ./... 2>&1 | bin/testtimes
+	set -o pipefail; go test -count=1 -json -timeout $(TEST_TIMEOUT) ./... 2>&1 | tee bin/test.json | bin/testtimes
 
 ## bench: benchmarks, each reported beside a baseline measured in the same run
 bench: tools

@@ -33,15 +33,11 @@ import (
 // variable and the reach away; destroy is refused while linked, then removes
 // the data.
 func TestManagedDatabases(t *testing.T) {
-	// A bex up of its own, with the flags of the local bases' shared one. On
-	// that shared one, with infra/cluster's node started beside the e2e tests,
-	// the kill -9 of bex up below left the linked app unable to reach Postgres
-	// in two of three clean runs; the cause is not known yet.
-	cfg := testenv.StandInsConfig()
-	p := newPlatform(t)
-	t.Cleanup(p.kill)
+	// The bex up the local bases' tests share: its restarts below start it
+	// again with the flags it was started with (startLocalBases'), so the tests
+	// after this one find it up, as they would have.
+	p, cfg := startLocalBases(t)
 	upArgs := localBasesArgs(cfg)
-	p.start(t, upArgs...)
 	t.Cleanup(func() {
 		if t.Failed() {
 			out := p.out.String()
@@ -246,7 +242,6 @@ func TestManagedDatabases(t *testing.T) {
 		mustSSH(t, p, nil, "redis:unlink", "cache", "notes")
 		mustSSH(t, p, nil, "redis:destroy", "cache", "--confirm", "cache")
 	})
-	p.stop(t)
 }
 
 // mustSSH runs a bex command over ssh with stdin and fails the test unless it

@@ -107,9 +107,9 @@ type Scheduler struct {
 	path    string
 	log     *slog.Logger
 
-	// startMu serializes OneOffs.Start: two first starts of one image at once
-	// race on its remapped snapshot in containerd ("already exists"), seen with
-	// two jobs due in the same second.
+	// startMu serializes OneOffs.Start: of two jobs due in the same second on
+	// one image, the second starts on the copy of the image the first made
+	// (remap.go) rather than making one beside it.
 	startMu sync.Mutex
 
 	mu     sync.Mutex

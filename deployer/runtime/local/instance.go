@@ -16,6 +16,7 @@ import (
 	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/containerd/v2/pkg/oci"
 	"github.com/containerd/errdefs"
@@ -29,6 +30,12 @@ import (
 // instance is one container running one process of one gen. Its mutable fields
 // are guarded by Runtime.mu.
 type instance struct {
+	// took is what making the instance cost, step by step, for the log line
+	// that says it started (and the push's profile read from it).
+	took struct {
+		network, container, remap, spec time.Duration
+		remapped                        remapTook
+	}
 	id      string
 	app     types.NamespacedName
 	process string
@@ -114,6 +121,7 @@ func (i *instance) healthFailure() string {
 
 // create makes the container of one instance and starts supervising it.
 func (r *Runtime) create(ctx context.Context, a *appState, d runtime.Desired, g gen, process string, index int, img containerd.Image, env []envVar) (*instance, error) {
+	began := time.Now()
 	id := containerID(a.key, process, g.Release, index)
 	port, err := r.store.allocate(id)
 	if err != nil {
@@ -149,6 +157,7 @@ func (r *Runtime) create(ctx context.Context, a *appState, d runtime.Desired, g 
 		_ = r.store.free(port, id)
 		return nil, fmt.Errorf("network of %s: %w", id, err)
 	}
+	inst.took.network = time.Since(began)
 
 	vars := map[string]string{}
 	envList := make([]string, 0, len(env)+1)
@@ -226,26 +235,27 @@ func (r *Runtime) create(ctx context.Context, a *appState, d runtime.Desired, g 
 		labels[labelAddress] = att.addr.String()
 		labels[labelNetns] = att.id
 	}
+	madeAt := time.Now()
 	ctr, err := r.cd.NewContainer(ctx, id,
 		containerd.WithImage(img),
 		containerd.WithSnapshotter(r.cfg.Snapshotter),
 		// The image's files owned by the app's ids: one chowned copy per image and
-		// range, kept as the parent of the instances' snapshots (containerd 1.6
-		// has no idmapped mounts).
-		containerd.WithUserNSRemappedSnapshot(id, img, idm.mappings(), idm.mappings()),
+		// range, kept as the parent of the instances' snapshots (remap.go).
+		timed(&inst.took.remap, withRemappedSnapshot(id, img, idm, &inst.took.remapped)),
 		containerd.WithContainerLabels(labels),
 		// The image's STOPSIGNAL, as Docker and Kubernetes honour it: Postgres's
 		// SIGTERM is the "smart" shutdown, which waits for every client to go, so
 		// its images ask for SIGINT (fast: clients are told, the data is
 		// checkpointed). After the labels, which they would replace.
 		containerd.WithImageStopSignal(img, "SIGTERM"),
-		containerd.WithNewSpec(opts...))
+		timed(&inst.took.spec, containerd.WithNewSpec(opts...)))
 	if err != nil {
 		_ = r.net.teardown(context.WithoutCancel(ctx), att.id)
 		_ = r.store.free(port, id)
 		return nil, fmt.Errorf("create container %s: %w", id, err)
 	}
 	inst.ctr = ctr
+	inst.took.container = time.Since(madeAt)
 	r.mu.Lock()
 	a.instances[id] = inst
 	r.mu.Unlock()
@@ -739,4 +749,14 @@ func (r *Runtime) oomKilled(ctx context.Context, inst *instance, seq int) bool {
 		return false
 	}
 	return oomKills(spec.Linux.CgroupsPath) > 0
+}
+
+// timed is opt, timing itself into d.
+func timed(d *time.Duration, opt containerd.NewContainerOpts) containerd.NewContainerOpts {
+	return func(ctx context.Context, c *containerd.Client, ctr *containers.Container) error {
+		began := time.Now()
+		err := opt(ctx, c, ctr)
+		*d = time.Since(began)
+		return err
+	}
 }

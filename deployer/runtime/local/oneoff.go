@@ -332,31 +332,21 @@ func (o *OneOffs) create(ctx context.Context, oo runtime.OneOff) (*prepared, err
 		labels[labelAddress] = att.addr.String()
 		labels[labelNetns] = att.id
 	}
-	var ctr containerd.Container
-	for attempt := 0; ; attempt++ {
-		ctr, err = o.r.cd.NewContainer(ctx, id,
-			containerd.WithImage(img),
-			containerd.WithSnapshotter(o.cfg.Snapshotter),
-			containerd.WithUserNSRemappedSnapshot(id, img, idm.mappings(), idm.mappings()),
-			containerd.WithContainerLabels(labels),
-			containerd.WithNewSpec(opts...))
-		// The image's chowned copy for the app's ids is made once and shared: a
-		// first use of the image by two at once (two runs, a run and the
-		// deployer's instance, in another process) finds the other's copy still
-		// being made ("already exists"). Once it is committed, a new try uses it.
-		if err == nil || !errdefs.IsAlreadyExists(err) || attempt == 40 {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return fail(ctx.Err())
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
+	madeAt := time.Now()
+	var remapped remapTook
+	ctr, err := o.r.cd.NewContainer(ctx, id,
+		containerd.WithImage(img),
+		containerd.WithSnapshotter(o.cfg.Snapshotter),
+		// The image's copy for the app's ids, shared with the app's instances
+		// and made by whichever comes first (remap.go).
+		withRemappedSnapshot(id, img, idm, &remapped),
+		containerd.WithContainerLabels(labels),
+		containerd.WithNewSpec(opts...))
 	if err != nil {
 		return fail(fmt.Errorf("create container %s: %w", id, err))
 	}
 	p.ctr = ctr
+	o.r.log.Info("one-off container made", "app", key.String(), "one-off", oo.ID, "took", time.Since(madeAt).Round(time.Millisecond), "remap_made", remapped.made)
 	return p, nil
 }
 

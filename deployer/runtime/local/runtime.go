@@ -521,7 +521,9 @@ func (r *Runtime) ensureInstances(ctx context.Context, a *appState, d runtime.De
 		if err != nil {
 			return err
 		}
-		log.Info("instance started", "instance", inst.name(), "container", inst.id, "address", inst.addr, "port", inst.port)
+		log.Info("instance started", "instance", inst.name(), "container", inst.id, "address", inst.addr, "port", inst.port,
+			"network", inst.took.network.Round(time.Millisecond), "create", inst.took.container.Round(time.Millisecond),
+			"remap", inst.took.remap.Round(time.Millisecond), "remap_made", inst.took.remapped.made, "spec", inst.took.spec.Round(time.Millisecond))
 	}
 	return nil
 }
@@ -830,9 +832,11 @@ func (r *Runtime) image(ctx context.Context, ref string) (containerd.Image, erro
 		return nil, err
 	}
 	if !ok {
+		began := time.Now()
 		if err := img.Unpack(ctx, r.cfg.Snapshotter); err != nil {
 			return nil, fmt.Errorf("unpack: %w", err)
 		}
+		r.log.Info("image unpacked", "image", ref, "took", time.Since(began).Round(time.Millisecond))
 	}
 	return img, nil
 }

@@ -59,7 +59,7 @@ func TestRemoveImagesSparesRunningAndForeignNames(t *testing.T) {
 	d := f.desired(1, repo+"@"+v1Digest, 1)
 	f.syncUntil(d, time.Minute, "release 1 rolled out", rolledOut)
 	// The instance's writable layer, on the copy of the image chowned into the
-	// app's id range (remap.go), which the image keeps.
+	// app's id range (remap.go).
 	var instance string
 	for id := range f.containers() {
 		instance = id
@@ -102,11 +102,11 @@ func TestRemoveImagesSparesRunningAndForeignNames(t *testing.T) {
 	if present(ours.Name) || !present(built[0].Name) {
 		t.Fatalf("%s present %v, %s present %v", ours.Name, present(ours.Name), built[0].Name, present(built[0].Name))
 	}
-	// The collector ran with the delete: the instance's layer is gone; the
-	// copy stays while the image has a name (built[0]'s), and goes with the
-	// last one (TestTheImagesCopyGoesWithTheImage).
-	if after := snaps(); after[instance] || !after[copyKey] {
-		t.Errorf("after the instance and its name went: its layer %v (want gone), the copy %v (want kept)", after[instance], after[copyKey])
+	// The collector ran with the delete: the instance's layer is gone, and
+	// the copy, which the deleted app's leases no longer keep
+	// (TestOnlyTheLastTwoCopiesOfAnAppAreKept), with it.
+	if after := snaps(); after[instance] || after[copyKey] {
+		t.Errorf("after the app and its name went: its instance's layer %v, the image's copy %v; want both gone", after[instance], after[copyKey])
 	}
 }
 

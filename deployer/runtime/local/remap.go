@@ -2,19 +2,24 @@ package local
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/containers"
-	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/errdefs"
@@ -29,12 +34,15 @@ import (
 // of it. containerd's client does the same (WithUserNSRemappedSnapshot), and
 // bex used it; withRemappedSnapshot differs in what made pushes slow:
 //
-//   - The copy lives as long as the image: a label on the image's config blob
-//     refers to it, which containerd's garbage collector follows. containerd's
-//     own copy had no reference but its containers', so it was collected with
-//     the first of them, and made again by the next: a release command's
-//     one-off and then the release's web instance made it twice (12 s and 19 s
-//     for the Node sample's 116 MiB on a busy 2-core machine, of a 48 s push).
+//   - The copies of an app's last two images outlive their containers: a
+//     lease holds each, renewed at each container made on it. containerd's
+//     own copy was held by its containers alone, so it went with the first of
+//     them and the next made it again: a release command's one-off and then
+//     the release's web instance made it twice (12 s and 19 s for the Node
+//     sample's 116 MiB on a busy 2-core machine, of a 47 s push). Not more
+//     than two, nor for longer than a day unused: each is a full copy of a
+//     base image, which a copy per release kept for rollbacks, or per deploy
+//     in the last minutes, would multiply. Deleting the app lets its copies go.
 //   - It is made on an overlay mount with `volatile`: a chown copies the file
 //     up, and overlayfs syncs every copy-up (tens of thousands of fsyncs for a
 //     Debian base) unless told not to; one syncfs of the upper directory's
@@ -46,13 +54,20 @@ import (
 //     maker that may have died. Within one process, one makes it and the
 //     others wait for it.
 
-// remapLabel is the label of an image's config blob that keeps the copy of
-// the image for ids from host on: containerd's GC follows
-// containerd.io/gc.ref.snapshot.<snapshotter>/<anything> to the snapshot named
-// by the value.
-func remapLabel(snapshotter string, m idmap) string {
-	return fmt.Sprintf("containerd.io/gc.ref.snapshot.%s/bex-remap-%d", snapshotter, m.host)
-}
+// remapKept is how many copies of an app's images leases keep: the last two
+// made or used (the release that serves and the one before, for a rollback).
+// Those its containers are on are kept by the containers in any case.
+const remapKept = 2
+
+// remapKeep is how long a lease keeps a copy nothing used since.
+var remapKeep = 24 * time.Hour
+
+// The labels of the leases that keep copies: the app's id range (its first
+// id) and a digest of the copy's key.
+const (
+	remapRangeLabel = "bex.co/remap-range"
+	remapCopyLabel  = "bex.co/remap-copy"
+)
 
 // remapKey names the copy of the image whose layers chain to chainID, for ids
 // of m.
@@ -71,10 +86,6 @@ func withRemappedSnapshot(id string, img containerd.Image, m idmap, took *remapT
 		if err != nil {
 			return err
 		}
-		cfg, err := img.Config(ctx)
-		if err != nil {
-			return err
-		}
 		chainID := identity.ChainID(diffIDs).String()
 		key := remapKey(chainID, m)
 		sn := c.SnapshotService(ctr.Snapshotter)
@@ -88,19 +99,89 @@ func withRemappedSnapshot(id string, img containerd.Image, m idmap, took *remapT
 		if took != nil {
 			took.made = made
 		}
-		// Labelled every time, not only when made: a copy an older bex made, or
-		// one whose label a crash lost, is kept from now on.
-		label := remapLabel(ctr.Snapshotter, m)
-		if _, err := c.ContentStore().Update(ctx, content.Info{Digest: cfg.Digest, Labels: map[string]string{label: key}}, "labels."+label); err != nil {
-			return fmt.Errorf("label the image's config with its copy: %w", err)
-		}
-		if _, err := sn.Prepare(ctx, id, key); err != nil {
-			return err
+		for attempt := 0; ; attempt++ {
+			if err := keepCopy(ctx, c, ctr.Snapshotter, key, m); err != nil {
+				return fmt.Errorf("keep the image's copy: %w", err)
+			}
+			_, err := sn.Prepare(ctx, id, key)
+			if err == nil {
+				break
+			}
+			// The copy's lease expired after ensureRemapped found it, and the
+			// collector took it before keepCopy held it again: make it again.
+			if !errdefs.IsNotFound(err) || attempt > 0 {
+				return err
+			}
+			mu.(*sync.Mutex).Lock()
+			made, err = ensureRemapped(ctx, sn, key, chainID, m)
+			mu.(*sync.Mutex).Unlock()
+			if err != nil {
+				return fmt.Errorf("the image's copy for the app's ids: %w", err)
+			}
+			if took != nil {
+				took.made = made
+			}
 		}
 		ctr.SnapshotKey = id
 		ctr.Image = img.Name()
 		return nil
 	}
+}
+
+// keepCopy holds the copy key with a new lease, then lets go of its older
+// leases and of the copies of m's range beyond the remapKept newest.
+func keepCopy(ctx context.Context, c *containerd.Client, snapshotter, key string, m idmap) error {
+	sum := sha256.Sum256([]byte(key))
+	tag, rng := hex.EncodeToString(sum[:16]), strconv.FormatUint(uint64(m.host), 10)
+	lm := c.LeasesService()
+	l, err := lm.Create(ctx, leases.WithRandomID(), leases.WithExpiration(remapKeep),
+		leases.WithLabels(map[string]string{remapRangeLabel: rng, remapCopyLabel: tag}))
+	if err != nil {
+		return err
+	}
+	if err := lm.AddResource(ctx, l, leases.Resource{ID: key, Type: "snapshots/" + snapshotter}); err != nil {
+		_ = lm.Delete(context.WithoutCancel(ctx), l)
+		return err
+	}
+	all, err := lm.List(ctx, fmt.Sprintf("labels.%q==%s", remapRangeLabel, rng))
+	if err != nil {
+		return err
+	}
+	// Newest first, this one before all.
+	sort.SliceStable(all, func(i, j int) bool {
+		if (all[i].ID == l.ID) != (all[j].ID == l.ID) {
+			return all[i].ID == l.ID
+		}
+		return all[i].CreatedAt.After(all[j].CreatedAt)
+	})
+	kept := map[string]bool{}
+	for _, o := range all {
+		copyTag := o.Labels[remapCopyLabel]
+		if o.ID == l.ID || (!kept[copyTag] && len(kept) < remapKept) {
+			kept[copyTag] = true
+			continue
+		}
+		if err := lm.Delete(ctx, o); err != nil && !errdefs.IsNotFound(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// dropCopies lets go of every copy of the range from host on (its app was
+// deleted): the collector takes them once no container is on them.
+func dropCopies(ctx context.Context, c *containerd.Client, host uint32) error {
+	lm := c.LeasesService()
+	all, err := lm.List(ctx, fmt.Sprintf("labels.%q==%d", remapRangeLabel, host))
+	if err != nil {
+		return err
+	}
+	for _, o := range all {
+		if err := lm.Delete(ctx, o); err != nil && !errdefs.IsNotFound(err) {
+			return err
+		}
+	}
+	return nil
 }
 
 // remapTook says whether the copy was made for this container.

@@ -71,49 +71,66 @@ func TestTheImagesCopyForTheAppsIDsOutlivesItsContainers(t *testing.T) {
 	}
 }
 
-// TestTheImagesCopyGoesWithTheImage: the copy is kept by the image alone, so
-// once the image's last name is deleted (a release pruned, an app destroyed)
-// containerd's collector takes it: nothing of one app's ids stays behind.
-func TestTheImagesCopyGoesWithTheImage(t *testing.T) {
-	f := newFixture(t, "remap-gone")
+// TestOnlyTheLastTwoCopiesOfAnAppAreKept: leases keep the copies of the two
+// images an app used last, not more: with no container on them, the copy of a
+// third image lets the oldest go at the collector's next run, although its
+// image stays. Deleting the app lets the others go.
+func TestOnlyTheLastTwoCopiesOfAnAppAreKept(t *testing.T) {
+	f := newFixture(t, "remap-kept")
 	ctx := namespaces.WithNamespace(context.Background(), f.cfg.Namespace)
 	cl, err := f.cd.Client()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	name := "bex.local/remap-gone:" + fmt.Sprint(time.Now().UnixNano())
-	if _, err := testenv.ImportTinyImage(ctx, f.cd, name, []byte(name)); err != nil {
-		t.Fatal(err)
-	}
-	img, err := f.rt.image(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
 	base, err := f.rt.store.ids(f.key().String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := idmap{host: base, size: IDRangeSize}
-	ctr, err := cl.NewContainer(ctx, "remap-gone", containerd.WithImage(img), containerd.WithSnapshotter(f.cfg.withDefaults().Snapshotter),
-		withRemappedSnapshot("remap-gone", img, m, nil), containerd.WithNewSpec())
+	sn := cl.SnapshotService(f.cfg.withDefaults().Snapshotter)
+	var keys []string
+	for i := range 3 {
+		name := fmt.Sprintf("bex.local/remap-kept:%d-%d", i, time.Now().UnixNano())
+		if _, err := testenv.ImportTinyImage(ctx, f.cd, name, []byte(name)); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cl.ImageService().Delete(context.Background(), name) })
+		img, err := f.rt.image(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := fmt.Sprintf("remap-kept-%d", i)
+		ctr, err := cl.NewContainer(ctx, id, containerd.WithImage(img), containerd.WithSnapshotter(f.cfg.withDefaults().Snapshotter),
+			withRemappedSnapshot(id, img, m, nil), containerd.WithNewSpec())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ctr.Delete(ctx, containerd.WithSnapshotCleanup); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, f.remapKey(ctx, cl, name))
+	}
+	img, err := f.rt.image(ctx, f.v1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ctr.Delete(ctx, containerd.WithSnapshotCleanup); err != nil {
-		t.Fatal(err)
-	}
-	sn := cl.SnapshotService(f.cfg.withDefaults().Snapshotter)
-	key := f.remapKey(ctx, cl, name)
 	collectGarbage(t, ctx, cl, img.Target())
-	if _, err := sn.Stat(ctx, key); err != nil {
-		t.Fatalf("the copy with its container gone and the image there: %v", err)
+	for i, key := range keys {
+		_, err := sn.Stat(ctx, key)
+		if kept := err == nil; kept != (i > 0) {
+			t.Errorf("copy %d of 3 kept: %v (%v); want the last two only", i+1, kept, err)
+		}
 	}
-	if err := cl.ImageService().Delete(ctx, name, cimages.SynchronousDelete()); err != nil {
+
+	if err := f.rt.Delete(ctx, f.key()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sn.Stat(ctx, key); !errdefs.IsNotFound(err) {
-		t.Fatalf("the copy once the image went: %v, want not found", err)
+	collectGarbage(t, ctx, cl, img.Target())
+	for i, key := range keys {
+		if _, err := sn.Stat(ctx, key); !errdefs.IsNotFound(err) {
+			t.Errorf("copy %d after the app was deleted: %v, want not found", i+1, err)
+		}
 	}
 }
 

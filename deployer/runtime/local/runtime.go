@@ -793,6 +793,11 @@ func (r *Runtime) Delete(ctx context.Context, key types.NamespacedName) error {
 	r.mu.Lock()
 	delete(r.apps, key)
 	r.mu.Unlock()
+	if base, ok := r.store.idsOf(key.String()); ok {
+		if err := dropCopies(ctx, r.cd, base); err != nil {
+			return fmt.Errorf("the image copies of %s: %w", key, err)
+		}
+	}
 	if err := r.store.freeIDs(key.String()); err != nil {
 		return err
 	}

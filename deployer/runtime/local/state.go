@@ -317,6 +317,17 @@ func (s *store) reserveIDs(app string, base uint32) error {
 	return s.save()
 }
 
+// idsOf is app's range's first id, if it has one; it allocates none.
+func (s *store) idsOf(app string) (uint32, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if unlock, err := s.lockFile(); err == nil {
+		defer unlock()
+	}
+	base, ok := s.st.IDs[app]
+	return base, ok
+}
+
 // freeIDs gives up app's range (the app was deleted).
 func (s *store) freeIDs(app string) error {
 	s.mu.Lock()

@@ -181,6 +181,11 @@ type Result struct {
 	Postdeploy, FirstPostdeploy []string
 	// AppJSON is what the build directory's app.json set; nil without one.
 	AppJSON *appjson.File
+
+	// export and solve are what the build's two halves took (the commit's
+	// files written out, then BuildKit's solve with the image's export and
+	// unpack into containerd): "build done" logs them, for the push's profile.
+	export, solve time.Duration
 }
 
 var commitRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
@@ -256,7 +261,8 @@ func (b *Builder) run(ctx context.Context, req Request, out io.Writer) (*Result,
 		b.log.Info("build failed", "app", req.App, "commit", req.Commit, "err", err, "took", time.Since(start))
 		return nil, err
 	}
-	b.log.Info("build done", "app", req.App, "commit", req.Commit, "image", res.Image, "stack", res.Stack, "took", time.Since(start))
+	b.log.Info("build done", "app", req.App, "commit", req.Commit, "image", res.Image, "stack", res.Stack, "took", time.Since(start),
+		"export", res.export, "solve", res.solve)
 	return res, nil
 }
 
@@ -268,7 +274,8 @@ func (b *Builder) build(ctx context.Context, req Request, out io.Writer) (*Resul
 	defer os.RemoveAll(work)
 	src := filepath.Join(work, "src")
 	lim := exportLimits{maxBytes: b.cfg.MaxContextBytes, maxFiles: b.cfg.MaxContextFiles}
-	if _, err := exportCommit(ctx, req.RepoDir, req.Commit, src, lim); err != nil {
+	began := time.Now()
+	if _, err := exportCommitCached(ctx, req.RepoDir, req.Commit, src, filepath.Join(req.RepoDir, exportCacheDir), lim); err != nil {
 		switch {
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
@@ -279,6 +286,7 @@ func (b *Builder) build(ctx context.Context, req Request, out io.Writer) (*Resul
 		}
 		return nil, fmt.Errorf("reading commit %s: %w", req.Commit[:7], err)
 	}
+	exported := time.Since(began)
 	srcRoot, err := os.OpenRoot(src)
 	if err != nil {
 		return nil, err
@@ -293,7 +301,7 @@ func (b *Builder) build(ctx context.Context, req Request, out io.Writer) (*Resul
 	contextFS := fsutil.NewRoot(ctxRoot)
 	defer contextFS.Close()
 
-	res := &Result{Stack: "dockerfile"}
+	res := &Result{Stack: "dockerfile", export: exported}
 	dockerfileFS, filename, err := b.dockerfile(req, ctxRoot, work, out, res)
 	if err != nil {
 		return nil, err
@@ -372,6 +380,7 @@ func (b *Builder) build(ctx context.Context, req Request, out io.Writer) (*Resul
 		SourcePolicy: policy,
 	}
 	var resp *bkclient.SolveResponse
+	solving := time.Now()
 	if pd == nil {
 		opt.Frontend, opt.FrontendAttrs = "dockerfile.v0", attrs
 		resp, err = c.Solve(ctx, nil, opt, ch)
@@ -381,6 +390,7 @@ func (b *Builder) build(ctx context.Context, req Request, out io.Writer) (*Resul
 		resp, err = c.Build(ctx, opt, "", pd.build(attrs), ch)
 	}
 	wg.Wait()
+	res.solve = time.Since(solving)
 	if err != nil {
 		if oerr := b.outOfMemory(ctx, r, oomBefore); oerr != nil {
 			return nil, oerr

@@ -50,6 +50,12 @@ type exportLimits struct {
 // directory `a/` of the same name), an entry written twice, and a name that is not a
 // single file name are refused. The export stops when ctx ends.
 func exportCommit(ctx context.Context, repoDir, commit, dir string, lim exportLimits) (int64, error) {
+	return exportCommitCached(ctx, repoDir, commit, dir, "", lim)
+}
+
+// exportCommitCached is exportCommit with the large files of the last export
+// kept in cacheDir (an exportCache; "" for none).
+func exportCommitCached(ctx context.Context, repoDir, commit, dir, cacheDir string, lim exportLimits) (int64, error) {
 	st := filesystem.NewStorage(osfs.New(repoDir), cache.NewObjectLRUDefault())
 	c, err := object.GetCommit(st, plumbing.NewHash(commit))
 	if err != nil {
@@ -67,7 +73,8 @@ func exportCommit(ctx context.Context, repoDir, commit, dir string, lim exportLi
 		return 0, err
 	}
 	defer root.Close()
-	e := &exporter{ctx: ctx, st: st, dirs: []openDir{{name: ".", root: root}}, commit: commit[:7], lim: lim, kinds: map[string]filemode.FileMode{}}
+	e := &exporter{ctx: ctx, st: st, dirs: []openDir{{name: ".", root: root}}, commit: commit[:7], lim: lim, kinds: map[string]filemode.FileMode{},
+		cache: openExportCache(cacheDir)}
 	defer e.closeDirs(1)
 	// Files keep the time of the export. BuildKit sends a context incrementally and
 	// skips files whose size and time match what it has: fixed times (the commit's)
@@ -81,6 +88,7 @@ func exportCommit(ctx context.Context, repoDir, commit, dir string, lim exportLi
 		}
 		name, entry, err := walker.Next()
 		if errors.Is(err, io.EOF) {
+			e.cache.prune()
 			return e.total, nil
 		}
 		if err != nil {
@@ -109,6 +117,7 @@ type exporter struct {
 	// the only writer of the directory: a parent that is not a directory written by
 	// the export is a link or a file of the tree.
 	kinds map[string]filemode.FileMode
+	cache *exportCache // nil: none
 }
 
 func (e *exporter) unsafe(format string, args ...any) error {
@@ -191,19 +200,40 @@ func (e *exporter) write(name string, entry object.TreeEntry) error {
 		// system.
 		return exists(dir.Symlink(string(target), base))
 	case filemode.Regular, filemode.Executable, filemode.Deprecated:
-		blob, err := object.GetBlob(e.st, entry.Hash)
-		if err != nil {
-			return err
-		}
-		e.total += blob.Size
-		if e.total > e.lim.maxBytes {
-			return fmt.Errorf("%w: the files of commit %s are more than the limit of %s", ErrContextTooLarge, e.commit, bytesize.Format(e.lim.maxBytes))
-		}
 		mode := os.FileMode(0o644)
 		if entry.Mode == filemode.Executable {
 			mode = 0o755
 		}
-		return exists(e.writeBlob(blob, dir, base, mode))
+		tooLarge := func(size int64) error {
+			if e.total += size; e.total > e.lim.maxBytes {
+				return fmt.Errorf("%w: the files of commit %s are more than the limit of %s", ErrContextTooLarge, e.commit, bytesize.Format(e.lim.maxBytes))
+			}
+			return nil
+		}
+		if cached, size := e.cache.open(entry.Hash); cached != nil {
+			defer cached.Close()
+			if err := tooLarge(size); err != nil {
+				return err
+			}
+			return exists(e.copyFile(cached, dir, base, mode))
+		}
+		blob, err := object.GetBlob(e.st, entry.Hash)
+		if err != nil {
+			return err
+		}
+		if err := tooLarge(blob.Size); err != nil {
+			return err
+		}
+		if err := e.writeBlob(blob, dir, base, mode); err != nil {
+			return exists(err)
+		}
+		if e.cache != nil && blob.Size >= exportCacheMin {
+			if f, err := dir.Open(base); err == nil {
+				e.cache.keep(entry.Hash, blob.Size, f)
+				f.Close()
+			}
+		}
+		return nil
 	default:
 		return e.unsafe("%q of commit %s has the mode %o, which is none of git's; rewrite the commit with git", name, e.commit, uint32(entry.Mode))
 	}
@@ -244,6 +274,23 @@ func (e *exporter) writeBlob(b *object.Blob, dir *os.Root, name string, mode os.
 		return err
 	}
 	if _, err := io.Copy(f, ctxReader{e.ctx, io.LimitReader(r, b.Size)}); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// copyFile creates name (O_EXCL, as writeBlob) with the content of src, a file
+// of the export cache: in the kernel, without reading it into the process.
+func (e *exporter) copyFile(src *os.File, dir *os.Root, name string, mode os.FileMode) error {
+	if err := e.ctx.Err(); err != nil {
+		return err
+	}
+	f, err := dir.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := f.ReadFrom(src); err != nil {
 		f.Close()
 		return err
 	}

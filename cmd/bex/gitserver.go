@@ -288,7 +288,9 @@ func (c *gitserverCmd) startAPI(ctx context.Context) (*rest.Config, client.Clien
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	kc, err := client.New(restCfg, client.Options{Scheme: s})
+	// A client that watches: a push waits on its App's status
+	// (releases.Recorder.Wait) by watching it, not by reading it on a timer.
+	kc, err := client.NewWithWatch(restCfg, client.Options{Scheme: s})
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}

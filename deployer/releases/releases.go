@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -356,12 +357,18 @@ func (e *RolloutError) KeepsServing() int64 { return e.Serving }
 // with ErrRolloutFailed and the RolledOut condition's message when the deployer
 // reports that release n failed, and with ctx's error when ctx ends first. progress
 // receives a line whenever the condition's message changes.
+//
+// With a Client that watches (client.WithWatch), it reads the App once and then
+// follows its changes from that read's resourceVersion, so the moment the deployer
+// writes the status is the moment Wait returns: a push is waiting on it. Without
+// one, or while a watch cannot be opened, it reads the App every PollInterval.
 func (r *Recorder) Wait(ctx context.Context, name string, n int64, progress func(string)) (string, error) {
 	interval := r.PollInterval
 	if interval <= 0 {
 		interval = 200 * time.Millisecond
 	}
-	var last string
+	w := waiter{name: name, n: n, progress: progress}
+	watcher, watches := r.Client.(client.WithWatch)
 	var readErr error
 	for {
 		app := &appv1.App{}
@@ -380,28 +387,95 @@ func (r *Recorder) Wait(ctx context.Context, name string, n int64, progress func
 			}
 			continue
 		}
-		if app.Spec.Release > n {
-			return "", &RolloutError{Release: n, Reason: fmt.Sprintf("release v%d was replaced by v%d before it served", n, app.Spec.Release)}
+		if url, done, err := w.judge(app); done {
+			return url, err
 		}
-		current := app.Status.ObservedGeneration >= app.Generation
-		ready := meta.FindStatusCondition(app.Status.Conditions, appv1.ReadyCondition)
-		rolled := meta.FindStatusCondition(app.Status.Conditions, appv1.RolledOutCondition)
-		if current && app.Status.Revision == n && ready != nil && ready.Status == metav1.ConditionTrue {
-			return app.Status.URL, nil
-		}
-		if current && rolled != nil && rolled.Status == metav1.ConditionFalse && rolled.Reason != appv1.RollingOutReason {
-			return "", &RolloutError{Release: n, Reason: rolled.Message, Serving: app.Status.Revision}
-		}
-		// Only what the deployer said about this generation: an older message (such
-		// as "nothing is deployed yet" before a first release) is not progress.
-		if current && rolled != nil && rolled.Message != last && progress != nil {
-			last = rolled.Message
-			progress(rolled.Message)
+		if watches {
+			url, done, err := w.follow(ctx, watcher, app)
+			if done {
+				return url, err
+			}
+			if ctx.Err() != nil {
+				return "", ctx.Err()
+			}
+			// The watch ended (a timeout of the API server's, a restart): read
+			// again and follow from there, or poll when it cannot be opened.
+			if err == nil {
+				continue
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return "", ctx.Err()
 		case <-time.After(interval):
+		}
+	}
+}
+
+// waiter is one Wait's judgement of the App as it changes.
+type waiter struct {
+	name     string
+	n        int64
+	progress func(string)
+	last     string // the last message given to progress
+}
+
+// judge says whether app ends the wait, with Wait's result, and gives the
+// RolledOut condition's message to progress when it changed.
+func (w *waiter) judge(app *appv1.App) (url string, done bool, err error) {
+	if app.Spec.Release > w.n {
+		return "", true, &RolloutError{Release: w.n, Reason: fmt.Sprintf("release v%d was replaced by v%d before it served", w.n, app.Spec.Release)}
+	}
+	current := app.Status.ObservedGeneration >= app.Generation
+	ready := meta.FindStatusCondition(app.Status.Conditions, appv1.ReadyCondition)
+	rolled := meta.FindStatusCondition(app.Status.Conditions, appv1.RolledOutCondition)
+	if current && app.Status.Revision == w.n && ready != nil && ready.Status == metav1.ConditionTrue {
+		return app.Status.URL, true, nil
+	}
+	if current && rolled != nil && rolled.Status == metav1.ConditionFalse && rolled.Reason != appv1.RollingOutReason {
+		return "", true, &RolloutError{Release: w.n, Reason: rolled.Message, Serving: app.Status.Revision}
+	}
+	// Only what the deployer said about this generation: an older message (such
+	// as "nothing is deployed yet" before a first release) is not progress.
+	if current && rolled != nil && rolled.Message != w.last && w.progress != nil {
+		w.last = rolled.Message
+		w.progress(rolled.Message)
+	}
+	return "", false, nil
+}
+
+// follow watches the App from the version read (from) until judge ends the
+// wait (done), the watch ends (nil error: read again) or cannot be opened (its
+// error: poll instead).
+func (w *waiter) follow(ctx context.Context, c client.WithWatch, from *appv1.App) (url string, done bool, err error) {
+	list := &appv1.AppList{}
+	events, err := c.Watch(ctx, list, client.InNamespace(from.Namespace),
+		client.MatchingFields{"metadata.name": w.name}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: from.ResourceVersion}})
+	if err != nil {
+		return "", false, err
+	}
+	defer events.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return "", false, nil
+		case ev, ok := <-events.ResultChan():
+			if !ok {
+				return "", false, nil
+			}
+			app, isApp := ev.Object.(*appv1.App)
+			if !isApp {
+				// An error event (the version read is too old): read again,
+				// after PollInterval, so a watch that keeps failing is not
+				// opened in a loop.
+				return "", false, fmt.Errorf("watching app %s: %v", w.name, ev.Object)
+			}
+			if ev.Type == watch.Deleted {
+				return "", true, fmt.Errorf("app %s: %w", w.name, apierrors.NewNotFound(appv1.GroupVersion.WithResource("apps").GroupResource(), w.name))
+			}
+			if url, done, err := w.judge(app); done {
+				return url, true, err
+			}
 		}
 	}
 }

@@ -331,3 +331,53 @@ func TestRevertGoesBackToTheServingRelease(t *testing.T) {
 		t.Fatalf("a late revert moved the App to %d", app.Spec.Release)
 	}
 }
+
+// With a client that watches, Wait follows the App's changes: it sees the
+// release serve, and the progress before it, with no read on a timer (the
+// poll interval is an hour, longer than the test may take).
+func TestWaitWatchesTheApp(t *testing.T) {
+	r, c := setup(t)
+	cp := testenv.SharedControlPlane(t)
+	watching, err := client.NewWithWatch(cp.Config, client.Options{Scheme: cp.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Client, r.PollInterval = watching, time.Hour
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	n, err := r.Record(ctx, "hello", releases.Change{Image: "bex.local/hello@" + digestA, Cause: appv1.ReleaseCausePush})
+	if err != nil {
+		t.Fatal(err)
+	}
+	told := make(chan struct{})
+	served := make(chan error, 1)
+	go func() {
+		// Progress first, written after Wait began; the release serving once
+		// Wait passed it on.
+		if err := updateStatus(c, r.Namespace, 0, metav1.Condition{Type: appv1.RolledOutCondition, Status: metav1.ConditionFalse, Reason: appv1.RollingOutReason, Message: "web.1 starting"}); err != nil {
+			served <- err
+			return
+		}
+		select {
+		case <-told:
+		case <-ctx.Done():
+			served <- ctx.Err()
+			return
+		}
+		served <- updateStatus(c, r.Namespace, n,
+			metav1.Condition{Type: appv1.RolledOutCondition, Status: metav1.ConditionTrue, Reason: appv1.RolledOutReason, Message: "release v1 serves"},
+			metav1.Condition{Type: appv1.ReadyCondition, Status: metav1.ConditionTrue, Reason: appv1.RolledOutReason})
+	}()
+	var once sync.Once
+	url, err := r.Wait(ctx, "hello", n, func(s string) {
+		if s == "web.1 starting" {
+			once.Do(func() { close(told) })
+		}
+	})
+	if err != nil || url != "https://hello.bex.test" {
+		t.Fatalf("Wait = %q, %v", url, err)
+	}
+	if err := <-served; err != nil {
+		t.Fatalf("the status update: %v", err)
+	}
+}

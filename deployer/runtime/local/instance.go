@@ -35,6 +35,7 @@ type instance struct {
 	took struct {
 		network, container, remap, spec time.Duration
 		remapped                        remapTook
+		task, newTask                   time.Duration // the last start's: in all, and its NewTask (shim and runc create)
 	}
 	id      string
 	app     types.NamespacedName
@@ -334,7 +335,11 @@ func (r *Runtime) superviseLoop(inst *instance, task containerd.Task) {
 			}
 		}
 		if task == nil {
+			began := time.Now()
 			task, statusC, err = r.runTask(ctx, inst)
+			r.mu.Lock()
+			inst.took.task = time.Since(began)
+			r.mu.Unlock()
 			if ctx.Err() != nil {
 				return
 			}
@@ -461,11 +466,15 @@ func (r *Runtime) runTask(ctx context.Context, inst *instance) (containerd.Task,
 		return nil, nil, fmt.Errorf("cannot start: %w", err)
 	}
 	defer unlock()
+	made := time.Now()
 	task, err := inst.ctr.NewTask(ctx, cio.LogFile(inst.logPath))
 	if err != nil {
 		r.noteLog(inst, "bex: cannot start: "+err.Error())
 		return nil, nil, fmt.Errorf("cannot start: %w", err)
 	}
+	r.mu.Lock()
+	inst.took.newTask = time.Since(made)
+	r.mu.Unlock()
 	statusC, err := task.Wait(ctx)
 	if err != nil {
 		_, _ = task.Delete(context.WithoutCancel(ctx), containerd.WithProcessKill)
@@ -528,6 +537,8 @@ func (r *Runtime) probe(inst *instance, seq int) {
 	log := r.log.With("app", inst.app.String(), "release", inst.gen.Release, "instance", inst.name())
 	interval := 5 * time.Millisecond
 	var pausedUntil time.Time // the boot timeout counts from the end of a pause
+	began := time.Now()
+	checks := 0
 	for {
 		r.mu.Lock()
 		current := inst.startSeq == seq && inst.running && !inst.stopping
@@ -542,6 +553,7 @@ func (r *Runtime) probe(inst *instance, seq int) {
 		var err error
 		if inst.web() || inst.server {
 			err = check(inst.ctx, inst)
+			checks++
 		}
 		r.mu.Lock()
 		if inst.startSeq != seq || !inst.running {
@@ -551,8 +563,10 @@ func (r *Runtime) probe(inst *instance, seq int) {
 		if err == nil {
 			inst.ready = true
 			inst.lastProbe = ""
+			task, newTask, after := inst.took.task, inst.took.newTask, time.Since(inst.lastStart)
 			r.mu.Unlock()
-			log.Info("instance ready", "address", inst.addr, "port", inst.port)
+			log.Info("instance ready", "address", inst.addr, "port", inst.port,
+				"task", task.Round(time.Millisecond), "new_task", newTask.Round(time.Millisecond), "after", after.Round(time.Millisecond), "checks", checks)
 			r.net.replenish()
 			if inst.web() {
 				if a := r.existingApp(inst.app); a != nil {
@@ -587,9 +601,29 @@ func (r *Runtime) probe(inst *instance, seq int) {
 		case <-inst.ctx.Done():
 			return
 		}
-		interval = min(interval*2, 250*time.Millisecond)
+		interval = probeInterval(interval, time.Since(began))
 	}
 }
+
+// probeInterval is the wait after one that lasted last, for an instance whose
+// checks began since ago. A new instance is checked every probeFast at most: a
+// push waits for it, and a server that binds its port in 30 ms should not be
+// seen 130 ms later. A check is a TCP connect (or one HTTP request) to an address
+// inside the instance's own network namespace, so probeFastFor of them cost
+// little. One that is still not up after that is checked ever more slowly, up to
+// every 250 ms, so that a slow boot is not hammered.
+func probeInterval(last, since time.Duration) time.Duration {
+	next := min(last*2, 250*time.Millisecond)
+	if since < probeFastFor {
+		next = min(next, probeFast)
+	}
+	return next
+}
+
+const (
+	probeFast    = 10 * time.Millisecond
+	probeFastFor = 2 * time.Second
+)
 
 // pausedForVolume reports whether inst's task is paused (by a volume's backup or
 // restore), and has it resumed should no backup or restore hold its volumes

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"bex.co/bex/internal/machine/daemons"
 	"k8s.io/apimachinery/pkg/types"
@@ -313,5 +314,26 @@ func TestIDRangeConfig(t *testing.T) {
 	cfg = Config{StateDir: "/x", IDBase: 1 << 31, IDRanges: 1 << 15}
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "ending below 2^32-1") {
 		t.Fatalf("ranges past 2^32: %v", err)
+	}
+}
+
+// A new instance is checked every probeFast at most for probeFastFor, then ever
+// more slowly up to every 250 ms.
+func TestProbeIntervalIsFastWhileTheInstanceIsNew(t *testing.T) {
+	var waited time.Duration
+	interval := 5 * time.Millisecond
+	for waited < probeFastFor {
+		if interval > probeFast {
+			t.Fatalf("after %s of checks the interval is %s, more than %s", waited, interval, probeFast)
+		}
+		waited += interval
+		interval = probeInterval(interval, waited)
+	}
+	for range 10 {
+		waited += interval
+		interval = probeInterval(interval, waited)
+	}
+	if interval != 250*time.Millisecond {
+		t.Fatalf("a slow boot is checked every %s, want 250ms", interval)
 	}
 }

@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -154,7 +157,15 @@ func (c *deployerCmd) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r := &deployer.AppReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Runtime: rt, Events: mgr.GetEventRecorder("bex-deployer"), Config: cfg}
+	r := &deployer.AppReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Runtime: rt, Config: cfg}
+	// Events are written to events.k8s.io/v1, which bex up's API server does not
+	// serve (its memory): there, a recorder would only log an error for every
+	// event it could not post, at every deploy.
+	if served, err := servesGroupVersion(restCfg, "events.k8s.io/v1"); err != nil || served {
+		r.Events = mgr.GetEventRecorder("bex-deployer")
+	} else {
+		c.log.Info("the API server serves no events.k8s.io/v1: the deployer records no Events")
+	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return err
 	}
@@ -245,4 +256,18 @@ func (c *deployerCmd) close() error {
 		}
 	}
 	return nil
+}
+
+// servesGroupVersion says whether the API server at cfg serves gv
+// ("group/version"), by its discovery.
+func servesGroupVersion(cfg *rest.Config, gv string) (bool, error) {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return false, err
+	}
+	_, err = dc.ServerResourcesForGroupVersion(gv)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	return err == nil, err
 }

@@ -127,6 +127,14 @@ type indexer struct {
 	needed    *records
 	neededCap int
 	neededErr error
+	// seen is a direct-mapped cache of ids given to need, by their first bytes
+	// (seenSlots of them, whatever the push): the versions of a tree name mostly
+	// the same objects, so most of a push's references repeat one noted shortly
+	// before. A hit skips the table, which holds that id already (or set it
+	// aside: the repository has it); without it the table took a million ids for
+	// a 2,000-commit push and its sorts cost more than the rest of the indexing.
+	seen       *records
+	seenMapped bool
 	// byID are the indices of the known objects sorted by id, once all are known.
 	byID *records
 
@@ -153,13 +161,13 @@ type indexer struct {
 func newIndexer(f *os.File, limit int64, maxObjects uint32, has func(plumbing.Hash) bool) *indexer {
 	return &indexer{f: f, limit: limit, maxObjects: maxObjects, has: has, firstBig: -1,
 		entries: newRecords(entrySize), ofsKids: newRecords(ofsSize), refs: newRecords(refSize),
-		needed: newRecords(idSize), byID: newRecords(ixSize),
+		needed: newRecords(idSize), byID: newRecords(ixSize), seen: newRecords(idSize),
 		sum: githash.New(githash.CryptoType), copyBuf: make([]byte, 32<<10)}
 }
 
 // close gives back the tables' memory.
 func (ix *indexer) close() {
-	for _, r := range []*records{ix.entries, ix.ofsKids, ix.refs, ix.needed, ix.byID} {
+	for _, r := range []*records{ix.entries, ix.ofsKids, ix.refs, ix.needed, ix.byID, ix.seen} {
 		r.free()
 	}
 }
@@ -715,6 +723,22 @@ func (ix *indexer) need(id []byte) {
 	if ix.neededErr != nil {
 		return
 	}
+	var slot []byte
+	if *(*[20]byte)(id) != ([20]byte{}) { // an empty slot holds zeros
+		if !ix.seenMapped {
+			// Mapped on first use; without it (no memory), the table alone does.
+			ix.seenMapped = true
+			if err := ix.seen.grow(seenSlots * idSize); err == nil {
+				ix.seen.truncate(seenSlots)
+			}
+		}
+		if ix.seen.len() == seenSlots {
+			slot = ix.seen.at(int(binary.LittleEndian.Uint32(id) % seenSlots))
+			if sameID(slot, id) {
+				return
+			}
+		}
+	}
 	if ix.needed.len() >= ix.neededCap {
 		ix.compactNeeded(true)
 		if ix.neededErr != nil {
@@ -727,7 +751,17 @@ func (ix *indexer) need(id []byte) {
 		return
 	}
 	copy(r, id)
+	copy(slot, id)
 }
+
+// sameID is bytes.Equal for two ids, in three loads each.
+func sameID(a, b []byte) bool {
+	le := binary.LittleEndian
+	return le.Uint64(a) == le.Uint64(b) && le.Uint64(a[8:]) == le.Uint64(b[8:]) && le.Uint32(a[16:]) == le.Uint32(b[16:])
+}
+
+// seenSlots is the size of the need cache: 1.25 MiB, whatever the push.
+const seenSlots = 1 << 16
 
 func (ix *indexer) compactNeeded(filter bool) {
 	ix.needed.sortBy(func(a, b []byte) bool { return bytes.Compare(a, b) < 0 })

@@ -73,6 +73,12 @@ func fail(id, msgID, msg string) *Error { return &Error{Object: id, ID: msgID, M
 // ParseTree walks a tree's entries, calling fn for each, and fails on bytes that do
 // not parse as a tree (git's decode_tree_entry). It checks nothing else.
 func ParseTree(data []byte, fn func(Entry) error) error {
+	return parseTree(data, func(e Entry, _ bool) error { return fn(e) })
+}
+
+// parseTree is ParseTree, also telling fn whether the entry's mode is written
+// with a leading zero (which the number does not show).
+func parseTree(data []byte, fn func(e Entry, zeroPadded bool) error) error {
 	for len(data) > 0 {
 		sp := bytes.IndexByte(data, ' ')
 		if sp <= 0 {
@@ -98,7 +104,7 @@ func ParseTree(data []byte, fn func(Entry) error) error {
 		e.Name = rest[:nul]
 		copy(e.ID[:], rest[nul+1:nul+21])
 		if fn != nil {
-			if err := fn(e); err != nil {
+			if err := fn(e, data[0] == '0'); err != nil {
 				return err
 			}
 		}
@@ -119,12 +125,13 @@ func CheckTree(id string, data []byte, fn func(Entry)) error {
 	var (
 		nullSha1, fullPath, emptyName, hasDot, hasDotdot, hasDotgit bool
 		zeroPad, badModes, dups, unsorted, gitmodulesLink           bool
-		prev                                                        *Entry
+		prev                                                        Entry
+		havePrev                                                    bool
 		candidates                                                  [][]byte
 	)
-	var entries []Entry
-	err := ParseTree(data, func(e Entry) error {
+	err := parseTree(data, func(e Entry, zeroPadded bool) error {
 		name := e.Name
+		zeroPad = zeroPad || zeroPadded
 		nullSha1 = nullSha1 || e.ID == [20]byte{}
 		fullPath = fullPath || bytes.IndexByte(name, '/') >= 0
 		emptyName = emptyName || len(name) == 0
@@ -145,7 +152,7 @@ func CheckTree(id string, data []byte, fn func(Entry)) error {
 		default:
 			badModes = true
 		}
-		if prev != nil {
+		if havePrev {
 			switch verifyOrdered(prev.Mode, prev.Name, e.Mode, e.Name, &candidates) {
 			case treeUnordered:
 				unsorted = true
@@ -153,21 +160,11 @@ func CheckTree(id string, data []byte, fn func(Entry)) error {
 				dups = true
 			}
 		}
-		entries = append(entries, e)
-		prev = &entries[len(entries)-1]
+		prev, havePrev = e, true
 		return nil
 	})
 	if err != nil {
 		return fail(id, "badTree", "cannot be parsed as a tree")
-	}
-	// The zero padding is seen in the raw mode string: ParseTree has it as a number.
-	for d := data; len(d) > 0; {
-		if d[0] == '0' {
-			zeroPad = true
-			break
-		}
-		nul := bytes.IndexByte(d, 0)
-		d = d[nul+21:]
 	}
 	// The order of git's fsck_tree reports; the first one refuses.
 	switch {
@@ -195,9 +192,9 @@ func CheckTree(id string, data []byte, fn func(Entry)) error {
 		return fail(id, "gitmodulesSymlink", ".gitmodules is a symbolic link")
 	}
 	if fn != nil {
-		for _, e := range entries {
-			fn(e)
-		}
+		// Parsed again rather than kept: a tree of thousands of entries would
+		// otherwise cost a slice of them, per tree.
+		_ = ParseTree(data, func(e Entry) error { fn(e); return nil })
 	}
 	return nil
 }

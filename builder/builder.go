@@ -378,6 +378,11 @@ func (b *Builder) build(ctx context.Context, req Request, out io.Writer) (*Resul
 		Exports:      []bkclient.ExportEntry{{Type: bkclient.ExporterImage, Attrs: exportAttrs}},
 		Session:      attachables,
 		SourcePolicy: policy,
+		// BuildKit keeps the last context it received under this key and sends
+		// the next one as a difference: the app's own, so that no app's build
+		// starts from another's files, and two apps' builds do not take turns
+		// at one copy.
+		SharedKey: "bex-app-" + req.AppUID,
 	}
 	var resp *bkclient.SolveResponse
 	solving := time.Now()

@@ -76,10 +76,12 @@ func exportCommitCached(ctx context.Context, repoDir, commit, dir, cacheDir stri
 	e := &exporter{ctx: ctx, st: st, dirs: []openDir{{name: ".", root: root}}, commit: commit[:7], lim: lim, kinds: map[string]filemode.FileMode{},
 		cache: openExportCache(cacheDir)}
 	defer e.closeDirs(1)
-	// Files keep the time of the export. BuildKit sends a context incrementally and
-	// skips files whose size and time match what it has: fixed times (the commit's)
-	// would hide a same-size change made within the same second. Its build cache is
-	// keyed on content, so fresh times cost no cache hits.
+	// Files keep the time of the export, but for large ones (blobTime). BuildKit
+	// sends a context incrementally and skips files whose size and time match what
+	// it has: fixed times (the commit's) would hide a same-size change made within
+	// the same second. Its build cache is keyed on content, so fresh times cost no
+	// cache hits; they cost sending every file again, which only matters for large
+	// ones.
 	walker := object.NewTreeWalker(tree, true, nil)
 	defer walker.Close()
 	for {
@@ -215,7 +217,10 @@ func (e *exporter) write(name string, entry object.TreeEntry) error {
 			if err := tooLarge(size); err != nil {
 				return err
 			}
-			return exists(e.copyFile(cached, dir, base, mode))
+			if err := e.copyFile(cached, dir, base, mode); err != nil {
+				return exists(err)
+			}
+			return dir.Chtimes(base, blobTime(entry.Hash), blobTime(entry.Hash))
 		}
 		blob, err := object.GetBlob(e.st, entry.Hash)
 		if err != nil {
@@ -227,13 +232,16 @@ func (e *exporter) write(name string, entry object.TreeEntry) error {
 		if err := e.writeBlob(blob, dir, base, mode); err != nil {
 			return exists(err)
 		}
-		if e.cache != nil && blob.Size >= exportCacheMin {
+		if blob.Size < exportCacheMin {
+			return nil
+		}
+		if e.cache != nil {
 			if f, err := dir.Open(base); err == nil {
 				e.cache.keep(entry.Hash, blob.Size, f)
 				f.Close()
 			}
 		}
-		return nil
+		return dir.Chtimes(base, blobTime(entry.Hash), blobTime(entry.Hash))
 	default:
 		return e.unsafe("%q of commit %s has the mode %o, which is none of git's; rewrite the commit with git", name, e.commit, uint32(entry.Mode))
 	}

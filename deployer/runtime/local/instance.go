@@ -175,6 +175,10 @@ func (r *Runtime) create(ctx context.Context, a *appState, d runtime.Desired, g 
 	opts := []oci.SpecOpts{
 		oci.WithImageConfig(img),
 		oci.WithEnv(envList),
+		// The app's instances share one containerd shim, as a pod's containers
+		// do: the next release's instance starts in the shim that runs the one
+		// it replaces, instead of waiting for a shim of its own to start.
+		oci.WithAnnotations(map[string]string{shimGroupAnnotation: shimGroup(a.key)}),
 	}
 	// The instance's network namespace (or the host's), resolv.conf and hosts.
 	opts = append(opts, r.net.specOpts(att)...)
@@ -794,3 +798,13 @@ func timed(d *time.Duration, opt containerd.NewContainerOpts) containerd.NewCont
 		return err
 	}
 }
+
+// shimGroupAnnotation is the annotation by which containerd's runc shim runs
+// several containers in one shim process (containerd-shim-runc-v2's groupLabels).
+const shimGroupAnnotation = "io.containerd.runc.v2.group"
+
+// shimGroup is the shim group of app's instances: one per app. A shim is the
+// host's process, out of the containers' reach; grouping changes what its
+// instances share on the host (a process that tracks them), not what they
+// can reach.
+func shimGroup(app types.NamespacedName) string { return "bex-app-" + app.Namespace + "-" + app.Name }

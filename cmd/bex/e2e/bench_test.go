@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -26,13 +27,23 @@ import (
 )
 
 // BenchmarkPushToLive measures, on one `bex up`, the time from the start of
-// `git push` to the first HTTPS 200 of the new release, for a first push (cold: a new
-// app) and a one-line change (warm), split into receive, build, rollout and route
-// by the moment each `remote:` line arrives. Beside it, in the same run, the raw
-// steps of the same change without bex: an ssh round trip to the same server, a
-// `buildctl build` of the change into the same containerd, and a containerd start of
-// the image to its first 200. Last, the memory of the whole platform idle with two
-// apps.
+// `git push` to the first HTTPS 200 of the new release:
+//
+//   - "scratch": a one-line change to the page of a static Go server on a scratch
+//     image (testdata/scratchapp), the smallest real app, whose build runs no
+//     step: what is left is bex's own path. Its warm push is profiled step by
+//     step (scratch-<step>-s), from the moments the pusher's `remote:` lines
+//     arrive and from what bex up's components log about the same release (see
+//     profile), each step beside its raw baseline measured in the same run
+//     (scratch-raw-*: an ssh round trip, C git's receive of the same change into
+//     a bare repository, `buildctl build` of the same change into the same
+//     containerd, a containerd start of that image to its first 200, and one
+//     HTTPS request of the live app through the edge).
+//   - "warm": a one-line change to hello-shell, whose RUN step runs again (the
+//     build is BuildKit starting a container), beside the same raw steps
+//     (raw-*); "cold": a first push of it, a new app.
+//
+// Last, the memory of the whole platform idle with two apps.
 func BenchmarkPushToLive(b *testing.B) {
 	p := newPlatform(b)
 	b.Cleanup(p.kill)
@@ -45,20 +56,34 @@ func BenchmarkPushToLive(b *testing.B) {
 	if out, err := second.push(); err != nil {
 		b.Fatalf("first push: %v\n%s", err, out)
 	}
-	// The platform idle with two apps.
+	scratchDir := scratchApp(b, "scratch 0")
+	scratch := p.newRepoFrom(b, scratchDir, "bench-scratch")
+	if out, err := scratch.push(); err != nil {
+		b.Fatalf("first push: %v\n%s", err, out)
+	}
+	// C git's receive of the same commits, the baseline of bex's.
+	bare := filepath.Join(b.TempDir(), "scratch.git")
+	scratch.git(b, "init", "-q", "--bare", bare)
+	scratch.git(b, "push", "-q", bare, "main")
+	// The platform idle with three apps.
 	time.Sleep(2 * time.Second) // no wait: the idle spell whose memory is measured
 	idle := p.residentShares(b)
 
-	var cold, hot, raw timings
+	var cold, hot, raw, fast, fastRaw timings
 	for i := 0; i < b.N; i++ {
 		r := p.newRepo(b, "hello-shell", fmt.Sprintf("bench-cold-%d", i))
-		cold.add(p.timePush(b, r, fmt.Sprintf("bench-cold-%d", i), "hello from bex"))
+		cold.add(p.timePush(b, r, fmt.Sprintf("bench-cold-%d", i), "hello from bex").steps())
 
 		body := fmt.Sprintf("change %d", i)
 		warm.commit(b, body, map[string]string{"Dockerfile": shellDockerfile(b, body)})
-		hot.add(p.timePush(b, warm, "bench-warm", body))
-
+		hot.add(p.timePush(b, warm, "bench-warm", body).steps())
 		raw.add(p.rawSteps(b, i))
+
+		page := fmt.Sprintf("scratch %d", i+1)
+		scratch.commit(b, page, map[string]string{"index.html": page + "\n"})
+		push := p.timePush(b, scratch, "bench-scratch", page)
+		fast.add(p.profile(b, "bench-scratch", push))
+		fastRaw.add(p.rawScratch(b, scratch, bare, i))
 	}
 	cold.report(b, "cold")
 	hot.report(b, "warm")
@@ -66,6 +91,12 @@ func BenchmarkPushToLive(b *testing.B) {
 	sum := raw.mean("ssh") + raw.mean("build") + raw.mean("start")
 	b.ReportMetric(sum, "raw-sum-s")
 	b.ReportMetric(hot.mean("total")/sum, "warm/raw-sum")
+	fast.report(b, "scratch")
+	fastRaw.report(b, "scratch-raw")
+	fastSum := fastRaw.mean("receive") + fastRaw.mean("build") + fastRaw.mean("start") + fastRaw.mean("request")
+	b.ReportMetric(fastSum, "scratch-raw-sum-s")
+	b.ReportMetric(fast.mean("total")/fastSum, "scratch/raw-sum")
+	fast.table(b, fastRaw)
 	reportShares(b, idle)
 }
 
@@ -149,9 +180,46 @@ func (t timings) report(b *testing.B, prefix string) {
 	}
 }
 
-// timePush pushes r and returns when app answers with want: the total and the split
-// by the arrival of the gitserver's lines.
-func (p *platform) timePush(b testing.TB, r *repo, app, want string) map[string]float64 {
+// pushTimes is one push as its pusher saw it: when it began, and when each
+// step's `remote:` line arrived, git ended and the app first answered.
+type pushTimes struct {
+	began time.Time
+	marks map[string]time.Duration
+	out   string
+}
+
+// pushMarks are the lines that end a push's steps, by the step they end.
+var pushMarks = map[string]string{
+	"received": "-----> Building",
+	"built":    "-----> Built",
+	"recorded": "-----> Deploying release",
+	"deployed": "-----> Application deployed",
+}
+
+// steps are the push's steps, in seconds: receive (ssh, pack, refs checked),
+// build (the builder: export, solve, the image into containerd), release (the
+// release recorded), rollout (until the gitserver saw it serve), ref (the branch
+// moved and git told), route (from git's end to the app's first 200 through the
+// edge) and the total.
+func (t pushTimes) steps() map[string]float64 {
+	m := t.marks
+	return map[string]float64{
+		"total":   m["live"].Seconds(),
+		"receive": m["received"].Seconds(),
+		"build":   (m["built"] - m["received"]).Seconds(),
+		"release": (m["recorded"] - m["built"]).Seconds(),
+		"rollout": (m["deployed"] - m["recorded"]).Seconds(),
+		"ref":     (m["pushed"] - m["deployed"]).Seconds(),
+		"route":   (m["live"] - m["pushed"]).Seconds(),
+	}
+}
+
+// at is the wall-clock time of mark.
+func (t pushTimes) at(mark string) time.Time { return t.began.Add(t.marks[mark]) }
+
+// timePush pushes r and returns when app answers with want, with the moments
+// the gitserver's lines arrived.
+func (p *platform) timePush(b testing.TB, r *repo, app, want string) pushTimes {
 	cmd := exec.Command("git", "push", "bex", "main")
 	cmd.Dir, cmd.Env = r.dir, r.env
 	stderr, err := cmd.StderrPipe()
@@ -168,7 +236,7 @@ func (p *platform) timePush(b testing.TB, r *repo, app, want string) map[string]
 	for sc.Scan() {
 		line := sc.Text()
 		out.WriteString(line + "\n")
-		for mark, prefix := range map[string]string{"received": "-----> Building", "built": "-----> Built", "deployed": "-----> Application deployed"} {
+		for mark, prefix := range pushMarks {
 			if _, seen := marks[mark]; !seen && strings.Contains(line, prefix) {
 				marks[mark] = time.Since(start)
 			}
@@ -177,6 +245,7 @@ func (p *platform) timePush(b testing.TB, r *repo, app, want string) map[string]
 	if err := cmd.Wait(); err != nil {
 		b.Fatalf("push %s: %v\n%s", app, err, out.String())
 	}
+	marks["pushed"] = time.Since(start)
 	for {
 		if p.answers(app, "/", want)() == nil {
 			break
@@ -186,17 +255,11 @@ func (p *platform) timePush(b testing.TB, r *repo, app, want string) map[string]
 		}
 		time.Sleep(5 * time.Millisecond) // no wait: the poll that is measured, 5 ms its resolution
 	}
-	live := time.Since(start)
-	if len(marks) != 3 {
+	marks["live"] = time.Since(start)
+	if len(marks) != len(pushMarks)+2 {
 		b.Fatalf("push output lacks a step (%v):\n%s", marks, out.String())
 	}
-	return map[string]float64{
-		"total":   live.Seconds(),
-		"receive": marks["received"].Seconds(),
-		"build":   (marks["built"] - marks["received"]).Seconds(),
-		"rollout": (marks["deployed"] - marks["built"]).Seconds(),
-		"route":   (live - marks["deployed"]).Seconds(),
-	}
+	return pushTimes{began: start, marks: marks, out: out.String()}
 }
 
 // rawSteps does what a push does, without bex: an ssh round trip to the same
@@ -430,4 +493,170 @@ func parentPIDs() map[int]int {
 		}
 	}
 	return parent
+}
+
+// scratchApp writes a FROM-scratch app into a new directory and returns it: the
+// static Go server of testdata/scratchapp, built here, and its page.
+func scratchApp(b testing.TB, page string) string {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(dir, "server"), "./cmd/bex/e2e/testdata/scratchapp")
+	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("building the scratch app: %v\n%s", err, out)
+	}
+	for name, content := range map[string]string{
+		"Dockerfile": "FROM scratch\nCOPY server /server\nCOPY index.html /www/index.html\nCMD [\"/server\"]\n",
+		"index.html": page + "\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// rawScratch does what a warm push of the scratch app does, without bex, for the
+// change the repository's last commit made: C git's receive of it into bare
+// (over a pipe, no ssh), buildctl building it into the same containerd, a
+// containerd start of that image until it answers, and one HTTPS request of the
+// live app through the edge.
+func (p *platform) rawScratch(b testing.TB, r *repo, bare string, i int) map[string]float64 {
+	receive := time.Now()
+	r.git(b, "push", "-q", bare, "main")
+	receiveTook := time.Since(receive)
+
+	buildctl, err := testenv.Binary("buildctl")
+	if err != nil {
+		b.Fatal(err)
+	}
+	image := fmt.Sprintf("bench.local/raw-scratch:%d", i)
+	build := time.Now()
+	out, err := exec.Command(buildctl, "--addr", "unix://"+filepath.Join(p.dir, "buildkitd", "buildkitd.sock"), "build",
+		"--frontend", "dockerfile.v0", "--local", "context="+r.dir, "--local", "dockerfile="+r.dir,
+		"--opt", "image-resolve-mode=local", "--output", "type=image,name="+image+",unpack=true").CombinedOutput()
+	if err != nil {
+		b.Fatalf("buildctl: %v\n%s", err, out)
+	}
+	buildTook := time.Since(build)
+	startTook := p.startUntil200(b, image)
+
+	request := time.Now()
+	if err := p.answers("bench-scratch", "/", "scratch")(); err != nil {
+		b.Fatal(err)
+	}
+	return map[string]float64{"receive": receiveTook.Seconds(), "build": buildTook.Seconds(),
+		"start": startTook.Seconds(), "request": time.Since(request).Seconds()}
+}
+
+// profile splits a warm push of app into its steps, in seconds: the pusher's
+// (pushTimes.steps) and, inside build and rollout, what bex up's components
+// logged about the same commit and release:
+//
+//   - export, solve: the builder writing the commit's files out, and BuildKit's
+//     solve with the image's export and unpack into containerd ("build done");
+//   - reaction: from the release's `remote:` line to the runtime beginning its
+//     instance (the deployer's watch, its reconcile, the runtime's checks);
+//   - network, create (with remap, the image's copy for the app's ids), task
+//     (containerd's task made and started; new-task its making: the shim and
+//     runc create) and health (the start to the first
+//     check that passed): "instance started" and "instance ready";
+//   - switch: ready to the endpoints switched ("release serves");
+//   - status: the switch to the gitserver's "Application deployed";
+//   - rest: what no step accounts for.
+func (p *platform) profile(b testing.TB, app string, push pushTimes) map[string]float64 {
+	steps := push.steps()
+	m := regexp.MustCompile(`Deploying release v(\d+)`).FindStringSubmatch(push.out)
+	if m == nil {
+		b.Fatalf("no release in the push's output:\n%s", push.out)
+	}
+	release := m[1]
+	built := p.logLine(b, "gitserver", `msg="build done"`, "builder.app="+app+" ")
+	started := p.logLine(b, "deployer", `msg="instance started"`, "app=default/"+app+" ", "release="+release+" ")
+	ready := p.logLine(b, "deployer", `msg="instance ready"`, "app=default/"+app+" ", "release="+release+" ")
+	serves := p.logLine(b, "deployer", `msg="release serves"`, "app=default/"+app+" ", "release="+release+" ")
+
+	seconds := func(l logLine, key string) float64 {
+		d, err := time.ParseDuration(l.attrs[key])
+		if err != nil {
+			b.Fatalf("%s=%q in %q: %v", key, l.attrs[key], l.text, err)
+		}
+		return d.Seconds()
+	}
+	steps["export"] = seconds(built, "builder.export")
+	steps["solve"] = seconds(built, "builder.solve")
+	steps["network"] = seconds(started, "network")
+	steps["create"] = seconds(started, "create")
+	steps["remap"] = seconds(started, "remap")
+	steps["task"] = seconds(ready, "task")
+	steps["new-task"] = seconds(ready, "new_task")
+	steps["health"] = seconds(ready, "after")
+	began := started.time.Add(-time.Duration((steps["network"] + steps["create"]) * float64(time.Second)))
+	steps["reaction"] = began.Sub(push.at("recorded")).Seconds()
+	steps["switch"] = serves.time.Sub(ready.time).Seconds()
+	steps["status"] = push.at("deployed").Sub(serves.time).Seconds()
+	accounted := 0.0
+	for _, k := range []string{"receive", "export", "solve", "release", "reaction", "network", "create", "task", "health", "switch", "status", "ref", "route"} {
+		accounted += steps[k]
+	}
+	steps["rest"] = steps["total"] - accounted
+	return steps
+}
+
+// logLine is one line of a component's log (log/slog's text format).
+type logLine struct {
+	time  time.Time
+	attrs map[string]string
+	text  string
+}
+
+var slogAttr = regexp.MustCompile(`([\w.]+)=("(?:[^"\\]|\\.)*"|\S*)`)
+
+// logLine returns the last line of bex up's log of component that contains
+// every one of has.
+func (p *platform) logLine(b testing.TB, component string, has ...string) logLine {
+	data, err := os.ReadFile(filepath.Join(p.dir, "logs", component+".log"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	lines := strings.Split(string(data), "\n")
+next:
+	for i := len(lines) - 1; i >= 0; i-- {
+		for _, h := range has {
+			if !strings.Contains(lines[i], h) {
+				continue next
+			}
+		}
+		l := logLine{attrs: map[string]string{}, text: lines[i]}
+		for _, kv := range slogAttr.FindAllStringSubmatch(lines[i], -1) {
+			l.attrs[kv[1]] = strings.Trim(kv[2], `"`)
+		}
+		if l.time, err = time.Parse(time.RFC3339Nano, l.attrs["time"]); err != nil {
+			b.Fatalf("%s's log line %q: %v", component, lines[i], err)
+		}
+		return l
+	}
+	b.Fatalf("%s's log has no line with %q", component, has)
+	return logLine{}
+}
+
+// table logs the profile's steps in the order a push takes them, each with the
+// raw step it compares with.
+func (t timings) table(b testing.TB, raw timings) {
+	rows := []struct{ step, raw string }{
+		{"receive", "receive"}, {"export", ""}, {"solve", "build"}, {"release", ""}, {"reaction", ""},
+		{"network", ""}, {"create", ""}, {"remap", ""}, {"task", "start"}, {"new-task", ""}, {"health", ""}, {"switch", ""},
+		{"status", ""}, {"ref", ""}, {"route", "request"}, {"rest", ""}, {"total", ""},
+	}
+	b.Logf("%-9s %8s   %s", "step", "seconds", "raw, same run")
+	for _, r := range rows {
+		line := fmt.Sprintf("%-9s %8.3f", r.step, t.mean(r.step))
+		if r.raw != "" {
+			line += fmt.Sprintf("   %-7s %.3f", r.raw, raw.mean(r.raw))
+		}
+		b.Logf("%s", line)
+	}
 }

@@ -380,13 +380,16 @@ func (p *platform) newRepo(t testing.TB, sample, app string) *repo {
 	return p.newRepoFrom(t, filepath.Join("hack", "samples", sample), app)
 }
 
-// newRepoFrom copies dir (relative to the repository's root) into a new repository
-// with one commit, its remote "bex" pointing at app.
+// newRepoFrom copies dir (absolute, or relative to the repository's root) into a
+// new repository with one commit, its remote "bex" pointing at app.
 func (p *platform) newRepoFrom(t testing.TB, dir, app string) *repo {
 	t.Helper()
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if filepath.IsAbs(dir) {
+		root = "/"
 	}
 	r := &repo{dir: t.TempDir()}
 	home := t.TempDir()

@@ -337,7 +337,7 @@ func (c *countingWriter) Write(p []byte) (int, error) { c.n += len(p); return le
 // for the app's ids: the ones that find it being made wait for it, none fails
 // ("already exists").
 func TestOneOffFirstRunsAtOnce(t *testing.T) {
-	f := newFixture(t, "oneoff-many")
+	f := newFixture(t, uniqueName("oneoff-many"))
 	o := f.newOneOffs()
 	ctx := context.Background()
 	const n = 4

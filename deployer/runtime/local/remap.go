@@ -128,20 +128,32 @@ func withRemappedSnapshot(id string, img containerd.Image, m idmap, took *remapT
 	}
 }
 
-// keepCopy holds the copy key with a new lease, then lets go of its older
-// leases and of the copies of m's range beyond the remapKept newest.
+// keepCopy holds the copy key with its lease (one per copy, named by it, made
+// if missing), then lets go of the copies of m's range beyond the remapKept
+// newest. Instances of one app made at once keep the same copy through the same
+// lease; one whose lease another keeper let go meanwhile (a third copy came)
+// makes it again.
 func keepCopy(ctx context.Context, c *containerd.Client, snapshotter, key string, m idmap) error {
 	sum := sha256.Sum256([]byte(key))
 	tag, rng := hex.EncodeToString(sum[:16]), strconv.FormatUint(uint64(m.host), 10)
 	lm := c.LeasesService()
-	l, err := lm.Create(ctx, leases.WithRandomID(), leases.WithExpiration(remapKeep),
-		leases.WithLabels(map[string]string{remapRangeLabel: rng, remapCopyLabel: tag}))
-	if err != nil {
-		return err
-	}
-	if err := lm.AddResource(ctx, l, leases.Resource{ID: key, Type: "snapshots/" + snapshotter}); err != nil {
-		_ = lm.Delete(context.WithoutCancel(ctx), l)
-		return err
+	l := leases.Lease{ID: "bex-remap-" + rng + "-" + tag}
+	for attempt := 0; ; attempt++ {
+		made, err := lm.Create(ctx, leases.WithID(l.ID), leases.WithExpiration(remapKeep),
+			leases.WithLabels(map[string]string{remapRangeLabel: rng, remapCopyLabel: tag}))
+		switch {
+		case err == nil:
+			l = made
+		case !errdefs.IsAlreadyExists(err):
+			return err
+		}
+		err = lm.AddResource(ctx, l, leases.Resource{ID: key, Type: "snapshots/" + snapshotter})
+		if err == nil {
+			break
+		}
+		if !errdefs.IsNotFound(err) || attempt == 2 {
+			return err
+		}
 	}
 	all, err := lm.List(ctx, fmt.Sprintf("labels.%q==%s", remapRangeLabel, rng))
 	if err != nil {

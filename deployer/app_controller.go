@@ -243,10 +243,22 @@ func (r *AppReconciler) reconcileRelease(ctx context.Context, s *scope) (ctrl.Re
 	if app.Spec.Image == "" {
 		return ctrl.Result{}, nil
 	}
+	key := client.ObjectKey{Namespace: app.Namespace, Name: fmt.Sprintf("%s-v%d", app.Name, app.Spec.Release)}
+	// A Release's spec never changes once written, so the cache's copy, when it
+	// is this App's and matches, says for sure that nothing is to record: every
+	// reconcile of a rollout (each instance ready, each status) is spared a read
+	// of the API server. Only a miss or a difference is read again from the
+	// server, as a new release must never be recorded from a stale cache.
+	if app.Spec.Release > 0 {
+		cached := &appv1.Release{}
+		if err := r.Client.Get(ctx, key, cached); err == nil && metav1.IsControlledBy(cached, app) && releaseChange(cached, app) == "" {
+			return ctrl.Result{}, nil
+		}
+	}
 	var current *appv1.Release
 	if app.Spec.Release > 0 {
 		rel := &appv1.Release{}
-		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: fmt.Sprintf("%s-v%d", app.Name, app.Spec.Release)}, rel)
+		err := r.APIReader.Get(ctx, key, rel)
 		switch {
 		case err == nil:
 			current = rel
@@ -255,13 +267,13 @@ func (r *AppReconciler) reconcileRelease(ctx context.Context, s *scope) (ctrl.Re
 		}
 	}
 	ch := releases.Change{Actor: "api"}
-	switch {
-	case current == nil || current.Spec.Image != app.Spec.Image:
-		ch.Cause, ch.Description = appv1.ReleaseCauseDeploy, "Deploy "+app.Spec.Image
-	case !sameEnv(current.Spec.Config.Env, app.Spec.Env):
-		ch.Cause, ch.Description = appv1.ReleaseCauseConfig, "Change config vars"
-	case !sameCommands(current.Spec.Config.Processes, app.Spec.Processes):
-		ch.Cause, ch.Description = appv1.ReleaseCauseScale, "Change process types"
+	switch ch.Cause = releaseChange(current, app); ch.Cause {
+	case appv1.ReleaseCauseDeploy:
+		ch.Description = "Deploy " + app.Spec.Image
+	case appv1.ReleaseCauseConfig:
+		ch.Description = "Change config vars"
+	case appv1.ReleaseCauseScale:
+		ch.Description = "Change process types"
 	default:
 		return ctrl.Result{}, nil
 	}
@@ -275,6 +287,21 @@ func (r *AppReconciler) reconcileRelease(ctx context.Context, s *scope) (ctrl.Re
 		r.Events.Eventf(app, nil, "Normal", "Released", "Release", "Release v%d: %s", n, ch.Description)
 	}
 	return ctrl.Result{}, nil
+}
+
+// releaseChange is the cause of the release app's spec asks for beyond
+// current (nil: none was recorded): its image, its config vars, its process
+// types' commands; "" when it asks for none.
+func releaseChange(current *appv1.Release, app *appv1.App) appv1.ReleaseCause {
+	switch {
+	case current == nil || current.Spec.Image != app.Spec.Image:
+		return appv1.ReleaseCauseDeploy
+	case !sameEnv(current.Spec.Config.Env, app.Spec.Env):
+		return appv1.ReleaseCauseConfig
+	case !sameCommands(current.Spec.Config.Processes, app.Spec.Processes):
+		return appv1.ReleaseCauseScale
+	}
+	return ""
 }
 
 // sameEnv compares config vars, nil and empty alike.

@@ -224,14 +224,7 @@ func runsPostdeploy(c appv1.ReleaseCause) bool {
 // failed and the App goes back to the release that served before n (the
 // Release's AnnotationServedBefore), which is awaited: a *PostdeployError.
 // Meanwhile n serves: the window is the script's run and the rollout back.
-func (r *Recorder) postdeploy(ctx context.Context, name string, n int64, progress func(string)) error {
-	if r.OneOffs == nil {
-		return nil
-	}
-	rel := &appv1.Release{}
-	if err := r.reader().Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: fmt.Sprintf("%s-v%d", name, n)}, rel); err != nil {
-		return nil
-	}
+func (r *Recorder) postdeploy(ctx context.Context, name string, n int64, rel *appv1.Release, progress func(string)) error {
 	sc := rel.Spec.Config.Scripts
 	if sc == nil || len(sc.Postdeploy) == 0 || !runsPostdeploy(rel.Spec.Cause) {
 		return nil
@@ -270,14 +263,7 @@ func (r *Recorder) postdeploy(ctx context.Context, name string, n int64, progres
 // scripts.postdeploy) after the App's first release that serves, and after each
 // later one while it has not succeeded (AnnotationFirstPostdeploy "pending").
 // Its failure is reported: the release serves on, as it did on Heroku.
-func (r *Recorder) firstPostdeploy(ctx context.Context, name string, n int64, progress func(string)) {
-	if r.OneOffs == nil {
-		return
-	}
-	rel := &appv1.Release{}
-	if err := r.reader().Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: fmt.Sprintf("%s-v%d", name, n)}, rel); err != nil {
-		return
-	}
+func (r *Recorder) firstPostdeploy(ctx context.Context, name string, n int64, rel *appv1.Release, progress func(string)) {
 	sc := rel.Spec.Config.Scripts
 	if sc == nil || len(sc.FirstPostdeploy) == 0 || !runsPostdeploy(rel.Spec.Cause) {
 		return

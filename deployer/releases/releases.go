@@ -510,11 +510,14 @@ func (r *Recorder) List(ctx context.Context, app string) ([]appv1.Release, error
 // deploy's postdeploy script runs, if n is the first release that served.
 func (r *Recorder) Await(ctx context.Context, name string, n int64, progress func(string)) (string, error) {
 	url, err := r.Wait(ctx, name, n, progress)
-	if err == nil {
-		if err := r.postdeploy(ctx, name, n, progress); err != nil {
+	// Release n, read once for both scripts. Without OneOffs no script runs;
+	// a release that cannot be read runs none either.
+	rel := &appv1.Release{}
+	if err == nil && r.OneOffs != nil && r.reader().Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: fmt.Sprintf("%s-v%d", name, n)}, rel) == nil {
+		if err := r.postdeploy(ctx, name, n, rel, progress); err != nil {
 			return "", err
 		}
-		r.firstPostdeploy(ctx, name, n, progress)
+		r.firstPostdeploy(ctx, name, n, rel, progress)
 	}
 	var failed *RolloutError
 	if errors.As(err, &failed) {

@@ -112,6 +112,14 @@ func (r *Runtime) publish(ctx context.Context, a *appState) error {
 			}},
 			Ports: []discoveryv1.EndpointPort{{Name: ptr("http"), Protocol: ptr(corev1.ProtocolTCP), Port: ptr(int32(e.port))}},
 		}
+		// A slice is named by its instance's port, so a new instance's is a new
+		// name: created at once, a read of the API server spared while a push
+		// waits for the switch. One that exists is read and updated.
+		if err := r.kube.Create(ctx, s.DeepCopy()); err == nil {
+			continue
+		} else if !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create endpointslice %s/%s: %w", s.Namespace, s.Name, err)
+		}
 		cur := &discoveryv1.EndpointSlice{}
 		err := r.kube.Get(ctx, client.ObjectKeyFromObject(s), cur)
 		switch {

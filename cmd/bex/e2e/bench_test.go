@@ -43,11 +43,20 @@ import (
 //     build is BuildKit starting a container), beside the same raw steps
 //     (raw-*); "cold": a first push of it, a new app.
 //
-// Last, the memory of the whole platform idle with two apps.
+// Last, the memory of the whole platform idle with two apps. BEX_BENCH_LOGS=DIR
+// keeps bex up's logs in DIR.
 func BenchmarkPushToLive(b *testing.B) {
 	p := newPlatform(b)
 	b.Cleanup(p.kill)
 	p.start(b)
+	if dir := os.Getenv("BEX_BENCH_LOGS"); dir != "" {
+		// To read a push step by step: bex up's logs, kept where asked.
+		b.Cleanup(func() {
+			if out, err := exec.Command("cp", "-a", filepath.Join(p.dir, "logs"), dir).CombinedOutput(); err != nil {
+				b.Errorf("BEX_BENCH_LOGS: %v\n%s", err, out)
+			}
+		})
+	}
 	warm := p.newRepo(b, "hello-shell", "bench-warm")
 	if out, err := warm.push(); err != nil {
 		b.Fatalf("first push: %v\n%s", err, out)

@@ -160,22 +160,11 @@ func uniqueName(name string) string { return fmt.Sprintf("%s-%d", name, nameSeq.
 // taskPid is the host pid of the one running instance of process.
 func (f *fixture) taskPid(process string) uint32 {
 	f.t.Helper()
-	f.rt.mu.Lock()
-	var inst *instance
-	for _, i := range f.rt.apps[f.key()].instances {
-		if i.process == process && i.running && !i.leaving() {
-			inst = i
-		}
-	}
-	f.rt.mu.Unlock()
-	if inst == nil {
-		f.t.Fatalf("no running %s instance", process)
-	}
-	task, err := inst.ctr.Task(f.rt.ctx, nil)
+	pid, err := f.runningPid(process)
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	return task.Pid()
+	return pid
 }
 
 func TestDefaultLimits(t *testing.T) {

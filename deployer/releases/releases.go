@@ -470,6 +470,9 @@ func (w *waiter) follow(ctx context.Context, c client.WithWatch, from *appv1.App
 				// opened in a loop.
 				return "", false, fmt.Errorf("watching app %s: %v", w.name, ev.Object)
 			}
+			if app.Name != w.name {
+				continue // the field selector is the server's to apply; not trusted alone
+			}
 			if ev.Type == watch.Deleted {
 				return "", true, fmt.Errorf("app %s: %w", w.name, apierrors.NewNotFound(appv1.GroupVersion.WithResource("apps").GroupResource(), w.name))
 			}

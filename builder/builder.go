@@ -342,7 +342,12 @@ func (b *Builder) build(ctx context.Context, req Request, out io.Writer) (*Resul
 		attrs["no-cache"] = ""
 	}
 	name := fmt.Sprintf("%s/%s:%s", b.cfg.ImageRepo, req.App, req.Commit[:12])
-	exportAttrs := map[string]string{"name": name, "unpack": "true"}
+	// Layers compressed with zstd, not gzip: BuildKit gzips with Go's
+	// compress/gzip at its default level, 250–300 ms for a Go app's 6 MB binary
+	// at every build that changes it (and containerd's unpack inflates it
+	// again); zstd takes a tenth of that. containerd (1.5 on) and registries
+	// take zstd layers; a layer BuildKit has cached as gzip is kept as it is.
+	exportAttrs := map[string]string{"name": name, "unpack": "true", "compression": "zstd"}
 	if b.cfg.Push {
 		exportAttrs["push"] = "true"
 	}

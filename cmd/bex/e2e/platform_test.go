@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -87,12 +86,8 @@ func newPlatform(t testing.TB) *platform {
 // the caller made.
 func newPlatformIn(stateDir, keyDir string) (*platform, error) {
 	p := &platform{dir: stateDir}
-	for _, a := range []*string{&p.sshAddr, &p.httpAddr, &p.httpsAddr, &p.hooksAddr} {
-		port, err := testenv.FreePort()
-		if err != nil {
-			return nil, err
-		}
-		*a = fmt.Sprintf("127.0.0.1:%d", port)
+	if err := p.choosePorts(); err != nil {
+		return nil, err
 	}
 	p.keyPath = filepath.Join(keyDir, "id_ed25519")
 	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "e2e@bex", "-f", p.keyPath).CombinedOutput(); err != nil {
@@ -143,8 +138,37 @@ func (p *platform) start(t testing.TB, extra ...string) {
 	}
 }
 
-// launch is start without a test: the shared platform's.
+// choosePorts gives the platform's listeners ports that are free now.
+func (p *platform) choosePorts() error {
+	for _, a := range []*string{&p.sshAddr, &p.httpAddr, &p.httpsAddr, &p.hooksAddr} {
+		port, err := testenv.FreePort()
+		if err != nil {
+			return err
+		}
+		*a = fmt.Sprintf("127.0.0.1:%d", port)
+	}
+	return nil
+}
+
+// launch is start without a test: the shared platform's. A port chosen free a
+// moment before can be taken before bex up binds it (by another test binary's
+// daemon, or by bex up's own API server choosing the same free port): a first
+// start that fails so is made again on other ports. A later start keeps its
+// ports, which the test's repositories name.
 func (p *platform) launch(extra ...string) error {
+	first := p.cmd == nil
+	for attempt := 1; ; attempt++ {
+		err := p.launchOnce(extra...)
+		if err == nil || !first || attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			return err
+		}
+		if err := p.choosePorts(); err != nil {
+			return err
+		}
+	}
+}
+
+func (p *platform) launchOnce(extra ...string) error {
 	p.cmd = p.upCommand(append([]string{"--state-dir", p.dir,
 		"--ssh-addr", p.sshAddr, "--http-addr", p.httpAddr, "--https-addr", p.httpsAddr,
 		"--hooks-addr", p.hooksAddr, "--base-domain", "localhost",
@@ -173,24 +197,18 @@ func (p *platform) launch(extra ...string) error {
 	}
 	p.exited = make(chan struct{})
 	go func() { _ = p.cmd.Wait(); close(p.exited) }()
-	exited := errors.New("bex up exited")
-	err = testenv.Poll(3*time.Minute, func() error {
+	// Until it says it is up, or exits: an exit ends the wait at once.
+	deadline := time.Now().Add(3 * time.Minute)
+	for !strings.Contains(p.out.String()[before:], "bex is up.") {
+		if time.Now().After(deadline) {
+			p.kill()
+			return fmt.Errorf("bex up does not say it is up after 3m:\n%s", p.out)
+		}
 		select {
 		case <-p.exited:
-			return exited
-		default:
+			return fmt.Errorf("bex up exited (%v):\n%s", p.cmd.ProcessState, p.out)
+		case <-time.After(20 * time.Millisecond): // no wait: how often its output is read
 		}
-		if !strings.Contains(p.out.String()[before:], "bex is up.") {
-			return errors.New("not yet")
-		}
-		return nil
-	})
-	switch {
-	case errors.Is(err, exited):
-		return fmt.Errorf("bex up exited (%v):\n%s", p.cmd.ProcessState, p.out)
-	case err != nil:
-		p.kill()
-		return fmt.Errorf("bex up does not say it is up: %v:\n%s", err, p.out)
 	}
 	return nil
 }

@@ -373,7 +373,13 @@ func (r *Recorder) Wait(ctx context.Context, name string, n int64, progress func
 	for {
 		app := &appv1.App{}
 		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: r.Namespace, Name: name}, app); err != nil {
-			if apierrors.IsNotFound(err) || ctx.Err() != nil {
+			if ctx.Err() != nil {
+				// The client's own error need not wrap the context's (a rate
+				// limiter's "would exceed context deadline" does not), and a
+				// caller tells a timeout from a failure by the context's.
+				return "", fmt.Errorf("%w (reading app %s: %v)", ctx.Err(), name, err)
+			}
+			if apierrors.IsNotFound(err) {
 				return "", fmt.Errorf("app %s: %w", name, err)
 			}
 			// A transient error (the API server restarting, the client's rate

@@ -213,9 +213,9 @@ func TestWaitReportsAFailedRollout(t *testing.T) {
 		t.Fatalf("Wait = %v", err)
 	}
 	// Without an answer from the deployer, Wait ends with its context.
+	n, _ = r.Record(ctx, "hello", releases.Change{Image: "bex.local/hello@" + digestB, Cause: appv1.ReleaseCausePush})
 	short, cancel2 := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel2()
-	n, _ = r.Record(ctx, "hello", releases.Change{Image: "bex.local/hello@" + digestB, Cause: appv1.ReleaseCausePush})
 	if _, err := r.Wait(short, "hello", n, nil); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Wait without a deployer = %v", err)
 	}

@@ -95,7 +95,6 @@ func (a *app) goPlan(d *dockerfile) error {
 	d.comment("Run stage: the binary alone, on "+base+". Files the app reads at run time must",
 		"be embedded in it (go:embed): nothing else of the tree is copied.")
 	d.line("FROM %s", a.cfg.Images.Runtime)
-	d.line("COPY --from=build /out/app /app")
 	d.comment("Not root: nobody, as a number, which works on a base without /etc/passwd.")
 	d.line("USER %s", nonRootUser)
 	d.comment(
@@ -103,6 +102,11 @@ func (a *app) goPlan(d *dockerfile) error {
 		"nobody, so the app may write there (the base has no shell to run chown).",
 	)
 	d.line("WORKDIR %s", goHome)
+	d.comment(
+		"The binary last, owned by root (COPY ignores USER), so nobody cannot change it:",
+		"the steps above stay cached, and a change of the code is this one layer.",
+	)
+	d.line("COPY --from=build /out/app /app")
 	portEnv(d, " HOME="+goHome, homeWhy)
 	if len(a.procs) > 0 {
 		d.comment(

@@ -345,10 +345,9 @@ func (b *Builder) build(ctx context.Context, req Request, out io.Writer) (*Resul
 	// Layers compressed with zstd, not gzip: BuildKit gzips with Go's
 	// compress/gzip at its default level, 250–300 ms for a Go app's 6 MB binary
 	// at every build that changes it (and containerd's unpack inflates it
-	// again); zstd takes a tenth of that, and its fastest level (1) another
-	// 50 ms less than its default for that binary, for a layer about a tenth
-	// larger. containerd (1.5 on) and registries
-	// take zstd layers; a layer BuildKit has cached as gzip is kept as it is.
+	// again); zstd takes a tenth of that, and its fastest level (1) 50 ms less
+	// than its default for that binary. containerd (1.5 on) and registries take
+	// zstd layers; a layer BuildKit has cached as gzip is kept as it is.
 	exportAttrs := map[string]string{"name": name, "unpack": "true", "compression": "zstd", "compression-level": "1"}
 	if b.cfg.Push {
 		exportAttrs["push"] = "true"

@@ -29,7 +29,7 @@ func (s *Server) uploadPack(ctx context.Context, sess ssh.Session, user *backend
 		fatal(sess, "internal error: try again")
 		return
 	}
-	if !user.MayUse(app.Members) {
+	if !user.MayUseApp(appName, app.Members) {
 		fatal(sess, "user "+user.Name+" has no access to app "+appName+": ask an admin to add you to its members")
 		return
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -127,7 +128,7 @@ func (e *env) userIs(key gossh.PublicKey, want backend.User) func() error {
 		if err != nil {
 			return err
 		}
-		if *u != want {
+		if !reflect.DeepEqual(*u, want) {
 			return fmt.Errorf("got %+v, want %+v", *u, want)
 		}
 		return nil

@@ -17,9 +17,13 @@ import (
 // MaxKeyBytes bounds what keys:add reads: one public key is well under it.
 const MaxKeyBytes = 16 << 10
 
-// keysOf is whose keys u works on: u's own when user is empty or u's name,
-// another user's for admins only.
-func keysOf(u *User, user string) (string, error) {
+// keysOf is whose keys u works on (the operation op): u's own when user is
+// empty or u's name, another user's for admins only; neither through a
+// limited token.
+func keysOf(u *User, user, op string) (string, error) {
+	if err := u.unlimited(op); err != nil {
+		return "", err
+	}
 	if user == "" || user == u.Name {
 		return u.Name, nil
 	}
@@ -33,7 +37,10 @@ func keysOf(u *User, user string) (string, error) {
 // from r, at most MaxKeyBytes, under name. It returns the key's fingerprint and
 // whose key it became.
 func (b *Backend) AddKey(ctx context.Context, u *User, user, name string, r io.Reader) (fingerprint, owner string, err error) {
-	owner, err = keysOf(u, user)
+	if err := u.mayChange("keys:add"); err != nil {
+		return "", "", err
+	}
+	owner, err = keysOf(u, user, "keys:add")
 	if err != nil {
 		return "", "", err
 	}
@@ -60,7 +67,7 @@ func (b *Backend) AddKey(ctx context.Context, u *User, user, name string, r io.R
 
 // Keys lists the SSH keys of user (u when empty; another user for admins).
 func (b *Backend) Keys(ctx context.Context, u *User, user string) ([]KeyInfo, error) {
-	owner, err := keysOf(u, user)
+	owner, err := keysOf(u, user, "keys")
 	if err != nil {
 		return nil, err
 	}
@@ -92,7 +99,10 @@ func (b *Backend) Keys(ctx context.Context, u *User, user string) ([]KeyInfo, er
 // were their deletion to fail, they verify no more anyway (a token verifies
 // only while its User has the key that made it).
 func (b *Backend) RemoveKey(ctx context.Context, u *User, user, nameOrFingerprint string) (name, owner string, revoked int, err error) {
-	owner, err = keysOf(u, user)
+	if err := u.mayChange("keys:remove"); err != nil {
+		return "", "", 0, err
+	}
+	owner, err = keysOf(u, user, "keys:remove")
 	if err != nil {
 		return "", "", 0, err
 	}
@@ -115,6 +125,9 @@ func (b *Backend) RemoveKey(ctx context.Context, u *User, user, nameOrFingerprin
 
 // AddUser creates a user (admins).
 func (b *Backend) AddUser(ctx context.Context, u *User, name string, admin, canCreateApps bool) (appv1.UserRole, error) {
+	if err := u.mayChange("users:add"); err != nil {
+		return "", err
+	}
 	if err := requireAdmin(u, "users:add"); err != nil {
 		return "", err
 	}
@@ -158,6 +171,9 @@ func ListUsers(ctx context.Context, r client.Reader) ([]UserInfo, error) {
 // admin) keeps them; were their deletion to fail, they verify no more anyway:
 // each is bound to the removed User's UID.
 func (b *Backend) RemoveUser(ctx context.Context, u *User, name string) error {
+	if err := u.mayChange("users:remove"); err != nil {
+		return err
+	}
 	if err := requireAdmin(u, "users:remove"); err != nil {
 		return err
 	}

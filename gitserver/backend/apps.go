@@ -34,6 +34,9 @@ func (b *Backend) app(ctx context.Context, u *User, name string) (*appv1.App, er
 	if err := checkAppName(name); err != nil {
 		return nil, err
 	}
+	if err := u.inScope(name); err != nil {
+		return nil, err
+	}
 	a := &appv1.App{}
 	if err := b.cfg.Reader.Get(ctx, b.key(name), a); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -41,14 +44,15 @@ func (b *Backend) app(ctx context.Context, u *User, name string) (*appv1.App, er
 		}
 		return nil, fmt.Errorf("reading app %s: %w", name, err)
 	}
-	if !u.MayUse(a.Spec.Members) {
+	if !u.MayUseApp(name, a.Spec.Members) {
 		return nil, Errorf(Forbidden, "user %s has no access to app %s: an admin or a member of %s can run access:add %s %s", u.Name, name, name, name, u.Name)
 	}
 	Used(ctx, a.Name)
 	return a, nil
 }
 
-// apps lists the apps u may use, by name.
+// apps lists the apps u may use, by name (of a token limited to some apps,
+// those).
 func (b *Backend) apps(ctx context.Context, u *User) ([]appv1.App, error) {
 	var apps appv1.AppList
 	if err := b.cfg.Reader.List(ctx, &apps, client.InNamespace(b.cfg.Namespace)); err != nil {
@@ -56,7 +60,7 @@ func (b *Backend) apps(ctx context.Context, u *User) ([]appv1.App, error) {
 	}
 	out := []appv1.App{}
 	for _, a := range apps.Items {
-		if u.MayUse(a.Spec.Members) {
+		if u.MayUseApp(a.Name, a.Spec.Members) {
 			out = append(out, a)
 		}
 	}
@@ -81,7 +85,7 @@ func (b *Backend) update(ctx context.Context, u *User, name string, change func(
 			}
 			return err
 		}
-		if !u.MayUse(a.Spec.Members) {
+		if !u.MayUseApp(name, a.Spec.Members) {
 			return Errorf(Forbidden, "user %s has no access to app %s", u.Name, name)
 		}
 		if err := change(a); err != nil {
@@ -171,11 +175,17 @@ func (b *Backend) App(ctx context.Context, u *User, name string) (*AppInfo, erro
 
 // CreateApp creates an app whose first member is u.
 func (b *Backend) CreateApp(ctx context.Context, u *User, name string) error {
+	if err := u.mayChange("apps:create"); err != nil {
+		return err
+	}
 	if err := checkAppName(name); err != nil {
 		return err
 	}
 	if !u.CanCreateApps {
 		return Errorf(Forbidden, "user %s may not create apps: ask an admin to create %s and run access:add %s %s", u.Name, name, name, u.Name)
+	}
+	if err := u.unlimited("apps:create"); err != nil {
+		return err
 	}
 	_, err := NewApp(ctx, b.cfg.Client, b.cfg.Reader, b.cfg.Namespace, name, []string{u.Name}, b.cfg.CacheWait)
 	switch {
@@ -195,6 +205,14 @@ func (b *Backend) CreateApp(ctx context.Context, u *User, name string) error {
 // must be the app's name again. The deployer stops its processes (its
 // finalizer) before the App goes, and its Releases go with it.
 func (b *Backend) DestroyApp(ctx context.Context, u *User, name, confirm string) error {
+	if err := u.mayChange("apps:destroy"); err != nil {
+		return err
+	}
+	// Destroying an app is for its members themselves: a token limited to some
+	// apps works on them, and cannot take one away for good.
+	if err := u.unlimited("apps:destroy"); err != nil {
+		return err
+	}
 	app, err := b.app(ctx, u, name)
 	if err != nil {
 		return err

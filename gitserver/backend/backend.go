@@ -266,9 +266,11 @@ func (b *Backend) key(app string) client.ObjectKey {
 	return client.ObjectKey{Namespace: b.cfg.Namespace, Name: app}
 }
 
+// requireAdmin refuses what is for admins to others, and to an admin's
+// limited token (unlimited).
 func requireAdmin(u *User, what string) error {
 	if !u.Admin {
 		return Errorf(Forbidden, "%s is for admins, and %s is not one: ask an admin", what, u.Name)
 	}
-	return nil
+	return u.unlimited(what)
 }

@@ -78,6 +78,9 @@ type ConfigResult struct {
 // names that are not set) records nothing: Description is then "". Await the
 // release with Await.
 func (b *Backend) ChangeConfig(ctx context.Context, u *User, name string, ch ConfigChange) (*ConfigResult, error) {
+	if err := u.mayChange("config:set"); err != nil {
+		return nil, err
+	}
 	if len(ch.Set) == 0 && len(ch.Unset) == 0 {
 		return nil, Errorf(Invalid, "nothing to change: give config vars to set or unset")
 	}

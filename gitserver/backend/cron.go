@@ -26,6 +26,9 @@ func (b *Backend) Cron(ctx context.Context, u *User, name string) ([]CronJobInfo
 // CronRun asks for one run of the job id now: an annotation the deployer hands
 // its runtime (a new value starts one run, whatever the job's policy).
 func (b *Backend) CronRun(ctx context.Context, u *User, name, id string) error {
+	if err := u.mayChange("cron:run"); err != nil {
+		return err
+	}
 	key := appv1.CronRunAnnotation + "." + id
 	now := time.Now().UTC().Format(time.RFC3339Nano)
 	_, err := b.update(ctx, u, name, func(app *appv1.App) error {

@@ -55,6 +55,13 @@ func (b *Backend) DatabaseMembers(ctx context.Context, u *User, engine appv1.Dat
 // AddDatabaseMember lets user see, link and use a database of engine. The
 // user must exist; one who is a member already is refused with a line.
 func (b *Backend) AddDatabaseMember(ctx context.Context, u *User, engine appv1.DatabaseEngine, name, user string) error {
+	// Who may use a database reaches past the apps of a limited token.
+	if err := u.mayChange(dbOp(engine, "access:add")); err != nil {
+		return err
+	}
+	if err := u.unlimited(dbOp(engine, "access:add")); err != nil {
+		return err
+	}
 	if _, err := b.memberDatabase(ctx, u, engine, name); err != nil {
 		return err
 	}
@@ -85,6 +92,12 @@ func (b *Backend) AddDatabaseMember(ctx context.Context, u *User, engine appv1.D
 // (its apps linked already keep their link: unlinking is the apps' own
 // change).
 func (b *Backend) RemoveDatabaseMember(ctx context.Context, u *User, engine appv1.DatabaseEngine, name, user string) error {
+	if err := u.mayChange(dbOp(engine, "access:remove")); err != nil {
+		return err
+	}
+	if err := u.unlimited(dbOp(engine, "access:remove")); err != nil {
+		return err
+	}
 	if _, err := b.memberDatabase(ctx, u, engine, name); err != nil {
 		return err
 	}

@@ -109,6 +109,9 @@ func (b *Backend) DatabaseBackups(ctx context.Context, u *User, name string) (*B
 // and keeps it on the server; the oldest beyond the database's keep go.
 // pg_dump's messages go to errOut.
 func (b *Backend) CaptureDatabaseBackup(ctx context.Context, u *User, name string, errOut io.Writer) (*dbbackups.Backup, error) {
+	if err := u.mayChange("postgres:backups:capture"); err != nil {
+		return nil, err
+	}
 	db, err := b.database(ctx, u, appv1.EnginePostgres, name)
 	if err != nil {
 		return nil, err
@@ -149,6 +152,9 @@ func (b *Backend) captureBackup(ctx context.Context, db *appv1.Database, kind db
 // RestoreDatabaseBackup replaces a Postgres database's contents with its
 // backup id, in one transaction, as RestoreDatabase does with a dump.
 func (b *Backend) RestoreDatabaseBackup(ctx context.Context, u *User, name, id string, errOut io.Writer) error {
+	if err := u.mayChange("postgres:restore"); err != nil {
+		return err
+	}
 	db, err := b.database(ctx, u, appv1.EnginePostgres, name)
 	if err != nil {
 		return err

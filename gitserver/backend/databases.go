@@ -141,7 +141,11 @@ func (b *Backend) database(ctx context.Context, u *User, engine appv1.DatabaseEn
 		}
 		return nil, fmt.Errorf("reading database %s: %w", name, err)
 	}
-	if !u.MayUse(db.Spec.Members) {
+	ok, err := b.mayUseDatabase(ctx, u, db)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
 		return nil, noSuchDatabase(engine, name)
 	}
 	if engine != "" && db.Spec.Engine != engine {
@@ -149,6 +153,39 @@ func (b *Backend) database(ctx context.Context, u *User, engine appv1.DatabaseEn
 	}
 	UsedDatabase(ctx, db.Name)
 	return db, nil
+}
+
+// mayUseDatabase reports whether u may use db: a member (or an admin), and,
+// through a token limited to some apps, only a database linked to one of them
+// (mayUseLinked).
+func (b *Backend) mayUseDatabase(ctx context.Context, u *User, db *appv1.Database) (bool, error) {
+	if !u.member(db.Spec.Members) {
+		return false, nil
+	}
+	if len(u.Scope.Apps) == 0 {
+		return true, nil
+	}
+	links, err := b.links(ctx, db.Name)
+	if err != nil {
+		return false, err
+	}
+	return mayUseLinked(u, db, links), nil
+}
+
+// mayUseLinked is mayUseDatabase's rule for a database whose linked apps are
+// links: a token limited to some apps reaches the databases of those apps,
+// and no other.
+func mayUseLinked(u *User, db *appv1.Database, links []string) bool {
+	return u.member(db.Spec.Members) && (len(u.Scope.Apps) == 0 || slices.ContainsFunc(links, u.Scope.AllowsApp))
+}
+
+// dbOp names the operation op on a database of engine as its ssh command
+// does (postgres:destroy), or of both when engine is none of them.
+func dbOp(engine appv1.DatabaseEngine, op string) string {
+	if slices.Contains(appv1.Engines, engine) {
+		return string(engine) + ":" + op
+	}
+	return "postgres:" + op + " and redis:" + op
 }
 
 // links are the apps whose config takes a variable from the credentials of
@@ -235,7 +272,7 @@ func (b *Backend) Databases(ctx context.Context, u *User, engine appv1.DatabaseE
 	out := []DatabaseInfo{}
 	for i := range list.Items {
 		db := &list.Items[i]
-		if (engine == "" || db.Spec.Engine == engine) && u.MayUse(db.Spec.Members) {
+		if (engine == "" || db.Spec.Engine == engine) && mayUseLinked(u, db, links[db.Name]) {
 			out = append(out, databaseInfoOf(db, links[db.Name]))
 		}
 	}
@@ -260,6 +297,9 @@ func (b *Backend) Database(ctx context.Context, u *User, engine appv1.DatabaseEn
 // CreateDatabase creates a database whose first member is u; the deployer
 // then makes its server, its credentials and its status (Pending until then).
 func (b *Backend) CreateDatabase(ctx context.Context, u *User, req DatabaseRequest) (*DatabaseInfo, error) {
+	if err := u.mayChange(dbOp(req.Engine, "create")); err != nil {
+		return nil, err
+	}
 	if err := checkEngine(req.Engine); err != nil {
 		return nil, err
 	}
@@ -268,6 +308,9 @@ func (b *Backend) CreateDatabase(ctx context.Context, u *User, req DatabaseReque
 	}
 	if !u.CanCreateApps {
 		return nil, Errorf(Forbidden, "user %s may not create databases: ask an admin to create %s and make you one of its members", u.Name, req.Name)
+	}
+	if err := u.unlimited(dbOp(req.Engine, "create")); err != nil {
+		return nil, err
 	}
 	if req.Version != "" && (len(req.Version) > 16 || !databaseVersion.MatchString(req.Version)) {
 		return nil, Errorf(Invalid, "--version %q: give the engine's version as numbers, e.g. --version 16", req.Version)
@@ -322,6 +365,14 @@ func (b *Backend) CreateDatabase(ctx context.Context, u *User, req DatabaseReque
 // without its credentials). The deployer then stops its server and deletes its
 // data and credentials.
 func (b *Backend) DestroyDatabase(ctx context.Context, u *User, engine appv1.DatabaseEngine, name, confirm string) error {
+	// A database's end reaches past the apps of a limited token: every app
+	// linked to it, every member.
+	if err := u.mayChange(dbOp(engine, "destroy")); err != nil {
+		return err
+	}
+	if err := u.unlimited(dbOp(engine, "destroy")); err != nil {
+		return err
+	}
 	db, err := b.database(ctx, u, engine, name)
 	if err != nil {
 		return err
@@ -373,6 +424,9 @@ func fromDatabase(e appv1.EnvVar, name string) bool {
 // deploy the spec keeps it). A var of that name set otherwise is refused, not
 // replaced. Await the release with Await.
 func (b *Backend) LinkDatabase(ctx context.Context, u *User, engine appv1.DatabaseEngine, name, app, as string, progress io.Writer) (*LinkResult, error) {
+	if err := u.mayChange(dbOp(engine, "link")); err != nil {
+		return nil, err
+	}
 	db, err := b.database(ctx, u, engine, name)
 	if err != nil {
 		return nil, err
@@ -422,6 +476,9 @@ func (b *Backend) LinkDatabase(ctx context.Context, u *User, engine appv1.Databa
 // UnlinkDatabase removes every config var of app that takes its value from
 // the database's credentials: one release, as LinkDatabase's.
 func (b *Backend) UnlinkDatabase(ctx context.Context, u *User, engine appv1.DatabaseEngine, name, app string, progress io.Writer) (*LinkResult, error) {
+	if err := u.mayChange(dbOp(engine, "unlink")); err != nil {
+		return nil, err
+	}
 	db, err := b.database(ctx, u, engine, name)
 	if err != nil {
 		return nil, err
@@ -473,6 +530,10 @@ const (
 // interactive on a terminal, else reading commands from Stdin. It returns the
 // client's exit status.
 func (b *Backend) DatabaseShell(ctx context.Context, u *User, engine appv1.DatabaseEngine, name string, dio DatabaseIO) (int, error) {
+	// psql and redis-cli write as readily as they read.
+	if err := u.mayChange("postgres:psql and redis:cli"); err != nil {
+		return 0, err
+	}
 	if err := checkEngine(engine); err != nil {
 		return 0, err
 	}
@@ -500,6 +561,9 @@ func (b *Backend) BackupDatabase(ctx context.Context, u *User, name string, w, e
 // from r (postgres:backup's), in one transaction: when it fails, the data is
 // as it was. pg_restore's messages go to errOut.
 func (b *Backend) RestoreDatabase(ctx context.Context, u *User, name string, r io.Reader, errOut io.Writer) error {
+	if err := u.mayChange("postgres:restore"); err != nil {
+		return err
+	}
 	exit, err := b.runDatabase(ctx, u, appv1.EnginePostgres, name, "postgres:restore", restoreScript, DatabaseIO{Stdin: r, Stdout: errOut, Stderr: errOut})
 	if err != nil {
 		return err

@@ -21,6 +21,9 @@ var commitRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
 // when it has one. It returns when the release serves, or why it does not (the
 // previous release keeps serving).
 func (b *Backend) Deploy(ctx context.Context, u *User, name, commit string) (*DeployResult, error) {
+	if err := u.mayChange("deploy"); err != nil {
+		return nil, err
+	}
 	a, err := b.app(ctx, u, name)
 	if err != nil {
 		return nil, err
@@ -132,6 +135,9 @@ func (b *Backend) Releases(ctx context.Context, u *User, name string, limit int)
 // again (to 0: the newest release before the current one that served). It
 // returns to and the new release's number; await it with Await.
 func (b *Backend) Rollback(ctx context.Context, u *User, name string, to int64) (int64, int64, error) {
+	if err := u.mayChange("rollback"); err != nil {
+		return 0, 0, err
+	}
 	a, err := b.app(ctx, u, name)
 	if err != nil {
 		return 0, 0, err

@@ -10,7 +10,17 @@
 // Who may do what: an admin everything; a member everything on the apps whose
 // spec.members lists it (by exact name), its own keys and tokens, and creating
 // apps when its User allows it (spec.canCreateApps), becoming the new app's
-// member. Users are managed by admins. A push is admitted here too (push.go:
+// member. Users are managed by admins. A bearer token may be limited below its
+// user (User.Scope, tokens:create --apps and --read-only): limited to some apps,
+// it may use those only (MayUseApp; any other name is Forbidden before it is
+// read, whether it exists or not) and the databases linked to them; read-only,
+// every operation that changes something refuses it first (mayChange, called
+// at the top of each; scope_test.go lists every exported method as changing or
+// not and fails on one it does not know); limited either way, it has none of
+// its user's powers beyond apps (unlimited: users, keys, tokens, registries,
+// the disk, creating apps and databases, webhook settings, a database's
+// members and its destruction, an admin's wildcard and platform domains). A
+// push is admitted here too (push.go:
 // AdmitPush, CreatePushedApp on the first push, SetDeployBranch), so that the
 // SSH server that carries it decides nothing of its own.
 //

@@ -44,6 +44,9 @@ func publicSuffix(d string) bool {
 // the platform's names (platformName) and names under a domain of an app they
 // are not a member of (underOthers); admins may add those.
 func (b *Backend) AddDomain(ctx context.Context, u *User, name, domain string) (string, error) {
+	if err := u.mayChange("domains:add"); err != nil {
+		return "", err
+	}
 	d := normalDomain(domain)
 	if len(d) > 253 || !domainRE.MatchString(d) || !strings.Contains(d, ".") {
 		return "", Errorf(Invalid, "%q is not a domain name: use a name like www.example.com (or *.example.com)", domain)
@@ -58,10 +61,10 @@ func (b *Backend) AddDomain(ctx context.Context, u *User, name, domain string) (
 	if _, err := b.app(ctx, u, name); err != nil {
 		return "", err
 	}
-	if wildcard && !u.Admin {
+	if wildcard && !u.wideAdmin() {
 		return "", Errorf(Forbidden, "wildcard domains are for admins: ask one to add %s, or add the names you need one by one", d)
 	}
-	if !u.Admin {
+	if !u.wideAdmin() {
 		if err := b.platformName(d); err != nil {
 			return "", err
 		}
@@ -77,7 +80,7 @@ func (b *Backend) AddDomain(ctx context.Context, u *User, name, domain string) (
 			return "", Errorf(Conflict, "%s is served by another app already: remove it there first", d)
 		}
 	}
-	if !u.Admin {
+	if !u.wideAdmin() {
 		if err := underOthers(u, name, d, apps.Items); err != nil {
 			return "", err
 		}
@@ -98,6 +101,9 @@ func (b *Backend) AddDomain(ctx context.Context, u *User, name, domain string) (
 // RemoveDomain stops serving an app on a domain; it returns the domain as it
 // was stored.
 func (b *Backend) RemoveDomain(ctx context.Context, u *User, name, domain string) (string, error) {
+	if err := u.mayChange("domains:remove"); err != nil {
+		return "", err
+	}
 	d := normalDomain(domain)
 	if _, err := b.update(ctx, u, name, func(app *appv1.App) error {
 		if !slices.Contains(app.Spec.Domains, d) {
@@ -142,7 +148,7 @@ func (b *Backend) platformName(d string) error {
 func underOthers(u *User, app, d string, apps []appv1.App) error {
 	name := strings.TrimPrefix(d, "*.")
 	for _, other := range apps {
-		if other.Name == app || u.MayUse(other.Spec.Members) {
+		if other.Name == app || u.MayUseApp(other.Name, other.Spec.Members) {
 			continue
 		}
 		for _, od := range other.Spec.Domains {

@@ -41,6 +41,9 @@ type RegistryChecker interface {
 // serves, or why it does not (the previous release keeps serving). Who may:
 // whoever may push to app.
 func (b *Backend) DeployImage(ctx context.Context, u *User, app, image string, progress io.Writer) (*DeployResult, error) {
+	if err := u.mayChange("deploy:image"); err != nil {
+		return nil, err
+	}
 	if _, err := b.app(ctx, u, app); err != nil {
 		return nil, err
 	}
@@ -81,6 +84,9 @@ type RegistryLogins struct {
 // for every app. Admins only: a login is the server's, as Dokku's, and
 // whoever may push to any app can deploy what it reaches.
 func (b *Backend) RegistryLogin(ctx context.Context, u *User, host, username, password string) (*RegistryLogins, error) {
+	if err := u.mayChange("registry:login"); err != nil {
+		return nil, err
+	}
 	if err := requireAdmin(u, "registry:login"); err != nil {
 		return nil, err
 	}
@@ -117,6 +123,9 @@ func (b *Backend) RegistryLogin(ctx context.Context, u *User, host, username, pa
 
 // RegistryLogout forgets host's login. Admins only.
 func (b *Backend) RegistryLogout(ctx context.Context, u *User, host string) (*RegistryLogins, error) {
+	if err := u.mayChange("registry:logout"); err != nil {
+		return nil, err
+	}
 	if err := requireAdmin(u, "registry:logout"); err != nil {
 		return nil, err
 	}

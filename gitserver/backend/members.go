@@ -21,6 +21,13 @@ func (b *Backend) Members(ctx context.Context, u *User, name string) (*AccessLis
 
 // AddMember lets user push to and manage an app.
 func (b *Backend) AddMember(ctx context.Context, u *User, name, user string) error {
+	if err := u.mayChange("access:add"); err != nil {
+		return err
+	}
+	// Who may use an app is its members' own decision, not a delegated token's.
+	if err := u.unlimited("access:add"); err != nil {
+		return err
+	}
 	if _, err := b.app(ctx, u, name); err != nil {
 		return err
 	}
@@ -45,6 +52,13 @@ func (b *Backend) AddMember(ctx context.Context, u *User, name, user string) err
 
 // RemoveMember takes away a user's access to an app.
 func (b *Backend) RemoveMember(ctx context.Context, u *User, name, user string) error {
+	if err := u.mayChange("access:remove"); err != nil {
+		return err
+	}
+	// Who may use an app is its members' own decision, not a delegated token's.
+	if err := u.unlimited("access:remove"); err != nil {
+		return err
+	}
 	if _, err := b.update(ctx, u, name, func(app *appv1.App) error {
 		if !slices.Contains(app.Spec.Members, user) {
 			return Errorf(NotFound, "%s is not a member of %s (access:list %s shows who is)", user, name, name)

@@ -34,16 +34,19 @@ func (b *Backend) Processes(ctx context.Context, u *User, name string) (*Process
 
 // SetSuspended stops (or starts again) every process of an app.
 func (b *Backend) SetSuspended(ctx context.Context, u *User, name string, suspended bool) error {
+	op := "resume"
+	if suspended {
+		op = "suspend"
+	}
+	if err := u.mayChange(op); err != nil {
+		return err
+	}
 	_, err := b.update(ctx, u, name, func(app *appv1.App) error {
 		app.Spec.Suspended = suspended
 		return nil
 	})
 	if err != nil {
 		return err
-	}
-	op := "resume"
-	if suspended {
-		op = "suspend"
 	}
 	b.audit(u, op, name)
 	return nil
@@ -53,6 +56,9 @@ func (b *Backend) SetSuspended(ctx context.Context, u *User, name string, suspen
 // on Heroku, since nothing the instances run changes. It returns the processes
 // as they are then.
 func (b *Backend) Scale(ctx context.Context, u *User, name string, order []string, want map[string]int32) ([]ProcessInfo, error) {
+	if err := u.mayChange("ps:scale"); err != nil {
+		return nil, err
+	}
 	if len(order) == 0 {
 		return nil, Errorf(Invalid, "nothing to scale: give TYPE=N, e.g. web=2")
 	}
@@ -133,6 +139,9 @@ func (ch ResourceChange) String() string {
 // Scale: the instances are replaced with ones that have the new limits, healthy
 // before the old ones stop.
 func (b *Backend) SetResources(ctx context.Context, u *User, name, process string, ch ResourceChange) (ResourceInfo, error) {
+	if err := u.mayChange("ps:resources"); err != nil {
+		return ResourceInfo{}, err
+	}
 	if ch.Memory != nil {
 		if v := ch.Memory.Value(); v < appv1.MinMemory || v > appv1.MaxMemory {
 			return ResourceInfo{}, Errorf(Invalid, "memory %s: the limit of an instance goes from 16Mi to 64Gi", ch.Memory.String())
@@ -192,6 +201,9 @@ func (b *Backend) SetResources(ctx context.Context, u *User, name, process strin
 // Restart replaces an app's instances (of one process type when process is not
 // empty) with fresh ones: an annotation the deployer passes to its runtime.
 func (b *Backend) Restart(ctx context.Context, u *User, name, process string) error {
+	if err := u.mayChange("ps:restart"); err != nil {
+		return err
+	}
 	key := appv1.RestartedAtAnnotation
 	if process != "" {
 		key += "." + process

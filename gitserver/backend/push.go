@@ -40,7 +40,13 @@ func targetOf(a *appv1.App) *PushTarget {
 // remote error: ...), so they say what to do. The caller marks name as used
 // (Used) once the push goes on.
 func (b *Backend) AdmitPush(ctx context.Context, u *User, name string) (*PushTarget, error) {
+	if err := u.mayChange("git push"); err != nil {
+		return nil, err
+	}
 	if err := checkAppName(name); err != nil {
+		return nil, err
+	}
+	if err := u.inScope(name); err != nil {
 		return nil, err
 	}
 	a := &appv1.App{}
@@ -50,10 +56,13 @@ func (b *Backend) AdmitPush(ctx context.Context, u *User, name string) (*PushTar
 		if !u.Admin && !u.CanCreateApps {
 			return nil, Errorf(Forbidden, "app %s does not exist, and user %s may not create apps: ask an admin to create it", name, u.Name)
 		}
+		if err := u.unlimited("creating an app"); err != nil {
+			return nil, err
+		}
 		return &PushTarget{Name: name}, nil
 	case err != nil:
 		return nil, fmt.Errorf("reading app %s: %w", name, err)
-	case !u.MayUse(a.Spec.Members):
+	case !u.MayUseApp(name, a.Spec.Members):
 		return nil, Errorf(Forbidden, "user %s has no access to app %s: ask an admin to add you to its members", u.Name, name)
 	}
 	return targetOf(a), nil
@@ -64,7 +73,13 @@ func (b *Backend) AdmitPush(ctx context.Context, u *User, name string) (*PushTar
 // push or apps:create made it meanwhile, access is checked on that app as
 // AdmitPush would: its target, or a Forbidden error.
 func (b *Backend) CreatePushedApp(ctx context.Context, u *User, name string) (*PushTarget, error) {
+	if err := u.mayChange("git push"); err != nil {
+		return nil, err
+	}
 	if err := checkAppName(name); err != nil {
+		return nil, err
+	}
+	if err := u.unlimited("creating an app"); err != nil {
 		return nil, err
 	}
 	a, err := NewApp(ctx, b.cfg.Client, b.cfg.Reader, b.cfg.Namespace, name, []string{u.Name}, b.cfg.CacheWait)
@@ -77,7 +92,7 @@ func (b *Backend) CreatePushedApp(ctx context.Context, u *User, name string) (*P
 			}
 			return nil, fmt.Errorf("get app %q: %w", name, err)
 		}
-		if !u.MayUse(existing.Spec.Members) {
+		if !u.MayUseApp(name, existing.Spec.Members) {
 			return nil, Errorf(Forbidden, "user %s has no access to app %s", u.Name, name)
 		}
 		return targetOf(existing), nil
@@ -95,6 +110,9 @@ func (b *Backend) CreatePushedApp(ctx context.Context, u *User, name string) (*P
 // may use (an empty branch clears it), and returns once the cache has the
 // change, so that the next read of the app sees it.
 func (b *Backend) SetDeployBranch(ctx context.Context, u *User, name, branch string) error {
+	if err := u.mayChange("git push"); err != nil {
+		return err
+	}
 	if _, err := b.app(ctx, u, name); err != nil {
 		return err
 	}

@@ -91,6 +91,9 @@ const (
 // name when it has no web), with the app's confinement and network. Without
 // Detach it returns when the command ends, with its exit status.
 func (b *Backend) Run(ctx context.Context, u *User, name string, opts RunOptions) (RunResult, error) {
+	if err := u.mayChange("run"); err != nil {
+		return RunResult{}, err
+	}
 	if len(opts.Command) == 0 {
 		return RunResult{}, Errorf(Invalid, "run %s: give the command to run, e.g. run %s -- sh", name, name)
 	}

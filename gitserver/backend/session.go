@@ -88,22 +88,32 @@ func UsedDatabase(ctx context.Context, name string) {
 // nil when now (the request's user as read again, from the same cache as any
 // request) may still use app, whose members are members; otherwise a Forbidden
 // error whose message is the one line that tells the user why their request
-// ends. was is the user as the request started. The rule itself is MayUse, the
-// one every operation checks.
+// ends. was is the user as the request started. The rule itself is MayUseApp,
+// the one every operation checks (a token's scope, fixed, is now's as it was
+// was's).
 func StillMayUse(was, now *User, app string, members []string) error {
-	if now.MayUse(members) {
+	if now.MayUseApp(app, members) {
 		return nil
 	}
+	return stillRefused(was, now, app)
+}
+
+func stillRefused(was, now *User, what string) error {
 	if was.Admin && !now.Admin {
-		return Errorf(Forbidden, "%s is no longer an admin, and not a member of %s: this session ends", now.Name, app)
+		return Errorf(Forbidden, "%s is no longer an admin, and not a member of %s: this session ends", now.Name, what)
 	}
-	return Errorf(Forbidden, "your access to %s was removed: this session ends", app)
+	return Errorf(Forbidden, "your access to %s was removed: this session ends", what)
 }
 
 // StillMayUseDatabase is StillMayUse for the database named name, whose
-// members are members (its lines say "the database NAME").
+// members are members (its lines say "the database NAME"): the membership
+// rule. A token limited to some apps reaches a database through its links
+// to them, which the operation that uses it checks as it starts.
 func StillMayUseDatabase(was, now *User, name string, members []string) error {
-	return StillMayUse(was, now, "the database "+name, members)
+	if now.member(members) {
+		return nil
+	}
+	return stillRefused(was, now, "the database "+name)
 }
 
 // CachedDatabase is the database named name as the cache has it now, or nil
@@ -138,6 +148,7 @@ func (b *Backend) Recheck(ctx context.Context, u *User, apps []string) error {
 		return Errorf(Forbidden, "user %s was removed: this session ends", u.Name)
 	}
 	now := UserOf(au, u.KeyName, u.KeyFingerprint)
+	now.Scope = u.Scope // the token's, fixed when it was made
 	for _, name := range apps {
 		a := &appv1.App{}
 		if err := b.cfg.Reader.Get(ctx, b.key(name), a); err != nil {

@@ -199,6 +199,11 @@ func (b *Backend) DiskUsage(ctx context.Context, u *User) (*DiskUsage, error) {
 // Prune is system:prune: it removes what is reclaimable now (dryRun: lists
 // it). Admins only; the audit line says what went and how many bytes.
 func (b *Backend) Prune(ctx context.Context, u *User, dryRun bool) (*PruneReport, error) {
+	if !dryRun {
+		if err := u.mayChange("system:prune"); err != nil {
+			return nil, err
+		}
+	}
 	if err := requireAdmin(u, "system:prune"); err != nil {
 		return nil, err
 	}

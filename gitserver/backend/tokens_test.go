@@ -73,7 +73,7 @@ func TestTokensOfARemovedUser(t *testing.T) {
 	ana := backend.UserOf(anaObj, "laptop", anaFP)
 	bob := backend.UserOf(bobObj, "desk", bobFP)
 
-	made, err := b.CreateToken(ctx, bob, "ci", "never")
+	made, err := b.CreateToken(ctx, bob, "ci", "never", backend.TokenScope{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestTokensOfARemovedUser(t *testing.T) {
 		t.Fatalf("tokens:list: %+v", list)
 	}
 	// A session signed in with a token has no key: it makes no tokens.
-	_, err = b.CreateToken(ctx, asToken, "longer", "never")
+	_, err = b.CreateToken(ctx, asToken, "longer", "never", backend.TokenScope{})
 	wantKind(t, "a token making a token", err, backend.Forbidden, "a token cannot make tokens")
 
 	if err := b.RemoveUser(ctx, ana, "bob"); err != nil {
@@ -111,7 +111,7 @@ func TestTokensOfARemovedUser(t *testing.T) {
 	if list, _ := b.Tokens(ctx, bob2); len(list) != 0 {
 		t.Fatalf("the new bob lists %+v", list)
 	}
-	fresh, err := b.CreateToken(ctx, bob2, "ci", "never")
+	fresh, err := b.CreateToken(ctx, bob2, "ci", "never", backend.TokenScope{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestTokensOfARemovedUser(t *testing.T) {
 		t.Fatalf("the new bob's token: %+v %v", u, err)
 	}
 	// The last admin is not removed, and keeps their tokens.
-	anaTok, err := b.CreateToken(ctx, ana, "ops", "never")
+	anaTok, err := b.CreateToken(ctx, ana, "ops", "never", backend.TokenScope{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,11 +151,11 @@ func TestKeysRemoveEndsItsTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	fromDesk, err := b.CreateToken(ctx, backend.UserOf(bobObj, "desk", deskFP), "desk-agent", "never")
+	fromDesk, err := b.CreateToken(ctx, backend.UserOf(bobObj, "desk", deskFP), "desk-agent", "never", backend.TokenScope{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fromCI, err := b.CreateToken(ctx, backend.UserOf(bobObj, "ci", ciFP), "ci-agent", "never")
+	fromCI, err := b.CreateToken(ctx, backend.UserOf(bobObj, "ci", ciFP), "ci-agent", "never", backend.TokenScope{})
 	if err != nil {
 		t.Fatal(err)
 	}

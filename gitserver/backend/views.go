@@ -283,6 +283,8 @@ type TokenCreated struct {
 	// MCP is the endpoint the token is for, or "" when this server serves none.
 	MCP     string     `json:"mcp"`
 	Expires *time.Time `json:"expires,omitempty"`
+	// Scope is what the token is limited to; zero: what its user may do.
+	Scope TokenScope `json:"scope"`
 }
 
 // Phase is a's phase for people: Pending until the deployer says otherwise.

@@ -136,6 +136,9 @@ func (b *Backend) volumeInfo(ctx context.Context, a *appv1.App, v appv1.Volume) 
 // its first deploy. A volume the deployer cannot make (no room on the disk) is
 // taken out of the spec again, and the error says why.
 func (b *Backend) CreateVolume(ctx context.Context, u *User, app string, req VolumeRequest, progress func(string)) (*VolumeInfo, error) {
+	if err := u.mayChange("volumes:create"); err != nil {
+		return nil, err
+	}
 	if !appv1.ValidVolumeName(req.Name) {
 		return nil, Errorf(Invalid, "%q is not a volume name: use %s", req.Name, appv1.VolumeNameRule)
 	}
@@ -273,6 +276,9 @@ func (b *Backend) waitApp(ctx context.Context, name string, done func(*appv1.App
 // data; this waits for that, so that a volume made again under the same name
 // starts empty.
 func (b *Backend) DestroyVolume(ctx context.Context, u *User, app, name, confirm string) error {
+	if err := u.mayChange("volumes:destroy"); err != nil {
+		return err
+	}
 	a, err := b.app(ctx, u, app)
 	if err != nil {
 		return err
@@ -360,6 +366,9 @@ func (b *Backend) BackupVolume(ctx context.Context, u *User, app, name string, w
 // RestoreVolume replaces a volume's contents with the tar archive read from r;
 // live and notice as for BackupVolume.
 func (b *Backend) RestoreVolume(ctx context.Context, u *User, app, name string, r io.Reader, live bool, notice func(string)) error {
+	if err := u.mayChange("volumes:restore"); err != nil {
+		return err
+	}
 	if err := b.volumeForData(ctx, u, app, name, "volumes:restore", live, notice); err != nil {
 		return err
 	}

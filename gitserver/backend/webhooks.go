@@ -24,6 +24,10 @@ func (b *Backend) hookURL(app string) string {
 // Webhook is an app's webhook: its URL, whether a secret is set, what it
 // deploys.
 func (b *Backend) Webhook(ctx context.Context, u *User, name string) (*WebhookInfo, error) {
+	// It makes the app's deploy key when it has none.
+	if err := u.unlimited("webhooks"); err != nil {
+		return nil, err
+	}
 	a, err := b.app(ctx, u, name)
 	if err != nil {
 		return nil, err
@@ -54,6 +58,12 @@ func (b *Backend) Webhook(ctx context.Context, u *User, name string) (*WebhookIn
 // replaces it (the old one verifies too for hooksecrets.PreviousValidity). The
 // secret is in the result, shown once.
 func (b *Backend) RotateWebhookSecret(ctx context.Context, u *User, name string) (*WebhookSecret, error) {
+	if err := u.mayChange("webhooks:secret"); err != nil {
+		return nil, err
+	}
+	if err := u.unlimited("webhooks:secret"); err != nil {
+		return nil, err
+	}
 	app, err := b.app(ctx, u, name)
 	if err != nil {
 		return nil, err
@@ -92,6 +102,12 @@ func (b *Backend) RotateWebhookSecret(ctx context.Context, u *User, name string)
 // DropPreviousWebhookSecret stops accepting the secret the last rotation
 // replaced, now.
 func (b *Backend) DropPreviousWebhookSecret(ctx context.Context, u *User, name string) error {
+	if err := u.mayChange("webhooks:secret --drop-previous"); err != nil {
+		return err
+	}
+	if err := u.unlimited("webhooks:secret --drop-previous"); err != nil {
+		return err
+	}
 	app, err := b.app(ctx, u, name)
 	if err != nil {
 		return err
@@ -120,6 +136,12 @@ func (b *Backend) DropPreviousWebhookSecret(ctx context.Context, u *User, name s
 // app has a webhook secret (without one, no delivery is taken) and, for an ssh
 // upstream, the app's deploy key (made now if need be) to add to the git host.
 func (b *Backend) SetUpstream(ctx context.Context, u *User, name, url string, creds *UpstreamCredentials) (*UpstreamSet, error) {
+	if err := u.mayChange("webhooks:upstream"); err != nil {
+		return nil, err
+	}
+	if err := u.unlimited("webhooks:upstream"); err != nil {
+		return nil, err
+	}
 	if url != "" {
 		if err := b.cfg.UpstreamPolicy.Check(ctx, url); err != nil {
 			return nil, Errorf(Invalid, "%s", strings.TrimPrefix(err.Error(), upstream.ErrRefused.Error()+": "))
@@ -191,6 +213,15 @@ type UpstreamSet struct {
 // DeployKey returns an app's deploy key (made when it has none), or with
 // rotate a new one in its place: the old one no longer fetches.
 func (b *Backend) DeployKey(ctx context.Context, u *User, name string, rotate bool) (*DeployKeyInfo, error) {
+	if rotate {
+		if err := u.mayChange("webhooks:deploy-key --rotate"); err != nil {
+			return nil, err
+		}
+	}
+	// Without rotate, it makes the key when the app has none.
+	if err := u.unlimited("webhooks:deploy-key"); err != nil {
+		return nil, err
+	}
 	a, err := b.app(ctx, u, name)
 	if err != nil {
 		return nil, err

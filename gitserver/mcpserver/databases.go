@@ -55,7 +55,7 @@ func requiredName(name string) error {
 // are terminals and byte streams: ssh only).
 func (s *Server) databaseTools() {
 	b := s.cfg.Backend
-	addTool(s, "databases", "List the databases (Postgres, Redis) you may use: engine, version, status, address, size, the apps linked to them. Never their passwords.",
+	addTool(s, "databases", reads, "List the databases (Postgres, Redis) you may use: engine, version, status, address, size, the apps linked to them. Never their passwords.",
 		func(ctx context.Context, u *backend.User, _ struct{}) (DatabaseList, string, error) {
 			dbs, err := b.Databases(ctx, u, "")
 			if err != nil {
@@ -71,7 +71,7 @@ func (s *Server) databaseTools() {
 			return DatabaseList{Databases: dbs}, fmt.Sprintf("%d databases: %s.", len(dbs), strings.Join(parts, ", ")), nil
 		})
 
-	addTool(s, "create_database", "Create a managed database, Postgres or Redis; you become its member. It is Pending, then Running once its server accepts connections (see databases); link_database then gives an app its URL.",
+	addTool(s, "create_database", changes, "Create a managed database, Postgres or Redis; you become its member. It is Pending, then Running once its server accepts connections (see databases); link_database then gives an app its URL.",
 		func(ctx context.Context, u *backend.User, in CreateDatabaseArgs) (backend.DatabaseInfo, string, error) {
 			if err := requiredName(in.Name); err != nil {
 				return backend.DatabaseInfo{}, "", err
@@ -83,7 +83,7 @@ func (s *Server) databaseTools() {
 			return *d, fmt.Sprintf("Creating the %s database %s (%s); databases shows when it runs.", d.Engine, d.Name, d.Size), nil
 		})
 
-	addTool(s, "link_database", "Give an app a config var (default DATABASE_URL or REDIS_URL) whose value is the database's URL, taken from its credentials (never copied into the app's config): one release, then wait for it to serve.",
+	addTool(s, "link_database", changes, "Give an app a config var (default DATABASE_URL or REDIS_URL) whose value is the database's URL, taken from its credentials (never copied into the app's config): one release, then wait for it to serve.",
 		func(ctx context.Context, u *backend.User, in LinkDatabaseArgs) (DatabaseLinked, string, error) {
 			if err := requiredName(in.Name); err != nil {
 				return DatabaseLinked{}, "", err
@@ -108,7 +108,7 @@ func (s *Server) databaseTools() {
 			return out, fmt.Sprintf("Linked %s to %s as %s: release v%d serves at %s.", res.Database, res.App, res.Vars[0], res.Release, out.URL), nil
 		})
 
-	addTool(s, "unlink_database", "Remove every config var of an app that comes from the database's credentials: one release, then wait for it to serve.",
+	addTool(s, "unlink_database", changes, "Remove every config var of an app that comes from the database's credentials: one release, then wait for it to serve.",
 		func(ctx context.Context, u *backend.User, in UnlinkDatabaseArgs) (DatabaseLinked, string, error) {
 			if err := requiredName(in.Name); err != nil {
 				return DatabaseLinked{}, "", err

@@ -72,7 +72,7 @@ func TestDatabaseTools(t *testing.T) {
 		}
 		au := &appv1.User{}
 		testenv.Eventually(t, 10*time.Second, "the cache has "+name, func() error { return cache.Get(ctx, client.ObjectKey{Name: name}, au) })
-		tok, err := b.CreateToken(ctx, backend.UserOf(au, "k", gossh.FingerprintSHA256(key.Signer.PublicKey())), "agent", "1h")
+		tok, err := b.CreateToken(ctx, backend.UserOf(au, "k", gossh.FingerprintSHA256(key.Signer.PublicKey())), "agent", "1h", backend.TokenScope{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,7 +8,7 @@
 //
 // Every call carries a bearer token made by `tokens:create` (the backend verifies it); it
 // acts as its User, read again on each request, so an agent may touch exactly the
-// apps its user may. A token of the wrong shape is refused before any read of the
+// apps its user may (within the token's scope, below). A token of the wrong shape is refused before any read of the
 // API (the backend's token store checks it first), and the tokens that fail are
 // limited per source address (internal/sourcelimit; 429 with Retry-After past
 // it, for every request of that source), the source being r.RemoteAddr. Every tool result says what happened in one sentence (the
@@ -20,6 +20,16 @@
 // no structured content: the output schema describes the tool's result, and a
 // client that checks structured content against it (the official TypeScript SDK
 // does) would otherwise throw instead of handing the error on.
+//
+// A token may be limited (tokens:create --apps, --read-only: its scope, which
+// the backend enforces for every front-end). Each tool says once, where it is
+// registered, whether it reads or changes (addTool's effect; its annotation
+// readOnlyHint), and tools/list shows a read-only token the reading tools only
+// (a receiving middleware, per request: the list depends on the token, and is
+// marked private to the client's cache). Hiding is for the agent's sake: a
+// changing tool called by name anyway is refused forbidden by the backend. A
+// token limited to some apps is listed every tool and refused, forbidden, any
+// other app it names; list_apps shows it its apps only.
 //
 // A call still running is checked again every Config.Recheck (Server.watch,
 // through backend.Recheck): when its user is removed, demoted or taken off an app

@@ -72,7 +72,7 @@ func TestBearerTokensAtTheDoor(t *testing.T) {
 	hs := httptest.NewServer(srv.Handler())
 	defer hs.Close()
 	url := hs.URL + "/mcp"
-	good, err := store.Create(context.Background(), tokens.Owner{User: "bob", UID: "uid-bob", KeyFingerprint: gossh.FingerprintSHA256(key.Signer.PublicKey())}, "ci", 0)
+	good, err := store.Create(context.Background(), tokens.Owner{User: "bob", UID: "uid-bob", KeyFingerprint: gossh.FingerprintSHA256(key.Signer.PublicKey())}, "ci", 0, tokens.Scope{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -170,7 +170,7 @@ func TestWithdrawnAccessEndsToolCalls(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Tokens are made by a session signed in with a key (tokens:create over ssh).
-		tok, err := b.CreateToken(ctx, backend.UserOf(au, "k", gossh.FingerprintSHA256(keys[base].Signer.PublicKey())), "agent", "1h")
+		tok, err := b.CreateToken(ctx, backend.UserOf(au, "k", gossh.FingerprintSHA256(keys[base].Signer.PublicKey())), "agent", "1h", backend.TokenScope{})
 		if err != nil {
 			t.Fatal(err)
 		}

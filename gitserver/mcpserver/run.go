@@ -38,7 +38,7 @@ const (
 // its end, without a terminal or stdin.
 func (s *Server) runTool() {
 	b := s.cfg.Backend
-	addTool(s, "run", "Run a command in a one-off instance of the app's serving release (its image, config and limits) and return its exit code and the tail of its output; no terminal, no stdin.",
+	addTool(s, "run", changes, "Run a command in a one-off instance of the app's serving release (its image, config and limits) and return its exit code and the tail of its output; no terminal, no stdin.",
 		func(ctx context.Context, u *backend.User, in RunArgs) (RunOutput, string, error) {
 			if err := required(in.App); err != nil {
 				return RunOutput{}, "", err

@@ -92,7 +92,7 @@ func TestRunTool(t *testing.T) {
 		}
 		return cache.Get(ctx, client.ObjectKey{Name: user}, au)
 	})
-	tok, err := b.CreateToken(ctx, backend.UserOf(au, "k", gossh.FingerprintSHA256(key.Signer.PublicKey())), "agent", "1h")
+	tok, err := b.CreateToken(ctx, backend.UserOf(au, "k", gossh.FingerprintSHA256(key.Signer.PublicKey())), "agent", "1h", backend.TokenScope{})
 	if err != nil {
 		t.Fatal(err)
 	}

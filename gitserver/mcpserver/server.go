@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -101,12 +102,14 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: log.WithGroup("mcpserver"), failed: failed}
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "bex", Title: "bex: git-push PaaS", Version: cfg.Version}, &mcp.ServerOptions{
-		Instructions: "bex runs apps from git. Tools act as the user whose token you hold, on the apps that user may use. " +
+		Instructions: "bex runs apps from git. Tools act as the user whose token you hold, on the apps that user may use " +
+			"(a token may be limited to some apps, or to reading: tools/list then shows the tools it may call). " +
 			"Each result says what happened in text and in structured fields; a refusal is a tool error whose text is " +
 			"\"CODE: MESSAGE\", CODE one of not_found, forbidden, invalid, conflict, failed or internal.",
 		Logger: s.log,
 	})
 	s.tools()
+	s.mcp.AddReceivingMiddleware(s.scopeToolList)
 	return s, nil
 }
 
@@ -164,21 +167,57 @@ func (s *Server) Handler() http.Handler {
 	})
 }
 
-// userOf is the user a call acts as, put there by Handler's verifier.
-func userOf(req *mcp.CallToolRequest) (*backend.User, error) {
-	if req.Extra != nil && req.Extra.TokenInfo != nil {
-		if u, ok := req.Extra.TokenInfo.Extra["user"].(*backend.User); ok {
+// userOf is the user a request acts as, with its token's scope, put there by
+// Handler's verifier.
+func userOf(extra *mcp.RequestExtra) (*backend.User, error) {
+	if extra != nil && extra.TokenInfo != nil {
+		if u, ok := extra.TokenInfo.Extra["user"].(*backend.User); ok {
 			return u, nil
 		}
 	}
 	return nil, backend.Errorf(backend.Forbidden, "no user: call with a bearer token (ssh bex@HOST tokens:create NAME)")
 }
 
+// scopeToolList answers tools/list for the token of the request: a read-only
+// token (or none) is shown the reading tools only, those registered with
+// reads (their annotation readOnlyHint). The list then depends on the token,
+// so its cache scope is private. Hiding a tool is for the agent's sake: the
+// backend refuses a read-only token every change, whatever tool it calls.
+func (s *Server) scopeToolList(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		res, err := next(ctx, method, req)
+		list, ok := res.(*mcp.ListToolsResult)
+		if err != nil || !ok {
+			return res, err
+		}
+		list.CacheScope = "private"
+		if u, err := userOf(req.GetExtra()); err != nil || u.Scope.ReadOnly {
+			list.Tools = slices.DeleteFunc(slices.Clone(list.Tools), func(t *mcp.Tool) bool {
+				return t.Annotations == nil || !t.Annotations.ReadOnlyHint
+			})
+		}
+		return list, nil
+	}
+}
+
 // handler is a tool's code: it gets the caller and the arguments and returns the
 // structured result and the sentence that says it.
 type handler[In, Out any] func(ctx context.Context, u *backend.User, in In) (Out, string, error)
 
-func addTool[In, Out any](s *Server, name, desc string, h handler[In, Out]) {
+// effect is what a tool does, said once, where it is registered: reads
+// changes nothing, changes changes something (an app, a database, a volume,
+// a release). Its annotation readOnlyHint says it to clients, and tools/list
+// shows a read-only token the reading tools only (scopeToolList).
+type effect bool
+
+// The effects.
+const (
+	reads   effect = true
+	changes effect = false
+)
+
+// addTool registers the tool name, which does what eff says.
+func addTool[In, Out any](s *Server, name string, eff effect, desc string, h handler[In, Out]) {
 	in, err := jsonschema.For[In](nil)
 	if err != nil {
 		panic(fmt.Sprintf("mcpserver: input schema of %s: %v", name, err))
@@ -187,8 +226,9 @@ func addTool[In, Out any](s *Server, name, desc string, h handler[In, Out]) {
 	if err != nil {
 		panic(fmt.Sprintf("mcpserver: output schema of %s: %v", name, err))
 	}
-	s.mcp.AddTool(&mcp.Tool{Name: name, Description: desc, InputSchema: in, OutputSchema: out}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		u, err := userOf(req)
+	tool := &mcp.Tool{Name: name, Description: desc, InputSchema: in, OutputSchema: out, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: bool(eff)}}
+	s.mcp.AddTool(tool, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		u, err := userOf(req.Extra)
 		if err != nil {
 			return s.toolError(name, nil, err), nil
 		}

@@ -129,7 +129,7 @@ func (s *Server) tools() {
 	s.runTool()
 	s.volumeTools()
 	s.databaseTools()
-	addTool(s, "list_apps", "List the apps you may use, with their phase, serving release and URL.",
+	addTool(s, "list_apps", reads, "List the apps you may use, with their phase, serving release and URL.",
 		func(ctx context.Context, u *backend.User, _ struct{}) (AppList, string, error) {
 			apps, err := b.Apps(ctx, u)
 			if err != nil {
@@ -145,7 +145,7 @@ func (s *Server) tools() {
 			return AppList{Apps: apps}, fmt.Sprintf("%d apps: %s.", len(names), strings.Join(names, ", ")), nil
 		})
 
-	addTool(s, "app_status", "Show an app: phase, the release asked for and the one serving, URL, conditions, processes, cron jobs and their last runs (failing: 3 failed runs in a row), the databases linked to it, the last build's result and the last release.",
+	addTool(s, "app_status", reads, "Show an app: phase, the release asked for and the one serving, URL, conditions, processes, cron jobs and their last runs (failing: 3 failed runs in a row), the databases linked to it, the last build's result and the last release.",
 		func(ctx context.Context, u *backend.User, in AppArg) (backend.AppInfo, string, error) {
 			if err := required(in.App); err != nil {
 				return backend.AppInfo{}, "", err
@@ -188,7 +188,7 @@ func (s *Server) tools() {
 			return *st, text + ".", nil
 		})
 
-	addTool(s, "deploy", "Rebuild and roll out an app: its deploy branch (fetched from its upstream when it has one) or a given commit. Waits until the release serves or fails; the previous release keeps serving on failure.",
+	addTool(s, "deploy", changes, "Rebuild and roll out an app: its deploy branch (fetched from its upstream when it has one) or a given commit. Waits until the release serves or fails; the previous release keeps serving on failure.",
 		func(ctx context.Context, u *backend.User, in DeployArgs) (Deployed, string, error) {
 			if err := required(in.App); err != nil {
 				return Deployed{}, "", err
@@ -201,7 +201,7 @@ func (s *Server) tools() {
 				fmt.Sprintf("Deployed %s: release v%d of commit %.7s serves at %s.", in.App, res.Release, res.Commit, res.URL), nil
 		})
 
-	addTool(s, "deploy_image", "Deploy an image from a registry as a new release of an app (cause Image): it is pulled, pinned by its digest, and runs its own command as web, as deploy:image does. Waits until the release serves or fails; the previous release keeps serving on failure. A private registry needs an admin's registry:login.",
+	addTool(s, "deploy_image", changes, "Deploy an image from a registry as a new release of an app (cause Image): it is pulled, pinned by its digest, and runs its own command as web, as deploy:image does. Waits until the release serves or fails; the previous release keeps serving on failure. A private registry needs an admin's registry:login.",
 		func(ctx context.Context, u *backend.User, in DeployImageArgs) (Deployed, string, error) {
 			if err := required(in.App); err != nil {
 				return Deployed{}, "", err
@@ -214,7 +214,7 @@ func (s *Server) tools() {
 				fmt.Sprintf("Deployed %s: release v%d of %s serves at %s.", in.App, res.Release, in.Image, res.URL), nil
 		})
 
-	addTool(s, "rollback", "Run an older release's image and config again, as a new release, and wait for it to serve.",
+	addTool(s, "rollback", changes, "Run an older release's image and config again, as a new release, and wait for it to serve.",
 		func(ctx context.Context, u *backend.User, in RollbackArgs) (Deployed, string, error) {
 			if err := required(in.App); err != nil {
 				return Deployed{}, "", err
@@ -245,10 +245,10 @@ func (s *Server) tools() {
 			return Suspension{App: in.App}, fmt.Sprintf("Resumed %s: its processes start again on the same release.", in.App), nil
 		}
 	}
-	addTool(s, "suspend", "Stop every process of an app; the edge answers 503 until resume.", suspend(true))
-	addTool(s, "resume", "Start a suspended app again, on the same release.", suspend(false))
+	addTool(s, "suspend", changes, "Stop every process of an app; the edge answers 503 until resume.", suspend(true))
+	addTool(s, "resume", changes, "Start a suspended app again, on the same release.", suspend(false))
 
-	addTool(s, "set_config", "Set and unset config vars: one release, then wait for it to serve.",
+	addTool(s, "set_config", changes, "Set and unset config vars: one release, then wait for it to serve.",
 		func(ctx context.Context, u *backend.User, in ConfigArgs) (Deployed, string, error) {
 			if err := required(in.App); err != nil {
 				return Deployed{}, "", err
@@ -274,7 +274,7 @@ func (s *Server) tools() {
 			return Deployed{App: in.App, Release: res.Release, URL: url}, fmt.Sprintf("%s on %s: release v%d serves at %s.", res.Description, in.App, res.Release, url), nil
 		})
 
-	addTool(s, "scale", "Set how many instances of each process type run (no new release).",
+	addTool(s, "scale", changes, "Set how many instances of each process type run (no new release).",
 		func(ctx context.Context, u *backend.User, in ScaleArgs) (Scaled, string, error) {
 			if err := required(in.App); err != nil {
 				return Scaled{}, "", err
@@ -291,7 +291,7 @@ func (s *Server) tools() {
 			return Scaled{App: in.App, Processes: procs}, fmt.Sprintf("Scaled %s to %s.", in.App, strings.Join(parts, ", ")), nil
 		})
 
-	addTool(s, "releases", "List an app's releases, newest first: cause, who, commit, which serves, which failed.",
+	addTool(s, "releases", reads, "List an app's releases, newest first: cause, who, commit, which serves, which failed.",
 		func(ctx context.Context, u *backend.User, in ReleasesArgs) (ReleaseList, string, error) {
 			if err := required(in.App); err != nil {
 				return ReleaseList{}, "", err
@@ -315,7 +315,7 @@ func (s *Server) tools() {
 			return out, text + ".", nil
 		})
 
-	addTool(s, "logs", "The recent lines the app's processes printed (a bounded tail; no following).",
+	addTool(s, "logs", reads, "The recent lines the app's processes printed (a bounded tail; no following).",
 		func(ctx context.Context, u *backend.User, in LogsArgs) (LogTail, string, error) {
 			if err := required(in.App); err != nil {
 				return LogTail{}, "", err
@@ -334,7 +334,7 @@ func (s *Server) tools() {
 			return out, fmt.Sprintf("%d log lines of %s.", strings.Count(out.Log, "\n"), in.App), nil
 		})
 
-	addTool(s, "build_logs", "The output of one of an app's builds (default: the latest), its tail when long, and how it ended.",
+	addTool(s, "build_logs", reads, "The output of one of an app's builds (default: the latest), its tail when long, and how it ended.",
 		func(ctx context.Context, u *backend.User, in BuildLogsArgs) (LogTail, string, error) {
 			if err := required(in.App); err != nil {
 				return LogTail{}, "", err

@@ -39,7 +39,7 @@ type VolumeDestroyed struct {
 // volumeTools are an app's volumes (their backups are byte streams: ssh only).
 func (s *Server) volumeTools() {
 	b := s.cfg.Backend
-	addTool(s, "volumes", "List an app's volumes: name, mount path, size, bytes in use, the process types that mount it, whether it is ready.",
+	addTool(s, "volumes", reads, "List an app's volumes: name, mount path, size, bytes in use, the process types that mount it, whether it is ready.",
 		func(ctx context.Context, u *backend.User, in AppArg) (VolumeList, string, error) {
 			if err := required(in.App); err != nil {
 				return VolumeList{}, "", err
@@ -58,7 +58,7 @@ func (s *Server) volumeTools() {
 			return VolumeList{App: in.App, Volumes: vols}, fmt.Sprintf("%s has %d volumes: %s.", in.App, len(vols), strings.Join(parts, ", ")), nil
 		})
 
-	addTool(s, "create_volume", "Add a volume to an app: files that outlive its instances, kept through deploys, rollbacks and restarts. Waits until it is made and the instances that mount it serve.",
+	addTool(s, "create_volume", changes, "Add a volume to an app: files that outlive its instances, kept through deploys, rollbacks and restarts. Waits until it is made and the instances that mount it serve.",
 		func(ctx context.Context, u *backend.User, in CreateVolumeArgs) (backend.VolumeInfo, string, error) {
 			if err := required(in.App); err != nil {
 				return backend.VolumeInfo{}, "", err
@@ -70,7 +70,7 @@ func (s *Server) volumeTools() {
 			return *v, fmt.Sprintf("Created the volume %s (%s) of %s, mounted at %s.", v.Name, v.Size, in.App, v.Path), nil
 		})
 
-	addTool(s, "destroy_volume", "Delete a volume of an app and its files, for good (confirm: its name again). Waits until its files are gone.",
+	addTool(s, "destroy_volume", changes, "Delete a volume of an app and its files, for good (confirm: its name again). Waits until its files are gone.",
 		func(ctx context.Context, u *backend.User, in DestroyVolumeArgs) (VolumeDestroyed, string, error) {
 			if err := required(in.App); err != nil {
 				return VolumeDestroyed{}, "", err

@@ -2,6 +2,7 @@ package sshcmd
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -10,10 +11,16 @@ import (
 )
 
 func (s *session) tokenCommands() []*cobra.Command {
-	var createJSON bool
-	var expiresIn string
-	create := newCmd(groupAccess, "tokens:create NAME", "Make a bearer token for the agents' API (MCP), acting as you; printed once", args(1, 1), func(_ *cobra.Command, a []string) error {
-		out, err := s.b.CreateToken(s.ctx, s.user, a[0], expiresIn)
+	var createJSON, readOnly bool
+	var expiresIn, apps string
+	create := newCmd(groupAccess, "tokens:create NAME", "Make a bearer token for the agents' API (MCP), acting as you (--apps, --read-only: less); printed once", args(1, 1), func(cmd *cobra.Command, a []string) error {
+		scope := backend.TokenScope{ReadOnly: readOnly}
+		if cmd.Flags().Changed("apps") {
+			// Every name as given, empty ones too: the backend refuses those
+			// rather than the token being made for fewer apps than asked.
+			scope.Apps = strings.Split(apps, ",")
+		}
+		out, err := s.b.CreateToken(s.ctx, s.user, a[0], expiresIn, scope)
 		if err != nil {
 			return err
 		}
@@ -24,8 +31,17 @@ func (s *session) tokenCommands() []*cobra.Command {
 		if out.Expires != nil {
 			until = fmt.Sprintf("until %s (tokens:revoke %s ends it sooner)", out.Expires.Format(time.RFC3339), a[0])
 		}
+		does := fmt.Sprintf("does what %s may do", out.User)
+		switch sc := out.Scope; {
+		case len(sc.Apps) > 0 && sc.ReadOnly:
+			does = fmt.Sprintf("reads what %s may read of the apps %s, and changes nothing", out.User, strings.Join(sc.Apps, ", "))
+		case len(sc.Apps) > 0:
+			does = fmt.Sprintf("does what %s may do with the apps %s, and nothing else", out.User, strings.Join(sc.Apps, ", "))
+		case sc.ReadOnly:
+			does = fmt.Sprintf("reads what %s may read, and changes nothing", out.User)
+		}
 		fmt.Fprintln(s.out, out.Token)
-		fmt.Fprintf(s.errOut, "Token %s of %s: shown this once. It does what %s may do, %s.\n", a[0], out.User, out.User, until)
+		fmt.Fprintf(s.errOut, "Token %s of %s: shown this once. It %s, %s.\n", a[0], out.User, does, until)
 		if out.MCP != "" {
 			fmt.Fprintf(s.errOut, "MCP endpoint (streamable HTTP): %s with the header Authorization: Bearer <token>\n", out.MCP)
 		}
@@ -33,6 +49,8 @@ func (s *session) tokenCommands() []*cobra.Command {
 	})
 	jsonFlag(create, &createJSON)
 	create.Flags().StringVar(&expiresIn, "expires-in", backend.DefaultTokenTTL, "how long the token works: 90d, 12h, 30m, or never")
+	create.Flags().StringVar(&apps, "apps", "", "the only apps the token may use, comma-separated (apps you may use): it sees no other, and has none of your powers beyond them")
+	create.Flags().BoolVar(&readOnly, "read-only", false, "the token may read and change nothing (the MCP server lists it only reading tools)")
 
 	var listJSON bool
 	list := newCmd(groupAccess, "tokens:list", "List your agents' API tokens (names, not values)", args(0, 0), func(*cobra.Command, []string) error {
@@ -48,7 +66,7 @@ func (s *session) tokenCommands() []*cobra.Command {
 			return nil
 		}
 		w := s.table()
-		fmt.Fprintln(w, "NAME\tCREATED\tEXPIRES\tFINGERPRINT")
+		fmt.Fprintln(w, "NAME\tCREATED\tEXPIRES\tSCOPE\tFINGERPRINT")
 		for _, t := range out {
 			expires := "never"
 			if t.Expires != nil {
@@ -64,7 +82,7 @@ func (s *session) tokenCommands() []*cobra.Command {
 			if fp == "" {
 				fp = "-"
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", t.Name, t.Created.Format(time.RFC3339), expires, fp)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", t.Name, t.Created.Format(time.RFC3339), expires, t.Scope, fp)
 		}
 		if err := w.Flush(); err != nil {
 			return err

@@ -25,4 +25,12 @@
 // made before this binding carry no UID and are refused, with a message saying
 // to make a new one: nothing says whose they were. A token of the wrong shape
 // (WellFormed) is refused before any read of the API server.
+//
+// A token may do less than its user: its Scope, fixed when it is made
+// (tokens:create --apps A,B, --read-only), is stored on its Secret
+// (annotations app.bex.co/token-apps, the sorted app names joined by commas,
+// and app.bex.co/token-read-only, "true"), listed with it and returned by
+// Verify. The store checks the apps are app names; which apps the maker may
+// use, and what the scope allows, are the backend's rules. Annotations edited
+// into something that does not parse make the token refused, not wider.
 package tokens

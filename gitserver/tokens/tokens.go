@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -41,10 +42,16 @@ const (
 	AnnotationMade           = "app.bex.co/created"
 	// AnnotationExpires is when the token stops working (RFC 3339); none: never.
 	AnnotationExpires = "app.bex.co/expires"
-	keyHash           = "sha256"
-	secretPrefix      = "agent-token-"
-	tokenPrefix       = "bex_"
-	maxTokensOfUser   = 50
+	// AnnotationApps, when present, are the only apps the token may use: their
+	// names, sorted, joined by commas (Scope.Apps).
+	AnnotationApps = "app.bex.co/token-apps"
+	// AnnotationReadOnly is "true" on a token that may change nothing
+	// (Scope.ReadOnly); absent: it may change what its user may.
+	AnnotationReadOnly = "app.bex.co/token-read-only"
+	keyHash            = "sha256"
+	secretPrefix       = "agent-token-"
+	tokenPrefix        = "bex_"
+	maxTokensOfUser    = 50
 )
 
 var nameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
@@ -59,7 +66,92 @@ var (
 	ErrUnbound = errors.New("a token is made for a user read from the API (with its UID), in a session signed in with an SSH key")
 	// ErrInvalid: no token like this, or its user is gone.
 	ErrInvalid = errors.New("invalid token")
+	// ErrInvalidScope: a scope names no app, or something that is no app's name.
+	ErrInvalidScope = errors.New("invalid token scope")
 )
+
+// Scope is what a token is limited to, below what its user may do; the zero
+// Scope is no limit (every app its user may use, every verb). It is fixed when
+// the token is made: a scope of other apps takes a new token.
+type Scope struct {
+	// Apps, when not empty, are the only apps the token may use, by name,
+	// sorted: it sees no other, and none of its user's powers beyond apps.
+	Apps []string `json:"apps,omitempty"`
+	// ReadOnly: the token may read, and change nothing.
+	ReadOnly bool `json:"readOnly,omitempty"`
+}
+
+// Limited reports whether s limits its token at all.
+func (s Scope) Limited() bool { return len(s.Apps) > 0 || s.ReadOnly }
+
+// AllowsApp reports whether s lets its token use the app named app (every
+// app when s names none).
+func (s Scope) AllowsApp(app string) bool { return len(s.Apps) == 0 || slices.Contains(s.Apps, app) }
+
+// String is the scope as tokens:list shows it: "all apps", "apps a,b",
+// "read-only" or "apps a,b, read-only".
+func (s Scope) String() string {
+	var parts []string
+	if len(s.Apps) > 0 {
+		parts = append(parts, "apps "+strings.Join(s.Apps, ","))
+	}
+	if s.ReadOnly {
+		parts = append(parts, "read-only")
+	}
+	if len(parts) == 0 {
+		return "all apps"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Normal returns s with its apps sorted, once each, or an error wrapping
+// ErrInvalidScope when one is not an app's name (appv1.CheckAppName).
+func (s Scope) Normal() (Scope, error) {
+	out := Scope{ReadOnly: s.ReadOnly}
+	for _, a := range s.Apps {
+		if err := appv1.CheckAppName(a); err != nil {
+			return Scope{}, fmt.Errorf("%w: %w", ErrInvalidScope, err)
+		}
+		if !slices.Contains(out.Apps, a) {
+			out.Apps = append(out.Apps, a)
+		}
+	}
+	slices.Sort(out.Apps)
+	return out, nil
+}
+
+// annotate writes s into a token Secret's annotations.
+func (s Scope) annotate(annotations map[string]string) {
+	if len(s.Apps) > 0 {
+		annotations[AnnotationApps] = strings.Join(s.Apps, ",")
+	}
+	if s.ReadOnly {
+		annotations[AnnotationReadOnly] = "true"
+	}
+}
+
+// scopeOf reads the scope of the token of sec. Annotations that do not parse
+// (edited by hand: an app list with a name that is none, a read-only that is
+// neither true nor false) are an error: a token is not widened by a typo.
+func scopeOf(sec *corev1.Secret) (Scope, error) {
+	var s Scope
+	switch v, ok := sec.Annotations[AnnotationReadOnly]; {
+	case !ok, v == "false":
+	case v == "true":
+		s.ReadOnly = true
+	default:
+		return Scope{}, fmt.Errorf("%w: %s is %q, not true or false", ErrInvalidScope, AnnotationReadOnly, v)
+	}
+	if v, ok := sec.Annotations[AnnotationApps]; ok {
+		s.Apps = strings.Split(v, ",")
+		n, err := s.Normal()
+		if err != nil {
+			return Scope{}, err
+		}
+		s = n
+	}
+	return s, nil
+}
 
 // Store keeps tokens as Secrets of one namespace.
 type Store struct {
@@ -100,6 +192,8 @@ type Token struct {
 	// Fingerprint is the SHA256 fingerprint of the SSH key that made the token;
 	// empty for a token made before tokens recorded it.
 	Fingerprint string `json:"fingerprint"`
+	// Scope is what the token is limited to; zero: what its user may.
+	Scope Scope `json:"scope"`
 	// Refused, when set, says why the token no longer verifies whatever its
 	// expiry: made before tokens were bound to their user, or for an earlier
 	// user of the same name.
@@ -112,6 +206,7 @@ const (
 	refusedOther   = "made for an earlier user of this name, removed since: tokens:create makes a new one"
 	refusedNoKey   = "made before tokens were bound to their key: tokens:create makes a new one"
 	refusedKeyGone = "made with a key removed since (keys:remove): tokens:create makes a new one"
+	refusedScope   = "stored with a scope that does not parse (annotations " + AnnotationApps + ", " + AnnotationReadOnly + "): tokens:create makes a new one"
 )
 
 // refusal is why the token of sec does not verify for u (its User, read now),
@@ -163,15 +258,21 @@ func hash(token string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Create makes a token named name for o, working for ttl (0: until revoked),
-// and returns its value, which is not kept. The token is bound to o.UID and
-// records o.KeyFingerprint; both are required.
-func (s *Store) Create(ctx context.Context, o Owner, name string, ttl time.Duration) (string, error) {
+// Create makes a token named name for o, limited to scope (zero: no limit),
+// working for ttl (0: until revoked), and returns its value, which is not kept.
+// The token is bound to o.UID and records o.KeyFingerprint; both are required.
+// Whether o may use scope's apps is the caller's to check; their names are
+// checked here (ErrInvalidScope).
+func (s *Store) Create(ctx context.Context, o Owner, name string, ttl time.Duration, scope Scope) (string, error) {
 	if len(name) > 63 || !nameRE.MatchString(name) {
 		return "", ErrInvalidName
 	}
 	if o.UID == "" || o.KeyFingerprint == "" {
 		return "", ErrUnbound
+	}
+	scope, err := scope.Normal()
+	if err != nil {
+		return "", err
 	}
 	user := o.User
 	existing, err := s.List(ctx, user, o.UID)
@@ -197,6 +298,7 @@ func (s *Store) Create(ctx context.Context, o Owner, name string, ttl time.Durat
 	if ttl > 0 {
 		annotations[AnnotationExpires] = now.Add(ttl).Format(time.RFC3339)
 	}
+	scope.annotate(annotations)
 	sec := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: secretPrefix + h, Namespace: s.Namespace,
@@ -226,10 +328,14 @@ func (s *Store) List(ctx context.Context, user string, uid types.UID) ([]Token, 
 	}
 	u.UID = uid
 	out := []Token{}
-	for _, sec := range list.Items {
-		t, _ := time.Parse(time.RFC3339, sec.Annotations[AnnotationMade])
-		out = append(out, Token{Name: sec.Labels[LabelName], User: user, Created: t, Expires: expiry(&sec),
-			Fingerprint: sec.Annotations[AnnotationKeyFingerprint], Refused: refusal(&sec, u)})
+	for i := range list.Items {
+		sec := &list.Items[i]
+		t, err := tokenOf(sec)
+		t.Refused = refusal(sec, u)
+		if err != nil && t.Refused == "" {
+			t.Refused = refusedScope
+		}
+		out = append(out, t)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
@@ -289,50 +395,65 @@ func (s *Store) RemoveOfKey(ctx context.Context, user, fp string) (int, error) {
 	return n, nil
 }
 
-// Verify returns the User a token acts as, read now, and the token's name; or an
-// error wrapping ErrInvalid. A token of the wrong shape is refused before any
-// read. A token verifies only while its User has the UID it was made for: a
-// user removed and made again under the same name does not inherit it; and only
+// Verify returns the User a token acts as, read now, and the token (its name
+// and its Scope, which limits what the User may do through it); or an error
+// wrapping ErrInvalid. A token of the wrong shape is refused before any read. A
+// token verifies only while its User has the UID it was made for: a user
+// removed and made again under the same name does not inherit it; and only
 // while that User still has the key the token was made with: keys:remove ends
 // the key's tokens even if deleting them failed. A token made before tokens
 // were bound to a UID (or to a key) is refused, its message saying to make a
-// new one (there is no telling whose it was).
-func (s *Store) Verify(ctx context.Context, token string) (*appv1.User, string, error) {
+// new one (there is no telling whose it was); so is one whose scope
+// annotations do not parse (a token is not widened by a typo).
+func (s *Store) Verify(ctx context.Context, token string) (*appv1.User, Token, error) {
 	if !WellFormed(token) {
-		return nil, "", fmt.Errorf("%w: not the shape of a bex token (bex_ and 43 characters of base64url)", ErrInvalid)
+		return nil, Token{}, fmt.Errorf("%w: not the shape of a bex token (bex_ and 43 characters of base64url)", ErrInvalid)
 	}
 	h := hash(token)
 	sec := &corev1.Secret{}
 	if err := s.Client.Get(ctx, client.ObjectKey{Namespace: s.Namespace, Name: secretPrefix + h}, sec); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, "", ErrInvalid
+			return nil, Token{}, ErrInvalid
 		}
-		return nil, "", err
+		return nil, Token{}, err
 	}
 	// The name matched; the stored hash must too (a Secret made by hand with
 	// this name and no hash is not a token).
 	if subtle.ConstantTimeCompare(sec.Data[keyHash], []byte(h)) != 1 || sec.Labels[LabelKind] != KindToken {
-		return nil, "", ErrInvalid
+		return nil, Token{}, ErrInvalid
 	}
-	if exp := expiry(sec); exp != nil && !s.now().Before(*exp) {
-		return nil, "", fmt.Errorf("%w: token %s of %s expired at %s (tokens:create makes a new one)",
-			ErrInvalid, sec.Labels[LabelName], sec.Labels[LabelUser], exp.Format(time.RFC3339))
+	t, err := tokenOf(sec)
+	name, tokenName := t.User, t.Name
+	if err != nil {
+		return nil, Token{}, fmt.Errorf("%w: token %s of %s was %s (%v)", ErrInvalid, tokenName, name, refusedScope, err)
 	}
-	name, tokenName := sec.Labels[LabelUser], sec.Labels[LabelName]
+	if exp := t.Expires; exp != nil && !s.now().Before(*exp) {
+		return nil, Token{}, fmt.Errorf("%w: token %s of %s expired at %s (tokens:create makes a new one)",
+			ErrInvalid, tokenName, name, exp.Format(time.RFC3339))
+	}
 	if sec.Labels[LabelUserUID] == "" {
-		return nil, "", fmt.Errorf("%w: token %s of %s was %s", ErrInvalid, tokenName, name, refusedUnbound)
+		return nil, Token{}, fmt.Errorf("%w: token %s of %s was %s", ErrInvalid, tokenName, name, refusedUnbound)
 	}
 	u := &appv1.User{}
 	if err := s.Users.Get(ctx, client.ObjectKey{Name: name}, u); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, "", fmt.Errorf("%w: token %s of %s: there is no user %s", ErrInvalid, tokenName, name, name)
+			return nil, Token{}, fmt.Errorf("%w: token %s of %s: there is no user %s", ErrInvalid, tokenName, name, name)
 		}
-		return nil, "", err
+		return nil, Token{}, err
 	}
 	if why := refusal(sec, u); why != "" {
-		return nil, "", fmt.Errorf("%w: token %s of %s was %s", ErrInvalid, tokenName, name, why)
+		return nil, Token{}, fmt.Errorf("%w: token %s of %s was %s", ErrInvalid, tokenName, name, why)
 	}
-	return u, tokenName, nil
+	return u, t, nil
+}
+
+// tokenOf is the token of sec, without its Refused; the error is its scope's,
+// when its annotations do not parse (the Token then says no scope).
+func tokenOf(sec *corev1.Secret) (Token, error) {
+	made, _ := time.Parse(time.RFC3339, sec.Annotations[AnnotationMade])
+	scope, err := scopeOf(sec)
+	return Token{Name: sec.Labels[LabelName], User: sec.Labels[LabelUser], Created: made, Expires: expiry(sec),
+		Fingerprint: sec.Annotations[AnnotationKeyFingerprint], Scope: scope}, err
 }
 
 // expiry is when the token of sec stops working, or nil: never. An annotation

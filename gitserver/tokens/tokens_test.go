@@ -6,6 +6,8 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -64,20 +66,20 @@ func TestTokens(t *testing.T) {
 	st := &tokens.Store{Client: c, Users: c, Namespace: "bex-system"}
 	ctx := context.Background()
 
-	tok, err := st.Create(ctx, bobOwner, "ci", 0)
+	tok, err := st.Create(ctx, bobOwner, "ci", 0, tokens.Scope{})
 	if err != nil || !strings.HasPrefix(tok, "bex_") || len(tok) != 47 {
 		t.Fatalf("Create: %q %v", tok, err)
 	}
-	if _, err := st.Create(ctx, bobOwner, "ci", 0); !errors.Is(err, tokens.ErrExists) {
+	if _, err := st.Create(ctx, bobOwner, "ci", 0, tokens.Scope{}); !errors.Is(err, tokens.ErrExists) {
 		t.Fatalf("the same name twice: %v", err)
 	}
-	if _, err := st.Create(ctx, bobOwner, "Bad Name", 0); !errors.Is(err, tokens.ErrInvalidName) {
+	if _, err := st.Create(ctx, bobOwner, "Bad Name", 0, tokens.Scope{}); !errors.Is(err, tokens.ErrInvalidName) {
 		t.Fatalf("bad name: %v", err)
 	}
-	adminTok, _ := st.Create(ctx, tokens.Owner{User: "ana", UID: "uid-ana", KeyFingerprint: anaFP}, "ci", 0) // names are per user
-	u, name, err := st.Verify(ctx, tok)
-	if err != nil || u.Name != "bob" || u.Spec.Role == appv1.RoleAdmin || name != "ci" {
-		t.Fatalf("Verify: %+v %q %v", u, name, err)
+	adminTok, _ := st.Create(ctx, tokens.Owner{User: "ana", UID: "uid-ana", KeyFingerprint: anaFP}, "ci", 0, tokens.Scope{}) // names are per user
+	u, made, err := st.Verify(ctx, tok)
+	if err != nil || u.Name != "bob" || u.Spec.Role == appv1.RoleAdmin || made.Name != "ci" || made.User != "bob" || made.Scope.Limited() {
+		t.Fatalf("Verify: %+v %+v %v", u, made, err)
 	}
 	if u, _, err := st.Verify(ctx, adminTok); err != nil || u.Spec.Role != appv1.RoleAdmin {
 		t.Fatalf("admin's token: %+v %v", u, err)
@@ -137,11 +139,11 @@ func TestTokenExpiry(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	st := &tokens.Store{Client: c, Users: c, Namespace: "bex-system", Now: func() time.Time { return now }}
 	ctx := context.Background()
-	tok, err := st.Create(ctx, bobOwner, "ci", 90*24*time.Hour)
+	tok, err := st.Create(ctx, bobOwner, "ci", 90*24*time.Hour, tokens.Scope{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	forever, _ := st.Create(ctx, bobOwner, "forever", 0)
+	forever, _ := st.Create(ctx, bobOwner, "forever", 0, tokens.Scope{})
 	list, _ := st.List(ctx, "bob", "uid-bob")
 	if len(list) != 2 || list[0].Expires == nil || !list[0].Expires.Equal(now.Add(90*24*time.Hour)) || list[1].Expires != nil {
 		t.Fatalf("List: %+v", list)
@@ -190,7 +192,7 @@ func newStore(t *testing.T, objs ...client.Object) (*tokens.Store, client.WithWa
 func TestTokenBoundToUID(t *testing.T) {
 	st, c := newStore(t, userWith("bob", "uid-bob", appv1.RoleMember, bobKey))
 	ctx := context.Background()
-	old, err := st.Create(ctx, bobOwner, "ci", 0)
+	old, err := st.Create(ctx, bobOwner, "ci", 0, tokens.Scope{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +220,7 @@ func TestTokenBoundToUID(t *testing.T) {
 		t.Fatalf("List for the new bob: %+v", list)
 	}
 	// The control: the new bob's own token works.
-	fresh, err := st.Create(ctx, tokens.Owner{User: "bob", UID: "uid-bob-2", KeyFingerprint: bob2FP}, "ci2", 0)
+	fresh, err := st.Create(ctx, tokens.Owner{User: "bob", UID: "uid-bob-2", KeyFingerprint: bob2FP}, "ci2", 0, tokens.Scope{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +239,7 @@ func TestTokenBoundToUID(t *testing.T) {
 	}
 	// No UID, or no key: no token.
 	for _, o := range []tokens.Owner{{User: "bob", KeyFingerprint: "SHA256:x"}, {User: "bob", UID: "uid-bob-2"}} {
-		if _, err := st.Create(ctx, o, "x", 0); !errors.Is(err, tokens.ErrUnbound) {
+		if _, err := st.Create(ctx, o, "x", 0, tokens.Scope{}); !errors.Is(err, tokens.ErrUnbound) {
 			t.Fatalf("Create(%+v): %v", o, err)
 		}
 	}
@@ -249,7 +251,7 @@ func TestTokenBoundToUID(t *testing.T) {
 func TestTokenMadeBeforeBinding(t *testing.T) {
 	st, c := newStore(t, userWith("bob", "uid-bob", appv1.RoleMember, bobKey))
 	ctx := context.Background()
-	tok, err := st.Create(ctx, bobOwner, "old", 0)
+	tok, err := st.Create(ctx, bobOwner, "old", 0, tokens.Scope{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +303,7 @@ func TestMalformedTokenNoRead(t *testing.T) {
 	if _, _, err := st.Verify(ctx, good); !errors.Is(err, tokens.ErrInvalid) || cc.Reads() != 1 {
 		t.Fatalf("a well-formed unknown token: %v, %d calls", err, cc.Reads())
 	}
-	tok, err := st.Create(ctx, bobOwner, "ci", 0)
+	tok, err := st.Create(ctx, bobOwner, "ci", 0, tokens.Scope{})
 	if err != nil || !tokens.WellFormed(tok) {
 		t.Fatalf("a made token is not well formed: %q %v", tok, err)
 	}
@@ -316,12 +318,12 @@ func TestMalformedTokenNoRead(t *testing.T) {
 func TestTokenOfARemovedKey(t *testing.T) {
 	st, c := newStore(t, userWith("bob", "uid-bob", appv1.RoleMember, bobKey, bob2Key))
 	ctx := context.Background()
-	laptop, err := st.Create(ctx, bobOwner, "laptop", 0)
+	laptop, err := st.Create(ctx, bobOwner, "laptop", 0, tokens.Scope{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ciOwner := tokens.Owner{User: "bob", UID: "uid-bob", KeyFingerprint: bob2FP}
-	ci, err := st.Create(ctx, ciOwner, "ci", 0)
+	ci, err := st.Create(ctx, ciOwner, "ci", 0, tokens.Scope{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -366,5 +368,96 @@ func TestTokenOfARemovedKey(t *testing.T) {
 	}
 	if _, _, err := st.Verify(ctx, ci); !errors.Is(err, tokens.ErrInvalid) || !strings.Contains(err.Error(), "made before tokens were bound to their key") {
 		t.Fatalf("a token without its key: %v", err)
+	}
+}
+
+// TestTokenScopes: a token made with a scope is stored with it (annotations),
+// listed with it and verifies with it; the apps are checked as app names,
+// kept sorted and once each; a scope whose annotations were edited into
+// something that does not parse is refused, not widened, and listed as
+// refused. The control: a token made without a scope is unlimited.
+func TestTokenScopes(t *testing.T) {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = appv1.AddToScheme(s)
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(userWith("bob", "uid-bob", appv1.RoleMember, bobKey)).Build()
+	st := &tokens.Store{Client: c, Users: c, Namespace: "bex-system"}
+	ctx := context.Background()
+
+	for _, bad := range [][]string{{""}, {"shop", "Bad"}, {"a,b"}} {
+		if _, err := st.Create(ctx, bobOwner, "bad", 0, tokens.Scope{Apps: bad}); !errors.Is(err, tokens.ErrInvalidScope) || !strings.Contains(err.Error(), "is not an app name") {
+			t.Fatalf("apps %q: %v", bad, err)
+		}
+	}
+	full, err := st.Create(ctx, bobOwner, "full", 0, tokens.Scope{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scoped, err := st.Create(ctx, bobOwner, "scoped", 0, tokens.Scope{Apps: []string{"shop", "cart", "shop"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro, err := st.Create(ctx, bobOwner, "ro", 0, tokens.Scope{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	both, err := st.Create(ctx, bobOwner, "both", 0, tokens.Scope{Apps: []string{"shop"}, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		token, scope string
+		apps         []string
+		readOnly     bool
+	}{{full, "all apps", nil, false}, {scoped, "apps cart,shop", []string{"cart", "shop"}, false}, {ro, "read-only", nil, true}, {both, "apps shop, read-only", []string{"shop"}, true}} {
+		_, got, err := st.Verify(ctx, c.token)
+		if err != nil || got.Scope.String() != c.scope || !slices.Equal(got.Scope.Apps, c.apps) || got.Scope.ReadOnly != c.readOnly {
+			t.Errorf("Verify of the token of scope %q: %+v %v", c.scope, got.Scope, err)
+		}
+	}
+	list, err := st.List(ctx, "bob", "uid-bob")
+	if err != nil || len(list) != 4 {
+		t.Fatalf("List: %+v %v", list, err)
+	}
+	got := map[string]string{}
+	for _, tk := range list {
+		got[tk.Name] = tk.Scope.String()
+	}
+	if want := map[string]string{"full": "all apps", "scoped": "apps cart,shop", "ro": "read-only", "both": "apps shop, read-only"}; !maps.Equal(got, want) {
+		t.Fatalf("listed scopes %v, want %v", got, want)
+	}
+	var sec corev1.Secret
+	var secs corev1.SecretList
+	if err := c.List(ctx, &secs, client.MatchingLabels{tokens.LabelName: "both"}); err != nil || len(secs.Items) != 1 {
+		t.Fatalf("the Secret of both: %v", err)
+	}
+	sec = secs.Items[0]
+	if sec.Annotations[tokens.AnnotationApps] != "shop" || sec.Annotations[tokens.AnnotationReadOnly] != "true" {
+		t.Fatalf("annotations %v", sec.Annotations)
+	}
+	// Edited by hand into what does not parse: refused, not widened.
+	for _, edit := range []map[string]string{{tokens.AnnotationApps: "shop,Bad"}, {tokens.AnnotationApps: ""}, {tokens.AnnotationReadOnly: "yes"}} {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(&secs.Items[0]), &sec); err != nil {
+			t.Fatal(err)
+		}
+		was := maps.Clone(sec.Annotations)
+		maps.Copy(sec.Annotations, edit)
+		if err := c.Update(ctx, &sec); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := st.Verify(ctx, both); !errors.Is(err, tokens.ErrInvalid) || !strings.Contains(err.Error(), "scope that does not parse") {
+			t.Errorf("a scope edited to %v: %v", edit, err)
+		}
+		list, _ := st.List(ctx, "bob", "uid-bob")
+		if i := slices.IndexFunc(list, func(tk tokens.Token) bool { return tk.Name == "both" }); i < 0 || !strings.Contains(list[i].Refused, "scope that does not parse") {
+			t.Errorf("List of a scope edited to %v: %+v", edit, list)
+		}
+		sec.Annotations = was
+		if err := c.Update(ctx, &sec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, got, err := st.Verify(ctx, both); err != nil || got.Scope.String() != "apps shop, read-only" {
+		t.Fatalf("the scope restored: %+v %v", got, err)
 	}
 }

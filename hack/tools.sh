@@ -76,6 +76,8 @@ done
 if [ "$mode" = all ]; then
 	command -v node >/dev/null 2>&1 || missing+=(nodejs)
 	command -v npm >/dev/null 2>&1 || missing+=(npm)
+	# pip, for make bench's floor of the Python plan (pip's own install of a sample).
+	python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 fi
 if [ ${#missing[@]} -gt 0 ]; then
 	[ "$(id -u)" = 0 ] || die "missing packages ${missing[*]}: run as root, or: sudo apt-get install -y ${missing[*]}"

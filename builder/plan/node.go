@@ -272,17 +272,25 @@ func (a *app) nodePlan(d *dockerfile) error {
 		}
 		d.line("%s%s", run, m.install(true))
 	}
+	own := func() {
+		d.comment(
+			"The workdir and what the root steps wrote are the node user's too, but for the",
+			"files in node_modules, which stay root's (readable, and not stored twice in the",
+			"image); node_modules itself is the node user's, for the caches tools make in it.",
+		)
+		ownRest(d, nodeUser, "./node_modules/*")
+	}
+	if !hasBuild {
+		// No root step after the code: this step stays cached with the install,
+		// instead of running at every change of the code.
+		own()
+	}
 	d.comment("The code, owned by the node user that runs it: the app may write into its tree.")
 	copyOwned(d, nodeUser, ".", ".")
 	if hasBuild {
 		d.line("RUN %s run build", m.name)
+		own()
 	}
-	d.comment(
-		"The workdir and what the root steps wrote are the node user's too, but for the",
-		"files in node_modules, which stay root's (readable, and not stored twice in the",
-		"image); node_modules itself is the node user's, for the caches tools make in it.",
-	)
-	ownRest(d, nodeUser, "./node_modules/*")
 	d.blank()
 	d.comment("Not root: the image's node user.")
 	d.line("USER node")

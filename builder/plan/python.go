@@ -3,6 +3,7 @@ package plan
 import (
 	"errors"
 	"fmt"
+	"path"
 	"regexp"
 	"slices"
 	"strings"
@@ -35,11 +36,27 @@ func (a *app) pythonPlan(d *dockerfile) error {
 			a.note("also found pyproject.toml: requirements.txt lists the dependencies")
 		}
 		install := "RUN " + pipCacheMount + " pip install -r requirements.txt"
-		if len(refs) > 0 {
+		local, ok := a.requirementFiles("requirements.txt", refs, 0)
+		switch {
+		case !ok:
 			fromTree = true
 			a.note("requirements.txt refers to other files (%s): it is installed with the code, not in a layer of its own", strings.Join(refs, ", "))
 			afterCode = []string{install}
-		} else {
+		case len(local) > 0:
+			a.note("requirements.txt refers to %s: they are copied with it, before the code", strings.Join(local, ", "))
+			depsLayer = func() {
+				d.comment(
+					"The dependencies first, from requirements.txt and the files it refers to only, in",
+					"a layer of their own: it is cached until they change, instead of installing again",
+					"at every change of the code.",
+				)
+				d.line("COPY requirements.txt ./")
+				for _, p := range local {
+					d.line("COPY %s ./%s", p, p)
+				}
+				d.line("%s", install)
+			}
+		default:
 			depsLayer = func() {
 				d.comment(
 					"The dependencies first, from requirements.txt only, in a layer of their own: it",
@@ -161,6 +178,12 @@ func (a *app) pythonPlan(d *dockerfile) error {
 	if depsLayer != nil {
 		depsLayer()
 	}
+	if len(afterCode) == 0 {
+		// No root step after the code: the workdir and what the install wrote are
+		// given to the user before it, in a step that stays cached with them.
+		d.comment("The workdir and what the root steps wrote into it are the app's user's too.")
+		ownRest(d, nonRootUser)
+	}
 	if fromTree {
 		d.comment(
 			"The code, owned by the user that runs it (the app may write into its tree), and",
@@ -174,8 +197,10 @@ func (a *app) pythonPlan(d *dockerfile) error {
 	for _, l := range afterCode {
 		d.line("%s", l)
 	}
-	d.comment("The workdir and what the root steps wrote into it are the app's user's too.")
-	ownRest(d, nonRootUser)
+	if len(afterCode) > 0 {
+		d.comment("The workdir and what the root steps wrote into it are the app's user's too.")
+		ownRest(d, nonRootUser)
+	}
 	d.blank()
 	d.comment("Not root: nobody, as a number.")
 	d.line("USER %s", nonRootUser)
@@ -183,6 +208,59 @@ func (a *app) pythonPlan(d *dockerfile) error {
 	a.startWithShell(d, why, start, desc)
 	return nil
 }
+
+// requirementFiles says which files and directories of the tree the
+// requirements file from needs, besides itself, when refs (what it refers to)
+// are all plain paths inside the tree other than its root: other requirements
+// and constraints files (read in turn, relative to their own directory, as pip
+// does), a directory of wheels, a local package. ok is false when one is not
+// (a URL, a path outside the tree or through a symbolic link, the tree itself,
+// a name a Dockerfile's COPY would read otherwise): the install then needs the
+// whole tree. depth bounds the files read in a chain (or a loop).
+func (a *app) requirementFiles(from string, refs []string, depth int) (paths []string, ok bool) {
+	if depth > 4 {
+		return nil, false
+	}
+	for _, ref := range refs {
+		p := path.Clean(path.Join(path.Dir(from), ref))
+		if !plainPath.MatchString(p) || strings.ContainsAny(ref, " \t\"'$*?[]\\") || p == "." || p == ".." || strings.HasPrefix(p, "../") || path.IsAbs(ref) {
+			return nil, false
+		}
+		// No link along the way: what COPY copies is what was read here.
+		if r, err := a.resolve(p); err != nil || r != p {
+			return nil, false
+		}
+		fi, err := a.stat(p)
+		if err != nil || !fi.IsDir() && !fi.Mode().IsRegular() {
+			return nil, false
+		}
+		if !slices.Contains(paths, p) {
+			paths = append(paths, p)
+		}
+		if fi.Mode().IsRegular() && (strings.HasSuffix(p, ".txt") || strings.HasSuffix(p, ".in")) {
+			data, err := a.readUpTo(p, 1<<20)
+			if err != nil {
+				return nil, false
+			}
+			_, more := parseRequirements(data)
+			nested, ok := a.requirementFiles(p, more, depth+1)
+			if !ok {
+				return nil, false
+			}
+			for _, n := range nested {
+				if !slices.Contains(paths, n) {
+					paths = append(paths, n)
+				}
+			}
+		}
+	}
+	slices.Sort(paths)
+	return paths, true
+}
+
+// plainPath is a path a requirements file may name and a COPY line may carry as
+// it is: no spaces, quotes, globs, variables or options.
+var plainPath = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._/-]*$`)
 
 // pipCacheMount mounts pip's cache for root, who installs (HOME /root).
 var pipCacheMount = cacheMount("/root/.cache/pip")

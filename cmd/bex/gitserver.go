@@ -212,6 +212,7 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	bk := c.backendConfig(kc, informers, recorder, pl, b)
 	bk.Logs, bk.Tokens = rt.logs, tokenStore
 	bk.Volumes, bk.Storage = rt.volumes, rt.storage
+	bk.ConfigSecrets = rt.configSecrets
 	// deploy:image: the image goes where a build's would, into containerd
 	// (one machine) or the cluster's registry (--push).
 	icfg := imageimport.DefaultConfig()

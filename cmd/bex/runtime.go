@@ -63,6 +63,11 @@ type gitserverRuntime struct {
 	// images is the containerd deploy:image pulls into on one machine (nil:
 	// deploy:image pushes to the registry, with --push, or is off).
 	images *containerd.Client
+	// configSecrets reads the Secrets config vars take values from (a
+	// database link's), for masking them in what agents see of an app's
+	// output: on one machine, where the gitserver reads them for one-offs
+	// anyway; nil on a cluster, whose RBAC gives the gitserver none.
+	configSecrets client.Reader
 	// closers end what the parts hold open, when the gitserver stops.
 	closers []io.Closer
 }

@@ -106,7 +106,7 @@ func imageVersion(ref string) databases.Image {
 
 func (localRuntime) gitserver(c *gitserverCmd, env gitserverEnv) (*gitserverRuntime, error) {
 	cfg := gitserverLocalConfig(c.stateDir, c.containerdAddr, c.containerdNS)
-	rt := &gitserverRuntime{logs: localLogs{stateDir: cfg.StateDir, namespace: c.namespace}}
+	rt := &gitserverRuntime{logs: localLogs{stateDir: cfg.StateDir, namespace: c.namespace}, configSecrets: env.kc}
 	addr := cfg.Address
 	// One machine: the state dir, buildkitd and containerd are this
 	// process's to measure. On a cluster the disks are the nodes' and the

@@ -127,6 +127,12 @@ type Config struct {
 	Namespace string
 	// SecretsNamespace holds the webhook secrets and the tokens. Empty: Namespace.
 	SecretsNamespace string
+	// ConfigSecrets reads the Secrets in Namespace that config vars take their
+	// values from (a database link's credentials), for ConfigValues only: the
+	// masking of those values in what agents are shown of an app's output. Nil
+	// where the gitserver may not read them (a cluster: its RBAC grants it no
+	// Secret of the apps' namespace); those values are then not masked.
+	ConfigSecrets client.Reader
 	// Releases records and awaits config changes and rollbacks.
 	Releases Releases
 	// Deployer runs deploys and webhook redeploys; nil: deploy says this server

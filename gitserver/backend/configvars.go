@@ -7,6 +7,10 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
 )
 
@@ -46,6 +50,60 @@ func (b *Backend) ConfigVar(ctx context.Context, u *User, name, key string) (*Co
 	}
 	v := configVarOf(a.Spec.Env[i])
 	return &v, nil
+}
+
+// ConfigValues are the values of app's config vars, by name, for one use only:
+// masking them in what the agents' API shows of the app's output
+// (gitserver/untrusted's Redactor). They are never to be returned to a client:
+// no MCP tool shows a config value, and config tools say names.
+//
+// A literal value is the App's (spec.env, what the app's processes and
+// one-offs run with). A value taken from a Secret (a database link's URL) is
+// read through Config.ConfigSecrets, and for a database's credentials its
+// password is added too, under "NAME password" (an app may print it alone);
+// without ConfigSecrets (a cluster, whose gitserver may not read the apps'
+// Secrets) those values are left out, as is a Secret or key not made yet. It
+// is a read of the app, with its access rules and the token's scope.
+func (b *Backend) ConfigValues(ctx context.Context, u *User, name string) (map[string]string, error) {
+	a, err := b.app(ctx, u, name)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(a.Spec.Env))
+	secrets := map[string]*corev1.Secret{}
+	for _, e := range a.Spec.Env {
+		if e.ValueFrom == nil {
+			out[e.Name] = e.Value
+			continue
+		}
+		if b.cfg.ConfigSecrets == nil {
+			continue
+		}
+		s, read := secrets[e.ValueFrom.Name]
+		if !read {
+			s = &corev1.Secret{}
+			err := b.cfg.ConfigSecrets.Get(ctx, client.ObjectKey{Namespace: b.cfg.Namespace, Name: e.ValueFrom.Name}, s)
+			switch {
+			case apierrors.IsNotFound(err):
+				s = nil // not made yet: the app has no value from it either
+			case err != nil:
+				return nil, fmt.Errorf("reading the secret %s of config var %s of %s: %w", e.ValueFrom.Name, e.Name, a.Name, err)
+			}
+			secrets[e.ValueFrom.Name] = s
+		}
+		if s == nil {
+			continue
+		}
+		if v, ok := s.Data[e.ValueFrom.Key]; ok {
+			out[e.Name] = string(v)
+		}
+		if _, db := appv1.DatabaseOfSecret(e.ValueFrom.Name); db && e.ValueFrom.Key != appv1.CredentialPassword {
+			if pw, ok := s.Data[appv1.CredentialPassword]; ok {
+				out[e.Name+" password"] = string(pw)
+			}
+		}
+	}
+	return out, nil
 }
 
 // EnvVar is one config var to set.

@@ -38,7 +38,9 @@
 // Databases (databases.go: postgres:*, redis:*, the MCP database tools) are
 // Database objects the backend creates and deletes, and links: a config var
 // whose value is a reference to the database's credentials Secret (never the
-// value: the backend reads no Secret of the apps' namespace), recorded as a
+// value: the backend reads no Secret of the apps' namespace, but through
+// Config.ConfigSecrets for ConfigValues, which masks config values in what
+// agents are shown of an app's output and is never returned), recorded as a
 // release as config:set's are; psql, backups, restores and redis-cli run as
 // one-offs from the database's image through Config.Runner. A user sees the
 // databases whose spec.members lists them (admins all); any other answers as

@@ -71,6 +71,9 @@ var operations = map[string]operation{
 	"ConfigVar": {false, func(ctx context.Context, b *backend.Backend, u *backend.User) error {
 		return errOf(b.ConfigVar(ctx, u, "shop", "A"))
 	}},
+	"ConfigValues": {false, func(ctx context.Context, b *backend.Backend, u *backend.User) error {
+		return errOf(b.ConfigValues(ctx, u, "shop"))
+	}},
 	"ChangeConfig": {true, func(ctx context.Context, b *backend.Backend, u *backend.User) error {
 		return errOf(b.ChangeConfig(ctx, u, "shop", backend.ConfigChange{Set: []backend.EnvVar{{Name: "A", Value: "1"}}}))
 	}},

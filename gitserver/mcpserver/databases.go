@@ -83,7 +83,7 @@ func (s *Server) databaseTools() {
 			return *d, fmt.Sprintf("Creating the %s database %s (%s); databases shows when it runs.", d.Engine, d.Name, d.Size), nil
 		})
 
-	addTool(s, "link_database", changes, "Give an app a config var (default DATABASE_URL or REDIS_URL) whose value is the database's URL, taken from its credentials (never copied into the app's config): one release, then wait for it to serve.",
+	addTool(s, "link_database", changes, "Give an app a config var (default DATABASE_URL or REDIS_URL) whose value is the database's URL, taken from its credentials (never copied into the app's config): one release, then wait for it to serve."+tailNote,
 		func(ctx context.Context, u *backend.User, in LinkDatabaseArgs) (DatabaseLinked, string, error) {
 			if err := requiredName(in.Name); err != nil {
 				return DatabaseLinked{}, "", err
@@ -108,7 +108,7 @@ func (s *Server) databaseTools() {
 			return out, fmt.Sprintf("Linked %s to %s as %s: release v%d serves at %s.", res.Database, res.App, res.Vars[0], res.Release, out.URL), nil
 		})
 
-	addTool(s, "unlink_database", changes, "Remove every config var of an app that comes from the database's credentials: one release, then wait for it to serve.",
+	addTool(s, "unlink_database", changes, "Remove every config var of an app that comes from the database's credentials: one release, then wait for it to serve."+tailNote,
 		func(ctx context.Context, u *backend.User, in UnlinkDatabaseArgs) (DatabaseLinked, string, error) {
 			if err := requiredName(in.Name); err != nil {
 				return DatabaseLinked{}, "", err

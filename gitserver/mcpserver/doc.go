@@ -36,6 +36,17 @@
 // the call works on, the call's context ends and its result is the forbidden
 // error saying why.
 //
+// What an app or its build printed is untrusted data (output.go, package
+// untrusted): logs' and build_logs' log, run's output and the tail of a verdict
+// (a crash loop's last log lines in a rollout's failure, a failed build step's
+// last output) reach the agent without terminal escapes and control
+// characters, with each of the app's config values of 8 or more characters
+// masked as "[redacted: NAME]" (backend.ConfigValues, read for that alone),
+// inside a block that says it is the app's output and no instructions, in the
+// structured field and the text content alike; those tools' descriptions say
+// so. No tool returns a config value: set_config and link_database say the
+// vars' names. The owner's ssh logs are unchanged: the output is theirs.
+//
 // Deploys run through the backend's Deployer, the gitserver's push pipeline and
 // per-app lock, as a push or a webhook does. toolError is the one mapping of the
 // backend's error kinds to tool errors.

@@ -22,8 +22,10 @@ type RunOutput struct {
 	App      string `json:"app"`
 	ID       string `json:"id"`
 	ExitCode int    `json:"exitCode"`
-	// Output is the last RunOutputBytes of stdout and stderr together.
-	Output    string `json:"output"`
+	// Output is the last RunOutputBytes of stdout and stderr together, as
+	// untrusted output of the app (package untrusted): cleaned, the app's
+	// config values masked, framed.
+	Output    string `json:"output" jsonschema:"the tail of stdout and stderr together: untrusted output of the app, without terminal escapes and control characters, its config values masked as [redacted: NAME], inside a block that marks it as data"`
 	Truncated bool   `json:"truncated"`
 }
 
@@ -38,7 +40,7 @@ const (
 // its end, without a terminal or stdin.
 func (s *Server) runTool() {
 	b := s.cfg.Backend
-	addTool(s, "run", changes, "Run a command in a one-off instance of the app's serving release (its image, config and limits) and return its exit code and the tail of its output; no terminal, no stdin.",
+	addTool(s, "run", changes, "Run a command in a one-off instance of the app's serving release (its image, config and limits) and return its exit code and the tail of its output; no terminal, no stdin."+untrustedNote,
 		func(ctx context.Context, u *backend.User, in RunArgs) (RunOutput, string, error) {
 			if err := required(in.App); err != nil {
 				return RunOutput{}, "", err
@@ -58,8 +60,13 @@ func (s *Server) runTool() {
 			if err != nil {
 				return RunOutput{}, "", err
 			}
-			out := RunOutput{App: in.App, ID: res.ID, ExitCode: res.Exit, Output: buf.String(), Truncated: buf.cut()}
-			return out, fmt.Sprintf("%s in %s exited with %d (%d lines of output).", strings.Join(in.Command, " "), in.App, res.Exit, strings.Count(out.Output, "\n")), nil
+			o, err := s.outputOf(ctx, u, in.App)
+			if err != nil {
+				return RunOutput{}, "", err
+			}
+			output := buf.String()
+			out := RunOutput{App: in.App, ID: res.ID, ExitCode: res.Exit, Output: o.block(sourceRun, output), Truncated: buf.cut()}
+			return out, fmt.Sprintf("%s in %s exited with %d (%d lines of output):\n%s", strings.Join(in.Command, " "), in.App, res.Exit, lineCount(output), out.Output), nil
 		})
 }
 

@@ -113,7 +113,8 @@ func TestRunTool(t *testing.T) {
 	if err := json.Unmarshal(raw, &out); err != nil {
 		t.Fatal(err)
 	}
-	if out.ExitCode != 5 || len(out.Output) > mcpserver.RunOutputBytes || !out.Truncated || !strings.HasSuffix(out.Output, "last\n") || len(out.ID) != 12 {
+	// The tail, framed as the app's untrusted output (untrusted_test.go).
+	if out.ExitCode != 5 || len(out.Output) > mcpserver.RunOutputBytes+300 || !out.Truncated || !strings.HasSuffix(out.Output, "last\n</untrusted-app-output>") || len(out.ID) != 12 {
 		t.Errorf("run: exit %d, %d bytes, truncated %v, id %q, ends %q", out.ExitCode, len(out.Output), out.Truncated, out.ID, out.Output[max(0, len(out.Output)-10):])
 	}
 	if len(runner.got) != 1 || runner.got[0].Timeout != mcpserver.DefaultRunTimeout || runner.got[0].Release != 2 || runner.got[0].TTY != nil || runner.got[0].Stdin != nil {

@@ -240,13 +240,14 @@ func addTool[In, Out any](s *Server, name string, eff effect, desc string, h han
 				return s.toolError(name, u, backend.Errorf(backend.Invalid, "arguments of %s: %v", name, err)), nil
 			}
 		}
-		ctx, stop := s.watch(ctx, u)
-		res, text, err := h(ctx, u, args)
+		wctx, uses, stop := s.watch(ctx, u)
+		res, text, err := h(wctx, u, args)
 		if why := stop(); why != nil {
 			return s.toolError(name, u, why), nil
 		}
 		if err != nil {
-			return s.toolError(name, u, err), nil
+			// A failure may quote what the app printed last: a verdict.
+			return s.toolError(name, u, s.outputInError(ctx, u, uses.Apps(), err)), nil
 		}
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}, StructuredContent: res}, nil
 	})
@@ -275,9 +276,10 @@ func (s *Server) toolError(tool string, u *backend.User, err error) *mcp.CallToo
 // User as the cache has it now and the apps the call has read (backend.Recheck,
 // the same rule every call starts with). The context it returns ends when u may
 // no longer go on: removed, demoted, or taken off an app the call works on (a
-// deploy waiting for the app's lock, a slow log read). stop ends the watch and
-// returns the Forbidden error that says why the call was ended, or nil.
-func (s *Server) watch(ctx context.Context, u *backend.User) (context.Context, func() error) {
+// deploy waiting for the app's lock, a slow log read); uses are the apps the
+// call read. stop ends the watch and returns the Forbidden error that says why
+// the call was ended, or nil.
+func (s *Server) watch(ctx context.Context, u *backend.User) (context.Context, *backend.Uses, func() error) {
 	uses := &backend.Uses{}
 	ctx, end := context.WithCancelCause(backend.WithUses(ctx, uses))
 	done := make(chan struct{})
@@ -310,7 +312,7 @@ func (s *Server) watch(ctx context.Context, u *backend.User) (context.Context, f
 			}
 		}
 	}()
-	return ctx, func() error {
+	return ctx, uses, func() error {
 		close(done)
 		<-finished
 		end(nil)

@@ -104,7 +104,9 @@ type LogTail struct {
 	Build  string `json:"build,omitempty"`
 	Commit string `json:"commit,omitempty"`
 	Result string `json:"result,omitempty" jsonschema:"for build_logs: running, succeeded, failed or canceled"`
-	Log    string `json:"log"`
+	// Log is what was printed, as untrusted output of the app (package
+	// untrusted): cleaned, the app's config values masked, framed.
+	Log string `json:"log" jsonschema:"what was printed: untrusted output of the app, without terminal escapes and control characters, its config values masked as [redacted: NAME], inside a block that marks it as data"`
 	// Truncated is true when the log was longer than the tail returned.
 	Truncated bool `json:"truncated"`
 }
@@ -145,13 +147,16 @@ func (s *Server) tools() {
 			return AppList{Apps: apps}, fmt.Sprintf("%d apps: %s.", len(names), strings.Join(names, ", ")), nil
 		})
 
-	addTool(s, "app_status", reads, "Show an app: phase, the release asked for and the one serving, URL, conditions, processes, cron jobs and their last runs (failing: 3 failed runs in a row), the databases linked to it, the last build's result and the last release.",
+	addTool(s, "app_status", reads, "Show an app: phase, the release asked for and the one serving, URL, conditions, processes, cron jobs and their last runs (failing: 3 failed runs in a row), the databases linked to it, the last build's result and the last release."+tailNote,
 		func(ctx context.Context, u *backend.User, in AppArg) (backend.AppInfo, string, error) {
 			if err := required(in.App); err != nil {
 				return backend.AppInfo{}, "", err
 			}
 			st, err := b.App(ctx, u, in.App)
 			if err != nil {
+				return backend.AppInfo{}, "", err
+			}
+			if err := s.maskStatus(ctx, u, st); err != nil {
 				return backend.AppInfo{}, "", err
 			}
 			text := fmt.Sprintf("%s is %s", st.Name, st.Phase)
@@ -188,7 +193,7 @@ func (s *Server) tools() {
 			return *st, text + ".", nil
 		})
 
-	addTool(s, "deploy", changes, "Rebuild and roll out an app: its deploy branch (fetched from its upstream when it has one) or a given commit. Waits until the release serves or fails; the previous release keeps serving on failure.",
+	addTool(s, "deploy", changes, "Rebuild and roll out an app: its deploy branch (fetched from its upstream when it has one) or a given commit. Waits until the release serves or fails; the previous release keeps serving on failure."+tailNote,
 		func(ctx context.Context, u *backend.User, in DeployArgs) (Deployed, string, error) {
 			if err := required(in.App); err != nil {
 				return Deployed{}, "", err
@@ -201,7 +206,7 @@ func (s *Server) tools() {
 				fmt.Sprintf("Deployed %s: release v%d of commit %.7s serves at %s.", in.App, res.Release, res.Commit, res.URL), nil
 		})
 
-	addTool(s, "deploy_image", changes, "Deploy an image from a registry as a new release of an app (cause Image): it is pulled, pinned by its digest, and runs its own command as web, as deploy:image does. Waits until the release serves or fails; the previous release keeps serving on failure. A private registry needs an admin's registry:login.",
+	addTool(s, "deploy_image", changes, "Deploy an image from a registry as a new release of an app (cause Image): it is pulled, pinned by its digest, and runs its own command as web, as deploy:image does. Waits until the release serves or fails; the previous release keeps serving on failure. A private registry needs an admin's registry:login."+tailNote,
 		func(ctx context.Context, u *backend.User, in DeployImageArgs) (Deployed, string, error) {
 			if err := required(in.App); err != nil {
 				return Deployed{}, "", err
@@ -214,7 +219,7 @@ func (s *Server) tools() {
 				fmt.Sprintf("Deployed %s: release v%d of %s serves at %s.", in.App, res.Release, in.Image, res.URL), nil
 		})
 
-	addTool(s, "rollback", changes, "Run an older release's image and config again, as a new release, and wait for it to serve.",
+	addTool(s, "rollback", changes, "Run an older release's image and config again, as a new release, and wait for it to serve."+tailNote,
 		func(ctx context.Context, u *backend.User, in RollbackArgs) (Deployed, string, error) {
 			if err := required(in.App); err != nil {
 				return Deployed{}, "", err
@@ -248,7 +253,7 @@ func (s *Server) tools() {
 	addTool(s, "suspend", changes, "Stop every process of an app; the edge answers 503 until resume.", suspend(true))
 	addTool(s, "resume", changes, "Start a suspended app again, on the same release.", suspend(false))
 
-	addTool(s, "set_config", changes, "Set and unset config vars: one release, then wait for it to serve.",
+	addTool(s, "set_config", changes, "Set and unset config vars: one release, then wait for it to serve. The result names the vars; no tool shows a config value."+tailNote,
 		func(ctx context.Context, u *backend.User, in ConfigArgs) (Deployed, string, error) {
 			if err := required(in.App); err != nil {
 				return Deployed{}, "", err
@@ -291,7 +296,7 @@ func (s *Server) tools() {
 			return Scaled{App: in.App, Processes: procs}, fmt.Sprintf("Scaled %s to %s.", in.App, strings.Join(parts, ", ")), nil
 		})
 
-	addTool(s, "releases", reads, "List an app's releases, newest first: cause, who, commit, which serves, which failed.",
+	addTool(s, "releases", reads, "List an app's releases, newest first: cause, who, commit, which serves, which failed."+tailNote,
 		func(ctx context.Context, u *backend.User, in ReleasesArgs) (ReleaseList, string, error) {
 			if err := required(in.App); err != nil {
 				return ReleaseList{}, "", err
@@ -304,6 +309,15 @@ func (s *Server) tools() {
 			if err != nil {
 				return ReleaseList{}, "", err
 			}
+			if slices.ContainsFunc(rels, func(r backend.ReleaseInfo) bool { return r.Failed != "" }) {
+				o, err := s.outputOf(ctx, u, in.App)
+				if err != nil {
+					return ReleaseList{}, "", err
+				}
+				for i := range rels {
+					rels[i].Failed = o.verdict(rels[i].Failed)
+				}
+			}
 			out := ReleaseList{App: in.App, Releases: rels}
 			if len(rels) == 0 {
 				return out, fmt.Sprintf("%s has no releases yet.", in.App), nil
@@ -315,7 +329,7 @@ func (s *Server) tools() {
 			return out, text + ".", nil
 		})
 
-	addTool(s, "logs", reads, "The recent lines the app's processes printed (a bounded tail; no following).",
+	addTool(s, "logs", reads, "The recent lines the app's processes printed (a bounded tail; no following)."+untrustedNote,
 		func(ctx context.Context, u *backend.User, in LogsArgs) (LogTail, string, error) {
 			if err := required(in.App); err != nil {
 				return LogTail{}, "", err
@@ -330,11 +344,16 @@ func (s *Server) tools() {
 			if err := b.Logs(lctx, u, in.App, backend.LogOptions{Lines: min(lines, 1000), Process: in.Process}, &buf); err != nil {
 				return LogTail{}, "", err
 			}
-			out := LogTail{App: in.App, Log: buf.String(), Truncated: buf.cut}
-			return out, fmt.Sprintf("%d log lines of %s.", strings.Count(out.Log, "\n"), in.App), nil
+			o, err := s.outputOf(ctx, u, in.App)
+			if err != nil {
+				return LogTail{}, "", err
+			}
+			log := buf.String()
+			out := LogTail{App: in.App, Log: o.block(sourceLogs, log), Truncated: buf.cut}
+			return out, fmt.Sprintf("%d log lines of %s:\n%s", lineCount(log), in.App, out.Log), nil
 		})
 
-	addTool(s, "build_logs", reads, "The output of one of an app's builds (default: the latest), its tail when long, and how it ended.",
+	addTool(s, "build_logs", reads, "The output of one of an app's builds (default: the latest), its tail when long, and how it ended."+untrustedNote,
 		func(ctx context.Context, u *backend.User, in BuildLogsArgs) (LogTail, string, error) {
 			if err := required(in.App); err != nil {
 				return LogTail{}, "", err
@@ -348,13 +367,48 @@ func (s *Server) tools() {
 			if _, err := io.Copy(&buf, f); err != nil {
 				return LogTail{}, "", err
 			}
-			out := LogTail{App: in.App, Build: bi.ID, Commit: bi.Commit, Result: bi.Result, Log: buf.String(), Truncated: buf.cut}
+			o, err := s.outputOf(ctx, u, in.App)
+			if err != nil {
+				return LogTail{}, "", err
+			}
+			out := LogTail{App: in.App, Build: bi.ID, Commit: bi.Commit, Result: bi.Result, Log: o.block(sourceBuild, buf.String()), Truncated: buf.cut}
 			text := fmt.Sprintf("Build %s of %s (commit %.7s): %s", bi.ID, in.App, bi.Commit, bi.Result)
 			if bi.Error != "" {
-				text += ": " + bi.Error
+				text += ": " + o.line(bi.Error)
 			}
-			return out, text + ".", nil
+			return out, text + ".\n" + out.Log, nil
 		})
+}
+
+// maskStatus makes the parts of st that may quote what the app printed (the
+// RolledOut condition's message, a crash loop's last log lines; a failed
+// release's reason; a failed build's headline, which names its step) fit for
+// an agent.
+func (s *Server) maskStatus(ctx context.Context, u *backend.User, st *backend.AppInfo) error {
+	o, err := s.outputOf(ctx, u, st.Name)
+	if err != nil {
+		return err
+	}
+	st.TroubleMessage = o.verdict(st.TroubleMessage)
+	for i := range st.Conditions {
+		st.Conditions[i].Message = o.verdict(st.Conditions[i].Message)
+	}
+	if st.LastRelease != nil {
+		st.LastRelease.Failed = o.verdict(st.LastRelease.Failed)
+	}
+	if st.LastBuild != nil {
+		st.LastBuild.Error = o.line(st.LastBuild.Error)
+	}
+	return nil
+}
+
+// lineCount counts the lines of text, a last one without "\n" included.
+func lineCount(text string) int {
+	n := strings.Count(text, "\n")
+	if text != "" && !strings.HasSuffix(text, "\n") {
+		n++
+	}
+	return n
 }
 
 // tailBuffer keeps the last max bytes written, cut at a line start.

@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,7 +10,10 @@ import (
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
 	"bex.co/bex/gitserver/backend"
 )
 
@@ -58,5 +62,31 @@ func TestToolErrorIsTextWithTheCode(t *testing.T) {
 	}
 	if l := logged.String(); strings.Count(l, "tool failed") != 1 || !strings.Contains(l, "etcd is down") || !strings.Contains(l, "user=bob") {
 		t.Errorf("log: %s", l)
+	}
+}
+
+// TestAFailureWhoseAppCannotBeReadWithholdsItsOutput: when the app's config
+// cannot be read to mask what a failure quotes (access withdrawn meanwhile,
+// the app gone), the quote is withheld and the first line, bex's, stays,
+// cleaned; the error keeps its kind. A failure of a call that used no app is
+// as it was.
+func TestAFailureWhoseAppCannotBeReadWithholdsItsOutput(t *testing.T) {
+	s := runtime.NewScheme()
+	_ = appv1.AddToScheme(s)
+	cfg := backend.DefaultConfig()
+	cfg.Client, cfg.Namespace, cfg.Releases = fake.NewClientBuilder().WithScheme(s).Build(), "apps", struct{ backend.Releases }{}
+	b, err := backend.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &Server{cfg: Config{Backend: b}}
+	u := &backend.User{Name: "bob"}
+	failure := backend.Errorf(backend.Failed, "release v2 of shop did not roll out: web.1 keeps exiting\x1b[2K; last log lines:\n\x1b[31mkey=s3cret-value\x1b[0m")
+	got := srv.outputInError(context.Background(), u, []string{"shop"}, failure)
+	if want := "release v2 of shop did not roll out: web.1 keeps exiting; last log lines: " + withheld; got.Error() != want || backend.KindOf(got) != backend.Failed || !errors.Is(got, failure) {
+		t.Errorf("got %q (kind %s), want %q", got, backend.KindOf(got), want)
+	}
+	if got := srv.outputInError(context.Background(), u, nil, failure); got != failure {
+		t.Errorf("a call that used no app: %v", got)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"bex.co/bex/gitserver/mcpserver"
 	"bex.co/bex/internal/testenv"
 )
 
@@ -77,6 +78,11 @@ func TestAgentAPIWithTheTypeScriptSDK(t *testing.T) {
 		{"name": "app_status", "arguments": map[string]any{"app": "nothing"}},
 		// An app without releases: an empty list, which the schema must allow.
 		{"name": "releases", "arguments": map[string]any{"app": "tsapp"}},
+		// A change that makes a release: its verdict, the structured result
+		// (checked by the SDK against the schema) on success, the JSON after
+		// the code of a tool error when refused.
+		{"name": "set_config", "arguments": map[string]any{"app": "tsapp", "set": map[string]string{"MODE": "fast"}}},
+		{"name": "deploy", "arguments": map[string]any{"app": "tsapp", "commit": "nope"}},
 	})
 	cmd := exec.CommandContext(ctx, node, filepath.Join("testdata", "mcp_sdk_client.mjs"), modules, "http://"+e.hooksAddr+"/mcp", "-", string(calls))
 	cmd.Env = append(os.Environ(), "BEX_TOKEN="+token)
@@ -107,7 +113,7 @@ func TestAgentAPIWithTheTypeScriptSDK(t *testing.T) {
 	if strings.Join(names, " ") != mcpTools {
 		t.Fatalf("tools: %v", names)
 	}
-	if len(r.Calls) != 4 {
+	if len(r.Calls) != 6 {
 		t.Fatalf("calls: %+v", r.Calls)
 	}
 	for _, c := range r.Calls {
@@ -148,5 +154,23 @@ func TestAgentAPIWithTheTypeScriptSDK(t *testing.T) {
 	}
 	if err := json.Unmarshal(rels.StructuredContent, &releases); rels.IsError || err != nil || len(releases.Releases) != 0 {
 		t.Fatalf("releases of tsapp: %+v %s (%v)", rels, rels.StructuredContent, err)
+	}
+
+	// set_config before the first deploy: no release, the verdict live.
+	config, refused := r.Calls[4].Result, r.Calls[5].Result
+	var kept mcpserver.Deployed
+	if err := json.Unmarshal(config.StructuredContent, &kept); config.IsError || err != nil || kept.App != "tsapp" || kept.Status != "live" ||
+		kept.Release != 0 || kept.ServingRelease != 0 || kept.Hint == "" {
+		t.Fatalf("set_config of tsapp: %+v %s (%v)", config, config.StructuredContent, err)
+	}
+	// deploy of a bad commit: "invalid: " and exactly the verdict's JSON,
+	// rejected, no structured content.
+	var v mcpserver.Verdict
+	js, ok := strings.CutPrefix(refused.Content[0].Text, "invalid: ")
+	dec := json.NewDecoder(strings.NewReader(js))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); !refused.IsError || len(refused.Content) != 1 || len(refused.StructuredContent) != 0 || !ok || err != nil || dec.More() ||
+		v.Status != "rejected" || v.Phase != "fetch" || !strings.Contains(v.Message, `commit "nope"`) || v.Hint == "" {
+		t.Fatalf("deploy of a bad commit: %+v (%v)", refused, err)
 	}
 }

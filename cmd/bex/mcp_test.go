@@ -128,6 +128,15 @@ func TestAgentAPI(t *testing.T) {
 	if errorCode(res) != "invalid" || !strings.Contains(text(res), "127.0.0.1 is a loopback address, which deploy:image may not pull from") {
 		t.Fatalf("deploy_image from loopback: %s", text(res))
 	}
+	// Its verdict, the JSON after the code: nothing fetched, v1 serving on.
+	var v mcpserver.Verdict
+	if err := json.Unmarshal([]byte(strings.TrimPrefix(text(res), "invalid: ")), &v); err != nil || v.Status != "failed" || v.Phase != "fetch" ||
+		v.Release != 0 || v.ServingRelease != 1 || v.URL != dep.URL || !strings.Contains(v.Hint, "release v1 keeps serving") {
+		t.Fatalf("deploy_image from loopback: %v %s", err, text(res))
+	}
+	if dep.Status != "live" || dep.ServingRelease != 1 || dep.Phase != "rollout" {
+		t.Fatalf("deploy's verdict: %+v", dep)
+	}
 	var st backend.AppInfo
 	testenv.Eventually(t, 30*time.Second, "agentapp Running", func() error {
 		if res = call(t, ctx, s, "app_status", map[string]any{"app": "agentapp"}, &st); st.Phase != "Running" {

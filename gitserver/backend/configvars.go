@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/deployer/releases"
 )
 
 // checkEnvName refuses what cannot be a config var's name.
@@ -58,7 +60,8 @@ func (b *Backend) ConfigVar(ctx context.Context, u *User, name, key string) (*Co
 // no MCP tool shows a config value, and config tools say names.
 //
 // A literal value is the App's (spec.env, what the app's processes and
-// one-offs run with). A value taken from a Secret (a database link's URL) is
+// one-offs run with), and, under "NAME (vN)", a kept release's that differs
+// from it (a withdrawn release's instances printed theirs). A value taken from a Secret (a database link's URL) is
 // read through Config.ConfigSecrets, and for a database's credentials its
 // password is added too, under "NAME password" (an app may print it alone);
 // without ConfigSecrets (a cluster, whose gitserver may not read the apps'
@@ -100,6 +103,21 @@ func (b *Backend) ConfigValues(ctx context.Context, u *User, name string) (map[s
 		if _, db := appv1.DatabaseOfSecret(e.ValueFrom.Name); db && e.ValueFrom.Key != appv1.CredentialPassword {
 			if pw, ok := s.Data[appv1.CredentialPassword]; ok {
 				out[e.Name+" password"] = string(pw)
+			}
+		}
+	}
+	// The values of the app's kept releases too, under "NAME (vN)" where they
+	// differ from today's: a failed release is withdrawn (the App goes back to
+	// the config that served), yet its instances' last lines, which failures
+	// quote, and older releases' lines in the logs print what they ran with.
+	var rels []appv1.Release
+	if b.cfg.Releases != nil {
+		rels, _ = b.cfg.Releases.List(ctx, a.Name) // none read: today's values alone
+	}
+	for _, r := range rels {
+		for _, e := range r.Spec.Config.Env {
+			if e.ValueFrom == nil && e.Value != "" && out[e.Name] != e.Value {
+				out[fmt.Sprintf("%s (v%d)", e.Name, r.Spec.Number)] = e.Value
 			}
 		}
 	}
@@ -226,6 +244,12 @@ func (b *Backend) recordConfig(ctx context.Context, u *User, a *appv1.App, op, d
 		return 0, nil
 	}
 	n, err := b.cfg.Releases.RecordConfig(ctx, a.Name, edit, u.Name, description, progress)
+	if rc, ok := errors.AsType[*releases.ReleaseCommandError](err); ok {
+		// The release ran its release command, which failed: nothing else
+		// changed.
+		return 0, &Error{Kind: Failed, Msg: fmt.Sprintf("%v; the config is unchanged and the release that served keeps serving", err),
+			Err: StoppedAt(err, Stop{Phase: PhaseRelease, Release: rc.Release})}
+	}
 	if err != nil {
 		return 0, fmt.Errorf("recording the release of %s: %w", a.Name, err)
 	}

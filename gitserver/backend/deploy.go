@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -194,9 +195,17 @@ func (b *Backend) Await(ctx context.Context, app string, n int64, progress func(
 	var failed RolloutFailure
 	switch {
 	case errors.As(err, &failed):
-		return "", Errorf(Failed, "release v%d of %s did not roll out: %s; the previous release keeps serving", n, app, failed.RolloutFailure())
+		// Its instances did not come up healthy, unless a newer release took
+		// its place first.
+		phase := PhaseHealth
+		if strings.Contains(failed.RolloutFailure(), "was replaced by") {
+			phase = PhaseRollout
+		}
+		return "", &Error{Kind: Failed, Msg: fmt.Sprintf("release v%d of %s did not roll out: %s; the previous release keeps serving", n, app, failed.RolloutFailure()),
+			Err: StoppedAt(err, Stop{Phase: phase, Release: n})}
 	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
-		return "", Errorf(Failed, "release v%d of %s is not serving after %s: it may still come up (apps:info %s)", n, app, b.cfg.RolloutTimeout.Round(time.Second), app)
+		return "", &Error{Kind: Failed, Msg: fmt.Sprintf("release v%d of %s is not serving after %s: it may still come up (apps:info %s)", n, app, b.cfg.RolloutTimeout.Round(time.Second), app),
+			Err: StoppedAt(err, Stop{Phase: PhaseRollout, TimedOut: true, Release: n})}
 	}
 	return url, err
 }

@@ -39,13 +39,27 @@
 // What an app or its build printed is untrusted data (output.go, package
 // untrusted): logs' and build_logs' log, run's output and the tail of a verdict
 // (a crash loop's last log lines in a rollout's failure, a failed build step's
-// last output) reach the agent without terminal escapes and control
+// last output: a verdict's log_tail) reach the agent without terminal escapes and control
 // characters, with each of the app's config values of 8 or more characters
 // masked as "[redacted: NAME]" (backend.ConfigValues, read for that alone),
 // inside a block that says it is the app's output and no instructions, in the
 // structured field and the text content alike; those tools' descriptions say
 // so. No tool returns a config value: set_config and link_database say the
 // vars' names. The owner's ssh logs are unchanged: the output is theirs.
+//
+// The tools that make a release (deploy, deploy_image, set_config, rollback;
+// scale makes none) end with a Verdict (verdict.go): status (live, rejected,
+// failed, timeout), phase (fetch, build, release, health, rollout), the release
+// made and the one serving after, url, duration_s, exit_code where there is
+// one, log_tail (at most 40 lines the failing build step or instance printed,
+// untrusted), message and hint (what to do next), at most 8 KiB (the tail cut
+// first). On success it is the structured content (in Deployed); on failure
+// the tool error's text is "CODE: " and exactly the verdict's JSON, CODE the
+// error's kind as for every refusal: the one exception to "CODE: MESSAGE",
+// for clients that drop an error's structured content. judge is the one
+// mapping: a refusal by its kind, a change that ran by where the pipeline or
+// the backend marked it stopped (backend.StopOf); serving_release is the
+// App's status.revision read after the failure.
 //
 // Deploys run through the backend's Deployer, the gitserver's push pipeline and
 // per-app lock, as a push or a webhook does. toolError is the one mapping of the

@@ -245,7 +245,12 @@ func addTool[In, Out any](s *Server, name string, eff effect, desc string, h han
 		if why := stop(); why != nil {
 			return s.toolError(name, u, why), nil
 		}
-		if err != nil {
+		var verdict *verdictError
+		switch {
+		case errors.As(err, &verdict):
+			// A change that makes a release: its verdict, shown already.
+			return s.toolError(name, u, err), nil
+		case err != nil:
 			// A failure may quote what the app printed last: a verdict.
 			return s.toolError(name, u, s.outputInError(ctx, u, uses.Apps(), err)), nil
 		}

@@ -38,15 +38,6 @@ type DeployImageArgs struct {
 	Image string `json:"image" jsonschema:"the image, as docker pull takes it: a tag (ghcr.io/org/app:v1) or a digest (registry.example/app@sha256:...), from any registry"`
 }
 
-// Deployed is the result of the tools that make a release.
-type Deployed struct {
-	App        string `json:"app"`
-	Release    int64  `json:"release" jsonschema:"the new release (0: nothing released; config kept for the first deploy)"`
-	Commit     string `json:"commit,omitempty"`
-	RollbackOf int64  `json:"rollbackOf,omitempty"`
-	URL        string `json:"url,omitempty"`
-}
-
 // RollbackArgs are rollback's arguments.
 type RollbackArgs struct {
 	App string `json:"app" jsonschema:"the app's name"`
@@ -193,47 +184,50 @@ func (s *Server) tools() {
 			return *st, text + ".", nil
 		})
 
-	addTool(s, "deploy", changes, "Rebuild and roll out an app: its deploy branch (fetched from its upstream when it has one) or a given commit. Waits until the release serves or fails; the previous release keeps serving on failure."+tailNote,
+	addTool(s, "deploy", changes, "Rebuild and roll out an app: its deploy branch (fetched from its upstream when it has one) or a given commit. Waits until the release serves or fails; the previous release keeps serving on failure."+tailNote+verdictNote,
 		func(ctx context.Context, u *backend.User, in DeployArgs) (Deployed, string, error) {
+			began := time.Now()
 			if err := required(in.App); err != nil {
-				return Deployed{}, "", err
+				return s.change(ctx, u, "deploy", in.App, nil, began, Deployed{}, "", err)
 			}
 			res, err := b.Deploy(ctx, u, in.App, in.Commit)
 			if err != nil {
-				return Deployed{}, "", err
+				return s.change(ctx, u, "deploy", in.App, nil, began, Deployed{}, "", err)
 			}
-			return Deployed{App: in.App, Release: res.Release, Commit: res.Commit, URL: res.URL},
-				fmt.Sprintf("Deployed %s: release v%d of commit %.7s serves at %s.", in.App, res.Release, res.Commit, res.URL), nil
+			return s.change(ctx, u, "deploy", in.App, nil, began, Deployed{Commit: res.Commit, Verdict: Verdict{Release: res.Release, URL: res.URL}},
+				fmt.Sprintf("Deployed %s: release v%d of commit %.7s serves at %s.", in.App, res.Release, res.Commit, res.URL), nil)
 		})
 
-	addTool(s, "deploy_image", changes, "Deploy an image from a registry as a new release of an app (cause Image): it is pulled, pinned by its digest, and runs its own command as web, as deploy:image does. Waits until the release serves or fails; the previous release keeps serving on failure. A private registry needs an admin's registry:login."+tailNote,
+	addTool(s, "deploy_image", changes, "Deploy an image from a registry as a new release of an app (cause Image): it is pulled, pinned by its digest, and runs its own command as web, as deploy:image does. Waits until the release serves or fails; the previous release keeps serving on failure. A private registry needs an admin's registry:login."+tailNote+verdictNote,
 		func(ctx context.Context, u *backend.User, in DeployImageArgs) (Deployed, string, error) {
+			began := time.Now()
 			if err := required(in.App); err != nil {
-				return Deployed{}, "", err
+				return s.change(ctx, u, "deploy_image", in.App, nil, began, Deployed{}, "", err)
 			}
 			res, err := b.DeployImage(ctx, u, in.App, in.Image, nil)
 			if err != nil {
-				return Deployed{}, "", err
+				return s.change(ctx, u, "deploy_image", in.App, nil, began, Deployed{}, "", err)
 			}
-			return Deployed{App: in.App, Release: res.Release, URL: res.URL},
-				fmt.Sprintf("Deployed %s: release v%d of %s serves at %s.", in.App, res.Release, in.Image, res.URL), nil
+			return s.change(ctx, u, "deploy_image", in.App, nil, began, Deployed{Verdict: Verdict{Release: res.Release, URL: res.URL}},
+				fmt.Sprintf("Deployed %s: release v%d of %s serves at %s.", in.App, res.Release, in.Image, res.URL), nil)
 		})
 
-	addTool(s, "rollback", changes, "Run an older release's image and config again, as a new release, and wait for it to serve."+tailNote,
+	addTool(s, "rollback", changes, "Run an older release's image and config again, as a new release, and wait for it to serve."+tailNote+verdictNote,
 		func(ctx context.Context, u *backend.User, in RollbackArgs) (Deployed, string, error) {
+			began := time.Now()
 			if err := required(in.App); err != nil {
-				return Deployed{}, "", err
+				return s.change(ctx, u, "rollback", in.App, nil, began, Deployed{}, "", err)
 			}
 			to, n, err := b.Rollback(ctx, u, in.App, in.To)
 			if err != nil {
-				return Deployed{}, "", err
+				return s.change(ctx, u, "rollback", in.App, nil, began, Deployed{}, "", err)
 			}
 			url, err := b.Await(ctx, in.App, n, nil)
 			if err != nil {
-				return Deployed{}, "", err
+				return s.change(ctx, u, "rollback", in.App, nil, began, Deployed{}, "", err)
 			}
-			return Deployed{App: in.App, Release: n, RollbackOf: to, URL: url},
-				fmt.Sprintf("Rolled %s back to v%d: release v%d serves at %s.", in.App, to, n, url), nil
+			return s.change(ctx, u, "rollback", in.App, nil, began, Deployed{RollbackOf: to, Verdict: Verdict{Release: n, URL: url}},
+				fmt.Sprintf("Rolled %s back to v%d: release v%d serves at %s.", in.App, to, n, url), nil)
 		})
 
 	suspend := func(suspended bool) handler[AppArg, Suspension] {
@@ -253,10 +247,11 @@ func (s *Server) tools() {
 	addTool(s, "suspend", changes, "Stop every process of an app; the edge answers 503 until resume.", suspend(true))
 	addTool(s, "resume", changes, "Start a suspended app again, on the same release.", suspend(false))
 
-	addTool(s, "set_config", changes, "Set and unset config vars: one release, then wait for it to serve. The result names the vars; no tool shows a config value."+tailNote,
+	addTool(s, "set_config", changes, "Set and unset config vars: one release, then wait for it to serve. The result names the vars; no tool shows a config value."+tailNote+verdictNote,
 		func(ctx context.Context, u *backend.User, in ConfigArgs) (Deployed, string, error) {
+			began := time.Now()
 			if err := required(in.App); err != nil {
-				return Deployed{}, "", err
+				return s.change(ctx, u, "set_config", in.App, in.Set, began, Deployed{}, "", err)
 			}
 			ch := backend.ConfigChange{Unset: in.Unset}
 			for _, k := range slices.Sorted(maps.Keys(in.Set)) {
@@ -264,19 +259,20 @@ func (s *Server) tools() {
 			}
 			res, err := b.ChangeConfig(ctx, u, in.App, ch)
 			if err != nil {
-				return Deployed{}, "", err
+				return s.change(ctx, u, "set_config", in.App, in.Set, began, Deployed{}, "", err)
 			}
 			switch {
 			case res.Description == "":
-				return Deployed{App: in.App}, fmt.Sprintf("Nothing to change on %s: %s not set.", in.App, strings.Join(res.NotSet, ", ")), nil
+				return s.change(ctx, u, "set_config", in.App, in.Set, began, Deployed{}, fmt.Sprintf("Nothing to change on %s: %s not set.", in.App, strings.Join(res.NotSet, ", ")), nil)
 			case res.Release == 0:
-				return Deployed{App: in.App}, fmt.Sprintf("%s on %s; its first deploy takes it.", res.Description, in.App), nil
+				return s.change(ctx, u, "set_config", in.App, in.Set, began, Deployed{}, fmt.Sprintf("%s on %s; its first deploy takes it.", res.Description, in.App), nil)
 			}
 			url, err := b.Await(ctx, in.App, res.Release, nil)
 			if err != nil {
-				return Deployed{}, "", err
+				return s.change(ctx, u, "set_config", in.App, in.Set, began, Deployed{}, "", err)
 			}
-			return Deployed{App: in.App, Release: res.Release, URL: url}, fmt.Sprintf("%s on %s: release v%d serves at %s.", res.Description, in.App, res.Release, url), nil
+			return s.change(ctx, u, "set_config", in.App, in.Set, began, Deployed{Verdict: Verdict{Release: res.Release, URL: url}},
+				fmt.Sprintf("%s on %s: release v%d serves at %s.", res.Description, in.App, res.Release, url), nil)
 		})
 
 	addTool(s, "scale", changes, "Set how many instances of each process type run (no new release).",

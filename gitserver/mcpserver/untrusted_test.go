@@ -80,7 +80,15 @@ type failedBuild struct{}
 
 func (failedBuild) Deploy(context.Context, backend.DeployRequest) (*backend.DeployResult, error) {
 	tail := "    " + strings.ReplaceAll(strings.TrimSuffix(hostile, "\n"), "\n", "\n    ")
-	return nil, backend.Errorf(backend.Failed, "deploy failed: the build of abcdef0 failed: step RUN ./build failed with exit code 1; its last output:\n%s", tail)
+	return nil, backend.StoppedAt(backend.Errorf(backend.Failed, "deploy failed: the build of abcdef0 failed: step RUN ./build failed with exit code 1; its last output:\n%s", tail),
+		backend.Stop{Phase: backend.PhaseBuild})
+}
+
+// DeployImage is a pull that finds no image, as the pipeline reports it:
+// the importer's kind, marked as stopped at the fetch.
+func (failedBuild) DeployImage(_ context.Context, req backend.ImageRequest) (*backend.DeployResult, error) {
+	return nil, backend.StoppedAt(&backend.Error{Kind: backend.NotFound, Msg: "image " + req.Image + " not found in its registry"},
+		backend.Stop{Phase: backend.PhaseFetch})
 }
 
 // TestAppOutputReachesAgentsAsUntrustedData, through the real MCP client over
@@ -109,7 +117,7 @@ func TestAppOutputReachesAgentsAsUntrustedData(t *testing.T) {
 	bcfg := backend.DefaultConfig()
 	bcfg.Client, bcfg.Reader, bcfg.Namespace, bcfg.ConfigSecrets = cp.Client, cache, ns, cp.Client
 	bcfg.Releases = &releases.Recorder{Client: cp.Client, Namespace: ns, PollInterval: 20 * time.Millisecond}
-	bcfg.Logs, bcfg.Builds, bcfg.Runner, bcfg.Deployer = printingApp{}, printingApp{}, printingApp{}, failedBuild{}
+	bcfg.Logs, bcfg.Builds, bcfg.Runner, bcfg.Deployer, bcfg.Images = printingApp{}, printingApp{}, printingApp{}, failedBuild{}, failedBuild{}
 	bcfg.Tokens = &tokens.Store{Client: cp.Client, Users: cache, Namespace: ns}
 	bcfg.RolloutTimeout = 30 * time.Second
 	bcfg.Log = slog.New(slog.DiscardHandler)
@@ -254,6 +262,11 @@ func TestAppOutputReachesAgentsAsUntrustedData(t *testing.T) {
 	if res.IsError || !strings.Contains(text(res), "Set GREETING on shop: release v1 serves") || strings.Contains(all, "hello there, friend") {
 		t.Fatalf("set_config: %s", all)
 	}
+	var live mcpserver.Deployed
+	decode(t, res, &live)
+	if live.App != "shop" || live.Status != "live" || live.Phase != "rollout" || live.Release != 1 || live.ServingRelease != 1 || live.URL == "" || live.Hint == "" || live.ExitCode != nil {
+		t.Errorf("set_config's verdict: %+v", live)
+	}
 	values["GREETING"] = "hello there, friend"
 
 	res, all = call("logs", map[string]any{"app": "shop"})
@@ -284,20 +297,47 @@ func TestAppOutputReachesAgentsAsUntrustedData(t *testing.T) {
 
 	// A deploy whose build step failed: the verdict quotes its last output.
 	res, _ = call("deploy", map[string]any{"app": "shop"})
-	if !res.IsError || !strings.HasPrefix(text(res), "failed: deploy failed: the build of abcdef0 failed: step RUN ./build failed with exit code 1; its last output:\n") {
+	v := verdictOf(t, res, "failed")
+	if v.Status != "failed" || v.Phase != "build" || v.ExitCode == nil || *v.ExitCode != 1 || v.ServingRelease != 1 ||
+		v.Message != "deploy failed: the build of abcdef0 failed: step RUN ./build failed with exit code 1; its last output:" {
 		t.Errorf("deploy: %s", text(res))
 	}
-	framed("deploy's verdict", "the last output", text(res))
+	framed("deploy's verdict", "the last output", v.LogTail)
+
+	// An image that cannot be fetched: the importer's code, the verdict's
+	// fetch, the old release serving.
+	res, _ = call("deploy_image", map[string]any{"app": "shop", "image": "registry.example/shop:nope"})
+	v = verdictOf(t, res, "not_found")
+	if v.Status != "failed" || v.Phase != "fetch" || v.Release != 0 || v.ServingRelease != 1 || v.URL == "" || v.ExitCode != nil || v.LogTail != "" ||
+		v.Message != "image registry.example/shop:nope not found in its registry" || !strings.Contains(v.Hint, "release v1 keeps serving") {
+		t.Errorf("deploy_image that cannot fetch: %s", text(res))
+	}
+
+	// Refused before anything ran: rejected.
+	res, _ = call("rollback", map[string]any{"app": "shop", "to": 9})
+	if v = verdictOf(t, res, "not_found"); v.Status != "rejected" || v.Phase != "release" || v.ServingRelease != 1 {
+		t.Errorf("rollback to no release: %s", text(res))
+	}
 
 	// A config change whose release crash-loops: the deployer's message ends
 	// with the instance's last log lines; the release is withdrawn.
+	// What the release printed may quote the value it was given, which the
+	// App no longer has once the release is withdrawn: masked all the same.
 	crash := "web.1 keeps exiting: 3 exits within 1m0s (last: exited with code 1); last log lines:\n" + strings.TrimSuffix(hostile, "\n")
-	deployer.Fail("shop", 2, appv1.CrashLoopReason, crash)
-	res, _ = call("set_config", map[string]any{"app": "shop", "set": map[string]string{"MODE": "fast"}})
-	if !res.IsError || !strings.HasPrefix(text(res), "failed: release v2 of shop did not roll out: web.1 keeps exiting: 3 exits within 1m0s (last: exited with code 1); last log lines:\n") {
+	deployer.Fail("shop", 2, appv1.CrashLoopReason, crash+"\nMODE=fast-and-loose is not a mode")
+	values["MODE"] = "fast-and-loose"
+	res, _ = call("set_config", map[string]any{"app": "shop", "set": map[string]string{"MODE": "fast-and-loose"}})
+	v = verdictOf(t, res, "failed")
+	if v.Status != "failed" || v.Phase != "health" || v.Release != 2 || v.ServingRelease != 1 || v.ExitCode == nil || *v.ExitCode != 1 ||
+		v.Message != "release v2 of shop did not roll out: web.1 keeps exiting: 3 exits within 1m0s (last: exited with code 1); last log lines:" {
 		t.Errorf("set_config of a crash-looping release: %s", text(res))
 	}
-	framed("set_config's verdict", "the last output", text(res))
+	framed("set_config's verdict", "the last output", v.LogTail)
+	if !strings.Contains(v.LogTail, "MODE=[redacted: MODE] is not a mode") {
+		t.Errorf("set_config's verdict: the value it set is not masked:\n%s", v.LogTail)
+	}
+	// releases and app_status mask it too: backend.ConfigValues holds the
+	// values of the kept releases, the withdrawn one's included.
 
 	res, _ = call("releases", map[string]any{"app": "shop"})
 	var rels mcpserver.ReleaseList
@@ -359,6 +399,30 @@ func TestAppOutputReachesAgentsAsUntrustedData(t *testing.T) {
 	if res.IsError || !strings.Contains(text(res), "Unset GREETING on shop") {
 		t.Errorf("set_config unset: %s", text(res))
 	}
+}
+
+// verdictOf is the verdict a tool error carries: its one text content is
+// "CODE: " and exactly the verdict's JSON, at most 8 KiB.
+func verdictOf(t *testing.T, res *mcp.CallToolResult, code string) mcpserver.Verdict {
+	t.Helper()
+	if !res.IsError || res.StructuredContent != nil || len(res.Content) != 1 {
+		t.Fatalf("not a tool error with one content: %+v", res)
+	}
+	txt := res.Content[0].(*mcp.TextContent).Text
+	js, ok := strings.CutPrefix(txt, code+": ")
+	if !ok || len(js) > 8<<10 {
+		t.Fatalf("want %q and a verdict of at most 8 KiB (%d bytes): %s", code+": ", len(js), txt)
+	}
+	var v mcpserver.Verdict
+	dec := json.NewDecoder(strings.NewReader(js))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil || dec.More() {
+		t.Fatalf("the text after the code is not one verdict: %v\n%s", err, txt)
+	}
+	if v.Hint == "" || v.Status == "" || v.Phase == "" {
+		t.Errorf("a verdict without status, phase or hint: %s", js)
+	}
+	return v
 }
 
 // decode decodes res's structured content into out.

@@ -140,7 +140,8 @@ func (p *Pipeline) Deploy(ctx context.Context, req DeployRequest, progress io.Wr
 			if errors.Is(err, syscall.ENOSPC) {
 				return nil, backend.Errorf(backend.Invalid, "%s", p.DiskFilled("deploy again"))
 			}
-			return nil, fmt.Errorf("%w: fetching %s from %s: %v", ErrDeployFailed, branch, upstream.Redact(req.Upstream), err)
+			return nil, backend.StoppedAt(fmt.Errorf("%w: fetching %s from %s: %v", ErrDeployFailed, branch, upstream.Redact(req.Upstream), err),
+				backend.Stop{Phase: backend.PhaseFetch})
 		}
 		log.Info("fetched", "commit", commit.String(), "took", time.Since(start))
 	case req.Commit != "":
@@ -231,6 +232,7 @@ const ReasonCancelled = "push cancelled"
 type deployFailed struct {
 	detail string
 	cause  error
+	stop   backend.Stop
 }
 
 func (e *deployFailed) Error() string { return fmt.Sprintf("%v: %s", ErrDeployFailed, e.detail) }
@@ -247,8 +249,38 @@ func (e *deployFailed) KeepsServing() int64 {
 	return 0
 }
 
+// StoppedAt says where the deploy stopped (backend.StopOf reads it), from the
+// job's reason.
+func (e *deployFailed) StoppedAt() backend.Stop { return e.stop }
+
 // failedDeploy is the error of a job that did not serve.
-func failedDeploy(r JobResult) error { return &deployFailed{detail: r.Detail, cause: r.Err} }
+func failedDeploy(r JobResult) error {
+	return &deployFailed{detail: r.Detail, cause: r.Err, stop: stopOf(r)}
+}
+
+// stopOf is where a job that did not serve stopped, by its reason.
+func stopOf(r JobResult) backend.Stop {
+	s := backend.Stop{Release: r.Release}
+	switch r.Reason {
+	case "missing config var", "build failed", "predeploy failed":
+		s.Phase = backend.PhaseBuild
+	case "build timed out":
+		s.Phase, s.TimedOut = backend.PhaseBuild, true
+	case "release command failed", "release failed", "postdeploy failed":
+		s.Phase = backend.PhaseRelease
+	default: // "deploy failed": the rollout
+		var rollout interface{ RolloutFailure() string }
+		switch {
+		case errors.Is(r.Err, context.DeadlineExceeded):
+			s.Phase, s.TimedOut = backend.PhaseRollout, true
+		case errors.As(r.Err, &rollout) && !strings.Contains(rollout.RolloutFailure(), "was replaced by"):
+			s.Phase = backend.PhaseHealth
+		default:
+			s.Phase = backend.PhaseRollout
+		}
+	}
+	return s
+}
 
 // BuildAndRelease builds j.Commit, records a release and waits for it to serve,
 // saying what happens on out. The caller holds the app's lock. Once the release is

@@ -64,7 +64,9 @@ func (p *Pipeline) DeployImage(ctx context.Context, req ImageRequest, from Image
 		log.Info("deploy:image", "result", "refused", "reason", err)
 		out.Fail("%v", err)
 		out.Fail("Nothing changed on %s: %s.", req.App, p.serving(ctx, req.App))
-		return nil, err
+		// Its kind stays the importer's (no such image, a registry out of
+		// reach); where it stopped is the fetch.
+		return nil, backend.StoppedAt(err, backend.Stop{Phase: backend.PhaseFetch})
 	}
 	out.Step("Releasing %s", image)
 	res := p.releaseAndAwait(ctx, ReleaseRequest{

@@ -156,6 +156,7 @@ func (p pushReleaser) Release(ctx context.Context, req pipeline.ReleaseRequest) 
 
 // The deployer's release recorder is what the backend records releases with.
 var _ backend.Releases = (*releases.Recorder)(nil)
+var _ backend.ReleaseCommandFailure = (*releases.ReleaseCommandError)(nil)
 
 // hookRedeployer is the backend's Redeploy as the webhook handler calls it.
 type hookRedeployer struct{ b *backend.Backend }

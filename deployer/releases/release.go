@@ -51,6 +51,10 @@ func (e *ReleaseCommandError) Error() string {
 // Is makes errors.Is(err, ErrReleaseCommandFailed) hold.
 func (e *ReleaseCommandError) Is(target error) bool { return target == ErrReleaseCommandFailed }
 
+// ReleaseCommandFailed is the release whose command failed, for callers that
+// declare the error they read as an interface (the gitserver's backend).
+func (e *ReleaseCommandError) ReleaseCommandFailed() int64 { return e.Release }
+
 // releasePhase runs the release command of the release ch makes, once, with its
 // image and config, before anything is written. When it fails, release vN is
 // recorded as failed and a *ReleaseCommandError returned.

@@ -36,6 +36,14 @@ type Releases interface {
 	Await(ctx context.Context, app string, n int64, progress func(string)) (string, error)
 }
 
+// ReleaseCommandFailure is implemented by the error of a config change whose
+// release command failed before anything was written (the deployer's
+// releases.ReleaseCommandError): ReleaseCommandFailed returns that release.
+type ReleaseCommandFailure interface {
+	error
+	ReleaseCommandFailed() int64
+}
+
 // KeepsServing is implemented by a deploy's error whose rollout failed with
 // the deployer naming the release that serves on (its reason says "Release vN
 // keeps serving."): KeepsServing returns N, 0 when it named none. What the

@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
-	"bex.co/bex/deployer/releases"
 )
 
 // checkEnvName refuses what cannot be a config var's name.
@@ -244,11 +243,11 @@ func (b *Backend) recordConfig(ctx context.Context, u *User, a *appv1.App, op, d
 		return 0, nil
 	}
 	n, err := b.cfg.Releases.RecordConfig(ctx, a.Name, edit, u.Name, description, progress)
-	if rc, ok := errors.AsType[*releases.ReleaseCommandError](err); ok {
+	if rc, ok := errors.AsType[ReleaseCommandFailure](err); ok {
 		// The release ran its release command, which failed: nothing else
 		// changed.
 		return 0, &Error{Kind: Failed, Msg: fmt.Sprintf("%v; the config is unchanged and the release that served keeps serving", err),
-			Err: StoppedAt(err, Stop{Phase: PhaseRelease, Release: rc.Release})}
+			Err: StoppedAt(err, Stop{Phase: PhaseRelease, Release: rc.ReleaseCommandFailed()})}
 	}
 	if err != nil {
 		return 0, fmt.Errorf("recording the release of %s: %w", a.Name, err)

@@ -404,6 +404,8 @@ func (nopAdmission) AdmitPush(_ context.Context, _ *backend.User, name string) (
 func (a nopAdmission) CreatePushedApp(ctx context.Context, u *backend.User, name string) (*backend.PushTarget, error) {
 	return a.AdmitPush(ctx, u, name)
 }
+func (nopAdmission) Pushed(*backend.User, string, backend.PushDone) {}
+
 func (nopAdmission) SetDeployBranch(context.Context, *backend.User, string, string) error {
 	return backend.ErrForbidden
 }

@@ -33,6 +33,8 @@ type Admission interface {
 	CreatePushedApp(ctx context.Context, user *backend.User, name string) (*backend.PushTarget, error)
 	// SetDeployBranch records the app's deploy branch.
 	SetDeployBranch(ctx context.Context, user *backend.User, name, branch string) error
+	// Pushed keeps how a push's deploy ended in the audit trail.
+	Pushed(user *backend.User, name string, d backend.PushDone)
 }
 
 // Commands runs the commands of `ssh bex@HOST <command>`: every session whose

@@ -353,6 +353,12 @@ func (p *push) deploy(ctx context.Context, cmd receive.Command) pipeline.JobResu
 		Actor: p.user.Name, Cause: pipeline.CausePush, What: "push",
 	}, p.out, p.log)
 	p.timings = append(p.timings, res.Timings...)
+	failure := res.Reason
+	if res.Detail != "" {
+		failure += ": " + res.Detail
+	}
+	p.s.admit.Pushed(p.user, p.name, backend.PushDone{Commit: cmd.New.String(), Branch: cmd.Name.Short(),
+		Before: p.app.Serving, Release: res.Release, Failure: failure})
 	return res
 }
 

@@ -88,8 +88,18 @@ func (b *Backend) update(ctx context.Context, u *User, name string, change func(
 		if !u.MayUseApp(name, a.Spec.Members) {
 			return Errorf(Forbidden, "user %s has no access to app %s", u.Name, name)
 		}
+		before := a.DeepCopy()
 		if err := change(a); err != nil {
 			return err
+		}
+		if p := planOf(ctx); p != nil {
+			// The API server checks the change as it would the write (its
+			// validation, the CRD's rules), keeping nothing.
+			if err := b.cfg.Client.Update(ctx, a, client.DryRunAll); err != nil {
+				return err
+			}
+			planApp(p, before, a)
+			return errDryRun
 		}
 		if err := b.cfg.Client.Update(ctx, a); err != nil {
 			return err

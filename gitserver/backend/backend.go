@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/gitserver/audit"
 	"bex.co/bex/gitserver/dbbackups"
 	"bex.co/bex/gitserver/tokens"
 	"bex.co/bex/gitserver/upstream"
@@ -168,6 +169,13 @@ type Config struct {
 	// postgres:backups:capture, the schedule, postgres:restore --backup); nil:
 	// those say this server keeps none.
 	Backups *dbbackups.Store
+	// Traffic reads the edge's request figures per app (metrics, diagnose);
+	// nil: those say this server has no edge figures.
+	Traffic Traffic
+	// Audit keeps the audit trail: every change, from every way in (audit,
+	// audit:json, the MCP tool audit); nil: changes are logged only, and
+	// audit says this server keeps no trail.
+	Audit *audit.Store
 	// Tokens keeps the agents' API tokens; nil: there is no agents' API.
 	Tokens *tokens.Store
 	// RemoveRepository deletes an app's git repository (apps:destroy); nil:
@@ -247,6 +255,10 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.Reader == nil {
 		cfg.Reader = cfg.Client
 	}
+	// Every write of the backend's goes through the guard, which refuses it in
+	// a dry run: a dry run changes nothing even where an operation did not
+	// stop at wouldChange.
+	cfg.Client = dryRunGuard{cfg.Client}
 	if cfg.SecretsNamespace == "" {
 		cfg.SecretsNamespace = cfg.Namespace
 	}
@@ -260,10 +272,14 @@ func New(cfg Config) (*Backend, error) {
 // Host is how users reach the gitserver ("ssh://git@HOST:PORT").
 func (b *Backend) Host() string { return b.cfg.Host }
 
-// audit logs a change: who (user, key), what (the operation, by the name of
-// its ssh command) and which app.
+// audit logs a change and keeps it in the audit trail: who (user, key or
+// token, the agent's client and reason), what (the operation, by the name of
+// its ssh command), which app, and attrs, the operation's own facts ("before"
+// and "release" are the releases before and after it, "database" the
+// database it worked on).
 func (b *Backend) audit(u *User, op, app string, attrs ...any) {
 	b.log.Info("audit", append([]any{"user", u.Name, "key", u.KeyName, "fingerprint", u.KeyFingerprint, "command", op, "app", app}, attrs...)...)
+	b.keep(entryOf(u, op, app, attrs))
 }
 
 // Internal logs err, an internal failure of op for u, so that the front-ends

@@ -239,8 +239,15 @@ func (b *Backend) recordConfig(ctx context.Context, u *User, a *appv1.App, op, d
 		}); err != nil {
 			return 0, err
 		}
-		b.audit(u, op, a.Name, attrs...)
+		b.audit(u, op, a.Name, append(attrs, "before", a.Status.Revision)...)
 		return 0, nil
+	}
+	if err := wouldChange(ctx, func(p *Plan) {
+		p.Config = configDiff(a.Spec.Env, edit(slices.Clone(a.Spec.Env)))
+		p.Release, p.ServingRelease = b.nextRelease(ctx, a), a.Status.Revision
+		p.Changes = append(p.Config.sentences(), fmt.Sprintf("would record release v%d with them and roll it out; v%d would keep serving until its instances are healthy", p.Release, a.Status.Revision))
+	}); err != nil {
+		return 0, err
 	}
 	n, err := b.cfg.Releases.RecordConfig(ctx, a.Name, edit, u.Name, description, progress)
 	if rc, ok := errors.AsType[ReleaseCommandFailure](err); ok {
@@ -252,6 +259,6 @@ func (b *Backend) recordConfig(ctx context.Context, u *User, a *appv1.App, op, d
 	if err != nil {
 		return 0, fmt.Errorf("recording the release of %s: %w", a.Name, err)
 	}
-	b.audit(u, op, a.Name, append(attrs, "release", n)...)
+	b.audit(u, op, a.Name, append(attrs, "before", a.Status.Revision, "release", n)...)
 	return n, nil
 }

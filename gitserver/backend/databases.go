@@ -337,7 +337,13 @@ func (b *Backend) CreateDatabase(ctx context.Context, u *User, req DatabaseReque
 	db := &appv1.Database{ObjectMeta: metav1.ObjectMeta{Name: req.Name, Namespace: b.cfg.Namespace},
 		Spec: appv1.DatabaseSpec{Engine: req.Engine, Version: req.Version, Size: *size, Resources: res,
 			Instances: max(req.Instances, 1), Members: []string{u.Name}}}
-	if err := b.cfg.Client.Create(ctx, db); err != nil {
+	var dryRun []client.CreateOption
+	if planOf(ctx) != nil {
+		// The API server checks it as it would the create (a name taken, its
+		// rules), keeping nothing.
+		dryRun = append(dryRun, client.DryRunAll)
+	}
+	if err := b.cfg.Client.Create(ctx, db, dryRun...); err != nil {
 		switch {
 		case apierrors.IsAlreadyExists(err):
 			old := &appv1.Database{}
@@ -349,6 +355,13 @@ func (b *Backend) CreateDatabase(ctx context.Context, u *User, req DatabaseReque
 			return nil, Errorf(Invalid, "the API refused database %s: %s", req.Name, apierrors.ReasonForError(err))
 		}
 		return nil, fmt.Errorf("creating database %s: %w", req.Name, err)
+	}
+	if err := wouldChange(ctx, func(p *Plan) {
+		in := databaseInfoOf(db, nil)
+		p.Database = &in
+		p.Changes = append(p.Changes, fmt.Sprintf("would create the %s database %s (%s, %d instances) with %s as its member", req.Engine, req.Name, size.String(), db.Spec.Instances, u.Name))
+	}); err != nil {
+		return nil, err
 	}
 	b.auditDatabase(u, string(req.Engine)+":create", req.Name, "size", size.String(), "version", req.Version, "instances", db.Spec.Instances)
 	// The UID tells the new Database from an older one of the same name whose

@@ -39,8 +39,48 @@ func (b *Backend) Deploy(ctx context.Context, u *User, name, commit string) (*De
 	if commit == "" {
 		req.Upstream = a.Spec.Git.Upstream
 	}
-	b.audit(u, "deploy", name, "commit", commit)
-	return b.deploy(ctx, req, a.Status.Revision)
+	if err := wouldChange(ctx, func(p *Plan) {
+		p.Release, p.ServingRelease, p.Commit, p.Upstream = b.nextRelease(ctx, a), a.Status.Revision, commit, req.Upstream
+		what := fmt.Sprintf("the commit %s", commit)
+		if commit == "" {
+			p.Branch = a.Spec.Git.DeployBranch
+			if p.Branch == "" {
+				p.Branch = "main"
+			}
+			what = fmt.Sprintf("the tip of %s", p.Branch)
+			if req.Upstream != "" {
+				what += fmt.Sprintf(", fetched first from %s", req.Upstream)
+			}
+		}
+		p.Changes = append(p.Changes, fmt.Sprintf("would build %s and roll it out as release v%d; v%d would keep serving until its instances are healthy", what, p.Release, a.Status.Revision))
+	}); err != nil {
+		return nil, err
+	}
+	res, err := b.deploy(ctx, req, a.Status.Revision)
+	b.audit(u, "deploy", name, deployAttrs(a, commit, res, err)...)
+	return res, err
+}
+
+// deployAttrs are the audit's facts of a deploy of a that built commit (""
+// the deploy branch) and ended with res or err.
+func deployAttrs(a *appv1.App, commit string, res *DeployResult, err error) []any {
+	attrs := []any{"before", a.Status.Revision}
+	if commit != "" {
+		attrs = append(attrs, "commit", commit)
+	}
+	if res != nil {
+		attrs = append(attrs, "release", res.Release)
+		if commit == "" && res.Commit != "" {
+			attrs = append(attrs, "commit", res.Commit)
+		}
+	}
+	if err != nil {
+		if stop, ran := StopOf(err); ran && stop.Release > 0 {
+			attrs = append(attrs, "release", stop.Release)
+		}
+		attrs = append(attrs, "error", err.Error())
+	}
+	return attrs
 }
 
 // deploy runs req; served is the release that served before it (0: none), for
@@ -103,8 +143,13 @@ func (b *Backend) Redeploy(ctx context.Context, app, provider, delivery string) 
 		}
 		return err
 	}
-	_, err := b.cfg.Deployer.Deploy(ctx, DeployRequest{App: app, Upstream: a.Spec.Git.Upstream, Cause: CauseWebhook,
+	res, err := b.cfg.Deployer.Deploy(ctx, DeployRequest{App: app, Upstream: a.Spec.Git.Upstream, Cause: CauseWebhook,
 		Actor: "webhook:" + provider, Delivery: delivery})
+	attrs := append(deployAttrs(a, "", res, err), "provider", provider, "delivery", delivery)
+	b.log.Info("audit", append([]any{"user", "webhook:" + provider, "command", "webhook", "app", app}, attrs...)...)
+	e := AuditEntry{User: "webhook:" + provider, Via: ViaWebhook, Command: "webhook", App: app}
+	addAttrs(&e, attrs)
+	b.keep(e)
 	return err
 }
 
@@ -149,11 +194,14 @@ func (b *Backend) Rollback(ctx context.Context, u *User, name string, to int64) 
 	if to, err = b.rollbackTarget(ctx, a, to); err != nil {
 		return 0, 0, err
 	}
+	if err := b.planRollback(ctx, a, to); err != nil {
+		return 0, 0, err
+	}
 	n, err := b.cfg.Releases.Rollback(ctx, a.Name, to, u.Name)
 	if err != nil {
 		return 0, 0, fmt.Errorf("recording the rollback of %s: %w", a.Name, err)
 	}
-	b.audit(u, "rollback", a.Name, "to", to, "release", n)
+	b.audit(u, "rollback", a.Name, "to", to, "before", a.Status.Revision, "release", n)
 	return to, n, nil
 }
 
@@ -208,4 +256,29 @@ func (b *Backend) Await(ctx context.Context, app string, n int64, progress func(
 			Err: StoppedAt(err, Stop{Phase: PhaseRollout, TimedOut: true, Release: n})}
 	}
 	return url, err
+}
+
+// planRollback ends a dry run of the rollback of a to release to with what it
+// would bring back: that release, its image, how its config differs from the
+// App's today. Outside a dry run it does nothing.
+func (b *Backend) planRollback(ctx context.Context, a *appv1.App, to int64) error {
+	if planOf(ctx) == nil {
+		return nil
+	}
+	rels, err := b.cfg.Releases.List(ctx, a.Name)
+	if err != nil {
+		return fmt.Errorf("listing the releases of %s: %w", a.Name, err)
+	}
+	i := slices.IndexFunc(rels, func(r appv1.Release) bool { return r.Spec.Number == to })
+	if i < 0 {
+		return Errorf(NotFound, "%s has no release v%d to roll back to (releases %s lists them; old ones are pruned)", a.Name, to, a.Name)
+	}
+	return wouldChange(ctx, func(p *Plan) {
+		r := releaseInfoOf(&rels[i], a)
+		p.RollbackTo, p.Image = &r, r.Image
+		p.Config = configDiff(a.Spec.Env, rels[i].Spec.Config.Env)
+		p.Release, p.ServingRelease = b.nextRelease(ctx, a), a.Status.Revision
+		p.Changes = append(p.Changes, fmt.Sprintf("would record release v%d running the image and config of v%d (%s) and roll it out; v%d would keep serving until its instances are healthy", p.Release, to, r.Image, a.Status.Revision))
+		p.Changes = append(p.Changes, p.Config.sentences()...)
+	})
 }

@@ -44,7 +44,8 @@ func (b *Backend) DeployImage(ctx context.Context, u *User, app, image string, p
 	if err := u.mayChange("deploy:image"); err != nil {
 		return nil, err
 	}
-	if _, err := b.app(ctx, u, app); err != nil {
+	a, err := b.app(ctx, u, app)
+	if err != nil {
 		return nil, err
 	}
 	image = strings.TrimSpace(image)
@@ -54,8 +55,14 @@ func (b *Backend) DeployImage(ctx context.Context, u *User, app, image string, p
 	if b.cfg.Images == nil {
 		return nil, Errorf(Invalid, "this server does not deploy images from registries")
 	}
-	b.audit(u, "deploy:image", app, "image", image)
+	if err := wouldChange(ctx, func(p *Plan) {
+		p.Image, p.Release, p.ServingRelease = image, b.nextRelease(ctx, a), a.Status.Revision
+		p.Changes = append(p.Changes, fmt.Sprintf("would pull %s, pin it by its digest and roll it out as release v%d running its own command as web; v%d would keep serving until its instances are healthy", image, p.Release, a.Status.Revision))
+	}); err != nil {
+		return nil, err
+	}
 	res, err := b.cfg.Images.DeployImage(ctx, ImageRequest{App: app, Image: image, Actor: u.Name, Progress: progress})
+	b.audit(u, "deploy:image", app, append(deployAttrs(a, "", res, err), "image", image)...)
 	switch KindOf(err) {
 	case Conflict:
 		return nil, Errorf(Conflict, "%w: try again once it ends", err)

@@ -27,10 +27,12 @@ type PushTarget struct {
 	// Exists is false when the app is still to be made (CreatePushedApp): the
 	// push is its first.
 	Exists bool
+	// Serving is the release that serves (0: none), for the audit trail.
+	Serving int64
 }
 
 func targetOf(a *appv1.App) *PushTarget {
-	return &PushTarget{Name: a.Name, DeployBranch: a.Spec.Git.DeployBranch, Exists: true}
+	return &PushTarget{Name: a.Name, DeployBranch: a.Spec.Git.DeployBranch, Exists: true, Serving: a.Status.Revision}
 }
 
 // AdmitPush decides whether u may push to the app name, from the cache: an app
@@ -97,12 +99,12 @@ func (b *Backend) CreatePushedApp(ctx context.Context, u *User, name string) (*P
 		}
 		return targetOf(existing), nil
 	case errors.Is(err, ErrNotCached):
-		b.audit(u, "git push", name, "created", true)
+		b.audit(u, "git push", name, "created", true, "via", ViaGit)
 		return nil, fmt.Errorf("app %q was created, but the cache has not seen it: %w", name, err)
 	case err != nil:
 		return nil, fmt.Errorf("create app %q: %w", name, err)
 	}
-	b.audit(u, "git push", name, "created", true)
+	b.audit(u, "git push", name, "created", true, "via", ViaGit)
 	return targetOf(a), nil
 }
 
@@ -142,4 +144,23 @@ func (b *Backend) SetDeployBranch(ctx context.Context, u *User, name, branch str
 		return fmt.Errorf("deploy branch of app %q was set, but the cache has not seen it: %w", name, err)
 	}
 	return nil
+}
+
+// PushDone is how a push's deploy ended, for the audit trail.
+type PushDone struct {
+	Commit, Branch string
+	// Before is the release that served when the push began; Release the one
+	// it made (0: none).
+	Before, Release int64
+	// Failure is why it did not serve ("": it serves).
+	Failure string
+}
+
+// Pushed keeps a push's deploy in the audit trail: a change made by git.
+func (b *Backend) Pushed(u *User, app string, d PushDone) {
+	attrs := []any{"via", ViaGit, "commit", d.Commit, "branch", d.Branch, "before", d.Before, "release", d.Release}
+	if d.Failure != "" {
+		attrs = append(attrs, "error", d.Failure)
+	}
+	b.audit(u, "git push", app, attrs...)
 }

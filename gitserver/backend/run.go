@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"regexp"
 	"slices"
@@ -125,6 +126,12 @@ func (b *Backend) Run(ctx context.Context, u *User, name string, opts RunOptions
 	spec.Process = "run." + spec.ID
 	if t := runType(a); t != "" {
 		spec.Resources = a.Spec.Processes[t].Resources
+	}
+	if err := wouldChange(ctx, func(p *Plan) {
+		p.Command, p.Release, p.ServingRelease = command, 0, a.Status.Revision
+		p.Changes = append(p.Changes, fmt.Sprintf("would start a one-off instance of release v%d (%s) running %s, with the app's config and the limits of its %s processes", spec.Release, spec.Image, strings.Join(command, " "), runType(a)))
+	}); err != nil {
+		return RunResult{}, err
 	}
 	audit := func() {
 		b.audit(u, "run", name, "id", spec.ID, "release", spec.Release, "detach", opts.Detach, "tty", opts.TTY != nil,

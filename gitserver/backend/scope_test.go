@@ -131,6 +131,12 @@ var operations = map[string]operation{
 	"Deploy": {true, func(ctx context.Context, b *backend.Backend, u *backend.User) error {
 		return errOf(b.Deploy(ctx, u, "shop", ""))
 	}},
+	"Audit": {false, func(ctx context.Context, b *backend.Backend, u *backend.User) error {
+		return errOf(b.Audit(ctx, u, backend.AuditQuery{App: "shop"}))
+	}},
+	"Metrics": {false, func(ctx context.Context, b *backend.Backend, u *backend.User) error {
+		return errOf(b.Metrics(ctx, u, "shop"))
+	}},
 	"Releases": {false, func(ctx context.Context, b *backend.Backend, u *backend.User) error {
 		return errOf2(b.Releases(ctx, u, "shop", 10))
 	}},
@@ -265,6 +271,7 @@ var notOperations = map[string]string{
 	"CachedDatabase":  "the rechecks' read",
 	"Recheck":         "the rechecks",
 	"VerifyToken":     "the MCP server's door",
+	"Pushed":          "the audit entry of a push AdmitPush admitted",
 }
 
 // scopeFixture holds the users ana (an admin) and bob, the app shop (bob a

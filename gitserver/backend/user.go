@@ -38,6 +38,11 @@ type User struct {
 	// the apps and databases it may use (users, keys, tokens, registries, the
 	// disk, creating apps and databases, webhook settings: unlimited).
 	Scope TokenScope
+	// Client is the agent's client as it named itself (the MCP client's name
+	// and version), and Reason the reason the agent gave for the change it
+	// calls for: both for the audit trail only, set per call.
+	Client string
+	Reason string
 }
 
 // UserOf is the User that u is, signed in with the key (or token) keyName.

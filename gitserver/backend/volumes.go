@@ -162,6 +162,9 @@ func (b *Backend) CreateVolume(ctx context.Context, u *User, app string, req Vol
 		}
 	}
 	v := appv1.Volume{Name: req.Name, Path: req.Path, Size: *size, Processes: slices.Compact(slices.Sorted(slices.Values(req.Processes)))}
+	if p := planOf(ctx); p != nil {
+		p.Volume = &VolumeInfo{Name: v.Name, Path: v.Path, Size: v.Size.String(), SizeBytes: v.Size.Value(), Processes: v.Processes}
+	}
 	a, err := b.update(ctx, u, app, func(a *appv1.App) error {
 		if _, ok := findVolume(a, v.Name); ok {
 			return Errorf(Conflict, "%s has a volume %s already: volumes %s lists them", a.Name, v.Name, a.Name)
@@ -285,6 +288,14 @@ func (b *Backend) DestroyVolume(ctx context.Context, u *User, app, name, confirm
 	}
 	if _, ok := findVolume(a, name); !ok {
 		return noSuchVolume(a, name)
+	}
+	if p := planOf(ctx); p != nil {
+		// What would go, with what its files take now; no confirmation is
+		// needed to be told.
+		v, _ := findVolume(a, name)
+		in := b.volumeInfo(ctx, a, v)
+		p.Volume = &in
+		confirm = name
 	}
 	if confirm != name {
 		return Errorf(Invalid, "this deletes the volume %s of %s and its files for good: to go on, run volumes:destroy %s %s --confirm %s", name, app, app, name, name)

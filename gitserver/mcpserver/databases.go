@@ -20,6 +20,13 @@ type CreateDatabaseArgs struct {
 	Name    string `json:"name" jsonschema:"the database's name: 1 to 40 lower-case letters, digits and '-', starting and ending with a letter or digit"`
 	Version string `json:"version,omitempty" jsonschema:"the engine's major version, e.g. 16 (default: the platform's)"`
 	Size    string `json:"size,omitempty" jsonschema:"the disk of its data, 16Mi to 16Ti (default 1Gi)"`
+	Change
+}
+
+// DatabaseCreated is create_database's result.
+type DatabaseCreated struct {
+	backend.DatabaseInfo
+	Planned
 }
 
 // LinkDatabaseArgs are link_database's arguments.
@@ -27,12 +34,14 @@ type LinkDatabaseArgs struct {
 	Name string `json:"name" jsonschema:"the database's name"`
 	App  string `json:"app" jsonschema:"the app's name"`
 	As   string `json:"as,omitempty" jsonschema:"the config var's name; default DATABASE_URL for Postgres, REDIS_URL for Redis"`
+	Change
 }
 
 // UnlinkDatabaseArgs are unlink_database's arguments.
 type UnlinkDatabaseArgs struct {
 	Name string `json:"name" jsonschema:"the database's name"`
 	App  string `json:"app" jsonschema:"the app's name"`
+	Change
 }
 
 // DatabaseLinked is link_database's and unlink_database's result.
@@ -42,6 +51,7 @@ type DatabaseLinked struct {
 	Vars     []string `json:"vars" jsonschema:"the config vars set (link) or removed (unlink)"`
 	Release  int64    `json:"release" jsonschema:"the app's new release (0: nothing released; the change kept for its first deploy, or nothing to change)"`
 	URL      string   `json:"url,omitempty"`
+	Planned
 }
 
 func requiredName(name string) error {
@@ -72,15 +82,15 @@ func (s *Server) databaseTools() {
 		})
 
 	addTool(s, "create_database", changes, "Create a managed database, Postgres or Redis; you become its member. It is Pending, then Running once its server accepts connections (see databases); link_database then gives an app its URL.",
-		func(ctx context.Context, u *backend.User, in CreateDatabaseArgs) (backend.DatabaseInfo, string, error) {
+		func(ctx context.Context, u *backend.User, in CreateDatabaseArgs) (DatabaseCreated, string, error) {
 			if err := requiredName(in.Name); err != nil {
-				return backend.DatabaseInfo{}, "", err
+				return DatabaseCreated{}, "", err
 			}
 			d, err := b.CreateDatabase(ctx, u, backend.DatabaseRequest{Engine: appv1.DatabaseEngine(in.Engine), Name: in.Name, Version: in.Version, Size: in.Size})
 			if err != nil {
-				return backend.DatabaseInfo{}, "", err
+				return DatabaseCreated{}, "", err
 			}
-			return *d, fmt.Sprintf("Creating the %s database %s (%s); databases shows when it runs.", d.Engine, d.Name, d.Size), nil
+			return DatabaseCreated{DatabaseInfo: *d}, fmt.Sprintf("Creating the %s database %s (%s); databases shows when it runs.", d.Engine, d.Name, d.Size), nil
 		})
 
 	addTool(s, "link_database", changes, "Give an app a config var (default DATABASE_URL or REDIS_URL) whose value is the database's URL, taken from its credentials (never copied into the app's config): one release, then wait for it to serve."+tailNote,

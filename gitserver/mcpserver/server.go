@@ -226,6 +226,9 @@ func addTool[In, Out any](s *Server, name string, eff effect, desc string, h han
 	if err != nil {
 		panic(fmt.Sprintf("mcpserver: output schema of %s: %v", name, err))
 	}
+	if eff == changes {
+		checkChanging[In, Out](name)
+	}
 	tool := &mcp.Tool{Name: name, Description: desc, InputSchema: in, OutputSchema: out, Annotations: &mcp.ToolAnnotations{ReadOnlyHint: bool(eff)}}
 	s.mcp.AddTool(tool, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		u, err := userOf(req.Extra)
@@ -240,8 +243,21 @@ func addTool[In, Out any](s *Server, name string, eff effect, desc string, h han
 				return s.toolError(name, u, backend.Errorf(backend.Invalid, "arguments of %s: %v", name, err)), nil
 			}
 		}
+		var c Change
+		if eff == changes {
+			c = any(args).(changer).change()
+			if u, err = withCall(u, req.Session, c); err != nil {
+				return s.toolError(name, nil, err), nil
+			}
+		}
 		wctx, uses, stop := s.watch(ctx, u)
-		res, text, err := h(wctx, u, args)
+		var res Out
+		var text string
+		if c.DryRun {
+			res, text, err = dryRun(wctx, u, name, args, h)
+		} else {
+			res, text, err = h(wctx, u, args)
+		}
 		if why := stop(); why != nil {
 			return s.toolError(name, u, why), nil
 		}

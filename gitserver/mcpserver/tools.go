@@ -30,24 +30,34 @@ type AppList struct {
 type DeployArgs struct {
 	App    string `json:"app" jsonschema:"the app's name"`
 	Commit string `json:"commit,omitempty" jsonschema:"a full 40-digit commit of the app's repository; default: the deploy branch (fetched from the upstream when the app has one)"`
+	Change
 }
 
 // DeployImageArgs are deploy_image's arguments.
 type DeployImageArgs struct {
 	App   string `json:"app" jsonschema:"the app's name"`
 	Image string `json:"image" jsonschema:"the image, as docker pull takes it: a tag (ghcr.io/org/app:v1) or a digest (registry.example/app@sha256:...), from any registry"`
+	Change
 }
 
 // RollbackArgs are rollback's arguments.
 type RollbackArgs struct {
 	App string `json:"app" jsonschema:"the app's name"`
 	To  int64  `json:"to,omitempty" jsonschema:"the release to bring back; default: the newest one before the current that served"`
+	Change
+}
+
+// SuspendArgs are suspend's and resume's arguments.
+type SuspendArgs struct {
+	App string `json:"app" jsonschema:"the app's name"`
+	Change
 }
 
 // Suspension is suspend's and resume's result.
 type Suspension struct {
 	App       string `json:"app"`
 	Suspended bool   `json:"suspended"`
+	Planned
 }
 
 // ConfigArgs are set_config's arguments.
@@ -55,18 +65,21 @@ type ConfigArgs struct {
 	App   string            `json:"app" jsonschema:"the app's name"`
 	Set   map[string]string `json:"set,omitempty" jsonschema:"config vars to set, name to value"`
 	Unset []string          `json:"unset,omitempty" jsonschema:"config vars to remove"`
+	Change
 }
 
 // ScaleArgs are scale's arguments.
 type ScaleArgs struct {
 	App       string           `json:"app" jsonschema:"the app's name"`
 	Processes map[string]int32 `json:"processes" jsonschema:"process type to replicas (0 to 100)"`
+	Change
 }
 
 // Scaled is scale's result.
 type Scaled struct {
 	App       string                `json:"app"`
 	Processes []backend.ProcessInfo `json:"processes"`
+	Planned
 }
 
 // ReleasesArgs are releases' arguments.
@@ -122,6 +135,7 @@ func (s *Server) tools() {
 	s.runTool()
 	s.volumeTools()
 	s.databaseTools()
+	s.auditTool()
 	addTool(s, "list_apps", reads, "List the apps you may use, with their phase, serving release and URL.",
 		func(ctx context.Context, u *backend.User, _ struct{}) (AppList, string, error) {
 			apps, err := b.Apps(ctx, u)
@@ -230,8 +244,8 @@ func (s *Server) tools() {
 				fmt.Sprintf("Rolled %s back to v%d: release v%d serves at %s.", in.App, to, n, url), nil)
 		})
 
-	suspend := func(suspended bool) handler[AppArg, Suspension] {
-		return func(ctx context.Context, u *backend.User, in AppArg) (Suspension, string, error) {
+	suspend := func(suspended bool) handler[SuspendArgs, Suspension] {
+		return func(ctx context.Context, u *backend.User, in SuspendArgs) (Suspension, string, error) {
 			if err := required(in.App); err != nil {
 				return Suspension{}, "", err
 			}

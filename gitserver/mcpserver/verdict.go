@@ -79,6 +79,7 @@ type Deployed struct {
 	Commit     string `json:"commit,omitempty"`
 	RollbackOf int64  `json:"rollbackOf,omitempty"`
 	Verdict
+	Planned
 }
 
 // firstPhase is where a tool's change begins: where a refusal is placed.

@@ -21,6 +21,13 @@ type CreateVolumeArgs struct {
 	Path      string   `json:"path" jsonschema:"where it is mounted in the app, e.g. /data"`
 	Size      string   `json:"size,omitempty" jsonschema:"its size, 16Mi to 16Ti (default 1Gi); writes beyond it fail with ENOSPC"`
 	Processes []string `json:"processes,omitempty" jsonschema:"the process types that mount it (default: all); one-offs mount every volume"`
+	Change
+}
+
+// VolumeCreated is create_volume's result.
+type VolumeCreated struct {
+	backend.VolumeInfo
+	Planned
 }
 
 // DestroyVolumeArgs are destroy_volume's arguments.
@@ -28,12 +35,14 @@ type DestroyVolumeArgs struct {
 	App     string `json:"app" jsonschema:"the app's name"`
 	Name    string `json:"name" jsonschema:"the volume's name"`
 	Confirm string `json:"confirm" jsonschema:"the volume's name again: its files are deleted for good"`
+	Change
 }
 
 // VolumeDestroyed is destroy_volume's result.
 type VolumeDestroyed struct {
 	App  string `json:"app"`
 	Name string `json:"name"`
+	Planned
 }
 
 // volumeTools are an app's volumes (their backups are byte streams: ssh only).
@@ -59,15 +68,15 @@ func (s *Server) volumeTools() {
 		})
 
 	addTool(s, "create_volume", changes, "Add a volume to an app: files that outlive its instances, kept through deploys, rollbacks and restarts. Waits until it is made and the instances that mount it serve.",
-		func(ctx context.Context, u *backend.User, in CreateVolumeArgs) (backend.VolumeInfo, string, error) {
+		func(ctx context.Context, u *backend.User, in CreateVolumeArgs) (VolumeCreated, string, error) {
 			if err := required(in.App); err != nil {
-				return backend.VolumeInfo{}, "", err
+				return VolumeCreated{}, "", err
 			}
 			v, err := b.CreateVolume(ctx, u, in.App, backend.VolumeRequest{Name: in.Name, Path: in.Path, Size: in.Size, Processes: in.Processes}, nil)
 			if err != nil {
-				return backend.VolumeInfo{}, "", err
+				return VolumeCreated{}, "", err
 			}
-			return *v, fmt.Sprintf("Created the volume %s (%s) of %s, mounted at %s.", v.Name, v.Size, in.App, v.Path), nil
+			return VolumeCreated{VolumeInfo: *v}, fmt.Sprintf("Created the volume %s (%s) of %s, mounted at %s.", v.Name, v.Size, in.App, v.Path), nil
 		})
 
 	addTool(s, "destroy_volume", changes, "Delete a volume of an app and its files, for good (confirm: its name again). Waits until its files are gone.",

@@ -169,6 +169,10 @@ type Config struct {
 	// postgres:backups:capture, the schedule, postgres:restore --backup); nil:
 	// those say this server keeps none.
 	Backups *dbbackups.Store
+	// DiskCheck says whether the server's disk is short of the margin under
+	// which pushes and deploys are refused (the pipeline's CheckDisk): nil
+	// when it is not; for diagnose. Nil: not measured.
+	DiskCheck func() error
 	// Traffic reads the edge's request figures per app (metrics, diagnose);
 	// nil: those say this server has no edge figures.
 	Traffic Traffic

@@ -272,6 +272,7 @@ var notOperations = map[string]string{
 	"Recheck":         "the rechecks",
 	"VerifyToken":     "the MCP server's door",
 	"Pushed":          "the audit entry of a push AdmitPush admitted",
+	"DiskPressure":    "the server's disk, no app's",
 }
 
 // scopeFixture holds the users ana (an admin) and bob, the app shop (bob a

@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -253,4 +254,16 @@ func (b *Backend) appUsage(ctx context.Context, name, specImage string) *AppUsag
 		}
 	}
 	return nil
+}
+
+// errDiskNotMeasured is DiskPressure's answer without Config.DiskCheck.
+var errDiskNotMeasured = errors.New("not measured: this server has no disk check wired")
+
+// DiskPressure is nil when the server's disk has room for pushes and
+// deploys, else the one line that says what is short (what pushes are told).
+func (b *Backend) DiskPressure() error {
+	if b.cfg.DiskCheck == nil {
+		return errDiskNotMeasured
+	}
+	return b.cfg.DiskCheck()
 }

@@ -155,7 +155,7 @@ func TestScopedTokens(t *testing.T) {
 		return reading, changing
 	}
 	reading, changing := tools(full)
-	if want := "app_status audit build_logs databases list_apps logs releases volumes"; strings.Join(reading, " ") != want {
+	if want := "app_status audit build_logs databases diagnose list_apps logs releases volumes"; strings.Join(reading, " ") != want {
 		t.Errorf("the reading tools: %v, want %s", reading, want)
 	}
 	if len(changing) != len(changingArgs) {

@@ -136,6 +136,7 @@ func (s *Server) tools() {
 	s.volumeTools()
 	s.databaseTools()
 	s.auditTool()
+	s.diagnoseTool()
 	addTool(s, "list_apps", reads, "List the apps you may use, with their phase, serving release and URL.",
 		func(ctx context.Context, u *backend.User, _ struct{}) (AppList, string, error) {
 			apps, err := b.Apps(ctx, u)

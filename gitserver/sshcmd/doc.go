@@ -1,5 +1,6 @@
 // Package sshcmd is the command tree of `ssh bex@HOST <command>`: apps, config,
-// processes, releases, domains, logs, access, keys, users, webhooks, tokens,
+// processes, releases, domains, logs, the audit trail (audit) and the edge's
+// request figures of an app (metrics), access, keys, users, webhooks, tokens,
 // managed databases (postgres:* and redis:*: create, list, info, link, unlink,
 // destroy, and psql, backup, restore, cli as one-offs on the session's streams)
 // and the machine's disk (system:df, system:prune),

@@ -159,12 +159,12 @@ func (s *session) tree() *cobra.Command {
 		&cobra.Group{ID: groupDatabases, Title: "Databases (Postgres, Redis):"},
 		&cobra.Group{ID: groupConfig, Title: "Config and domains:"},
 		&cobra.Group{ID: groupRun, Title: "Processes and releases:"},
-		&cobra.Group{ID: groupLogs, Title: "Logs:"},
+		&cobra.Group{ID: groupLogs, Title: "Logs, metrics and the audit trail:"},
 		&cobra.Group{ID: groupAccess, Title: "Access, keys and users:"},
 		&cobra.Group{ID: groupSystem, Title: "The machine (admins):"},
 	)
 	root.SetHelpCommandGroupID(groupAccess)
-	for _, c := range [][]*cobra.Command{s.appCommands(), s.configCommands(), s.webhookCommands(), s.psCommands(), s.runCommands(), s.cronCommands(), s.imageCommands(), s.volumeCommands(), s.databaseCommands(), s.logCommands(), s.accessCommands(), s.keyCommands(), s.tokenCommands(), s.systemCommands()} {
+	for _, c := range [][]*cobra.Command{s.appCommands(), s.configCommands(), s.webhookCommands(), s.psCommands(), s.runCommands(), s.cronCommands(), s.imageCommands(), s.volumeCommands(), s.databaseCommands(), s.logCommands(), s.auditCommands(), s.accessCommands(), s.keyCommands(), s.tokenCommands(), s.systemCommands()} {
 		root.AddCommand(c...)
 	}
 	return root

@@ -12,6 +12,8 @@ import (
 // DatabaseList is databases' result.
 type DatabaseList struct {
 	Databases []backend.DatabaseInfo `json:"databases"`
+	// Next is the cursor of the next page ("": none).
+	Next string `json:"next,omitempty" jsonschema:"more remain: pass it as after for the next page; absent when this is the last"`
 }
 
 // CreateDatabaseArgs are create_database's arguments.
@@ -66,19 +68,23 @@ func requiredName(name string) error {
 func (s *Server) databaseTools() {
 	b := s.cfg.Backend
 	addTool(s, "databases", reads, "List the databases (Postgres, Redis) you may use: engine, version, status, address, size, the apps linked to them. Never their passwords.",
-		func(ctx context.Context, u *backend.User, _ struct{}) (DatabaseList, string, error) {
-			dbs, err := b.Databases(ctx, u, "")
+		func(ctx context.Context, u *backend.User, in ListArgs) (DatabaseList, string, error) {
+			all, err := b.Databases(ctx, u, "")
 			if err != nil {
 				return DatabaseList{}, "", err
 			}
-			if len(dbs) == 0 {
-				return DatabaseList{Databases: dbs}, "You may use no databases.", nil
+			if len(all) == 0 {
+				return DatabaseList{Databases: all}, "You may use no databases.", nil
+			}
+			dbs, next, err := pageByName(all, func(d backend.DatabaseInfo) string { return d.Name }, in)
+			if err != nil {
+				return DatabaseList{}, "", err
 			}
 			parts := make([]string, len(dbs))
 			for i, d := range dbs {
 				parts[i] = fmt.Sprintf("%s (%s, %s)", d.Name, d.Engine, d.Status)
 			}
-			return DatabaseList{Databases: dbs}, fmt.Sprintf("%d databases: %s.", len(dbs), strings.Join(parts, ", ")), nil
+			return DatabaseList{Databases: dbs, Next: next}, fmt.Sprintf("%d databases: %s.", len(dbs), strings.Join(parts, ", ")) + cutNote(next, "after"), nil
 		})
 
 	addTool(s, "create_database", changes, "Create a managed database, Postgres or Redis; you become its member. It is Pending, then Running once its server accepts connections (see databases); link_database then gives an app its URL.",

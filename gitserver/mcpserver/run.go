@@ -68,7 +68,7 @@ func (s *Server) runTool() {
 			}
 			output := buf.String()
 			out := RunOutput{App: in.App, ID: res.ID, ExitCode: res.Exit, Output: o.block(sourceRun, output), Truncated: buf.cut()}
-			return out, fmt.Sprintf("%s in %s exited with %d (%d lines of output):\n%s", strings.Join(in.Command, " "), in.App, res.Exit, lineCount(output), out.Output), nil
+			return out, fmt.Sprintf("%s in %s exited with %d (%d lines of output%s):\n%s", strings.Join(in.Command, " "), in.App, res.Exit, lineCount(output), cutLog(out.Truncated, RunOutputBytes), out.Output), nil
 		})
 }
 

@@ -21,9 +21,17 @@ type AppArg struct {
 	App string `json:"app" jsonschema:"the app's name"`
 }
 
+// ListArgs page a list sorted by name.
+type ListArgs struct {
+	After string `json:"after,omitempty" jsonschema:"the cursor: names after this one, as next of the previous page gives it; default: from the first"`
+	Limit int    `json:"limit,omitempty" jsonschema:"how many (default 50, at most 200)"`
+}
+
 // AppList is list_apps' result.
 type AppList struct {
 	Apps []backend.AppSummary `json:"apps"`
+	// Next is the cursor of the next page ("": none).
+	Next string `json:"next,omitempty" jsonschema:"more remain: pass it as after for the next page; absent when this is the last"`
 }
 
 // DeployArgs are deploy's arguments.
@@ -84,21 +92,25 @@ type Scaled struct {
 
 // ReleasesArgs are releases' arguments.
 type ReleasesArgs struct {
-	App   string `json:"app" jsonschema:"the app's name"`
-	Limit int    `json:"limit,omitempty" jsonschema:"how many, newest first (default 20)"`
+	App    string `json:"app" jsonschema:"the app's name"`
+	Limit  int    `json:"limit,omitempty" jsonschema:"how many, newest first (default 20, at most 100)"`
+	Before int64  `json:"before,omitempty" jsonschema:"the cursor: releases older than this number, as next of the previous page gives it"`
 }
 
 // ReleaseList is releases' result.
 type ReleaseList struct {
 	App      string                `json:"app"`
 	Releases []backend.ReleaseInfo `json:"releases"`
+	// Next is the cursor of the next (older) page (0: none).
+	Next int64 `json:"next,omitempty" jsonschema:"older releases remain: pass it as before for the next page; absent when this is the last"`
 }
 
 // LogsArgs are logs' arguments.
 type LogsArgs struct {
-	App     string `json:"app" jsonschema:"the app's name"`
-	Lines   int    `json:"lines,omitempty" jsonschema:"recent lines of each instance (default 100, at most 1000)"`
-	Process string `json:"process,omitempty" jsonschema:"only this process type"`
+	App      string `json:"app" jsonschema:"the app's name"`
+	Lines    int    `json:"lines,omitempty" jsonschema:"recent lines of each instance (default 100, at most 1000)"`
+	Process  string `json:"process,omitempty" jsonschema:"only this process type"`
+	MaxBytes int    `json:"max_bytes,omitempty" jsonschema:"at most this many bytes of the newest lines (default 16384, at most the server's bound, 65536 by default)"`
 }
 
 // LogTail is logs' and build_logs' result.
@@ -117,8 +129,9 @@ type LogTail struct {
 
 // BuildLogsArgs are build_logs' arguments.
 type BuildLogsArgs struct {
-	App   string `json:"app" jsonschema:"the app's name"`
-	Build string `json:"build,omitempty" jsonschema:"a build id from app_status; default: the latest build"`
+	App      string `json:"app" jsonschema:"the app's name"`
+	Build    string `json:"build,omitempty" jsonschema:"a build id from app_status; default: the latest build"`
+	MaxBytes int    `json:"max_bytes,omitempty" jsonschema:"at most this many bytes of its last lines (default 16384, at most the server's bound, 65536 by default)"`
 }
 
 func required(app string) error {
@@ -138,8 +151,12 @@ func (s *Server) tools() {
 	s.auditTool()
 	s.diagnoseTool()
 	addTool(s, "list_apps", reads, "List the apps you may use, with their phase, serving release and URL.",
-		func(ctx context.Context, u *backend.User, _ struct{}) (AppList, string, error) {
-			apps, err := b.Apps(ctx, u)
+		func(ctx context.Context, u *backend.User, in ListArgs) (AppList, string, error) {
+			all, err := b.Apps(ctx, u)
+			if err != nil {
+				return AppList{}, "", err
+			}
+			apps, next, err := pageByName(all, func(a backend.AppSummary) string { return a.Name }, in)
 			if err != nil {
 				return AppList{}, "", err
 			}
@@ -147,10 +164,10 @@ func (s *Server) tools() {
 			for i, a := range apps {
 				names[i] = fmt.Sprintf("%s (%s)", a.Name, a.Phase)
 			}
-			if len(names) == 0 {
+			if len(all) == 0 {
 				return AppList{Apps: apps}, "You may use no apps.", nil
 			}
-			return AppList{Apps: apps}, fmt.Sprintf("%d apps: %s.", len(names), strings.Join(names, ", ")), nil
+			return AppList{Apps: apps, Next: next}, fmt.Sprintf("%d apps: %s.", len(names), strings.Join(names, ", ")) + cutNote(next, "after"), nil
 		})
 
 	addTool(s, "app_status", reads, "Show an app: phase, the release asked for and the one serving, URL, conditions, processes, cron jobs and their last runs (failing: 3 failed runs in a row), the databases linked to it, the last build's result and the last release."+tailNote,
@@ -313,12 +330,22 @@ func (s *Server) tools() {
 				return ReleaseList{}, "", err
 			}
 			limit := in.Limit
-			if limit <= 0 {
+			switch {
+			case limit <= 0:
 				limit = 20
+			case limit > 100:
+				return ReleaseList{}, "", backend.Errorf(backend.Invalid, "limit %d: at most 100 releases a page (pass next as before for more)", in.Limit)
 			}
-			rels, total, err := b.Releases(ctx, u, in.App, limit)
+			rels, total, err := b.Releases(ctx, u, in.App, 0)
 			if err != nil {
 				return ReleaseList{}, "", err
+			}
+			if in.Before > 0 {
+				rels = slices.DeleteFunc(rels, func(r backend.ReleaseInfo) bool { return r.Number >= in.Before })
+			}
+			var next int64
+			if len(rels) > limit {
+				rels, next = rels[:limit], rels[limit-1].Number
 			}
 			if slices.ContainsFunc(rels, func(r backend.ReleaseInfo) bool { return r.Failed != "" }) {
 				o, err := s.outputOf(ctx, u, in.App)
@@ -329,13 +356,16 @@ func (s *Server) tools() {
 					rels[i].Failed = o.verdict(rels[i].Failed)
 				}
 			}
-			out := ReleaseList{App: in.App, Releases: rels}
+			out := ReleaseList{App: in.App, Releases: rels, Next: next}
 			if len(rels) == 0 {
 				return out, fmt.Sprintf("%s has no releases yet.", in.App), nil
 			}
 			text := fmt.Sprintf("%s has %d releases; the newest is v%d (%s)", in.App, total, rels[0].Number, rels[0].Description)
 			if i := slices.IndexFunc(rels, func(r backend.ReleaseInfo) bool { return r.Serving }); i >= 0 {
 				text += fmt.Sprintf(", v%d serves", rels[i].Number)
+			}
+			if next != 0 {
+				text += fmt.Sprintf(". Cut: older releases remain (before: %d)", next)
 			}
 			return out, text + ".", nil
 		})
@@ -349,7 +379,11 @@ func (s *Server) tools() {
 			if lines <= 0 {
 				lines = 100
 			}
-			buf := tailBuffer{max: s.cfg.MaxLogBytes}
+			max, err := s.logBytes(in.MaxBytes)
+			if err != nil {
+				return LogTail{}, "", err
+			}
+			buf := tailBuffer{max: max}
 			lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
 			if err := b.Logs(lctx, u, in.App, backend.LogOptions{Lines: min(lines, 1000), Process: in.Process}, &buf); err != nil {
@@ -361,7 +395,7 @@ func (s *Server) tools() {
 			}
 			log := buf.String()
 			out := LogTail{App: in.App, Log: o.block(sourceLogs, log), Truncated: buf.cut}
-			return out, fmt.Sprintf("%d log lines of %s:\n%s", lineCount(log), in.App, out.Log), nil
+			return out, fmt.Sprintf("%d log lines of %s%s:\n%s", lineCount(log), in.App, cutLog(buf.cut, max), out.Log), nil
 		})
 
 	addTool(s, "build_logs", reads, "The output of one of an app's builds (default: the latest), its tail when long, and how it ended."+untrustedNote,
@@ -374,7 +408,11 @@ func (s *Server) tools() {
 				return LogTail{}, "", err
 			}
 			defer f.Close()
-			buf := tailBuffer{max: s.cfg.MaxLogBytes}
+			max, err := s.logBytes(in.MaxBytes)
+			if err != nil {
+				return LogTail{}, "", err
+			}
+			buf := tailBuffer{max: max}
 			if _, err := io.Copy(&buf, f); err != nil {
 				return LogTail{}, "", err
 			}
@@ -387,7 +425,7 @@ func (s *Server) tools() {
 			if bi.Error != "" {
 				text += ": " + o.line(bi.Error)
 			}
-			return out, text + ".\n" + out.Log, nil
+			return out, text + "." + cutLog(buf.cut, max) + "\n" + out.Log, nil
 		})
 }
 
@@ -452,4 +490,67 @@ func (t *tailBuffer) trim() {
 func (t *tailBuffer) String() string {
 	t.trim()
 	return string(t.b)
+}
+
+// The bounds of a page of a list by name.
+const (
+	defaultPage = 50
+	maxPage     = 200
+)
+
+// pageByName is the page of items (sorted by name) that in asks for, and the
+// cursor of the next one ("": none).
+func pageByName[T any](items []T, name func(T) string, in ListArgs) ([]T, string, error) {
+	limit := in.Limit
+	switch {
+	case limit <= 0:
+		limit = defaultPage
+	case limit > maxPage:
+		return nil, "", backend.Errorf(backend.Invalid, "limit %d: at most %d a page (pass next as after for more)", in.Limit, maxPage)
+	}
+	slices.SortFunc(items, func(a, b T) int { return strings.Compare(name(a), name(b)) })
+	if in.After != "" {
+		i, _ := slices.BinarySearchFunc(items, in.After, func(x T, after string) int { return strings.Compare(name(x), after) })
+		for i < len(items) && name(items[i]) <= in.After {
+			i++
+		}
+		items = items[i:]
+	}
+	if len(items) <= limit {
+		return items, "", nil
+	}
+	return items[:limit], name(items[limit-1]), nil
+}
+
+// cutNote is what a page's text adds when more remain: the cursor and the
+// argument that takes it.
+func cutNote(next, arg string) string {
+	if next == "" {
+		return ""
+	}
+	return fmt.Sprintf(" Cut: more remain (%s: %q).", arg, next)
+}
+
+// defaultLogBytes is what logs and build_logs return of a log by default: a
+// tail an agent can read whole (about 4,000 tokens).
+const defaultLogBytes = 16 << 10
+
+// logBytes is the bound of a log tool's answer: asked (0: the default),
+// within the server's MaxLogBytes.
+func (s *Server) logBytes(asked int) (int, error) {
+	switch {
+	case asked == 0:
+		return min(defaultLogBytes, s.cfg.MaxLogBytes), nil
+	case asked < 1024 || asked > s.cfg.MaxLogBytes:
+		return 0, backend.Errorf(backend.Invalid, "max_bytes %d: from 1024 to %d", asked, s.cfg.MaxLogBytes)
+	}
+	return asked, nil
+}
+
+// cutLog is what a log's text adds when its first lines were cut.
+func cutLog(cut bool, max int) string {
+	if !cut {
+		return ""
+	}
+	return fmt.Sprintf(" (cut: the last %d bytes only; ask for more with max_bytes)", max)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"bex.co/bex/gitserver/backend"
 	"bex.co/bex/gitserver/mcpserver"
 	"bex.co/bex/internal/testenv"
 )
@@ -83,6 +85,13 @@ func TestAgentAPIWithTheTypeScriptSDK(t *testing.T) {
 		// the code of a tool error when refused.
 		{"name": "set_config", "arguments": map[string]any{"app": "tsapp", "set": map[string]string{"MODE": "fast"}}},
 		{"name": "deploy", "arguments": map[string]any{"app": "tsapp", "commit": "nope"}},
+		// A dry run: its plan in the structured result, which the schema
+		// must allow, and nothing changed (the audit below has no entry of
+		// it); then the change for real, with a reason.
+		{"name": "set_config", "arguments": map[string]any{"app": "tsapp", "set": map[string]string{"MODE": "slow"}, "dry_run": true, "reason": "see first"}},
+		{"name": "set_config", "arguments": map[string]any{"app": "tsapp", "set": map[string]string{"MODE": "slow"}, "reason": "from typescript"}},
+		{"name": "audit", "arguments": map[string]any{"app": "tsapp"}},
+		{"name": "diagnose", "arguments": map[string]any{"app": "tsapp"}},
 	})
 	cmd := exec.CommandContext(ctx, node, filepath.Join("testdata", "mcp_sdk_client.mjs"), modules, "http://"+e.hooksAddr+"/mcp", "-", string(calls))
 	cmd.Env = append(os.Environ(), "BEX_TOKEN="+token)
@@ -113,7 +122,7 @@ func TestAgentAPIWithTheTypeScriptSDK(t *testing.T) {
 	if strings.Join(names, " ") != mcpTools {
 		t.Fatalf("tools: %v", names)
 	}
-	if len(r.Calls) != 6 {
+	if len(r.Calls) != 10 {
 		t.Fatalf("calls: %+v", r.Calls)
 	}
 	for _, c := range r.Calls {
@@ -172,5 +181,32 @@ func TestAgentAPIWithTheTypeScriptSDK(t *testing.T) {
 	if err := dec.Decode(&v); !refused.IsError || len(refused.Content) != 1 || len(refused.StructuredContent) != 0 || !ok || err != nil || dec.More() ||
 		v.Status != "rejected" || v.Phase != "fetch" || !strings.Contains(v.Message, `commit "nope"`) || v.Hint == "" {
 		t.Fatalf("deploy of a bad commit: %+v (%v)", refused, err)
+	}
+
+	// The dry run: its plan, the config key it would change, no value.
+	dry := r.Calls[6].Result
+	var planned mcpserver.Deployed
+	if err := json.Unmarshal(dry.StructuredContent, &planned); dry.IsError || err != nil || planned.Status != "dry_run" || planned.Plan == nil ||
+		planned.Plan.Config == nil || !slices.Equal(planned.Plan.Config.Changed, []string{"MODE"}) || strings.Contains(string(dry.StructuredContent), "slow") {
+		t.Fatalf("set_config's dry run: %+v %s (%v)", dry, dry.StructuredContent, err)
+	}
+	// The audit: the change for real and the ssh command that made the
+	// app, with the way, token, client and reason; the dry run is not in it.
+	trail := r.Calls[8].Result
+	var page backend.AuditPage
+	if err := json.Unmarshal(trail.StructuredContent, &page); trail.IsError || err != nil {
+		t.Fatalf("audit: %+v (%v)", trail, err)
+	}
+	var got []string
+	for _, e := range page.Entries {
+		got = append(got, fmt.Sprintf("%s %s %s %s %s", e.Command, e.Via, e.Token, e.Client, e.Reason))
+	}
+	want := []string{"config:set mcp ts bex-test-typescript 1 from typescript", "config:set mcp ts bex-test-typescript 1 ", "apps:create ssh   "}
+	if !slices.Equal(got, want) {
+		t.Fatalf("audit of tsapp:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	var d mcpserver.Diagnosis
+	if diag := r.Calls[9].Result; diag.IsError || json.Unmarshal(diag.StructuredContent, &d) != nil || d.App != "tsapp" || len(d.NextTools) == 0 {
+		t.Fatalf("diagnose of tsapp: %+v", diag)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/gitserver/backend"
 	"bex.co/bex/gitserver/mcpserver"
 	"bex.co/bex/internal/testenv"
 )
@@ -413,6 +414,39 @@ func TestRun(t *testing.T) {
 		}
 		if err := p.answers("hello-shell", "/", "hello from bex")(); err != nil {
 			t.Errorf("the old release after the failed pull: %v", err)
+		}
+	})
+
+	t.Run("the audit trail names each way in, and metrics count the edge's requests", func(t *testing.T) {
+		var page backend.AuditPage
+		if err := json.Unmarshal([]byte(p.mustSSH(t, "audit", "hello-shell", "--json", "--limit", "500")), &page); err != nil {
+			t.Fatal(err)
+		}
+		found := map[string]backend.AuditEntry{}
+		for _, e := range page.Entries {
+			if e.App != "hello-shell" {
+				t.Errorf("audit hello-shell shows %+v", e)
+			}
+			if _, seen := found[e.Command+" "+e.Via]; !seen {
+				found[e.Command+" "+e.Via] = e // the newest of each
+			}
+		}
+		if e, ok := found["git push git"]; !ok || e.ReleaseAfter == 0 || e.Outcome != "ok" || e.Details["branch"] == "" {
+			t.Errorf("no push in the trail, or without its release: %+v", e)
+		}
+		if e, ok := found["config:set ssh"]; !ok || e.Details["key"] == "" || e.Token != "" {
+			t.Errorf("no ssh config:set in the trail: %+v", e)
+		}
+		// The config change was made (its release recorded, then withdrawn
+		// when it crashed: releases says so).
+		if e, ok := found["config:set mcp"]; !ok || e.Token != "verdicts" || e.Client != "e2e 1" || e.Outcome != "ok" || e.ReleaseAfter <= e.ReleaseBefore || e.Details["set"] != "CRASH_ON_BOOT" {
+			t.Errorf("no agent's config change in the trail: %+v", e)
+		}
+		if e, ok := found["deploy:image mcp"]; !ok || e.Outcome != "failed" || e.Details["image"] != "127.0.0.1:1/nothing/here:v1" {
+			t.Errorf("no agent's failed deploy_image in the trail: %+v", e)
+		}
+		if t.Failed() {
+			t.Logf("audit hello-shell:\n%s", p.mustSSH(t, "audit", "hello-shell", "--limit", "500"))
 		}
 	})
 

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/gitserver/backend"
 	"bex.co/bex/gitserver/webhook"
 	"bex.co/bex/internal/testenv"
 )
@@ -274,5 +275,23 @@ func TestWebhookFetchesBuildsAndDeploysTheUpstream(t *testing.T) {
 	}
 	if out, _, err := e.bk.Containerd.Run(ctx, "bex.local/mirror:"+head3[:12]); err != nil || out != "v3" {
 		t.Fatalf("running the newest image: %q %v", out, err)
+	}
+	// Each redeploy is in the audit trail, by the way it came in, with its
+	// delivery and release.
+	var page backend.AuditPage
+	if err := json.Unmarshal([]byte(e.ssh("audit", "mirror", "--json")), &page); err != nil {
+		t.Fatal(err)
+	}
+	var deliveries []string
+	for _, en := range page.Entries {
+		if en.Via == backend.ViaWebhook {
+			if en.User != "webhook:github" || en.Command != "webhook" || en.ReleaseAfter == 0 || en.Outcome != "ok" {
+				t.Errorf("a webhook's entry: %+v", en)
+			}
+			deliveries = append(deliveries, fmt.Sprintf("%s v%d", en.Details["delivery"], en.ReleaseAfter))
+		}
+	}
+	if strings.Join(deliveries, " ") != "gh-5 v4 gh-4 v3 gh-2 v2 gh-1 v1" {
+		t.Errorf("the webhooks' entries: %v", deliveries)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -21,7 +22,14 @@ type metrics struct {
 	handoffs    prometheus.Counter
 
 	apps sync.Map // app name -> *appMetrics
+	// trafficClock, when set (tests), dates the requests counted in the apps'
+	// traffic rings and reads them.
+	trafficClock func() time.Time
 }
+
+// durationBounds are the buckets of request_duration_seconds, and of the apps'
+// traffic rings (traffic.go).
+var durationBounds = [...]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
 
 // appMetrics are one app's series, looked up once: a label lookup hashes the label
 // values and takes a lock, four times per request otherwise.
@@ -30,7 +38,8 @@ type appMetrics struct {
 	app               string
 	duration          prometheus.Observer
 	bytesOut, bytesIn prometheus.Counter
-	codes             sync.Map // int status -> prometheus.Counter
+	codes             sync.Map    // int status -> prometheus.Counter
+	traffic           *appTraffic // the last hour, for the edge's stats; nil for app ""
 }
 
 func (m *metrics) app(name string) *appMetrics {
@@ -40,7 +49,8 @@ func (m *metrics) app(name string) *appMetrics {
 	am, _ := m.apps.LoadOrStore(name, &appMetrics{m: m, app: name,
 		duration: m.duration.WithLabelValues(name),
 		bytesOut: m.bytesOut.WithLabelValues(name),
-		bytesIn:  m.bytesIn.WithLabelValues(name)})
+		bytesIn:  m.bytesIn.WithLabelValues(name),
+		traffic:  newAppTraffic(name)})
 	return am.(*appMetrics)
 }
 
@@ -59,7 +69,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "requests_total", Help: "Requests answered, by app and HTTP status code."}, []string{"app", "code"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
 			Name: "request_duration_seconds", Help: "Time from request to the end of the response, by app.",
-			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}},
+			Buckets: durationBounds[:]},
 			[]string{"app"}),
 		bytesOut: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "response_bytes_total", Help: "Response body bytes sent to clients, by app."}, []string{"app"}),

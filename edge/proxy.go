@@ -211,6 +211,7 @@ func (p *Proxy) observe(st *reqState, method, host, path string, status int, sta
 	am := p.m.app(st.route.App)
 	am.requests(status).Inc()
 	am.duration.Observe(d.Seconds())
+	am.traffic.record(p.m.trafficMinute(start.Add(d)), status, d)
 	am.bytesOut.Add(float64(out))
 	am.bytesIn.Add(float64(in))
 	backend := ""

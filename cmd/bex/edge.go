@@ -9,7 +9,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,6 +55,7 @@ type edgeCmd struct {
 	platformHost      string
 	platformSecret    string
 	trustedProxies    string
+	statsAddr         string
 
 	// ready, when set, receives the listen address once the edge accepts.
 	ready chan<- string
@@ -90,6 +93,7 @@ func (c *edgeCmd) command() *cobra.Command {
 	f.StringVar(&c.platformHost, "platform-host", "", "host of bex's own endpoints (default: the base domain itself)")
 	f.StringVar(&c.platformSecret, "platform-secret-file", "", "file holding the secret (16 or more printable ASCII bytes, e.g. from openssl rand -hex 32) sent in the X-Bex-Edge-Secret header of every request to --platform-backend and no other, so that the gitserver (--hooks-proxy-secret-file, the same secret) believes the client this edge names for its limits on failed tokens and signatures where the edge's address cannot say it is the edge (a cluster); empty: none sent")
 	f.StringVar(&c.trustedProxies, "trusted-proxies", "", "CIDR,... of load balancers in front of the edge: from them, the PROXY protocol (v1/v2) is read and X-Forwarded-For's last untrusted hop names the client (empty: the client is the connection's peer)")
+	f.StringVar(&c.statsAddr, "stats-addr", "0", "where the apps' request figures of the last hour are served (GET /v1/apps/APP/traffic?window=5m, for the gitserver's --edge-stats): unix:PATH for a socket only root reaches (mode 0600), or host:port, loopback, for every local process; 0 turns it off. Never where tenants reach it: it names every app's traffic")
 	return cmd
 }
 
@@ -170,10 +174,19 @@ func (c *edgeCmd) run(ctx context.Context) error {
 		Close() error
 	}
 	var servers []server
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	serve := func(srv server, l net.Listener) {
 		servers = append(servers, srv)
 		go func() { errc <- srv.Serve(l) }()
+	}
+
+	if c.statsAddr != "0" && c.statsAddr != "" {
+		l, err := listenStats(c.statsAddr)
+		if err != nil {
+			return fmt.Errorf("--stats-addr: %w", err)
+		}
+		serve(&http.Server{Handler: proxy.TrafficHandler(), ReadHeaderTimeout: 5 * time.Second}, l)
+		say(c.errOut, c.log, "bex edge: the apps' request figures on %s", c.statsAddr)
 	}
 
 	var httpHandler http.Handler // with HTTPS: ACME challenges and redirects
@@ -256,6 +269,51 @@ func (c *edgeCmd) run(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// listenStats listens on --stats-addr: unix:PATH or host:port. The socket is
+// made 0600 under a name of its own and renamed into place, so that it is never
+// at PATH with the umask's mode; a socket left by a killed edge is replaced.
+func listenStats(addr string) (net.Listener, error) {
+	path, ok := strings.CutPrefix(addr, "unix:")
+	if !ok {
+		return net.Listen("tcp", addr)
+	}
+	if path == "" {
+		return nil, errors.New("unix: give the socket's path")
+	}
+	tmp := path + ".new"
+	_ = os.Remove(tmp)
+	l, err := net.Listen("unix", tmp)
+	if err != nil {
+		return nil, err
+	}
+	// Closing must remove PATH, not the name it was made under.
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		l.Close()
+		os.Remove(tmp)
+		return nil, err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		l.Close()
+		os.Remove(tmp)
+		return nil, err
+	}
+	return &unlinkListener{Listener: l, path: path}, nil
+}
+
+// unlinkListener removes its socket when closed.
+type unlinkListener struct {
+	net.Listener
+	path string
+	once sync.Once
+}
+
+func (l *unlinkListener) Close() error {
+	err := l.Listener.Close()
+	l.once.Do(func() { os.Remove(l.path) })
+	return err
 }
 
 func (c *edgeCmd) certificateStorage(restCfg *rest.Config) (certmagic.Storage, error) {

@@ -26,6 +26,7 @@ import (
 	"bex.co/bex/deployer/runtime/kube"
 	"bex.co/bex/gitserver"
 	"bex.co/bex/gitserver/access"
+	"bex.co/bex/gitserver/audit"
 	"bex.co/bex/gitserver/backend"
 	"bex.co/bex/gitserver/dbbackups"
 	"bex.co/bex/gitserver/hooksecrets"
@@ -84,6 +85,7 @@ type gitserverCmd struct {
 	buildCgroup            string
 	planImages             plan.Images
 	planBasesReady         string
+	edgeStats              string
 
 	// ready, when set, receives the listen address once the server accepts;
 	// hooksReady the HTTP address of the hooks.
@@ -155,6 +157,7 @@ func (c *gitserverCmd) command() *cobra.Command {
 	}
 	f.StringSliceVar(&c.trustedProxies, "hooks-trusted-proxies", trusted, "addresses or CIDRs of the proxies (bex's edge) whose X-Forwarded-For names the source of a webhook delivery or MCP request, for the limits on bad signatures and failed tokens per source")
 	f.StringVar(&c.proxySecretFile, "hooks-proxy-secret-file", "", "file holding the secret bex's edge sends in X-Bex-Edge-Secret (its --platform-secret-file): a request with it is a trusted proxy's, from any address (a cluster, where the edge's address is no better than a tenant pod's); empty: only --hooks-trusted-proxies are")
+	f.StringVar(&c.edgeStats, "edge-stats", "", "the edge's --stats-addr (unix:PATH or host:port), where metrics and the agents' diagnose read the apps' request figures; empty: they say this server has no edge figures")
 	f.BoolVar(&c.allowFile, "allow-file-upstreams", false, "let webhooks fetch file:// upstreams (a file:// URL can name any repository on this machine, another app's too)")
 	f.BoolVar(&c.allowPrivateRegistries, "allow-private-registries", false, "let deploy:image pull from registries on loopback, private (RFC 1918, CGNAT 100.64/10, ULA), link-local and metadata addresses, e.g. a registry on the LAN (off: a member could make this server reach the platform's listeners, the LAN or the cloud's metadata service)")
 	f.BoolVar(&c.registryInsecure, "registry-insecure", false, "with --push: speak plain HTTP to --image-repo's registry (bex's own, inside the cluster) when deploy:image copies an image into it")
@@ -213,6 +216,9 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	bk.Logs, bk.Tokens = rt.logs, tokenStore
 	bk.Volumes, bk.Storage = rt.volumes, rt.storage
 	bk.ConfigSecrets = rt.configSecrets
+	if bk.Traffic, err = edgeTrafficFrom(c.edgeStats); err != nil {
+		return fmt.Errorf("--edge-stats: %w", err)
+	}
 	// deploy:image: the image goes where a build's would, into containerd
 	// (one machine) or the cluster's registry (--push).
 	icfg := imageimport.DefaultConfig()
@@ -243,6 +249,16 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	// Postgres backups kept on this server, beside the repositories, under the
 	// same floor of free space as pushes.
 	bk.Backups = &dbbackups.Store{Dir: filepath.Join(c.stateDir, "database-backups"), MinFreeBytes: uint64(pl.Config().MinFreeBytes)}
+	// The audit trail, beside the repositories: on a cluster, the gitserver's
+	// volume. Bounded by its defaults (90 days, 100,000 changes).
+	trail, err := openAudit(ctx, filepath.Join(c.stateDir, "audit"), c.log)
+	if err != nil {
+		return fmt.Errorf("opening the audit trail: %w", err)
+	}
+	defer trail.Close()
+	bk.Audit = trail
+	// diagnose says whether the disk is short, as a push would be told.
+	bk.DiskCheck = func() error { return pl.CheckDisk("push or deploy again") }
 	be, err := backend.New(bk)
 	if err != nil {
 		return err
@@ -469,4 +485,28 @@ func (c *gitserverCmd) close() error {
 		c.cancel()
 	}
 	return nil
+}
+
+// openAudit opens the audit trail in dir. While another gitserver has it (a
+// rolling update's old pod, which still serves until it is stopped) it waits
+// for it, up to two minutes, rather than failing to start.
+func openAudit(ctx context.Context, dir string, log *slog.Logger) (*audit.Store, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for said := false; ; said = true {
+		s, err := audit.Open(audit.DefaultOptions(dir))
+		if !errors.Is(err, audit.ErrInUse) {
+			return s, err
+		}
+		if !said {
+			log.Info("waiting for the gitserver that has the audit trail open to stop", "dir", dir)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-t.C:
+		}
+	}
 }

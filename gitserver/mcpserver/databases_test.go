@@ -1,29 +1,21 @@
 package mcpserver_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	gossh "golang.org/x/crypto/ssh"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
-	"bex.co/bex/deployer/releases"
-	"bex.co/bex/gitserver/access"
 	"bex.co/bex/gitserver/backend"
 	"bex.co/bex/gitserver/mcpserver"
-	"bex.co/bex/gitserver/tokens"
 	"bex.co/bex/internal/testenv"
 )
 
@@ -33,57 +25,18 @@ import (
 // non-member is told what an unknown database would tell, a link is a
 // reference to the credentials and no password is ever in a result.
 func TestDatabaseTools(t *testing.T) {
-	ctx := context.Background()
-	cp := testenv.SharedControlPlane(t)
-	ns := cp.Namespace(t, "mcpdb")
-	actx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	_, cache, err := access.Start(actx, access.Config{Namespace: ns}, cp.Config, cp.Scheme)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bcfg := backend.DefaultConfig()
-	bcfg.Client, bcfg.Reader, bcfg.Namespace = cp.Client, cache, ns
-	bcfg.Releases = &releases.Recorder{Client: cp.Client, Namespace: ns, PollInterval: 20 * time.Millisecond}
-	bcfg.Tokens = &tokens.Store{Client: cp.Client, Users: cache, Namespace: ns}
-	bcfg.RolloutTimeout = 20 * time.Second
-	bcfg.Log = slog.New(slog.DiscardHandler)
-	b, err := backend.New(bcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mcfg := mcpserver.DefaultConfig()
-	mcfg.Backend, mcfg.Log = b, bcfg.Log
-	srv, err := mcpserver.New(mcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
+	tb := newTestbed(t, "mcpdb", func(c *backend.Config) {
+		c.RolloutTimeout = 20 * time.Second
+		// The Secrets are not read for masking (as in a cluster): a password
+		// in a result would show as itself, not redacted, to the checks below.
+		c.ConfigSecrets = nil
+	})
 
 	// session is an agent holding a token of a new member named base.
 	session := func(base string) (*mcp.ClientSession, string) {
 		t.Helper()
-		name := base + "-" + ns
-		key := testenv.NewSSHKey(t)
-		if err := cp.Client.Create(ctx, &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: appv1.UserSpec{Role: appv1.RoleMember, CanCreateApps: true,
-			Keys: []appv1.SSHKey{{Name: "k", PublicKey: key.AuthorizedKey}}}}); err != nil {
-			t.Fatal(err)
-		}
-		au := &appv1.User{}
-		testenv.Eventually(t, 10*time.Second, "the cache has "+name, func() error { return cache.Get(ctx, client.ObjectKey{Name: name}, au) })
-		tok, err := b.CreateToken(ctx, backend.UserOf(au, "k", gossh.FingerprintSHA256(key.Signer.PublicKey())), "agent", "1h", backend.TokenScope{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := mcp.NewClient(&mcp.Implementation{Name: "bex-test", Version: "1"}, nil)
-		s, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: hs.URL,
-			HTTPClient: &http.Client{Transport: bearer{tok.Token, http.DefaultTransport}}, MaxRetries: -1}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s, name
+		u := tb.user(t, base, appv1.UserSpec{Role: appv1.RoleMember, CanCreateApps: true})
+		return tb.connect(t, u, "agent", backend.TokenScope{}), u.Name
 	}
 	ann, annName := session("ann")
 	cat, _ := session("cat")
@@ -92,7 +45,7 @@ func TestDatabaseTools(t *testing.T) {
 	// into out; it returns the text.
 	call := func(s *mcp.ClientSession, tool string, args map[string]any, out any) string {
 		t.Helper()
-		res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+		res, err := s.CallTool(tb.ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
 		if err != nil || res.IsError {
 			t.Fatalf("%s %v: %v %+v", tool, args, err, res)
 		}
@@ -110,7 +63,7 @@ func TestDatabaseTools(t *testing.T) {
 	// refused calls a tool that must fail and returns its "CODE: MESSAGE".
 	refused := func(s *mcp.ClientSession, tool string, args map[string]any) string {
 		t.Helper()
-		res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+		res, err := s.CallTool(tb.ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
 		if err != nil || !res.IsError {
 			t.Fatalf("%s %v succeeded: %v %+v", tool, args, err, res)
 		}
@@ -139,27 +92,21 @@ func TestDatabaseTools(t *testing.T) {
 
 	// The deployer's part: the server runs, the credentials are written.
 	db := &appv1.Database{}
-	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shop"}, db); err != nil {
+	if err := tb.cp.Client.Get(tb.ctx, client.ObjectKey{Namespace: tb.ns, Name: "shop"}, db); err != nil {
 		t.Fatal(err)
 	}
 	db.Status = appv1.DatabaseStatus{Phase: appv1.DatabaseRunning, Host: "127.0.0.1", Port: 15432, Version: "16.4", Image: "bex.local/postgres@sha256:" + strings.Repeat("c", 64)}
-	if err := cp.Client.Status().Update(ctx, db); err != nil {
+	if err := tb.cp.Client.Status().Update(tb.ctx, db); err != nil {
 		t.Fatal(err)
 	}
-	if err := cp.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "bex-db-shop", Namespace: ns},
+	if err := tb.cp.Client.Create(tb.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "bex-db-shop", Namespace: tb.ns},
 		Data: map[string][]byte{appv1.CredentialPassword: []byte(dbPassword), appv1.CredentialURL: []byte("postgres://shop:" + dbPassword + "@127.0.0.1:15432/shop")}}); err != nil {
 		t.Fatal(err)
 	}
-	app := &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: "notes", Namespace: ns}, Spec: appv1.AppSpec{Members: []string{annName},
-		Image: "bex.local/notes@sha256:" + strings.Repeat("a", 64)}}
-	if err := cp.Client.Create(ctx, app); err != nil {
-		t.Fatal(err)
-	}
-	testenv.StartFakeDeployer(ctx, t, cp.Client, ns)
-	testenv.Eventually(t, 10*time.Second, "the cache has notes and shop running", func() error {
-		if err := cache.Get(ctx, client.ObjectKey{Namespace: ns, Name: "notes"}, &appv1.App{}); err != nil {
-			return err
-		}
+	tb.apps(t, &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: "notes"}, Spec: appv1.AppSpec{Members: []string{annName},
+		Image: "bex.local/notes@sha256:" + strings.Repeat("a", 64)}})
+	testenv.StartFakeDeployer(tb.ctx, t, tb.cp.Client, tb.ns)
+	testenv.Eventually(t, 10*time.Second, "shop running", func() error {
 		if text := call(ann, "databases", nil, &list); !strings.Contains(text, "Running") {
 			return errors.New(text)
 		}
@@ -183,7 +130,7 @@ func TestDatabaseTools(t *testing.T) {
 		t.Fatalf("link_database: %q %+v", text, linked)
 	}
 	a := &appv1.App{}
-	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "notes"}, a); err != nil {
+	if err := tb.cp.Client.Get(tb.ctx, client.ObjectKey{Namespace: tb.ns, Name: "notes"}, a); err != nil {
 		t.Fatal(err)
 	}
 	if env := a.Spec.Env; len(env) != 1 || env[0].Value != "" || env[0].ValueFrom == nil || *env[0].ValueFrom != (appv1.SecretKeySelector{Name: "bex-db-shop", Key: "url"}) {

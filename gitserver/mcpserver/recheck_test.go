@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
@@ -14,16 +13,11 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	gossh "golang.org/x/crypto/ssh"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
-	"bex.co/bex/deployer/releases"
-	"bex.co/bex/gitserver/access"
 	"bex.co/bex/gitserver/backend"
-	"bex.co/bex/gitserver/mcpserver"
-	"bex.co/bex/gitserver/tokens"
 	"bex.co/bex/internal/testenv"
 )
 
@@ -101,92 +95,43 @@ type callResult struct {
 // real MCP client over streamable HTTP; the calls of another member on the
 // app, and of the same user on another app, go on and succeed.
 func TestWithdrawnAccessEndsToolCalls(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	cp := testenv.SharedControlPlane(t)
-	ns := cp.Namespace(t, "mcp")
-	_, cache, err := access.Start(ctx, access.Config{Namespace: ns}, cp.Config, cp.Scheme)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reader := &counting{Reader: cache, n: map[string]int{}}
-	fake := &slow{started: make(chan string, 10), release: make(chan struct{})}
 	log := &testenv.SyncBuffer{}
-	bcfg := backend.DefaultConfig()
-	bcfg.Client, bcfg.Reader, bcfg.Namespace = cp.Client, reader, ns
-	bcfg.Releases = &releases.Recorder{Client: cp.Client, Namespace: ns, PollInterval: 20 * time.Millisecond}
-	bcfg.Logs, bcfg.Deployer = fake, fake
-	bcfg.Tokens = &tokens.Store{Client: cp.Client, Users: cache, Namespace: ns}
-	bcfg.Log = slog.New(slog.NewTextHandler(log, nil))
-	b, err := backend.New(bcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mcfg := mcpserver.DefaultConfig() // Recheck: the default, 1 s
-	mcfg.Backend, mcfg.Log = b, bcfg.Log
-	srv, err := mcpserver.New(mcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	// Cleanups run last first: the client sessions (their open SSE streams) are
-	// closed before the server, which waits for its connections.
+	// Registered before the testbed's, this cleanup runs after them: the log
+	// is whole once the server is closed.
 	t.Cleanup(func() {
-		hs.Close()
 		if t.Failed() {
 			t.Logf("server log:\n%s", log.String())
 		}
 	})
-
-	name := func(base string) string { return base + "-" + ns }
-	// Each user has a key: a token works while the key that made it is there.
-	keys := map[string]*testenv.SSHKey{}
-	for base, role := range map[string]appv1.UserRole{"bob": appv1.RoleMember, "carol": appv1.RoleMember, "dave": appv1.RoleAdmin} {
-		keys[base] = testenv.NewSSHKey(t)
-		if err := cp.Client.Create(ctx, &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: name(base)}, Spec: appv1.UserSpec{Role: role,
-			Keys: []appv1.SSHKey{{Name: "k", PublicKey: keys[base].AuthorizedKey}}}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for app, members := range map[string][]string{"shop": {name("bob"), name("carol")}, "cart": {name("bob")}} {
-		if err := cp.Client.Create(ctx, &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: ns}, Spec: appv1.AppSpec{Members: members}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	testenv.Eventually(t, 10*time.Second, "the cache has the users and apps", func() error {
-		for _, k := range []struct {
-			obj  client.Object
-			name string
-		}{{&appv1.User{}, name("bob")}, {&appv1.User{}, name("carol")}, {&appv1.User{}, name("dave")}, {&appv1.App{}, "shop"}, {&appv1.App{}, "cart"}} {
-			if err := cache.Get(ctx, client.ObjectKey{Namespace: ns, Name: k.name}, k.obj); err != nil {
-				return err
-			}
-		}
-		return nil
+	var reader *counting
+	fake := &slow{started: make(chan string, 10), release: make(chan struct{})}
+	// mcpserver's Config is the default: Recheck every 1 s.
+	tb := newTestbed(t, "mcp", func(c *backend.Config) {
+		reader = &counting{Reader: c.Reader, n: map[string]int{}}
+		c.Reader = reader
+		c.Logs, c.Deployer = fake, fake
+		c.Log = slog.New(slog.NewTextHandler(log, nil))
 	})
-	session := func(base string) *mcp.ClientSession {
-		au := &appv1.User{}
-		if err := cache.Get(ctx, client.ObjectKey{Name: name(base)}, au); err != nil {
-			t.Fatal(err)
-		}
-		// Tokens are made by a session signed in with a key (tokens:create over ssh).
-		tok, err := b.CreateToken(ctx, backend.UserOf(au, "k", gossh.FingerprintSHA256(keys[base].Signer.PublicKey())), "agent", "1h", backend.TokenScope{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := mcp.NewClient(&mcp.Implementation{Name: "bex-test", Version: "1"}, nil)
-		s, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: hs.URL,
-			HTTPClient: &http.Client{Transport: bearer{tok.Token, http.DefaultTransport}}, MaxRetries: -1}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
+
+	// Each user has a key (tb.user): a token works while the key that made
+	// it is there.
+	users := map[string]*backend.User{}
+	for base, role := range map[string]appv1.UserRole{"bob": appv1.RoleMember, "carol": appv1.RoleMember, "dave": appv1.RoleAdmin} {
+		users[base] = tb.user(t, base, appv1.UserSpec{Role: role})
 	}
+	name := func(base string) string { return users[base].Name }
+	tb.apps(t,
+		&appv1.App{ObjectMeta: metav1.ObjectMeta{Name: "shop"}, Spec: appv1.AppSpec{Members: []string{name("bob"), name("carol")}}},
+		&appv1.App{ObjectMeta: metav1.ObjectMeta{Name: "cart"}, Spec: appv1.AppSpec{Members: []string{name("bob")}}})
+	// Tokens are made by a session signed in with a key (tokens:create over
+	// ssh). tb.connect's cleanups run before the server's: the client
+	// sessions (their open SSE streams) are closed before the server, which
+	// waits for its connections.
+	session := func(base string) *mcp.ClientSession { return tb.connect(t, users[base], "agent", backend.TokenScope{}) }
 	start := func(s *mcp.ClientSession, tool, app string) chan callResult {
 		done := make(chan callResult, 1)
 		go func() {
-			res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"app": app}})
+			res, err := s.CallTool(tb.ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"app": app}})
 			done <- callResult{res, err}
 		}()
 		select {
@@ -230,18 +175,18 @@ func TestWithdrawnAccessEndsToolCalls(t *testing.T) {
 	}
 	edit := func(obj client.Object, key client.ObjectKey, change func()) {
 		t.Helper()
-		if err := cp.Client.Get(ctx, key, obj); err != nil {
+		if err := tb.cp.Client.Get(tb.ctx, key, obj); err != nil {
 			t.Fatal(err)
 		}
 		change()
-		if err := cp.Client.Update(ctx, obj); err != nil {
+		if err := tb.cp.Client.Update(tb.ctx, obj); err != nil {
 			t.Fatal(err)
 		}
 	}
 
 	// access:remove shop bob, as the backend writes it.
 	shop := &appv1.App{}
-	edit(shop, client.ObjectKey{Namespace: ns, Name: "shop"}, func() { shop.Spec.Members = []string{name("carol")} })
+	edit(shop, client.ObjectKey{Namespace: tb.ns, Name: "shop"}, func() { shop.Spec.Members = []string{name("carol")} })
 	took := endsWith(bobShop, time.Now(), "forbidden: your access to shop was removed: this session ends")
 	t.Logf("access:remove ended bob's logs call in %v", took.Round(time.Millisecond))
 
@@ -283,7 +228,7 @@ func TestWithdrawnAccessEndsToolCalls(t *testing.T) {
 	// A removed user's call ends too.
 	fake.release = make(chan struct{})
 	carolAgain := start(carol, "logs", "shop")
-	if err := cp.Client.Delete(ctx, &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: name("carol")}}); err != nil {
+	if err := tb.cp.Client.Delete(tb.ctx, &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: name("carol")}}); err != nil {
 		t.Fatal(err)
 	}
 	took = endsWith(carolAgain, time.Now(), "forbidden: user "+name("carol")+" was removed: this session ends")

@@ -5,26 +5,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	gossh "golang.org/x/crypto/ssh"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
-	"bex.co/bex/deployer/releases"
-	"bex.co/bex/gitserver/access"
 	"bex.co/bex/gitserver/backend"
 	"bex.co/bex/gitserver/mcpserver"
-	"bex.co/bex/gitserver/tokens"
-	"bex.co/bex/internal/testenv"
 )
 
 // appLogs prints one line per app, as the runtime's logs would.
@@ -63,78 +54,21 @@ var changingArgs = map[string]map[string]any{
 // another user alike, forbidden; it reads shop. The controls: the unlimited
 // token lists both apps and reads cart.
 func TestScopedTokens(t *testing.T) {
-	ctx := context.Background()
-	cp := testenv.SharedControlPlane(t)
-	ns := cp.Namespace(t, "mcpscope")
-	actx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	_, cache, err := access.Start(actx, access.Config{Namespace: ns}, cp.Config, cp.Scheme)
-	if err != nil {
-		t.Fatal(err)
+	tb := newTestbed(t, "mcpscope", func(c *backend.Config) { c.Logs = appLogs{} })
+	bob := tb.user(t, "bob", appv1.UserSpec{Role: appv1.RoleMember, CanCreateApps: true})
+	app := func(name, member string) *appv1.App {
+		return &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: appv1.AppSpec{Members: []string{member},
+			Processes: map[string]appv1.ProcessSpec{"web": {Replicas: 1}}}}
 	}
-	bcfg := backend.DefaultConfig()
-	bcfg.Client, bcfg.Reader, bcfg.Namespace = cp.Client, cache, ns
-	bcfg.Releases = &releases.Recorder{Client: cp.Client, Namespace: ns, PollInterval: 20 * time.Millisecond}
-	bcfg.Tokens = &tokens.Store{Client: cp.Client, Users: cache, Namespace: ns}
-	bcfg.Logs = appLogs{}
-	bcfg.Log = slog.New(slog.DiscardHandler)
-	b, err := backend.New(bcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mcfg := mcpserver.DefaultConfig()
-	mcfg.Backend, mcfg.Log = b, bcfg.Log
-	srv, err := mcpserver.New(mcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
-
-	bob, carol := "bob-"+ns, "carol-"+ns
-	key := testenv.NewSSHKey(t)
-	if err := cp.Client.Create(ctx, &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: bob}, Spec: appv1.UserSpec{Role: appv1.RoleMember, CanCreateApps: true,
-		Keys: []appv1.SSHKey{{Name: "k", PublicKey: key.AuthorizedKey}}}}); err != nil {
-		t.Fatal(err)
-	}
-	for app, members := range map[string][]string{"shop": {bob}, "cart": {bob}, "secret": {carol}} {
-		if err := cp.Client.Create(ctx, &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: app, Namespace: ns}, Spec: appv1.AppSpec{Members: members,
-			Processes: map[string]appv1.ProcessSpec{"web": {Replicas: 1}}}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	au := &appv1.User{}
-	testenv.Eventually(t, 10*time.Second, "the cache has bob and the apps", func() error {
-		for _, a := range []string{"shop", "cart", "secret"} {
-			if err := cache.Get(ctx, client.ObjectKey{Namespace: ns, Name: a}, &appv1.App{}); err != nil {
-				return err
-			}
-		}
-		return cache.Get(ctx, client.ObjectKey{Name: bob}, au)
-	})
-	maker := backend.UserOf(au, "k", gossh.FingerprintSHA256(key.Signer.PublicKey()))
-	session := func(name string, scope backend.TokenScope) *mcp.ClientSession {
-		t.Helper()
-		tok, err := b.CreateToken(ctx, maker, name, "1h", scope)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := mcp.NewClient(&mcp.Implementation{Name: "bex-test", Version: "1"}, nil)
-		s, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: hs.URL,
-			HTTPClient: &http.Client{Transport: bearer{tok.Token, http.DefaultTransport}}, MaxRetries: -1}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	}
-	full := session("full", backend.TokenScope{})
-	ro := session("ro", backend.TokenScope{ReadOnly: true})
-	shopOnly := session("shop-only", backend.TokenScope{Apps: []string{"shop"}})
+	// secret is carol's, another user's (named only: she needs no User here).
+	tb.apps(t, app("shop", bob.Name), app("cart", bob.Name), app("secret", "carol-"+tb.ns))
+	full := tb.connect(t, bob, "full", backend.TokenScope{})
+	ro := tb.connect(t, bob, "ro", backend.TokenScope{ReadOnly: true})
+	shopOnly := tb.connect(t, bob, "shop-only", backend.TokenScope{Apps: []string{"shop"}})
 
 	tools := func(s *mcp.ClientSession) ([]string, []string) {
 		t.Helper()
-		res, err := s.ListTools(ctx, nil)
+		res, err := s.ListTools(tb.ctx, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -172,7 +106,7 @@ func TestScopedTokens(t *testing.T) {
 	// into out.
 	call := func(s *mcp.ClientSession, tool string, args map[string]any, out any) string {
 		t.Helper()
-		res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+		res, err := s.CallTool(tb.ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
 		if err != nil {
 			t.Fatalf("%s %v: %v", tool, args, err)
 		}
@@ -213,7 +147,7 @@ func TestScopedTokens(t *testing.T) {
 	// The read-only token reads, and every change it names is refused by the
 	// backend: the tool is hidden, not gone.
 	shopBefore := &appv1.App{}
-	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shop"}, shopBefore); err != nil {
+	if err := tb.cp.Client.Get(tb.ctx, client.ObjectKey{Namespace: tb.ns, Name: "shop"}, shopBefore); err != nil {
 		t.Fatal(err)
 	}
 	if got := appNames(ro); got != "cart shop" {
@@ -242,7 +176,7 @@ func TestScopedTokens(t *testing.T) {
 		}
 	}
 	shopAfter := &appv1.App{}
-	if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shop"}, shopAfter); err != nil {
+	if err := tb.cp.Client.Get(tb.ctx, client.ObjectKey{Namespace: tb.ns, Name: "shop"}, shopAfter); err != nil {
 		t.Fatal(err)
 	}
 	if shopAfter.ResourceVersion != shopBefore.ResourceVersion {
@@ -275,7 +209,7 @@ func TestScopedTokens(t *testing.T) {
 	if got := call(full, "logs", map[string]any{"app": "cart"}, &logs); got != "" || !strings.Contains(logs.Log, "hello from cart") {
 		t.Errorf("logs cart by the unlimited token: %s %+v", got, logs)
 	}
-	if got := call(full, "app_status", map[string]any{"app": "secret"}, nil); !strings.HasPrefix(got, "forbidden: user "+bob+" has no access to app secret") {
+	if got := call(full, "app_status", map[string]any{"app": "secret"}, nil); !strings.HasPrefix(got, "forbidden: user "+bob.Name+" has no access to app secret") {
 		t.Errorf("app_status of another user's app by the unlimited token: %q", got)
 	}
 }

@@ -7,9 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
@@ -17,18 +14,14 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	gossh "golang.org/x/crypto/ssh"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
-	"bex.co/bex/deployer/releases"
-	"bex.co/bex/gitserver/access"
 	"bex.co/bex/gitserver/backend"
 	"bex.co/bex/gitserver/mcpserver"
-	"bex.co/bex/gitserver/tokens"
 	"bex.co/bex/internal/testenv"
 )
 
@@ -104,77 +97,26 @@ func (failedBuild) DeployImage(_ context.Context, req backend.ImageRequest) (*ba
 // The control: the backend's logs, which the ssh command prints, are the
 // app's bytes unchanged.
 func TestAppOutputReachesAgentsAsUntrustedData(t *testing.T) {
-	ctx := context.Background()
-	cp := testenv.SharedControlPlane(t)
-	ns := cp.Namespace(t, "mcpout")
-	actx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	_, cache, err := access.Start(actx, access.Config{Namespace: ns}, cp.Config, cp.Scheme)
-	if err != nil {
-		t.Fatal(err)
-	}
-	deployer := testenv.StartFakeDeployer(actx, t, cp.Client, ns)
-	bcfg := backend.DefaultConfig()
-	bcfg.Client, bcfg.Reader, bcfg.Namespace, bcfg.ConfigSecrets = cp.Client, cache, ns, cp.Client
-	bcfg.Releases = &releases.Recorder{Client: cp.Client, Namespace: ns, PollInterval: 20 * time.Millisecond}
-	bcfg.Logs, bcfg.Builds, bcfg.Runner, bcfg.Deployer, bcfg.Images = printingApp{}, printingApp{}, printingApp{}, failedBuild{}, failedBuild{}
-	bcfg.Tokens = &tokens.Store{Client: cp.Client, Users: cache, Namespace: ns}
-	bcfg.RolloutTimeout = 30 * time.Second
-	bcfg.Log = slog.New(slog.DiscardHandler)
-	b, err := backend.New(bcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mcfg := mcpserver.DefaultConfig()
-	mcfg.Backend, mcfg.Log = b, bcfg.Log
-	srv, err := mcpserver.New(mcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
-
-	user := "ann-" + ns
-	key := testenv.NewSSHKey(t)
-	if err := cp.Client.Create(ctx, &appv1.User{ObjectMeta: metav1.ObjectMeta{Name: user}, Spec: appv1.UserSpec{Role: appv1.RoleMember,
-		Keys: []appv1.SSHKey{{Name: "k", PublicKey: key.AuthorizedKey}}}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := cp.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: appv1.CredentialsSecret("db"), Namespace: ns},
+	tb := newTestbed(t, "mcpout", func(c *backend.Config) {
+		c.Logs, c.Builds, c.Runner, c.Deployer, c.Images = printingApp{}, printingApp{}, printingApp{}, failedBuild{}, failedBuild{}
+	})
+	deployer := testenv.StartFakeDeployer(tb.ctx, t, tb.cp.Client, tb.ns)
+	u := tb.user(t, "ann", appv1.UserSpec{Role: appv1.RoleMember})
+	if err := tb.cp.Client.Create(tb.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: appv1.CredentialsSecret("db"), Namespace: tb.ns},
 		Data: map[string][]byte{appv1.CredentialURL: []byte(linkURL), appv1.CredentialPassword: []byte(linkPassword)}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := cp.Client.Create(ctx, &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: "shop", Namespace: ns}, Spec: appv1.AppSpec{
-		Members: []string{user}, Image: "bex.local/shop@sha256:" + strings.Repeat("a", 64),
+	tb.apps(t, &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: "shop"}, Spec: appv1.AppSpec{
+		Members: []string{u.Name}, Image: "bex.local/shop@sha256:" + strings.Repeat("a", 64),
 		Processes: map[string]appv1.ProcessSpec{"web": {Replicas: 1}},
 		Env: []appv1.EnvVar{{Name: "API_KEY", Value: apiKey}, {Name: "PORT_HINT", Value: "5000"},
 			{Name: "DATABASE_URL", ValueFrom: &appv1.SecretKeySelector{Name: appv1.CredentialsSecret("db"), Key: appv1.CredentialURL}}},
-	}}); err != nil {
-		t.Fatal(err)
-	}
-	au := &appv1.User{}
-	testenv.Eventually(t, 10*time.Second, "the cache has the user and app", func() error {
-		if err := cache.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shop"}, &appv1.App{}); err != nil {
-			return err
-		}
-		return cache.Get(ctx, client.ObjectKey{Name: user}, au)
-	})
-	u := backend.UserOf(au, "k", gossh.FingerprintSHA256(key.Signer.PublicKey()))
-	tok, err := b.CreateToken(ctx, u, "agent", "1h", backend.TokenScope{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := mcp.NewClient(&mcp.Implementation{Name: "bex-test", Version: "1"}, nil)
-	s, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: hs.URL,
-		HTTPClient: &http.Client{Transport: bearer{tok.Token, http.DefaultTransport}}, MaxRetries: -1}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	}})
+	s := tb.connect(t, u, "agent", backend.TokenScope{})
 
 	// The control: what the ssh command prints is the backend's, unchanged.
 	var raw bytes.Buffer
-	if err := b.Logs(ctx, u, "shop", backend.LogOptions{}, &raw); err != nil || raw.String() != hostile {
+	if err := tb.b.Logs(tb.ctx, u, "shop", backend.LogOptions{}, &raw); err != nil || raw.String() != hostile {
 		t.Fatalf("the backend's logs: %v %q", err, raw.String())
 	}
 
@@ -185,7 +127,7 @@ func TestAppOutputReachesAgentsAsUntrustedData(t *testing.T) {
 	values := map[string]string{"API_KEY": apiKey, "DATABASE_URL": linkURL, "DATABASE_URL password": linkPassword}
 	call := func(tool string, args map[string]any) (*mcp.CallToolResult, string) {
 		t.Helper()
-		res, err := s.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+		res, err := s.CallTool(tb.ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
 		if err != nil {
 			t.Fatalf("%s: %v", tool, err)
 		}
@@ -244,7 +186,7 @@ func TestAppOutputReachesAgentsAsUntrustedData(t *testing.T) {
 	}
 
 	// The tools that return output say what it is.
-	list, err := s.ListTools(ctx, nil)
+	list, err := s.ListTools(tb.ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,7 +293,7 @@ func TestAppOutputReachesAgentsAsUntrustedData(t *testing.T) {
 	// condition quote its last lines.
 	testenv.Eventually(t, 10*time.Second, "shop serves v1 again", func() error {
 		a := &appv1.App{}
-		if err := cp.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shop"}, a); err != nil {
+		if err := tb.cp.Client.Get(tb.ctx, client.ObjectKey{Namespace: tb.ns, Name: "shop"}, a); err != nil {
 			return err
 		}
 		if a.Spec.Release != 1 || a.Status.Revision != 1 || a.Status.ObservedGeneration != a.Generation || a.Status.Phase != appv1.AppPhaseRunning {
@@ -359,10 +301,10 @@ func TestAppOutputReachesAgentsAsUntrustedData(t *testing.T) {
 		}
 		meta.SetStatusCondition(&a.Status.Conditions, metav1.Condition{Type: appv1.RolledOutCondition, Status: metav1.ConditionFalse,
 			Reason: appv1.CrashLoopReason, Message: crash + " Release v1 keeps serving.", ObservedGeneration: a.Generation})
-		if err := cp.Client.Status().Update(ctx, a); err != nil {
+		if err := tb.cp.Client.Status().Update(tb.ctx, a); err != nil {
 			return err
 		}
-		return cache.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shop"}, a)
+		return tb.cache.Get(tb.ctx, client.ObjectKey{Namespace: tb.ns, Name: "shop"}, a)
 	})
 	var st backend.AppInfo
 	testenv.Eventually(t, 10*time.Second, "app_status shows the crash loop", func() error {

@@ -160,7 +160,7 @@ func TestListenersRefuseStrangers(t *testing.T) {
 			t.Errorf("no listener on %s", addr)
 		}
 	}
-	for _, sock := range []string{"containerd/containerd.sock", "buildkitd/buildkitd.sock", "controlplane/run/peer.sock", "run/deployer-health.sock"} {
+	for _, sock := range []string{"containerd/containerd.sock", "buildkitd/buildkitd.sock", "controlplane/run/peer.sock", "run/deployer-health.sock", "run/edge-stats.sock"} {
 		if !listed[filepath.Join(p.dir, sock)] {
 			t.Errorf("no listener on %s", filepath.Join(p.dir, sock))
 		}

@@ -500,7 +500,14 @@ func (p *Platform) startComponents(ctx context.Context) error {
 		return err
 	}
 
-	edgeArgs := []string{"--http-addr", p.cfg.HTTPAddr, "--https-addr", p.cfg.HTTPSAddr, "--base-domain", p.cfg.BaseDomain}
+	// The edge's request figures, for the gitserver's metrics and diagnose, on a
+	// socket beside the deployer's: root's alone, out of the tenants' reach.
+	stats, err := p.runPath("edge-stats.sock")
+	if err != nil {
+		return err
+	}
+	edgeArgs := []string{"--http-addr", p.cfg.HTTPAddr, "--https-addr", p.cfg.HTTPSAddr, "--base-domain", p.cfg.BaseDomain,
+		"--stats-addr", "unix:" + stats}
 	if p.cfg.HooksAddr != "" {
 		// Git hosts and agents reach the webhooks and MCP over HTTPS on the base
 		// domain, through the edge; the gitserver serves them on plain HTTP.
@@ -527,7 +534,8 @@ func (p *Platform) startComponents(ctx context.Context) error {
 	gitArgs := []string{"--ssh-addr", p.cfg.SSHAddr, "--ssh-url", p.SSHURL(), "--runtime", "local", "--base-domain", p.cfg.BaseDomain,
 		"--buildkit-addr", "unix://" + filepath.Join(p.cfg.StateDir, "buildkitd", "buildkitd.sock"),
 		// system:df and system:prune read the images where the deployer runs them.
-		"--containerd-addr", p.containerdAddr, "--containerd-namespace", ContainerdNamespace}
+		"--containerd-addr", p.containerdAddr, "--containerd-namespace", ContainerdNamespace,
+		"--edge-stats", "unix:" + stats}
 	if p.cfg.ImageResolveMode != "" {
 		gitArgs = append(gitArgs, "--image-resolve-mode", p.cfg.ImageResolveMode)
 	}

@@ -1,0 +1,257 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	appv1 "bex.co/bex/deployer/api/v1alpha1"
+	"bex.co/bex/edge"
+	"bex.co/bex/gitserver/backend"
+	"bex.co/bex/internal/testenv"
+)
+
+// TestEdgeTrafficClient reads the edge's real stats handler, served as bex edge
+// --stats-addr unix:PATH serves it, through the gitserver's client: the
+// figures, the edge's refusals, and errors that say the figures cannot be read.
+func TestEdgeTrafficClient(t *testing.T) {
+	proxy, err := edge.NewProxy(edge.DefaultConfig(), nil, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(t.TempDir(), "edge-stats.sock")
+	// A socket left by a killed edge is replaced.
+	stale, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.(*net.UnixListener).SetUnlinkOnClose(false)
+	stale.Close()
+	l, err := listenStats("unix:" + sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o600 || fi.Mode().Type() != os.ModeSocket {
+		t.Fatalf("the socket: %v %v, want a socket of mode 0600", fi, err)
+	}
+	if _, err := os.Stat(sock + ".new"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the name the socket was made under is left: %v", err)
+	}
+	srv := &http.Server{Handler: proxy.TrafficHandler()}
+	go srv.Serve(l)
+	defer srv.Close()
+
+	c, err := newEdgeTraffic("unix:" + sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var _ backend.Traffic = c
+	ctx := context.Background()
+	got, err := c.AppTraffic(ctx, "web", 5*time.Minute, time.Hour, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []backend.TrafficWindow{{Window: 5 * time.Minute, Minutes: 5}, {Window: time.Hour, Minutes: 60}, {Window: time.Minute, Minutes: 1}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("an app without requests: %+v, want %+v", got, want)
+	}
+	if got, err := c.AppTraffic(ctx, "web"); err != nil || len(got) != 0 {
+		t.Errorf("no window: %v %v, want none", got, err)
+	}
+	for _, bad := range []struct {
+		app     string
+		windows []time.Duration
+		reason  string
+	}{
+		{"Web", []time.Duration{time.Hour}, "only a-z, 0-9 and -"},
+		{"a/b", []time.Duration{time.Hour}, "only a-z, 0-9 and -"},
+		{"web", []time.Duration{90 * time.Second}, `window "1m30s": give whole minutes`},
+		{"web", []time.Duration{2 * time.Hour}, `window "120m": give whole minutes`},
+		{"web", []time.Duration{1, 2, 3, 4, 5}, "5 windows: ask for at most 4"},
+	} {
+		_, err := c.AppTraffic(ctx, bad.app, bad.windows...)
+		if err == nil || !strings.Contains(err.Error(), "400 Bad Request: ") || !strings.Contains(err.Error(), bad.reason) {
+			t.Errorf("%q %v: %v, want the edge's 400 saying %q", bad.app, bad.windows, err, bad.reason)
+		}
+	}
+
+	// The edge gone: its socket removed with its listener.
+	srv.Close()
+	if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the socket outlives its listener: %v", err)
+	}
+	if _, err := c.AppTraffic(ctx, "web", time.Hour); err == nil || !strings.Contains(err.Error(), "the edge's stats cannot be read") {
+		t.Errorf("no edge: %v, want an error saying its stats cannot be read", err)
+	}
+
+	// An edge that accepts and never answers costs the caller 2 seconds.
+	hung, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hung.Close()
+	go func() {
+		for {
+			conn, err := hung.Accept()
+			if err != nil {
+				return
+			}
+			defer conn.Close()
+		}
+	}()
+	start := time.Now()
+	_, err = c.AppTraffic(ctx, "web", time.Hour)
+	if took := time.Since(start); err == nil || !strings.Contains(err.Error(), "the edge's stats cannot be read") || took > 5*time.Second {
+		t.Errorf("a stuck edge: %v after %s, want an error after %s", err, took, edgeTrafficTimeout)
+	}
+
+	for _, addr := range []string{"unix:", "localhost", "127.0.0.1:"} {
+		if _, err := newEdgeTraffic(addr); err == nil {
+			t.Errorf("--edge-stats %q accepted", addr)
+		}
+	}
+	if tr, err := edgeTrafficFrom(""); tr != nil || err != nil {
+		t.Errorf("--edge-stats empty: %v %v, want no Traffic", tr, err)
+	}
+}
+
+// TestEdgeStatsSocket runs bex edge with --stats-addr unix:PATH in front of an
+// app and reads what it answered through the gitserver's client.
+func TestEdgeStatsSocket(t *testing.T) {
+	cp := testenv.SharedControlPlane(t)
+	ns := cp.Namespace(t, "edge-stats")
+	ctx := context.Background()
+	backendSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/fail" {
+			http.Error(w, "boom", http.StatusInternalServerError)
+			return
+		}
+		io.WriteString(w, "hi")
+	}))
+	t.Cleanup(backendSrv.Close)
+	_, portStr, _ := net.SplitHostPort(backendSrv.Listener.Addr().String())
+	port, _ := strconv.Atoi(portStr)
+	if err := cp.Client.Create(ctx, &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	name, proto, p := "http", corev1.ProtocolTCP, int32(port)
+	if err := cp.Client.Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: ns,
+			Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
+		AddressType: discoveryv1.AddressTypeFQDN,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"127.0.0.1"}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: &name, Protocol: &proto, Port: &p}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	sock := filepath.Join(t.TempDir(), "edge-stats.sock")
+	var stderr lockedBuffer
+	ready := make(chan string, 1)
+	ed := &edgeCmd{errOut: &stderr, log: slog.New(slog.NewTextHandler(&stderr, nil)), ready: ready,
+		reg: prometheus.NewRegistry()}
+	cmd := wire(ed)
+	cmd.SetArgs([]string{"--kubeconfig", cp.Kubeconfig, "--namespace", ns, "--state-dir", t.TempDir(),
+		"--http-addr", "127.0.0.1:0", "--https-addr", "", "--stats-addr", "unix:" + sock})
+	edgeCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(edgeCtx) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("bex edge: %v\n%s", err, stderr.String())
+		}
+	}()
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatalf("bex edge: %v\n%s", err, stderr.String())
+	}
+	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the stats socket: %v %v, want mode 0600", fi, err)
+	}
+
+	client := &http.Client{Timeout: 30 * time.Second}
+	defer client.CloseIdleConnections()
+	// What the edge counts for web: every answer but those given before it
+	// knew web (counted for no app); its 503s while web had no instance yet are
+	// web's.
+	var counted, failed int64
+	get := func(path string) (int, error) {
+		req, _ := http.NewRequest("GET", "http://"+addr+path, nil)
+		req.Host = "web.localhost"
+		res, err := client.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		defer res.Body.Close()
+		body, err := io.ReadAll(res.Body)
+		if err != nil {
+			return 0, err
+		}
+		if bytes.Contains(body, []byte("The edge is starting")) || bytes.Contains(body, []byte("No app answers")) {
+			return res.StatusCode, nil
+		}
+		counted++
+		if res.StatusCode >= 500 {
+			failed++
+		}
+		return res.StatusCode, nil
+	}
+	testenv.Eventually(t, 20*time.Second, "web.localhost routed", func() error {
+		if status, err := get("/"); err != nil || status != 200 {
+			return fmt.Errorf("%d %v", status, err)
+		}
+		return nil
+	})
+	for range 3 {
+		if status, err := get("/"); err != nil || status != 200 {
+			t.Fatalf("GET /: %d %v", status, err)
+		}
+	}
+	for range 2 {
+		if status, err := get("/fail"); err != nil || status != 500 {
+			t.Fatalf("GET /fail: %d %v", status, err)
+		}
+	}
+	c, err := newEdgeTraffic("unix:" + sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The edge counts a request once its answer is sent: the client may have
+	// read it a moment before.
+	var got []backend.TrafficWindow
+	testenv.Eventually(t, 10*time.Second, "every answer counted", func() error {
+		if got, err = c.AppTraffic(ctx, "web", 5*time.Minute, time.Hour); err != nil {
+			return err
+		}
+		if got[1].Requests < counted {
+			return fmt.Errorf("%d requests counted, want %d", got[1].Requests, counted)
+		}
+		return nil
+	})
+	for i, w := range got {
+		if w.Requests != counted || w.Status5xx != failed || w.Status4xx != 0 || w.Window != []time.Duration{5 * time.Minute, time.Hour}[i] ||
+			w.P50 <= 0 || w.P95 < w.P50 || w.P95 > 60 {
+			t.Errorf("window %d: %+v, want %d requests, %d 5xx, no 4xx, quantiles", i, w, counted, failed)
+		}
+	}
+}

@@ -55,7 +55,7 @@ func setRolledOutCondition(app *appv1.App, synced bool, st runtime.Status) {
 		c.Status, c.Reason = metav1.ConditionFalse, st.Failure
 		c.Message = st.Message
 		if st.Serving > 0 {
-			c.Message += fmt.Sprintf(" Release v%d keeps serving.", st.Serving)
+			c.Message = beforeLogLines(st.Message, fmt.Sprintf(" Release v%d keeps serving.", st.Serving))
 		}
 	case app.Spec.Suspended && st.RolledOut:
 		c.Status, c.Reason = metav1.ConditionTrue, appv1.SuspendedReason
@@ -193,4 +193,20 @@ func setCronCondition(app *appv1.App) {
 		c.Message = strings.Join(failing, "; ") + "."
 	}
 	meta.SetStatusCondition(&app.Status.Conditions, c)
+}
+
+// beforeLogLines is msg with more of the deployer's words added to its first
+// line: the lines after it, when there are any, are what the app printed last
+// ("...; last log lines:" and the lines), and whoever shows them to an agent
+// frames everything after the first line as the app's output, so the
+// deployer's own words must not follow them.
+func beforeLogLines(msg, more string) string {
+	head, lines, ok := strings.Cut(msg, "\n")
+	if !ok {
+		return msg + more
+	}
+	if h, cut := strings.CutSuffix(head, "; last log lines:"); cut {
+		return h + "." + more + " Its last log lines:\n" + lines
+	}
+	return head + more + "\n" + lines
 }

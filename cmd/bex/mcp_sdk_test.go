@@ -48,6 +48,7 @@ type tsReport struct {
 	} `json:"tools"`
 	Calls []struct {
 		Name   string `json:"name"`
+		MS     int    `json:"ms"`
 		Threw  string `json:"threw"`
 		Result *struct {
 			IsError bool `json:"isError"`
@@ -126,6 +127,7 @@ func TestAgentAPIWithTheTypeScriptSDK(t *testing.T) {
 		t.Fatalf("calls: %+v", r.Calls)
 	}
 	for _, c := range r.Calls {
+		t.Logf("%s took %d ms", c.Name, c.MS)
 		if c.Threw != "" {
 			t.Fatalf("the SDK threw on %s instead of handing back its result: %s", c.Name, c.Threw)
 		}

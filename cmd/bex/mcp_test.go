@@ -81,7 +81,7 @@ func errorCode(res *mcp.CallToolResult) string {
 }
 
 // mcpTools are the MCP server's tools, sorted.
-const mcpTools = "app_status audit build_logs create_database create_volume databases deploy diagnose deploy_image destroy_volume link_database list_apps logs releases resume rollback run scale set_config suspend unlink_database volumes"
+const mcpTools = "app_status audit build_logs create_database create_volume databases deploy deploy_image destroy_volume diagnose link_database list_apps logs releases resume rollback run scale set_config suspend unlink_database volumes"
 
 // TestAgentAPI: the SDK's own MCP client, with a token from tokens:create, lists
 // the tools, deploys (real buildkitd; the test plays the deployer), reads the

@@ -249,7 +249,21 @@ func (b *Backend) Await(ctx context.Context, app string, n int64, progress func(
 		if strings.Contains(failed.RolloutFailure(), "was replaced by") {
 			phase = PhaseRollout
 		}
-		return "", &Error{Kind: Failed, Msg: fmt.Sprintf("release v%d of %s did not roll out: %s; the previous release keeps serving", n, app, failed.RolloutFailure()),
+		// bex's words on the first line: the lines after it are what the app
+		// printed last, which an agent is shown as the app's output.
+		reason, lines, _ := strings.Cut(failed.RolloutFailure(), "\n")
+		if !strings.Contains(reason, "keeps serving") {
+			if h, ok := strings.CutSuffix(reason, "; last log lines:"); ok {
+				reason = h + "; the previous release keeps serving. Its last log lines:"
+			} else {
+				reason = strings.TrimSuffix(reason, ".") + "; the previous release keeps serving"
+			}
+		}
+		msg := fmt.Sprintf("release v%d of %s did not roll out: %s", n, app, reason)
+		if lines != "" {
+			msg += "\n" + lines
+		}
+		return "", &Error{Kind: Failed, Msg: msg,
 			Err: StoppedAt(err, Stop{Phase: phase, Release: n})}
 	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
 		return "", &Error{Kind: Failed, Msg: fmt.Sprintf("release v%d of %s is not serving after %s: it may still come up (apps:info %s)", n, app, b.cfg.RolloutTimeout.Round(time.Second), app),

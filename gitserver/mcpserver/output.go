@@ -61,9 +61,8 @@ func (o *appOutput) line(s string) string {
 // verdict is a message of bex's whose lines after the first, when it has
 // any, are what the app printed (the deployer's "last log lines:", the
 // builder's "its last output:"): the first line cleaned and masked, the rest
-// a block. Text of bex's that follows the tail on its last line (" Release vN
-// keeps serving.") stays inside the block: the message has no mark of where
-// the app's lines end, and a line of bex's inside is harmless.
+// a block. bex's own words are all on the first line: the deployer and the
+// backend put what they add there, before the app's lines.
 func (o *appOutput) verdict(msg string) string {
 	head, tail, ok := strings.Cut(msg, "\n")
 	if !ok {

@@ -271,7 +271,7 @@ func TestAppOutputReachesAgentsAsUntrustedData(t *testing.T) {
 	res, _ = call("set_config", map[string]any{"app": "shop", "set": map[string]string{"MODE": "fast-and-loose"}})
 	v = verdictOf(t, res, "failed")
 	if v.Status != "failed" || v.Phase != "health" || v.Release != 2 || v.ServingRelease != 1 || v.ExitCode == nil || *v.ExitCode != 1 ||
-		v.Message != "release v2 of shop did not roll out: web.1 keeps exiting: 3 exits within 1m0s (last: exited with code 1); last log lines:" {
+		v.Message != "release v2 of shop did not roll out: web.1 keeps exiting: 3 exits within 1m0s (last: exited with code 1); the previous release keeps serving. Its last log lines:" {
 		t.Errorf("set_config of a crash-looping release: %s", text(res))
 	}
 	framed("set_config's verdict", "the last output", v.LogTail)

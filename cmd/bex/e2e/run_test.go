@@ -396,7 +396,9 @@ func TestRun(t *testing.T) {
 		if v.Status != "failed" || v.Phase != "health" || v.Release <= old || v.ServingRelease != old || v.ExitCode == nil || *v.ExitCode != 3 ||
 			!strings.Contains(v.LogTail, `<untrusted-app-output app="hello-shell" source="the last output">`) ||
 			!strings.Contains(v.LogTail, "boom: no start with CRASH_ON_BOOT=[redacted: CRASH_ON_BOOT]") || strings.Contains(v.LogTail, "yes-please") ||
-			!strings.Contains(v.Hint, fmt.Sprintf("release v%d keeps serving", old)) || v.URL == "" {
+			!strings.Contains(v.Hint, fmt.Sprintf("release v%d keeps serving", old)) || v.URL == "" ||
+			strings.Contains(v.LogTail, "keeps serving") || !strings.Contains(v.Message, fmt.Sprintf("Release v%d keeps serving", old)) {
+			// bex's words in its message, none after the app's lines.
 			t.Errorf("crash on boot: %+v", v)
 		}
 		if err := p.answers("hello-shell", "/", "hello from bex")(); err != nil {
@@ -448,6 +450,21 @@ func TestRun(t *testing.T) {
 		if t.Failed() {
 			t.Logf("audit hello-shell:\n%s", p.mustSSH(t, "audit", "hello-shell", "--limit", "500"))
 		}
+
+		// The edge counted the requests the subtests made over HTTPS, and a
+		// 404 of its own making now.
+		if err := p.answers("hello-shell", "/", "hello from bex")(); err != nil {
+			t.Fatal(err)
+		}
+		var m backend.AppMetrics
+		if err := json.Unmarshal([]byte(p.mustSSH(t, "metrics", "hello-shell", "--json")), &m); err != nil {
+			t.Fatal(err)
+		}
+		if len(m.Windows) != 2 || m.Windows[0].Minutes != 5 || m.Windows[1].Minutes != 60 || m.Windows[0].Requests == 0 ||
+			m.Windows[1].Requests < m.Windows[0].Requests || m.Windows[0].P50 <= 0 || m.Windows[0].P95 < m.Windows[0].P50 {
+			t.Errorf("metrics of hello-shell: %+v", m)
+		}
+		t.Logf("metrics hello-shell:\n%s", p.mustSSH(t, "metrics", "hello-shell"))
 	})
 
 	testenv.Eventually(t, time.Minute, "no one-off container left", func() error {

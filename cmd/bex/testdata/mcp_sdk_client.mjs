@@ -29,10 +29,12 @@ const transport = new StreamableHTTPClientTransport(new URL(url), {
 await client.connect(transport);
 const report = { sdk, tools: (await client.listTools()).tools, calls: [] };
 for (const c of JSON.parse(callsJSON)) {
+	const start = performance.now();
 	try {
-		report.calls.push({ name: c.name, result: await client.callTool(c) });
+		const result = await client.callTool(c);
+		report.calls.push({ name: c.name, ms: Math.round(performance.now() - start), result });
 	} catch (e) {
-		report.calls.push({ name: c.name, threw: e instanceof Error ? e.message : String(e) });
+		report.calls.push({ name: c.name, ms: Math.round(performance.now() - start), threw: e instanceof Error ? e.message : String(e) });
 	}
 }
 await client.close();

@@ -2,8 +2,11 @@ package local
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -51,6 +54,14 @@ func (d Disk) VolumeBytes(app string) (int64, error) {
 // OpenImages reaches the images of containerd at address (a socket's path)
 // in its namespace, for system:df and system:prune; Close lets containerd go.
 func OpenImages(address, namespace string, log *slog.Logger) (*Images, error) {
+	// A socket that is not there cannot answer: say so at once, rather than
+	// each call waiting out the client's timeout (apps:info measures the
+	// app's disk through this on every call).
+	if path := strings.TrimPrefix(address, "unix://"); strings.HasPrefix(path, "/") {
+		if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("containerd is not running: no socket at %s", path)
+		}
+	}
 	cl, err := daemons.ContainerdClient(address, namespace)
 	if err != nil {
 		return nil, err

@@ -202,6 +202,12 @@ func runClusterAPIInMemory(t *testing.T) {
 		return errors.Join(w.clusterAvailable(), w.machinesRunning(1, 1, nil))
 	})
 	lap("Cluster Available, machines Running")
+	// The base's MachineHealthChecks watch every machine: the workers' and the
+	// control plane's, each found healthy.
+	w.wait("the MachineHealthChecks see every machine healthy", func() error {
+		return errors.Join(w.machinesHealthy(name+"-md-0", 1), w.machinesHealthy(name+"-control-plane", 1))
+	})
+	lap("MachineHealthChecks healthy")
 
 	// The managers' webhooks are the ones in force: KubeadmControlPlane's
 	// validation refuses what its schema cannot express (an even number of
@@ -532,6 +538,7 @@ func tableColumns(t *testing.T, out []byte, names ...string) [][]string {
 
 var (
 	clusterGVK  = schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "Cluster"}
+	mhcGVK      = schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "MachineHealthCheck"}
 	machineGVK  = schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "MachineList"}
 	mdGVK       = schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "MachineDeployment"}
 	kcpGVK      = schema.GroupVersionKind{Group: "controlplane.cluster.x-k8s.io", Version: "v1beta2", Kind: "KubeadmControlPlane"}
@@ -616,6 +623,21 @@ func (w *capiWatcher) clusterAvailable() error {
 	}
 	if s, r, m := condition(c, "Available"); s != "True" {
 		return fmt.Errorf("Cluster Available=%q (%s: %s)", s, r, m)
+	}
+	return nil
+}
+
+// machinesHealthy: the MachineHealthCheck mhc expects n machines and finds
+// them all healthy.
+func (w *capiWatcher) machinesHealthy(mhc string, n int64) error {
+	c, err := w.get(mhcGVK, mhc)
+	if err != nil {
+		return err
+	}
+	expected, _, _ := unstructured.NestedInt64(c.Object, "status", "expectedMachines")
+	healthy, _, _ := unstructured.NestedInt64(c.Object, "status", "currentHealthy")
+	if expected != n || healthy != n {
+		return fmt.Errorf("MachineHealthCheck %s: %d of %d machines healthy, want %d of %d", mhc, healthy, expected, n, n)
 	}
 	return nil
 }

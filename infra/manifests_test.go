@@ -57,11 +57,11 @@ var hetzner = merge(common, map[string]string{
 
 var overlays = []overlay{
 	{dir: "clusterapi/overlays/local-capd", vars: common, kinds: []string{
-		"Cluster", "KubeadmControlPlane", "MachineDeployment", "KubeadmConfigTemplate", "DevCluster", "DevMachineTemplate"}},
+		"Cluster", "KubeadmControlPlane", "MachineDeployment", "KubeadmConfigTemplate", "MachineHealthCheck", "DevCluster", "DevMachineTemplate"}},
 	{dir: "clusterapi/overlays/hetzner-caph", vars: hetzner, kinds: []string{
-		"Cluster", "KubeadmControlPlane", "MachineDeployment", "KubeadmConfigTemplate", "HetznerCluster", "HCloudMachineTemplate"}},
+		"Cluster", "KubeadmControlPlane", "MachineDeployment", "KubeadmConfigTemplate", "MachineHealthCheck", "HetznerCluster", "HCloudMachineTemplate"}},
 	{dir: "clusterapi/overlays/hetzner-caph-baremetal", vars: merge(hetzner, map[string]string{"HETZNER_ROBOT_SERVER_ID": "1234567"}), kinds: []string{
-		"HetznerCluster", "HCloudMachineTemplate", "HetznerBareMetalHost", "HetznerBareMetalMachineTemplate", "MachineDeployment"}},
+		"HetznerCluster", "HCloudMachineTemplate", "HetznerBareMetalHost", "HetznerBareMetalMachineTemplate", "MachineDeployment", "MachineHealthCheck"}},
 	{dir: "bex", kinds: []string{
 		"Namespace", "CustomResourceDefinition", "ConfigMap", "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding",
 		"Deployment", "StatefulSet", "DaemonSet", "Service", "PersistentVolumeClaim", "NetworkPolicy", "CronJob",

@@ -11,6 +11,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -393,8 +394,20 @@ func TestScaleChange(t *testing.T) {
 	f.complete("hello-worker")
 	f.sync(f.desired(1, imageA, map[string]appv1.ProcessSpec{"web": {Replicas: 1}, "worker": {Replicas: 1}}))
 
+	before := f.deployment("hello-web").Spec.Template
 	st := f.sync(f.desired(1, imageA, map[string]appv1.ProcessSpec{"web": {Replicas: 3}, "worker": {Replicas: 0}}))
 	web, worker := f.deployment("hello-web"), f.deployment("hello-worker")
+	// Scaling changes no pod template (it would restart every instance): the
+	// instances' spread over the nodes is in it at any count, by node, soft,
+	// per rollout.
+	if !equality.Semantic.DeepEqual(before, web.Spec.Template) {
+		t.Errorf("scaling changed the pod template:\n%+v\n%+v", before, web.Spec.Template)
+	}
+	if ts := web.Spec.Template.Spec.TopologySpreadConstraints; len(ts) != 1 || ts[0].TopologyKey != corev1.LabelHostname || ts[0].MaxSkew != 1 ||
+		ts[0].WhenUnsatisfiable != corev1.ScheduleAnyway || ts[0].LabelSelector.MatchLabels[kube.LabelProcess] != "web" ||
+		!slices.Equal(ts[0].MatchLabelKeys, []string{appsv1.DefaultDeploymentUniqueLabelKey}) {
+		t.Errorf("web's spread over the nodes: %+v", ts)
+	}
 	if *web.Spec.Replicas != 3 || *worker.Spec.Replicas != 0 || web.Spec.Template.Labels[kube.LabelRelease] != "1" {
 		t.Fatalf("replicas %d, %d; template %v", *web.Spec.Replicas, *worker.Spec.Replicas, web.Spec.Template.Labels)
 	}

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -172,6 +173,18 @@ func deployment(cfg Config, d runtime.Desired, process string, serving int64) *a
 	withVolumeMounts(c, vols)
 	pod := podSpec(cfg, c).WithTerminationGracePeriodSeconds(cfg.TerminationGracePeriodSeconds)
 	withVolumeClaims(pod, app.Name, vols)
+	// A process type's instances spread over the nodes, so that the loss of
+	// one node leaves the others answering. Soft (ScheduleAnyway): on one node,
+	// or with the others full, they still run. Per rollout (the ReplicaSet's
+	// pod-template-hash): the new release's pods spread among themselves,
+	// whatever the old ones' places. Set whatever the replicas, so that scaling
+	// changes no pod template and restarts nothing.
+	pod.WithTopologySpreadConstraints(corev1ac.TopologySpreadConstraint().
+		WithMaxSkew(1).
+		WithTopologyKey(corev1.LabelHostname).
+		WithWhenUnsatisfiable(corev1.ScheduleAnyway).
+		WithLabelSelector(metav1ac.LabelSelector().WithMatchLabels(selector)).
+		WithMatchLabelKeys(appsv1.DefaultDeploymentUniqueLabelKey))
 	strategy := appsv1ac.DeploymentStrategy().
 		WithType("RollingUpdate").
 		WithRollingUpdate(appsv1ac.RollingUpdateDeployment().

@@ -93,7 +93,7 @@ func (c *edgeCmd) command() *cobra.Command {
 	f.StringVar(&c.platformHost, "platform-host", "", "host of bex's own endpoints (default: the base domain itself)")
 	f.StringVar(&c.platformSecret, "platform-secret-file", "", "file holding the secret (16 or more printable ASCII bytes, e.g. from openssl rand -hex 32) sent in the X-Bex-Edge-Secret header of every request to --platform-backend and no other, so that the gitserver (--hooks-proxy-secret-file, the same secret) believes the client this edge names for its limits on failed tokens and signatures where the edge's address cannot say it is the edge (a cluster); empty: none sent")
 	f.StringVar(&c.trustedProxies, "trusted-proxies", "", "CIDR,... of load balancers in front of the edge: from them, the PROXY protocol (v1/v2) is read and X-Forwarded-For's last untrusted hop names the client (empty: the client is the connection's peer)")
-	f.StringVar(&c.statsAddr, "stats-addr", "0", "where the apps' request figures of the last hour are served (GET /v1/apps/APP/traffic?window=5m, for the gitserver's --edge-stats): unix:PATH for a socket only root reaches (mode 0600), or host:port, loopback, for every local process; 0 turns it off. Never where tenants reach it: it names every app's traffic")
+	f.StringVar(&c.statsAddr, "stats-addr", "0", "where the apps' request figures of the last hour and their hosts' certificate state are served (GET /v1/apps/APP/traffic?window=5m and /v1/apps/APP/certificates, for the gitserver's --edge-stats): unix:PATH for a socket only root reaches (mode 0600), or host:port, loopback, for every local process; 0 turns it off. Never where tenants reach it: it names every app's traffic")
 	return cmd
 }
 
@@ -180,16 +180,8 @@ func (c *edgeCmd) run(ctx context.Context) error {
 		go func() { errc <- srv.Serve(l) }()
 	}
 
-	if c.statsAddr != "0" && c.statsAddr != "" {
-		l, err := listenStats(c.statsAddr)
-		if err != nil {
-			return fmt.Errorf("--stats-addr: %w", err)
-		}
-		serve(&http.Server{Handler: proxy.TrafficHandler(), ReadHeaderTimeout: 5 * time.Second}, l)
-		say(c.errOut, c.log, "bex edge: the apps' request figures on %s", c.statsAddr)
-	}
-
 	var httpHandler http.Handler // with HTTPS: ACME challenges and redirects
+	var certs *edge.Certificates // nil without HTTPS: the stats answer no certificate
 	if c.httpsAddr != "" {
 		var ca *edge.LocalCA
 		var acme *edge.ACME
@@ -209,8 +201,7 @@ func (c *edgeCmd) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		certs, err := edge.NewCertificates(table, storage, ca, acme, c.log, reg)
-		if err != nil {
+		if certs, err = edge.NewCertificates(table, storage, ca, acme, c.log, reg); err != nil {
 			return err
 		}
 		go certs.ManageKnownHosts(ctx)
@@ -225,6 +216,15 @@ func (c *edgeCmd) run(ctx context.Context) error {
 		_, httpsPort, _ := net.SplitHostPort(tl.Addr().String())
 		httpHandler = certs.HTTPHandler(redirectToHTTPS(httpsPort))
 		say(c.errOut, c.log, "bex edge: serving https://<app>.%s on %s (%s)", c.baseDomain, tl.Addr(), trust)
+	}
+	// After the certificates, which the stats report on too.
+	if c.statsAddr != "0" && c.statsAddr != "" {
+		l, err := listenStats(c.statsAddr)
+		if err != nil {
+			return fmt.Errorf("--stats-addr: %w", err)
+		}
+		serve(&http.Server{Handler: edge.StatsHandler(proxy, certs), ReadHeaderTimeout: 5 * time.Second}, l)
+		say(c.errOut, c.log, "bex edge: the apps' request figures and certificates on %s", c.statsAddr)
 	}
 	l, err := net.Listen("tcp", c.httpAddr)
 	if err != nil {

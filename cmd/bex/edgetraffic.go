@@ -22,9 +22,10 @@ import (
 // than wait on a stuck edge.
 const edgeTrafficTimeout = 2 * time.Second
 
-// edgeTraffic is backend.Traffic over the edge's stats endpoint (bex edge
-// --stats-addr, edge.Proxy.TrafficHandler): the gitserver and the edge are
-// separate components, joined here by HTTP on a socket only root reaches.
+// edgeTraffic is backend.Traffic and backend.Certificates over the edge's stats
+// endpoint (bex edge --stats-addr, edge.StatsHandler): the gitserver and the
+// edge are separate components, joined here by HTTP on a socket only root
+// reaches.
 type edgeTraffic struct {
 	base   string // http://HOST:PORT, or a placeholder host with a unix socket
 	client *http.Client
@@ -41,6 +42,19 @@ func edgeTrafficFrom(addr string) (backend.Traffic, error) {
 		return nil, err
 	}
 	return t, nil
+}
+
+// edgeCertificatesFrom is the backend's Certificates for --edge-stats: nil (no
+// certificate state) when it is empty.
+func edgeCertificatesFrom(addr string) (backend.Certificates, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	c, err := newEdgeTraffic(addr)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // newEdgeTraffic reads the figures at addr: unix:PATH or host:port.
@@ -80,24 +94,9 @@ func (e *edgeTraffic) AppTraffic(ctx context.Context, app string, windows ...tim
 		}
 		q.Add("window", v)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.base+"/v1/apps/"+url.PathEscape(app)+"/traffic?"+q.Encode(), nil)
-	if err != nil {
-		return nil, err
-	}
-	res, err := e.client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("the edge's stats cannot be read: %w", err)
-	}
-	defer res.Body.Close()
-	body := io.LimitReader(res.Body, 64<<10)
-	if res.StatusCode != http.StatusOK {
-		// The edge's refusals are one line of text.
-		line, _ := bufio.NewReader(body).ReadString('\n')
-		return nil, fmt.Errorf("the edge's stats cannot be read: %s: %s", res.Status, strings.TrimSpace(line))
-	}
 	var out []backend.TrafficWindow
-	if err := json.NewDecoder(body).Decode(&out); err != nil {
-		return nil, fmt.Errorf("the edge's stats cannot be read: %w", err)
+	if err := e.get(ctx, "/v1/apps/"+url.PathEscape(app)+"/traffic?"+q.Encode(), &out); err != nil {
+		return nil, err
 	}
 	if len(out) != len(windows) {
 		return nil, fmt.Errorf("the edge's stats cannot be read: %d windows answered for %d asked", len(out), len(windows))
@@ -106,4 +105,39 @@ func (e *edgeTraffic) AppTraffic(ctx context.Context, app string, windows ...tim
 		out[i].Window = time.Duration(out[i].Minutes) * time.Minute
 	}
 	return out, nil
+}
+
+// AppCertificates asks the edge for the certificate state of app's hosts.
+func (e *edgeTraffic) AppCertificates(ctx context.Context, app string) ([]backend.CertificateState, error) {
+	var out []backend.CertificateState
+	if err := e.get(ctx, "/v1/apps/"+url.PathEscape(app)+"/certificates", &out); err != nil {
+		return nil, err
+	}
+	if out == nil {
+		out = []backend.CertificateState{} // the edge's [], or a null
+	}
+	return out, nil
+}
+
+// get reads the JSON answer to GET path into out.
+func (e *edgeTraffic) get(ctx context.Context, path string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.base+path, nil)
+	if err != nil {
+		return err
+	}
+	res, err := e.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("the edge's stats cannot be read: %w", err)
+	}
+	defer res.Body.Close()
+	body := io.LimitReader(res.Body, 64<<10)
+	if res.StatusCode != http.StatusOK {
+		// The edge's refusals are one line of text.
+		line, _ := bufio.NewReader(body).ReadString('\n')
+		return fmt.Errorf("the edge's stats cannot be read: %s: %s", res.Status, strings.TrimSpace(line))
+	}
+	if err := json.NewDecoder(body).Decode(out); err != nil {
+		return fmt.Errorf("the edge's stats cannot be read: %w", err)
+	}
+	return nil
 }

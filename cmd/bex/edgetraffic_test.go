@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,8 +32,9 @@ import (
 )
 
 // TestEdgeTrafficClient reads the edge's real stats handler, served as bex edge
-// --stats-addr unix:PATH serves it, through the gitserver's client: the
-// figures, the edge's refusals, and errors that say the figures cannot be read.
+// --stats-addr unix:PATH serves it without HTTPS, through the gitserver's
+// client: the figures, the certificates (none), the edge's refusals, and
+// errors that say the figures cannot be read.
 func TestEdgeTrafficClient(t *testing.T) {
 	proxy, err := edge.NewProxy(edge.DefaultConfig(), nil, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
 	if err != nil {
@@ -54,7 +58,7 @@ func TestEdgeTrafficClient(t *testing.T) {
 	if _, err := os.Stat(sock + ".new"); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the name the socket was made under is left: %v", err)
 	}
-	srv := &http.Server{Handler: proxy.TrafficHandler()}
+	srv := &http.Server{Handler: edge.StatsHandler(proxy, nil)}
 	go srv.Serve(l)
 	defer srv.Close()
 
@@ -63,6 +67,7 @@ func TestEdgeTrafficClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	var _ backend.Traffic = c
+	var _ backend.Certificates = c
 	ctx := context.Background()
 	got, err := c.AppTraffic(ctx, "web", 5*time.Minute, time.Hour, time.Minute)
 	if err != nil {
@@ -92,6 +97,15 @@ func TestEdgeTrafficClient(t *testing.T) {
 		}
 	}
 
+	if got, err := c.AppCertificates(ctx, "web"); err != nil || got == nil || len(got) != 0 {
+		t.Errorf("certificates of an edge without HTTPS: %#v %v, want an empty list", got, err)
+	}
+	for _, app := range []string{"Web", "a/b"} {
+		if _, err := c.AppCertificates(ctx, app); err == nil || !strings.Contains(err.Error(), "400 Bad Request: app name") {
+			t.Errorf("certificates of %q: %v, want the edge's 400", app, err)
+		}
+	}
+
 	// The edge gone: its socket removed with its listener.
 	srv.Close()
 	if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
@@ -99,6 +113,9 @@ func TestEdgeTrafficClient(t *testing.T) {
 	}
 	if _, err := c.AppTraffic(ctx, "web", time.Hour); err == nil || !strings.Contains(err.Error(), "the edge's stats cannot be read") {
 		t.Errorf("no edge: %v, want an error saying its stats cannot be read", err)
+	}
+	if _, err := c.AppCertificates(ctx, "web"); err == nil || !strings.Contains(err.Error(), "the edge's stats cannot be read") {
+		t.Errorf("certificates, no edge: %v, want an error saying its stats cannot be read", err)
 	}
 
 	// An edge that accepts and never answers costs the caller 2 seconds.
@@ -116,11 +133,21 @@ func TestEdgeTrafficClient(t *testing.T) {
 			defer conn.Close()
 		}
 	}()
-	start := time.Now()
-	_, err = c.AppTraffic(ctx, "web", time.Hour)
-	if took := time.Since(start); err == nil || !strings.Contains(err.Error(), "the edge's stats cannot be read") || took > 5*time.Second {
-		t.Errorf("a stuck edge: %v after %s, want an error after %s", err, took, edgeTrafficTimeout)
+	// Both reads at once: each waits out the timeout.
+	var wg sync.WaitGroup
+	for what, read := range map[string]func() error{
+		"figures":      func() error { _, err := c.AppTraffic(ctx, "web", time.Hour); return err },
+		"certificates": func() error { _, err := c.AppCertificates(ctx, "web"); return err },
+	} {
+		wg.Go(func() {
+			start := time.Now()
+			err := read()
+			if took := time.Since(start); err == nil || !strings.Contains(err.Error(), "the edge's stats cannot be read") || took > 5*time.Second {
+				t.Errorf("%s of a stuck edge: %v after %s, want an error after %s", what, err, took, edgeTrafficTimeout)
+			}
+		})
 	}
+	wg.Wait()
 
 	for _, addr := range []string{"unix:", "localhost", "127.0.0.1:"} {
 		if _, err := newEdgeTraffic(addr); err == nil {
@@ -129,6 +156,12 @@ func TestEdgeTrafficClient(t *testing.T) {
 	}
 	if tr, err := edgeTrafficFrom(""); tr != nil || err != nil {
 		t.Errorf("--edge-stats empty: %v %v, want no Traffic", tr, err)
+	}
+	if cs, err := edgeCertificatesFrom(""); cs != nil || err != nil {
+		t.Errorf("--edge-stats empty: %v %v, want no Certificates", cs, err)
+	}
+	if cs, err := edgeCertificatesFrom("unix:" + sock); cs == nil || err != nil {
+		t.Errorf("--edge-stats unix:PATH: %v %v, want Certificates", cs, err)
 	}
 }
 
@@ -253,5 +286,101 @@ func TestEdgeStatsSocket(t *testing.T) {
 			w.P50 <= 0 || w.P95 < w.P50 || w.P95 > 60 {
 			t.Errorf("window %d: %+v, want %d requests, %d 5xx, no 4xx, quantiles", i, w, counted, failed)
 		}
+	}
+}
+
+// TestEdgeStatsCertificates runs bex edge with HTTPS from its local CA and
+// --stats-addr unix:PATH, and reads an app's certificate state through the
+// gitserver's client: its exact hosts get theirs ahead of time (valid, from
+// the local CA), its wildcard domain stays none; and a handshake for a name
+// under the wildcard adds that name, valid.
+func TestEdgeStatsCertificates(t *testing.T) {
+	cp := testenv.SharedControlPlane(t)
+	ns := cp.Namespace(t, "edge-certs")
+	ctx := context.Background()
+	if err := cp.Client.Create(ctx, &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+		Spec: appv1.AppSpec{Domains: []string{"www.example.com", "*.apps.example.com"}}}); err != nil {
+		t.Fatal(err)
+	}
+	httpsPort, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	state, sock := t.TempDir(), filepath.Join(t.TempDir(), "edge-stats.sock")
+	var stderr lockedBuffer
+	ready := make(chan string, 1)
+	ed := &edgeCmd{errOut: &stderr, log: slog.New(slog.NewTextHandler(&stderr, nil)), ready: ready,
+		reg: prometheus.NewRegistry()}
+	cmd := wire(ed)
+	cmd.SetArgs([]string{"--kubeconfig", cp.Kubeconfig, "--namespace", ns, "--state-dir", state,
+		"--http-addr", "127.0.0.1:0", "--https-addr", fmt.Sprintf("127.0.0.1:%d", httpsPort), "--stats-addr", "unix:" + sock})
+	edgeCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(edgeCtx) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("bex edge: %v\n%s", err, stderr.String())
+		}
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("bex edge: %v\n%s", err, stderr.String())
+	}
+	ca, err := edge.LoadOrCreateLocalCA(filepath.Join(state, "edge", "ca")) // the edge's, made at its start
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := edgeCertificatesFrom("unix:" + sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// check waits until the hosts are those of want, with their states.
+	check := func(what string, want map[string]string) []backend.CertificateState {
+		var got []backend.CertificateState
+		testenv.Eventually(t, 30*time.Second, what, func() error {
+			if got, err = c.AppCertificates(ctx, "web"); err != nil {
+				return err
+			}
+			if len(got) != len(want) {
+				return fmt.Errorf("%+v", got)
+			}
+			for _, s := range got {
+				if want[s.Host] != s.State {
+					return fmt.Errorf("%+v", got)
+				}
+			}
+			return nil
+		})
+		return got
+	}
+	got := check("web's exact hosts certified ahead of time", map[string]string{
+		"web.localhost": "valid", "www.example.com": "valid", "*.apps.example.com": "none"})
+	if got[0].Host != "web.localhost" {
+		t.Errorf("hosts in the order %+v, want web.localhost first", got)
+	}
+	for _, s := range got {
+		notAfter, err := time.Parse(time.RFC3339, s.NotAfter)
+		if s.State == "valid" && (s.Issuer != ca.IssuerKey() || err != nil || time.Until(notAfter) < edge.CertLifetime-time.Hour) {
+			t.Errorf("%s: %+v, want issued by %s for %s", s.Host, s, ca.IssuerKey(), edge.CertLifetime)
+		}
+		if s.State == "none" && (s.Issuer != "" || s.NotAfter != "") {
+			t.Errorf("%s: %+v, want no issuer nor date", s.Host, s)
+		}
+	}
+
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca.CertPEM())
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 30 * time.Second}, "tcp", fmt.Sprintf("127.0.0.1:%d", httpsPort),
+		&tls.Config{ServerName: "a.apps.example.com", RootCAs: roots})
+	if err != nil {
+		t.Fatalf("handshake for a.apps.example.com: %v", err)
+	}
+	conn.Close()
+	check("a name under the wildcard, certified at its handshake", map[string]string{
+		"web.localhost": "valid", "www.example.com": "valid", "*.apps.example.com": "none", "a.apps.example.com": "valid"})
+	if got, err := c.AppCertificates(ctx, "nobody"); err != nil || len(got) != 0 {
+		t.Errorf("an app the edge routes no host for: %+v %v, want none", got, err)
 	}
 }

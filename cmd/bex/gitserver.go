@@ -219,6 +219,9 @@ func (c *gitserverCmd) run(ctx context.Context) error {
 	if bk.Traffic, err = edgeTrafficFrom(c.edgeStats); err != nil {
 		return fmt.Errorf("--edge-stats: %w", err)
 	}
+	if bk.Certificates, err = edgeCertificatesFrom(c.edgeStats); err != nil {
+		return fmt.Errorf("--edge-stats: %w", err)
+	}
 	// deploy:image: the image goes where a build's would, into containerd
 	// (one machine) or the cluster's registry (--push).
 	icfg := imageimport.DefaultConfig()

@@ -173,6 +173,9 @@ type Config struct {
 	// which pushes and deploys are refused (the pipeline's CheckDisk): nil
 	// when it is not; for diagnose. Nil: not measured.
 	DiskCheck func() error
+	// Certificates reads the edge's certificate state of an app's hosts
+	// (diagnose); nil: diagnose says this server does not know it.
+	Certificates Certificates
 	// Traffic reads the edge's request figures per app (metrics, diagnose);
 	// nil: those say this server has no edge figures.
 	Traffic Traffic

@@ -134,6 +134,9 @@ var operations = map[string]operation{
 	"Audit": {false, func(ctx context.Context, b *backend.Backend, u *backend.User) error {
 		return errOf(b.Audit(ctx, u, backend.AuditQuery{App: "shop"}))
 	}},
+	"AppCertificates": {false, func(ctx context.Context, b *backend.Backend, u *backend.User) error {
+		return errOf(b.AppCertificates(ctx, u, "shop"))
+	}},
 	"Metrics": {false, func(ctx context.Context, b *backend.Backend, u *backend.User) error {
 		return errOf(b.Metrics(ctx, u, "shop"))
 	}},

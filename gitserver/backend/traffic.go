@@ -61,3 +61,23 @@ func (b *Backend) Metrics(ctx context.Context, u *User, name string) (*AppMetric
 	}
 	return &AppMetrics{App: a.Name, Windows: ws}, nil
 }
+
+// AppCertificates is the certificate state of the hosts of an app u may use,
+// as the edge knows it.
+func (b *Backend) AppCertificates(ctx context.Context, u *User, name string) ([]CertificateState, error) {
+	a, err := b.app(ctx, u, name)
+	if err != nil {
+		return nil, err
+	}
+	if b.cfg.Certificates == nil {
+		return nil, Errorf(Invalid, "this server does not read its edge's certificates (bex up's edge does; on a cluster, the edge's own logs and metrics)")
+	}
+	certs, err := b.cfg.Certificates.AppCertificates(ctx, a.Name)
+	if err != nil {
+		return nil, fmt.Errorf("reading the edge's certificates of %s: %w", a.Name, err)
+	}
+	if certs == nil {
+		certs = []CertificateState{}
+	}
+	return certs, nil
+}

@@ -34,6 +34,10 @@ type Diagnosis struct {
 	// Domains are the app's own names, served over HTTPS with certificates
 	// the edge obtains on their first request.
 	Domains []string `json:"domains"`
+	// Certificates are the edge's certificates of the app's hosts, when this
+	// server reads them; CertificatesUnavailable says why not.
+	Certificates            []backend.CertificateState `json:"certificates,omitempty"`
+	CertificatesUnavailable string                     `json:"certificates_unavailable,omitempty"`
 	// Disk is the server's disk: ok, or why pushes and deploys are refused.
 	Disk string `json:"disk" jsonschema:"ok, or what is short (pushes and deploys are refused under the margin), or not measured"`
 	// Findings say what is wrong, a sentence each; NextTools what to call.
@@ -55,7 +59,7 @@ const maxErrorRate = 0.05
 // read together, with findings and the tools to call next.
 func (s *Server) diagnoseTool() {
 	b := s.cfg.Backend
-	addTool(s, "diagnose", reads, "Diagnose an app in one call: the serving and the newest release, how the newest failed (its phase and message), the instances' trouble (crash loop, OOM kill, failed health check), the last build, the edge's request count, 5xx rate and p50/p95 latency over 5 and 60 minutes, the server's disk, findings in sentences and the tools to call next."+tailNote,
+	addTool(s, "diagnose", reads, "Diagnose an app in one call: the serving and the newest release, how the newest failed (its phase and message), the instances' trouble (crash loop, OOM kill, failed health check), the last build, the edge's request count, 5xx rate and p50/p95 latency over 5 and 60 minutes, the state of its hosts' certificates, the server's disk, findings in sentences and the tools to call next."+tailNote,
 		func(ctx context.Context, u *backend.User, in AppArg) (Diagnosis, string, error) {
 			if err := required(in.App); err != nil {
 				return Diagnosis{}, "", err
@@ -76,6 +80,11 @@ func (s *Server) diagnoseTool() {
 				d.TrafficUnavailable = backend.KindOf(err).String() + ": " + err.Error()
 			} else {
 				d.Traffic = m.Windows
+			}
+			if certs, err := b.AppCertificates(ctx, u, in.App); err != nil {
+				d.CertificatesUnavailable = backend.KindOf(err).String() + ": " + err.Error()
+			} else {
+				d.Certificates = certs
 			}
 			d.Disk = "ok"
 			if err := b.DiskPressure(); err != nil {
@@ -142,6 +151,14 @@ func (d *Diagnosis) findings(st *backend.AppInfo) {
 		if w := d.Traffic[0]; w.Requests > 0 && float64(w.Status5xx) > maxErrorRate*float64(w.Requests) {
 			d.Findings = append(d.Findings, fmt.Sprintf("%d of its %d requests in the last %d minutes were answered 5xx (%.0f%%).", w.Status5xx, w.Requests, w.Minutes, 100*float64(w.Status5xx)/float64(w.Requests)))
 			add("logs", "releases")
+		}
+	}
+	for _, c := range d.Certificates {
+		switch c.State {
+		case "expired":
+			d.Findings = append(d.Findings, fmt.Sprintf("The certificate of %s expired on %s: HTTPS clients refuse it (the edge renews it on a handshake; its logs say why it could not).", c.Host, c.NotAfter))
+		case "expiring":
+			d.Findings = append(d.Findings, fmt.Sprintf("The certificate of %s is past its renewal time (it ends %s): its renewals are failing.", c.Host, c.NotAfter))
 		}
 	}
 	if d.Disk != "ok" {

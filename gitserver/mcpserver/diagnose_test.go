@@ -29,10 +29,17 @@ func (f edgeFigures) AppTraffic(_ context.Context, app string, windows ...time.D
 	return out, nil
 }
 
+// edgeCerts is the edge's certificates as a test sets them, per app.
+type edgeCerts map[string][]backend.CertificateState
+
+func (c edgeCerts) AppCertificates(_ context.Context, app string) ([]backend.CertificateState, error) {
+	return c[app], nil
+}
+
 // TestDiagnoseNamesACrashLoop, through the real MCP client on a real API
 // server: diagnose of an app whose instances crash-loop (the deployer's
 // RolledOut condition, with the app's last line and its secret) and whose
-// edge figures are half 5xx says so in its findings, with the app's output
+// edge figures are half 5xx and whose certificate expired says so in its findings, with the app's output
 // masked and framed, and names logs and rollback next; a healthy app with
 // clean figures is healthy, with no findings.
 func TestDiagnoseNamesACrashLoop(t *testing.T) {
@@ -42,6 +49,10 @@ func TestDiagnoseNamesACrashLoop(t *testing.T) {
 	}
 	tb := newTestbed(t, "mcpdiag", func(c *backend.Config) {
 		c.Traffic = figures
+		c.Certificates = edgeCerts{
+			"broken": {{Host: "broken.localhost", State: "expired", NotAfter: "2026-01-01T00:00:00Z", Issuer: "local"}},
+			"fine":   {{Host: "fine.localhost", State: "valid", NotAfter: "2027-01-01T00:00:00Z", Issuer: "local"}},
+		}
 		c.DiskCheck = func() error { return nil }
 	})
 	ann := tb.user(t, "ann", appv1.UserSpec{Role: appv1.RoleMember})
@@ -88,7 +99,7 @@ func TestDiagnoseNamesACrashLoop(t *testing.T) {
 		t.Errorf("broken's diagnosis: %+v", d)
 	}
 	all := strings.Join(d.Findings, " ")
-	if !strings.Contains(all, "crash-looping") || !strings.Contains(all, "20 of its 40 requests") {
+	if !strings.Contains(all, "crash-looping") || !strings.Contains(all, "20 of its 40 requests") || !strings.Contains(all, "The certificate of broken.localhost expired") {
 		t.Errorf("broken's findings: %q", d.Findings)
 	}
 	if !slices.Contains(d.NextTools, "logs") || !slices.Contains(d.NextTools, "rollback") {
@@ -110,7 +121,8 @@ func TestDiagnoseNamesACrashLoop(t *testing.T) {
 	}
 
 	var ok mcpserver.Diagnosis
-	if text, isErr := callTool(t, s, "diagnose", map[string]any{"app": "fine"}, &ok); isErr || !ok.Healthy || len(ok.Findings) != 0 {
+	if text, isErr := callTool(t, s, "diagnose", map[string]any{"app": "fine"}, &ok); isErr || !ok.Healthy || len(ok.Findings) != 0 ||
+		len(ok.Certificates) != 1 || ok.Certificates[0].State != "valid" {
 		t.Errorf("fine's diagnosis: %s %+v", text, ok)
 	}
 }

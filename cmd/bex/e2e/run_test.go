@@ -465,6 +465,31 @@ func TestRun(t *testing.T) {
 			t.Errorf("metrics of hello-shell: %+v", m)
 		}
 		t.Logf("metrics hello-shell:\n%s", p.mustSSH(t, "metrics", "hello-shell"))
+
+		// An agent's diagnose reads the same figures, and the certificate of
+		// the app's host, which the requests above made the edge obtain.
+		token := strings.TrimSpace(p.mustSSH(t, "tokens:create", "diagnose"))
+		t.Cleanup(func() { p.mustSSH(t, "tokens:revoke", "diagnose") })
+		c := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil)
+		s, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: "http://" + p.hooksAddr + "/mcp",
+			HTTPClient: &http.Client{Transport: bearer{token, http.DefaultTransport}}, MaxRetries: -1}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		res, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: "diagnose", Arguments: map[string]any{"app": "hello-shell"}})
+		if err != nil || res.IsError {
+			t.Fatalf("diagnose: %v %+v", err, res)
+		}
+		var d mcpserver.Diagnosis
+		js, _ := json.Marshal(res.StructuredContent)
+		if err := json.Unmarshal(js, &d); err != nil {
+			t.Fatal(err)
+		}
+		if len(d.Traffic) != 2 || d.Traffic[0].Requests == 0 || len(d.Certificates) == 0 || d.Certificates[0].Host != "hello-shell.localhost" ||
+			d.Certificates[0].State != "valid" || d.Disk != "ok" || d.ServingRelease == 0 {
+			t.Errorf("diagnose of hello-shell: %s", js)
+		}
 	})
 
 	testenv.Eventually(t, time.Minute, "no one-off container left", func() error {

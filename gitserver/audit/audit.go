@@ -46,6 +46,7 @@ const (
 	DefaultMaxEntries = 100000
 	DefaultLimit      = 50
 	MaxLimit          = 500
+	DefaultMaxScan    = 5000
 )
 
 // syncInterval is how often a written segment is fsynced: what a crash of the
@@ -65,6 +66,11 @@ type Query struct {
 	Before uint64           // only entries with Seq < Before; 0: from the newest (this is the cursor: pass the previous call's next)
 	Limit  int              // at most this many (default 50, at most 500)
 	Match  func(Entry) bool // nil: all; entries it refuses are skipped and do not count toward Limit
+	// MaxScan bounds the entries one call reads (default DefaultMaxScan): a
+	// caller whose Match accepts few of them (a member of one quiet app on a
+	// busy server) gets a short page and the cursor to go on from, rather than
+	// each call reading the whole trail.
+	MaxScan int
 }
 
 // segment is one file of the trail. Its entries' Seqs run from first up to the
@@ -325,6 +331,11 @@ func (s *Store) List(q Query) (entries []Entry, next uint64, err error) {
 		limit = DefaultLimit
 	}
 	limit = min(limit, MaxLimit)
+	maxScan := q.MaxScan
+	if maxScan <= 0 {
+		maxScan = DefaultMaxScan
+	}
+	scanned := 0
 
 	s.mu.Lock()
 	if s.closed {
@@ -366,6 +377,10 @@ func (s *Store) List(q Query) (entries []Entry, next uint64, err error) {
 			e, ok := decode(line)
 			if !ok || (q.Before != 0 && e.Seq >= q.Before) {
 				continue
+			}
+			if scanned++; scanned > maxScan {
+				// Cut: the next call goes on from the entry not read.
+				return entries, e.Seq + 1, nil
 			}
 			if q.Match != nil && !q.Match(e) {
 				continue

@@ -677,3 +677,38 @@ func TestLongLines(t *testing.T) {
 	}
 	checkLines(t, seg, 4)
 }
+
+// A caller whose Match accepts few entries reads at most MaxScan of them per
+// call and gets the cursor to go on from: pages followed to the end find
+// every match, once, and no call reads more than its bound.
+func TestListScansABoundedNumberOfEntries(t *testing.T) {
+	s := open(t, Options{Dir: t.TempDir(), MaxEntries: 10000})
+	appendN(t, s, 100, nil) // seqs 1..100
+	rare := func(e Entry) bool { return e.Seq%30 == 0 }
+	var found []uint64
+	calls, before := 0, uint64(0)
+	for {
+		calls++
+		read := 0
+		es, next, err := s.List(Query{Before: before, Limit: 50, MaxScan: 10, Match: func(e Entry) bool { read++; return rare(e) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if read > 10 {
+			t.Fatalf("call %d read %d entries, more than MaxScan 10", calls, read)
+		}
+		for _, e := range es {
+			found = append(found, e.Seq)
+		}
+		if next == 0 {
+			break
+		}
+		if before != 0 && next >= before {
+			t.Fatalf("the cursor does not move: %d after %d", next, before)
+		}
+		before = next
+	}
+	if !slices.Equal(found, []uint64{90, 60, 30}) || calls != 10 {
+		t.Fatalf("found %v in %d calls, want [90 60 30] in 10", found, calls)
+	}
+}

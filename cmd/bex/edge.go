@@ -271,9 +271,8 @@ func (c *edgeCmd) run(ctx context.Context) error {
 	return nil
 }
 
-// listenStats listens on --stats-addr: unix:PATH or host:port. The socket is
-// made 0600 under a name of its own and renamed into place, so that it is never
-// at PATH with the umask's mode; a socket left by a killed edge is replaced.
+// listenStats listens on --stats-addr: unix:PATH (a socket of mode 0600; one
+// left by a killed edge is replaced) or host:port.
 func listenStats(addr string) (net.Listener, error) {
 	path, ok := strings.CutPrefix(addr, "unix:")
 	if !ok {
@@ -282,38 +281,21 @@ func listenStats(addr string) (net.Listener, error) {
 	if path == "" {
 		return nil, errors.New("unix: give the socket's path")
 	}
-	tmp := path + ".new"
-	_ = os.Remove(tmp)
-	l, err := net.Listen("unix", tmp)
+	// Bound at PATH itself, so that the socket is listed under its name
+	// (/proc/net/unix, what bex up's listeners test reads), then made 0600,
+	// as the deployer's health socket: under bex up its directory is 0700,
+	// and a socket made under the usual umask is not writable, so not
+	// connectable, by others before the chmod either. Closing removes it.
+	_ = os.Remove(path) // a socket left by a killed edge
+	l, err := net.Listen("unix", path)
 	if err != nil {
 		return nil, err
 	}
-	// Closing must remove PATH, not the name it was made under.
-	l.(*net.UnixListener).SetUnlinkOnClose(false)
-	if err := os.Chmod(tmp, 0o600); err != nil {
+	if err := os.Chmod(path, 0o600); err != nil {
 		l.Close()
-		os.Remove(tmp)
 		return nil, err
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		l.Close()
-		os.Remove(tmp)
-		return nil, err
-	}
-	return &unlinkListener{Listener: l, path: path}, nil
-}
-
-// unlinkListener removes its socket when closed.
-type unlinkListener struct {
-	net.Listener
-	path string
-	once sync.Once
-}
-
-func (l *unlinkListener) Close() error {
-	err := l.Listener.Close()
-	l.once.Do(func() { os.Remove(l.path) })
-	return err
+	return l, nil
 }
 
 func (c *edgeCmd) certificateStorage(restCfg *rest.Config) (certmagic.Storage, error) {

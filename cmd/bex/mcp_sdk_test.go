@@ -66,7 +66,11 @@ type tsReport struct {
 // reads list_apps, app_status and releases of an app, and gets app_status of an unknown app
 // handed back as a tool error with the not_found code, where it once threw
 // "Structured content does not match the tool's output schema" (the error used to
-// travel as structured content that the schema does not describe).
+// travel as structured content that the schema does not describe). It takes a
+// dry run's plan and reads the audit trail of its own change (its token, client
+// and reason) and diagnose; a read-only token is listed the reading tools and
+// refused a change it names anyway, and a token limited to one app lists that
+// app alone and is refused another.
 func TestAgentAPIWithTheTypeScriptSDK(t *testing.T) {
 	node, modules := typescriptSDK(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -94,20 +98,7 @@ func TestAgentAPIWithTheTypeScriptSDK(t *testing.T) {
 		{"name": "audit", "arguments": map[string]any{"app": "tsapp"}},
 		{"name": "diagnose", "arguments": map[string]any{"app": "tsapp"}},
 	})
-	cmd := exec.CommandContext(ctx, node, filepath.Join("testdata", "mcp_sdk_client.mjs"), modules, "http://"+e.hooksAddr+"/mcp", "-", string(calls))
-	cmd.Env = append(os.Environ(), "BEX_TOKEN="+token)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	start := time.Now()
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("the TypeScript client: %v\n%s", err, stderr.String())
-	}
-	t.Logf("the TypeScript client ran in %s", time.Since(start).Round(time.Millisecond))
-	var r tsReport
-	if err := json.Unmarshal(out, &r); err != nil {
-		t.Fatalf("the TypeScript client's report %q: %v\n%s", out, err, stderr.String())
-	}
+	r := runTypeScriptClient(t, ctx, node, modules, "http://"+e.hooksAddr+"/mcp", token, calls)
 
 	if !strings.HasPrefix(r.SDK, "1.32.") {
 		t.Errorf("SDK %s, want 1.32.x (hack/mcp-client/package.json)", r.SDK)
@@ -211,4 +202,67 @@ func TestAgentAPIWithTheTypeScriptSDK(t *testing.T) {
 	if diag := r.Calls[9].Result; diag.IsError || json.Unmarshal(diag.StructuredContent, &d) != nil || d.App != "tsapp" || len(d.NextTools) == 0 {
 		t.Fatalf("diagnose of tsapp: %+v", diag)
 	}
+
+	// The scoped tokens, with the same client: a read-only token is listed
+	// the reading tools only, and a change it names anyway is refused; a
+	// token limited to tsapp lists tsapp alone and is refused another app.
+	e.ssh("apps:create", "tsother")
+	reader := strings.TrimSpace(e.ssh("tokens:create", "ts-reader", "--read-only"))
+	calls, _ = json.Marshal([]map[string]any{
+		{"name": "set_config", "arguments": map[string]any{"app": "tsapp", "set": map[string]string{"MODE": "x"}}},
+		{"name": "app_status", "arguments": map[string]any{"app": "tsapp"}},
+	})
+	ro := runTypeScriptClient(t, ctx, node, modules, "http://"+e.hooksAddr+"/mcp", reader, calls)
+	var roTools []string
+	for _, tool := range ro.Tools {
+		roTools = append(roTools, tool.Name)
+	}
+	slices.Sort(roTools)
+	if strings.Join(roTools, " ") != "app_status audit build_logs databases diagnose list_apps logs releases volumes" {
+		t.Errorf("the read-only token's tools: %v", roTools)
+	}
+	if c := ro.Calls[0]; c.Threw != "" || c.Result == nil || !c.Result.IsError || !strings.Contains(c.Result.Content[0].Text, "this token is read-only") {
+		t.Errorf("set_config with the read-only token: %+v", c)
+	}
+	if c := ro.Calls[1]; c.Threw != "" || c.Result == nil || c.Result.IsError {
+		t.Errorf("app_status with the read-only token: %+v", c)
+	}
+	scoped := strings.TrimSpace(e.ssh("tokens:create", "ts-tsapp", "--apps", "tsapp"))
+	calls, _ = json.Marshal([]map[string]any{
+		{"name": "list_apps", "arguments": map[string]any{}},
+		{"name": "app_status", "arguments": map[string]any{"app": "tsother"}},
+	})
+	sc := runTypeScriptClient(t, ctx, node, modules, "http://"+e.hooksAddr+"/mcp", scoped, calls)
+	if len(sc.Tools) != len(r.Tools) {
+		t.Errorf("the token limited to tsapp is listed %d tools, the full one %d", len(sc.Tools), len(r.Tools))
+	}
+	if c := sc.Calls[0]; c.Threw != "" || c.Result == nil || c.Result.IsError || !strings.Contains(string(c.Result.StructuredContent), `"tsapp"`) ||
+		strings.Contains(string(c.Result.StructuredContent), "tsother") {
+		t.Errorf("list_apps with the token limited to tsapp: %+v", c)
+	}
+	if c := sc.Calls[1]; c.Threw != "" || c.Result == nil || !c.Result.IsError || !strings.HasPrefix(c.Result.Content[0].Text, "forbidden: this token is limited to the apps tsapp") {
+		t.Errorf("app_status of tsother with the token limited to tsapp: %+v", c)
+	}
+}
+
+// runTypeScriptClient runs testdata/mcp_sdk_client.mjs with token (in the
+// environment, off the command line) against the MCP endpoint url, making
+// calls, and returns its report.
+func runTypeScriptClient(t *testing.T, ctx context.Context, node, modules, url, token string, calls []byte) tsReport {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, node, filepath.Join("testdata", "mcp_sdk_client.mjs"), modules, url, "-", string(calls))
+	cmd.Env = append(os.Environ(), "BEX_TOKEN="+token)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	start := time.Now()
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("the TypeScript client: %v\n%s", err, stderr.String())
+	}
+	t.Logf("the TypeScript client ran in %s", time.Since(start).Round(time.Millisecond))
+	var r tsReport
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("the TypeScript client's report %q: %v\n%s", out, err, stderr.String())
+	}
+	return r
 }

@@ -3,7 +3,6 @@ package edge
 import (
 	"context"
 	"crypto/x509"
-	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"io/fs"
@@ -306,14 +305,7 @@ func StatsHandler(p *Proxy, certs *Certificates) http.Handler {
 				return
 			}
 		}
-		body, err := json.Marshal(states)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		w.Write(append(body, '\n'))
+		writeStats(w, states)
 	})
 	return mux
 }

@@ -240,16 +240,22 @@ func (p *Proxy) TrafficHandler() http.Handler {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		body, err := json.Marshal(p.AppTraffic(app, windows...))
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		w.Write(append(body, '\n'))
+		writeStats(w, p.AppTraffic(app, windows...))
 	})
 	return mux
+}
+
+// writeStats answers v as JSON, never cached: the stats routes' one way to
+// answer.
+func writeStats(w http.ResponseWriter, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Write(append(body, '\n'))
 }
 
 // checkTrafficApp accepts what can be an app's name: a DNS label of lower-case

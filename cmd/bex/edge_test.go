@@ -70,21 +70,7 @@ func TestEdgeLimitsAndShutdown(t *testing.T) {
 		}
 	}))
 	t.Cleanup(backend.Close)
-	_, portStr, _ := net.SplitHostPort(backend.Listener.Addr().String())
-	port, _ := strconv.Atoi(portStr)
-	if err := cp.Client.Create(ctx, &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}}); err != nil {
-		t.Fatal(err)
-	}
-	name, proto, p := "http", corev1.ProtocolTCP, int32(port)
-	if err := cp.Client.Create(ctx, &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: ns,
-			Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
-		AddressType: discoveryv1.AddressTypeFQDN,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"127.0.0.1"}}},
-		Ports:       []discoveryv1.EndpointPort{{Name: &name, Protocol: &proto, Port: &p}},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	routeWeb(t, ctx, cp, ns, backend.Listener.Addr())
 
 	var stderr lockedBuffer
 	ready := make(chan string, 1)
@@ -191,5 +177,27 @@ func TestEdgeNamesEveryBadFlag(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("bex edge with bad flags: %v, want it to name %s", err, want)
 		}
+	}
+}
+
+// routeWeb makes the app web in ns and an EndpointSlice that sends its
+// requests to addr, a server of the test's on loopback, as the deployer's
+// would to an instance.
+func routeWeb(t *testing.T, ctx context.Context, cp *testenv.ControlPlane, ns string, addr net.Addr) {
+	t.Helper()
+	_, portStr, _ := net.SplitHostPort(addr.String())
+	port, _ := strconv.Atoi(portStr)
+	if err := cp.Client.Create(ctx, &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	name, proto, p := "http", corev1.ProtocolTCP, int32(port)
+	if err := cp.Client.Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: ns,
+			Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
+		AddressType: discoveryv1.AddressTypeFQDN,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"127.0.0.1"}}},
+		Ports:       []discoveryv1.EndpointPort{{Name: &name, Protocol: &proto, Port: &p}},
+	}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -14,15 +14,12 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	appv1 "bex.co/bex/deployer/api/v1alpha1"
@@ -176,21 +173,7 @@ func TestEdgeStatsSocket(t *testing.T) {
 		io.WriteString(w, "hi")
 	}))
 	t.Cleanup(backendSrv.Close)
-	_, portStr, _ := net.SplitHostPort(backendSrv.Listener.Addr().String())
-	port, _ := strconv.Atoi(portStr)
-	if err := cp.Client.Create(ctx, &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}}); err != nil {
-		t.Fatal(err)
-	}
-	name, proto, p := "http", corev1.ProtocolTCP, int32(port)
-	if err := cp.Client.Create(ctx, &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: ns,
-			Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
-		AddressType: discoveryv1.AddressTypeFQDN,
-		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"127.0.0.1"}}},
-		Ports:       []discoveryv1.EndpointPort{{Name: &name, Protocol: &proto, Port: &p}},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	routeWeb(t, ctx, cp, ns, backendSrv.Listener.Addr())
 
 	sock := filepath.Join(t.TempDir(), "edge-stats.sock")
 	var stderr lockedBuffer

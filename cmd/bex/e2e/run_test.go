@@ -305,15 +305,7 @@ func TestRun(t *testing.T) {
 		})
 
 		// An agent gets them cleaned, framed and masked, from logs and run.
-		token := strings.TrimSpace(p.mustSSH(t, "tokens:create", "untrusted-output"))
-		t.Cleanup(func() { p.mustSSH(t, "tokens:revoke", "untrusted-output") })
-		c := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil)
-		s, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: "http://" + p.hooksAddr + "/mcp",
-			HTTPClient: &http.Client{Transport: bearer{token, http.DefaultTransport}}, MaxRetries: -1}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
+		s := p.agent(t, "untrusted-output")
 		for _, call := range []struct {
 			tool, field, source string
 			args                map[string]any
@@ -349,15 +341,7 @@ func TestRun(t *testing.T) {
 	})
 
 	t.Run("a change that does not serve returns its verdict while the old release serves", func(t *testing.T) {
-		token := strings.TrimSpace(p.mustSSH(t, "tokens:create", "verdicts"))
-		t.Cleanup(func() { p.mustSSH(t, "tokens:revoke", "verdicts") })
-		c := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil)
-		s, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: "http://" + p.hooksAddr + "/mcp",
-			HTTPClient: &http.Client{Transport: bearer{token, http.DefaultTransport}}, MaxRetries: -1}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
+		s := p.agent(t, "verdicts")
 		// verdict calls tool and returns the verdict of its tool error:
 		// "CODE: " and exactly the verdict's JSON, at most 8 KiB, CODE one of
 		// codes.
@@ -468,15 +452,7 @@ func TestRun(t *testing.T) {
 
 		// An agent's diagnose reads the same figures, and the certificate of
 		// the app's host, which the requests above made the edge obtain.
-		token := strings.TrimSpace(p.mustSSH(t, "tokens:create", "diagnose"))
-		t.Cleanup(func() { p.mustSSH(t, "tokens:revoke", "diagnose") })
-		c := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil)
-		s, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: "http://" + p.hooksAddr + "/mcp",
-			HTTPClient: &http.Client{Transport: bearer{token, http.DefaultTransport}}, MaxRetries: -1}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
+		s := p.agent(t, "diagnose")
 		res, err := s.CallTool(context.Background(), &mcp.CallToolParams{Name: "diagnose", Arguments: map[string]any{"app": "hello-shell"}})
 		if err != nil || res.IsError {
 			t.Fatalf("diagnose: %v %+v", err, res)
@@ -501,6 +477,22 @@ func TestRun(t *testing.T) {
 }
 
 // bearer adds an agent's token to every request.
+// agent is an MCP client session (named e2e, version 1) with a token of the
+// admin's named name, revoked when the test ends.
+func (p *platform) agent(t *testing.T, name string) *mcp.ClientSession {
+	t.Helper()
+	token := strings.TrimSpace(p.mustSSH(t, "tokens:create", name))
+	t.Cleanup(func() { p.mustSSH(t, "tokens:revoke", name) })
+	c := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil)
+	s, err := c.Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: "http://" + p.hooksAddr + "/mcp",
+		HTTPClient: &http.Client{Transport: bearer{token, http.DefaultTransport}}, MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 type bearer struct {
 	token string
 	next  http.RoundTripper

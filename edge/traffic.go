@@ -70,12 +70,7 @@ func (m *metrics) trafficMinute(end time.Time) int64 {
 }
 
 // trafficNow is the current Unix minute, for reading the figures.
-func (m *metrics) trafficNow() int64 {
-	if m.trafficClock != nil {
-		return m.trafficClock().Unix() / 60
-	}
-	return time.Now().Unix() / 60
-}
+func (m *metrics) trafficNow() int64 { return m.trafficMinute(time.Now()) }
 
 // record counts one answered request of minute.
 func (a *appTraffic) record(minute int64, status int, d time.Duration) {

@@ -144,6 +144,11 @@ func (s *Server) recheckOnce(ctx context.Context) {
 		}
 		for _, o := range list {
 			if err != nil || u.Name != o.user.Name {
+				if o.uses.OwnKeyRemoved() {
+					// keys:remove of its own key: it ends as its command
+					// does, having said what it did.
+					continue
+				}
 				if s.sessions.markEnded(o) {
 					s.log.Info("closing session: its key was removed", "user", o.user.Name, "fingerprint", fp)
 					fmt.Fprintf(o.stderr, "\nbex: key %s no longer belongs to %s: closing this session\n", fp, o.user.Name)

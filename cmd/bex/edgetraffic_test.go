@@ -176,28 +176,8 @@ func TestEdgeStatsSocket(t *testing.T) {
 	routeWeb(t, ctx, cp, ns, backendSrv.Listener.Addr())
 
 	sock := filepath.Join(t.TempDir(), "edge-stats.sock")
-	var stderr lockedBuffer
-	ready := make(chan string, 1)
-	ed := &edgeCmd{errOut: &stderr, log: slog.New(slog.NewTextHandler(&stderr, nil)), ready: ready,
-		reg: prometheus.NewRegistry()}
-	cmd := wire(ed)
-	cmd.SetArgs([]string{"--kubeconfig", cp.Kubeconfig, "--namespace", ns, "--state-dir", t.TempDir(),
-		"--http-addr", "127.0.0.1:0", "--https-addr", "", "--stats-addr", "unix:" + sock})
-	edgeCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- cmd.ExecuteContext(edgeCtx) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("bex edge: %v\n%s", err, stderr.String())
-		}
-	}()
-	var addr string
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		t.Fatalf("bex edge: %v\n%s", err, stderr.String())
-	}
+	addr := runEdge(t, ctx, "--kubeconfig", cp.Kubeconfig, "--namespace", ns, "--state-dir", t.TempDir(),
+		"--http-addr", "127.0.0.1:0", "--https-addr", "", "--stats-addr", "unix:"+sock)
 	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("the stats socket: %v %v, want mode 0600", fi, err)
 	}
@@ -287,27 +267,8 @@ func TestEdgeStatsCertificates(t *testing.T) {
 		t.Fatal(err)
 	}
 	state, sock := t.TempDir(), filepath.Join(t.TempDir(), "edge-stats.sock")
-	var stderr lockedBuffer
-	ready := make(chan string, 1)
-	ed := &edgeCmd{errOut: &stderr, log: slog.New(slog.NewTextHandler(&stderr, nil)), ready: ready,
-		reg: prometheus.NewRegistry()}
-	cmd := wire(ed)
-	cmd.SetArgs([]string{"--kubeconfig", cp.Kubeconfig, "--namespace", ns, "--state-dir", state,
-		"--http-addr", "127.0.0.1:0", "--https-addr", fmt.Sprintf("127.0.0.1:%d", httpsPort), "--stats-addr", "unix:" + sock})
-	edgeCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- cmd.ExecuteContext(edgeCtx) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("bex edge: %v\n%s", err, stderr.String())
-		}
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("bex edge: %v\n%s", err, stderr.String())
-	}
+	runEdge(t, ctx, "--kubeconfig", cp.Kubeconfig, "--namespace", ns, "--state-dir", state,
+		"--http-addr", "127.0.0.1:0", "--https-addr", fmt.Sprintf("127.0.0.1:%d", httpsPort), "--stats-addr", "unix:"+sock)
 	ca, err := edge.LoadOrCreateLocalCA(filepath.Join(state, "edge", "ca")) // the edge's, made at its start
 	if err != nil {
 		t.Fatal(err)
@@ -362,5 +323,35 @@ func TestEdgeStatsCertificates(t *testing.T) {
 		"web.localhost": "valid", "www.example.com": "valid", "*.apps.example.com": "none", "a.apps.example.com": "valid"})
 	if got, err := c.AppCertificates(ctx, "nobody"); err != nil || len(got) != 0 {
 		t.Errorf("an app the edge routes no host for: %+v %v, want none", got, err)
+	}
+}
+
+// runEdge runs `bex edge args...` in this process until the test ends (its
+// error, if any, fails the test then) and returns its HTTP address once it
+// serves.
+func runEdge(t *testing.T, ctx context.Context, args ...string) string {
+	t.Helper()
+	var stderr lockedBuffer
+	ready := make(chan string, 1)
+	ed := &edgeCmd{errOut: &stderr, log: slog.New(slog.NewTextHandler(&stderr, nil)), ready: ready,
+		reg: prometheus.NewRegistry()} // other tests run edges in this process
+	cmd := wire(ed)
+	cmd.SetArgs(args)
+	edgeCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(edgeCtx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("bex edge: %v\n%s", err, stderr.String())
+		}
+	})
+	select {
+	case addr := <-ready:
+		return addr
+	case err := <-done:
+		done <- nil // said here; the cleanup has nothing to wait for
+		t.Fatalf("bex edge: %v\n%s", err, stderr.String())
+		return ""
 	}
 }

@@ -106,6 +106,11 @@ func (b *Backend) RemoveKey(ctx context.Context, u *User, user, nameOrFingerprin
 	if err != nil {
 		return "", "", 0, err
 	}
+	if owner == u.Name && u.KeyFingerprint != "" && (nameOrFingerprint == u.KeyName || nameOrFingerprint == u.KeyFingerprint) {
+		// Said before the write: the session's rechecks must not cut it off
+		// between the removal and the line that says it.
+		removedOwnKey(ctx)
+	}
 	k, err := RemoveKey(ctx, b.cfg.Client, owner, nameOrFingerprint)
 	if err != nil {
 		return "", "", 0, err

@@ -25,6 +25,28 @@ type Uses struct {
 	apps []string
 	// databases apart: an app and a database may have the same name.
 	databases []string
+	// ownKeyRemoved: the request removed the key it was signed in with
+	// (keys:remove of that key), which it means to; the rechecks let it end
+	// on its own rather than cut it off before it has said so.
+	ownKeyRemoved bool
+}
+
+// OwnKeyRemoved reports whether the request removed the key it was signed in
+// with.
+func (us *Uses) OwnKeyRemoved() bool {
+	us.mu.Lock()
+	defer us.mu.Unlock()
+	return us.ownKeyRemoved
+}
+
+// removedOwnKey records in ctx's Uses, if it carries one, that the request
+// removed the key it was signed in with.
+func removedOwnKey(ctx context.Context) {
+	if us, ok := ctx.Value(usesKey{}).(*Uses); ok {
+		us.mu.Lock()
+		us.ownKeyRemoved = true
+		us.mu.Unlock()
+	}
 }
 
 type usesKey struct{}

@@ -131,7 +131,8 @@ func TestTokensOfARemovedUser(t *testing.T) {
 
 // TestKeysRemoveEndsItsTokens: keys:remove deletes the tokens made with the
 // key, and says how many; the token of the key that stays works on (the
-// control).
+// control). A session that removes its own key is marked so in its Uses; one
+// that removes another key is not.
 func TestKeysRemoveEndsItsTokens(t *testing.T) {
 	s := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(s)
@@ -159,9 +160,12 @@ func TestKeysRemoveEndsItsTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	name, owner, revoked, err := b.RemoveKey(ctx, backend.UserOf(bobObj, "ci", ciFP), "", "desk")
-	if err != nil || name != "desk" || owner != "bob" || revoked != 1 {
-		t.Fatalf("keys:remove desk: %q %q %d %v", name, owner, revoked, err)
+	// The session of ci removes desk: its own key stays, and its rechecks
+	// may end it as any other (Uses.OwnKeyRemoved false).
+	uses := &backend.Uses{}
+	name, owner, revoked, err := b.RemoveKey(backend.WithUses(ctx, uses), backend.UserOf(bobObj, "ci", ciFP), "", "desk")
+	if err != nil || name != "desk" || owner != "bob" || revoked != 1 || uses.OwnKeyRemoved() {
+		t.Fatalf("keys:remove desk: %q %q %d %v, own key removed %v", name, owner, revoked, err, uses.OwnKeyRemoved())
 	}
 	if _, _, err := b.VerifyToken(ctx, fromDesk.Token); !errors.Is(err, backend.ErrInvalidToken) {
 		t.Fatalf("the token of the removed key: %v", err)
@@ -171,5 +175,11 @@ func TestKeysRemoveEndsItsTokens(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "command=keys:remove") || !strings.Contains(log.String(), "tokens=1") {
 		t.Fatalf("audit of keys:remove:\n%s", log.String())
+	}
+	// The session of ci removes ci itself: marked, so that the rechecks let
+	// it say so before it ends (the gitserver's recheckOnce).
+	uses = &backend.Uses{}
+	if _, _, _, err := b.RemoveKey(backend.WithUses(ctx, uses), backend.UserOf(bobObj, "ci", ciFP), "", "ci"); err != nil || !uses.OwnKeyRemoved() {
+		t.Fatalf("keys:remove of the session's own key: %v, own key removed %v", err, uses.OwnKeyRemoved())
 	}
 }

@@ -154,6 +154,35 @@ func TestWithdrawnAccessEndsOpenSessions(t *testing.T) {
 	bobCart.stillOpen(t, "bob's logs -f cart")
 }
 
+// TestRemovingOwnKeyEndsItsOtherSessions: keys:remove of the key a session
+// signed in with answers that session (exit 0, the line that says it), which
+// the rechecks used to cut off now and then between the removal and that
+// line; the user's other session with the same key, a `logs -f`, ends within
+// 2 s, and the key is refused after.
+func TestRemovingOwnKeyEndsItsOtherSessions(t *testing.T) {
+	s := newServer(t)
+	ctx := context.Background()
+	bob := s.addUser("bob", appv1.RoleMember, false)
+	if err := s.cp.Client.Create(ctx, &appv1.App{ObjectMeta: metav1.ObjectMeta{Name: "cart", Namespace: s.ns}, Spec: appv1.AppSpec{Members: []string{bob.name}}}); err != nil {
+		t.Fatal(err)
+	}
+	s.eventually(func() error { _, err := s.dir.App(ctx, "cart"); return err })
+	tail := bob.start("logs", "cart", "-f")
+	tail.streaming(t, "cart")
+	removed := time.Now()
+	if out := bob.ok("", "keys:remove", "laptop"); !strings.Contains(out, "laptop") {
+		t.Fatalf("keys:remove laptop: %q", out)
+	}
+	took := tail.endsWith(t, removed, "no longer belongs to "+bob.name)
+	t.Logf("keys:remove ended bob's logs -f cart in %v", took.Round(time.Millisecond))
+	s.eventually(func() error {
+		if _, errOut, code := bob.ssh("", "apps:list"); code != 255 || !strings.Contains(errOut, "Permission denied") {
+			return errors.New("bob's removed key still connects: " + errOut)
+		}
+		return nil
+	})
+}
+
 // openShell is a database's client (psql, redis-cli) that prints one line and
 // then waits, as one on a terminal waits for what is typed, until the
 // session's context ends.

@@ -32,6 +32,8 @@
 #        cnpg-manager                       (CloudNativePG's operator, from its module
 #                                            at CNPG_VERSION into bin/cnpg-<version>)
 #        Cluster API's managers             (hack/tools/clusterapi)
+#        kubeadm, crictl                    (hack/tools/kube, hack/tools/critools:
+#                                            hack/cluster-capd.sh's node image)
 #   3. For tests, the official TypeScript MCP SDK (hack/mcp-client, npm ci) into
 #      bin/mcp-sdk-<version>/node_modules, linked as bin/mcp-sdk: the MCP server's
 #      tests talk to the server with its client too.
@@ -66,7 +68,9 @@ esac
 
 # --- Debian packages --------------------------------------------------------------
 packages=(git openssh-client openssh-server runc containerd busybox-static ca-certificates curl iproute2 iptables containernetworking-plugins util-linux mmdebstrap jq libseccomp-dev pkg-config)
-[ "$mode" = all ] && packages+=(nginx-light openssl)
+# Docker: hack/cluster-capd.sh's machines are its containers (tests and clusters
+# only; mmdebstrap, above, also makes their node image).
+[ "$mode" = all ] && packages+=(nginx-light openssl docker.io)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
@@ -83,7 +87,16 @@ if [ ${#missing[@]} -gt 0 ]; then
 	[ "$(id -u)" = 0 ] || die "missing packages ${missing[*]}: run as root, or: sudo apt-get install -y ${missing[*]}"
 	say "installing Debian packages: ${missing[*]}"
 	apt-get update -qq
+	# Without systemd, a package's install would start its daemon through
+	# invoke-rc.d (docker.io's dockerd, with Debian's runc): policy-rc.d says no,
+	# unless the machine has its own policy. The cluster scripts start what they use.
+	policy=
+	if [ ! -e /usr/sbin/policy-rc.d ]; then
+		policy=/usr/sbin/policy-rc.d
+		printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 0755 "$policy"
+	fi
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	[ -z "$policy" ] || rm -f "$policy"
 else
 	say "Debian packages present: ${packages[*]}$([ "$mode" = all ] && echo ", node and npm")"
 fi
@@ -153,6 +166,13 @@ build "kubelet, kube-proxy, kube-scheduler and kube-controller-manager $KUBE_VER
 	k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy \
 	k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-controller-manager
 
+# kubeadm and crictl: the machines of hack/cluster-capd.sh (hack/capd-images.sh).
+build "kubeadm $KUBE_VERSION" "kubeadm-$KUBE_VERSION" hack/tools/kube "$kube_ldflags" "kubeadm" \
+	k8s.io/kubernetes/cmd/kubeadm
+build "crictl $CRI_TOOLS_VERSION" "critools-$CRI_TOOLS_VERSION" hack/tools/critools \
+	"-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRI_TOOLS_VERSION" "crictl" \
+	sigs.k8s.io/cri-tools/cmd/crictl
+
 build "pebble $PEBBLE_VERSION" "pebble-$PEBBLE_VERSION" . "-s -w" "pebble pebble-challtestsrv" \
 	github.com/letsencrypt/pebble/v2/cmd/pebble github.com/letsencrypt/pebble/v2/cmd/pebble-challtestsrv
 
@@ -185,6 +205,8 @@ fi
 CGO_ENABLED=0 build "CloudNativePG $CNPG_VERSION" "$cnpg_dir" "$cnpg_mod" "-s -w" "manager" ./cmd/manager
 
 for b in kubelet kube-proxy kube-scheduler kube-controller-manager; do link "kubenode-$KUBE_VERSION" "$b"; done
+link "kubeadm-$KUBE_VERSION" kubeadm
+link "critools-$CRI_TOOLS_VERSION" crictl
 link "pebble-$PEBBLE_VERSION" pebble
 link "pebble-$PEBBLE_VERSION" pebble-challtestsrv
 link "caddy-$CADDY_VERSION" caddy
@@ -194,7 +216,7 @@ ln -sfn "$cnpg_dir/manager" bin/cnpg-manager
 [ -x bin/cnpg-manager ] || die "bin/cnpg-manager is missing after the build: remove bin/$cnpg_dir and run make tools again"
 [ -x bin/coredns ] && [ -x bin/registry ] || die "bin/coredns or bin/registry is missing after the build: remove bin/coredns-* bin/registry-* and run make tools again"
 
-for b in kubelet kube-proxy kube-scheduler kube-controller-manager pebble pebble-challtestsrv caddy; do
+for b in kubelet kube-proxy kube-scheduler kube-controller-manager kubeadm crictl pebble pebble-challtestsrv caddy; do
 	[ -x "bin/$b" ] || die "bin/$b is missing after the build: remove bin/ and run make tools again"
 done
 

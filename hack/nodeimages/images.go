@@ -133,12 +133,9 @@ func Build(ctx context.Context, o Options) ([]Written, error) {
 	defer os.RemoveAll(work)
 
 	start := time.Now()
-	pause := filepath.Join(work, "pause")
-	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", pause, "./hack/nodeimages/pause")
-	build.Dir = o.Root
-	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
-	if msg, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build ./hack/nodeimages/pause: %w\n%s", err, msg)
+	pause, err := buildPause(o.Root, work)
+	if err != nil {
+		return nil, err
 	}
 	fmt.Fprintf(o.Log, "pause: built in %v\n", time.Since(start).Round(time.Millisecond))
 
@@ -296,6 +293,24 @@ func (s spec) write(dir string) (Written, error) {
 	}
 	w.Size = fi.Size()
 	return w, os.WriteFile(stamp, []byte(inputs), 0o644)
+}
+
+// buildPause builds hack/nodeimages/pause (static) into a file in dir and
+// returns its path.
+func buildPause(root, dir string) (string, error) {
+	f, err := os.CreateTemp(dir, ".pause-")
+	if err != nil {
+		return "", err
+	}
+	f.Close()
+	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", f.Name(), "./hack/nodeimages/pause")
+	build.Dir = root
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+	if msg, err := build.CombinedOutput(); err != nil {
+		os.Remove(f.Name())
+		return "", fmt.Errorf("go build ./hack/nodeimages/pause: %w\n%s", err, msg)
+	}
+	return f.Name(), nil
 }
 
 // readEnv reads the NAME=value lines of a shell file like hack/versions.env.

@@ -15,10 +15,26 @@ import (
 func main() {
 	out := flag.String("out", "", "directory that receives the archives and images.env (required)")
 	bin := flag.String("bin", "", "directory of the tools hack/tools.sh builds (default: bin/ of the repository)")
+	kube := flag.String("kube-images", "", "write only DIR/"+KubeImagesArchive+", with these images (what `kubeadm config images list` prints, separated by spaces)")
 	flag.Parse()
 	if *out == "" || flag.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "usage: go run ./hack/nodeimages --out DIR [--bin BIN]")
+		fmt.Fprintln(os.Stderr, "usage: go run ./hack/nodeimages --out DIR [--bin BIN] [--kube-images NAMES]")
 		os.Exit(2)
+	}
+	if *kube != "" {
+		root, err := repoRoot()
+		if err == nil {
+			var w Written
+			w, err = KubeImages(Options{Root: root, Bin: *bin, Out: *out, Log: os.Stderr}, strings.Fields(*kube))
+			if err == nil {
+				fmt.Printf("%s %d bytes\n", w.Archive, w.Size)
+			}
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "nodeimages: %v\n", err)
+			os.Exit(1)
+		}
+		return
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

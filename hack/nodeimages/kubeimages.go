@@ -1,0 +1,200 @@
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"bex.co/bex/internal/machine/imagebuild"
+)
+
+// KubeImagesArchive is the archive KubeImages writes into Out: every image that
+// kubeadm runs a control plane and a node with, for a node image that pulls
+// nothing (hack/capd-images.sh bakes it into the machines of Cluster API's Docker
+// provider).
+const KubeImagesArchive = "kube-images.tar"
+
+// xtablesModules is where iptables (nft) finds its matches and targets, which it
+// opens at run time: ldd does not list them.
+const xtablesModules = "/usr/lib/x86_64-linux-gnu/xtables"
+
+// KubeImages writes Out/kube-images.tar: one docker archive with each of names
+// (what `kubeadm config images list` prints for the node's Kubernetes version),
+// made of this machine's files. The control plane's components and kube-proxy
+// share one layer (their binaries of BIN/kube-VERSION and BIN/kubenode-VERSION at
+// /usr/local/bin, where the static pods' commands find them, with iptables for
+// kube-proxy); etcd is BIN/etcd; pause is hack/nodeimages/pause; CoreDNS is
+// BIN/coredns-COREDNS_VERSION (the name keeps kubeadm's tag: the overlay that
+// runs it says which version it is). It is not written again when its inputs are
+// those of the archive there.
+func KubeImages(o Options, names []string) (Written, error) {
+	w := Written{Key: "KUBE", Archive: filepath.Join(o.Out, KubeImagesArchive)}
+	if o.Bin == "" {
+		o.Bin = filepath.Join(o.Root, "bin")
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	versions, err := readEnv(filepath.Join(o.Root, "hack", "versions.env"))
+	if err != nil {
+		return w, err
+	}
+	kube := versions["KUBE_VERSION"]
+	tool := func(dir, binary string) (string, error) {
+		p := filepath.Join(o.Bin, dir, binary)
+		if _, err := os.Stat(filepath.Join(o.Bin, dir, ".complete")); err != nil {
+			return "", fmt.Errorf("%s is not built: run `make tools` (hack/tools.sh builds it)", p)
+		}
+		return p, nil
+	}
+	pause, err := buildPause(o.Root, o.Out)
+	if err != nil {
+		return w, err
+	}
+	defer os.Remove(pause)
+	coredns, err := tool("coredns-"+versions["COREDNS_VERSION"], "coredns")
+	if err != nil {
+		return w, err
+	}
+
+	components := map[string]string{}
+	for _, b := range []struct{ dir, name string }{
+		{"kube-" + kube, "kube-apiserver"}, {"kube-" + kube, "etcd"},
+		{"kubenode-" + kube, "kube-controller-manager"}, {"kubenode-" + kube, "kube-scheduler"}, {"kubenode-" + kube, "kube-proxy"},
+	} {
+		p, err := tool(b.dir, b.name)
+		if err != nil {
+			return w, err
+		}
+		components["/usr/local/bin/"+b.name] = p
+	}
+	// kube-proxy's iptables: the nft variant, one program that acts by the name it
+	// is called with, and its modules.
+	for _, n := range []string{"iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore"} {
+		components["/usr/sbin/"+n] = "/usr/sbin/" + n
+	}
+	mods, err := filepath.Glob(filepath.Join(xtablesModules, "*.so"))
+	if err != nil || len(mods) == 0 {
+		return w, fmt.Errorf("no iptables modules in %s (apt-get install iptables)", xtablesModules)
+	}
+	for _, m := range mods {
+		components[m] = m
+	}
+
+	type image struct {
+		layer      func() ([]byte, error)
+		entrypoint []string
+	}
+	byKind := map[string]image{
+		"component": {layer: func() ([]byte, error) { return imagebuild.HostLayer(components) }},
+		"pause":     {layer: func() ([]byte, error) { return imagebuild.HostLayer(map[string]string{"/pause": pause}) }, entrypoint: []string{"/pause"}},
+		"coredns": {layer: func() ([]byte, error) {
+			return imagebuild.HostLayer(map[string]string{"/coredns": coredns, caCerts: caCerts})
+		}, entrypoint: []string{"/coredns"}},
+	}
+	kindOf := func(ref string) (string, error) {
+		repo := ref
+		if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
+			repo = ref[:i]
+		}
+		switch path.Base(repo) {
+		case "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy", "etcd":
+			return "component", nil
+		case "pause":
+			return "pause", nil
+		case "coredns":
+			return "coredns", nil
+		}
+		return "", fmt.Errorf("%s: not an image of kubeadm's that this machine can make", ref)
+	}
+
+	sorted := append([]string(nil), names...)
+	sort.Strings(sorted)
+	layers := map[string][]byte{}
+	h := sha256.New()
+	refs := map[name.Reference]v1.Image{}
+	images := map[string]v1.Image{}
+	for _, n := range sorted {
+		k, err := kindOf(n)
+		if err != nil {
+			return w, err
+		}
+		tag, err := name.NewTag(n, name.StrictValidation)
+		if err != nil {
+			return w, err
+		}
+		if images[k] == nil {
+			start := time.Now()
+			layer, err := byKind[k].layer()
+			if err != nil {
+				return w, fmt.Errorf("%s: %w", n, err)
+			}
+			layers[k] = layer
+			env := []string{"PATH=" + Path}
+			img, err := imagebuild.LayerImage(layer, env, nil)
+			if err != nil {
+				return w, err
+			}
+			cf, err := img.ConfigFile()
+			if err != nil {
+				return w, err
+			}
+			cf = cf.DeepCopy()
+			cf.OS, cf.Architecture = "linux", "amd64"
+			cf.Config.Entrypoint = byKind[k].entrypoint
+			if img, err = mutate.ConfigFile(img, cf); err != nil {
+				return w, err
+			}
+			images[k] = img
+			fmt.Fprintf(o.Log, "kube images: the %s layer (%d bytes) in %v\n", k, len(layer), time.Since(start).Round(time.Millisecond))
+		}
+		settings, _ := json.Marshal([]any{n, k, byKind[k].entrypoint})
+		h.Write(settings)
+		h.Write(layers[k])
+		refs[tag] = images[k]
+	}
+	inputs := hex.EncodeToString(h.Sum(nil))
+	stamp := w.Archive + ".inputs"
+	if old, err := os.ReadFile(stamp); err == nil && string(old) == inputs {
+		if fi, err := os.Stat(w.Archive); err == nil {
+			w.Size, w.Skipped = fi.Size(), true
+			return w, nil
+		}
+	}
+	_ = os.Remove(stamp)
+	tmp := w.Archive + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return w, err
+	}
+	err = tarball.MultiRefWrite(refs, f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, w.Archive)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return w, err
+	}
+	fi, err := os.Stat(w.Archive)
+	if err != nil {
+		return w, err
+	}
+	w.Size = fi.Size()
+	return w, os.WriteFile(stamp, []byte(inputs), 0o644)
+}

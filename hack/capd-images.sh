@@ -5,7 +5,7 @@
 #
 #   hack/capd-images.sh        load them into Docker unless they are there already
 #
-# bex.local/capd-node:KUBE_VERSION, a machine of Cluster API's Docker provider:
+# bex.local/capd/node:KUBE_VERSION, a machine of Cluster API's Docker provider:
 #   Debian 12 (mmdebstrap) with systemd, Debian's containerd and CNI plugins, runc
 #   of bin/ (the 2025 fixes), kubelet, kubeadm and kubectl of KUBE_VERSION and
 #   crictl (which the provider runs before it bootstraps a machine); kind's
@@ -13,7 +13,7 @@
 #   systemd in a container; and every image kubeadm runs (hack/nodeimages
 #   --kube-images), imported into containerd at boot, before the kubelet starts,
 #   so that kubeadm pulls nothing.
-# bex.local/capd-haproxy:KUBE_VERSION, the cluster's load balancer: the same
+# bex.local/capd/haproxy:KUBE_VERSION, the cluster's load balancer: the same
 #   layer, running Debian's haproxy as the provider expects of kindest/haproxy (its
 #   configuration at /usr/local/etc/haproxy/haproxy.cfg, reloaded on SIGHUP).
 #
@@ -30,8 +30,9 @@ die() { printf 'hack/capd-images.sh: %s\n' "$*" >&2; exit 2; }
 # shellcheck source=versions.env
 . hack/versions.env
 
-node_image=bex.local/capd-node:$KUBE_VERSION
-lb_image=bex.local/capd-haproxy:$KUBE_VERSION
+node_image=bex.local/capd/node:$KUBE_VERSION
+# CAPD names its load balancer REPOSITORY/haproxy:TAG (the DevCluster says which).
+lb_image=bex.local/capd/haproxy:$KUBE_VERSION
 docker info >/dev/null 2>&1 || die "Docker is not running (hack/cluster-capd.sh starts it)"
 for b in kubelet kubeadm kubectl crictl runc; do
 	[[ -x bin/$b ]] || die "bin/$b is missing: run make tools"
@@ -128,6 +129,9 @@ version = 2
   [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
     SystemdCgroup = true
     BinaryName = "/usr/local/sbin/runc"
+# The registry mirror files that infra/clusterapi's kubeadm objects write.
+[plugins."io.containerd.grpc.v1.cri".registry]
+  config_path = "/etc/containerd/certs.d"
 [plugins."io.containerd.grpc.v1.cri".cni]
   bin_dir = "/opt/cni/bin"
   conf_dir = "/etc/cni/net.d"
@@ -216,6 +220,20 @@ frontend control-plane
 backend kube-apiservers
 EOF
 
+# haproxy, as the load balancer runs it. CAPD's configuration asks for 100,000
+# connections, which needs 200,030 open files; where the hard limit is lower and
+# cannot be raised (a sandboxed host), haproxy refuses it. CAPD starts the
+# container with its own command (haproxy -W -db -f ...) and reloads it with
+# SIGHUP, so the haproxy it finds first on PATH passes -n, which takes precedence
+# over the configuration's maxconn: what the limit allows, at most 100,000.
+cat >"$rootfs/usr/local/sbin/haproxy" <<'EOF'
+#!/bin/sh
+max=$((($(ulimit -Hn) - 100) / 2))
+[ "$max" -le 100000 ] || max=100000
+exec /usr/sbin/haproxy -n "$max" "$@"
+EOF
+chmod 0755 "$rootfs/usr/local/sbin/haproxy"
+
 wants=$rootfs/etc/systemd/system/multi-user.target.wants
 install -d "$wants"
 ln -sf /lib/systemd/system/containerd.service "$wants/containerd.service"
@@ -228,10 +246,10 @@ tar=$work/rootfs.tar
 tar -C "$rootfs" --numeric-owner -cf "$tar" .
 # docker import takes the layer; the configuration (a stop signal among it, which
 # import cannot set) comes from a build on top of it, with nothing to send.
-docker import "$tar" bex.local/capd-rootfs:"$KUBE_VERSION" >/dev/null
+docker import "$tar" bex.local/capd/rootfs:"$KUBE_VERSION" >/dev/null
 configure() {
 	DOCKER_BUILDKIT=0 docker build --quiet -t "$1" - >/dev/null <<EOF
-FROM bex.local/capd-rootfs:$KUBE_VERSION
+FROM bex.local/capd/rootfs:$KUBE_VERSION
 LABEL co.bex.inputs=$inputs
 $2
 EOF
@@ -241,7 +259,8 @@ EOF
 configure "$node_image" 'ENV container=docker
 STOPSIGNAL SIGRTMIN+3
 ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]'
-# haproxy in master-worker mode: SIGHUP reloads it, SIGUSR1 stops it gracefully.
+# haproxy in master-worker mode (CAPD passes the same command): SIGHUP reloads it,
+# SIGUSR1 stops it gracefully.
 configure "$lb_image" 'STOPSIGNAL SIGUSR1
 ENTRYPOINT ["haproxy", "-W", "-db", "-f", "/usr/local/etc/haproxy/haproxy.cfg"]'
 rm -rf "$rootfs" "$tar"

@@ -31,7 +31,7 @@
 #        registry                           (hack/tools/registry; distribution's, in-cluster)
 #        cnpg-manager                       (CloudNativePG's operator, from its module
 #                                            at CNPG_VERSION into bin/cnpg-<version>)
-#        Cluster API's managers             (hack/tools/clusterapi)
+#        Cluster API's managers, clusterctl (hack/tools/clusterapi)
 #        kubeadm, crictl                    (hack/tools/kube, hack/tools/critools:
 #                                            hack/cluster-capd.sh's node image)
 #   3. For tests, the official TypeScript MCP SDK (hack/mcp-client, npm ci) into
@@ -220,16 +220,20 @@ for b in kubelet kube-proxy kube-scheduler kube-controller-manager kubeadm crict
 	[ -x "bin/$b" ] || die "bin/$b is missing after the build: remove bin/ and run make tools again"
 done
 
-# Cluster API's managers for infra's in-memory Cluster API test, one release
-# (CLUSTER_API_VERSION) from hack/tools/clusterapi: core, kubeadm bootstrap, kubeadm
-# control plane, and CAPD (whose inMemory backend is the in-memory provider). Two of
+# Cluster API's managers for infra's in-memory Cluster API test and
+# hack/cluster-capd.sh's management plane, one release (CLUSTER_API_VERSION) from
+# hack/tools/clusterapi: core, kubeadm bootstrap, kubeadm control plane, and CAPD
+# (whose inMemory backend is the in-memory provider, its docker backend
+# hack/cluster-capd.sh's machines); and clusterctl, which fills in the variables of
+# infra/clusterapi's templates. Two of
 # the packages are called kubeadm, so each is built into a folder of its own under
 # bin/cluster-api-VERSION; the links carry the names of Cluster API's images.
 capi_ldflags="-s -w -X sigs.k8s.io/cluster-api/version.gitVersion=$CLUSTER_API_VERSION"
 for capi in core:core:sigs.k8s.io/cluster-api/core:cluster-api-controller \
 	bootstrap-kubeadm:kubeadm:sigs.k8s.io/cluster-api/bootstrap/kubeadm:kubeadm-bootstrap-controller \
 	controlplane-kubeadm:kubeadm:sigs.k8s.io/cluster-api/controlplane/kubeadm:kubeadm-control-plane-controller \
-	infrastructure-docker:docker:sigs.k8s.io/cluster-api/test/infrastructure/docker:capd-manager; do
+	infrastructure-docker:docker:sigs.k8s.io/cluster-api/test/infrastructure/docker:capd-manager \
+	clusterctl:clusterctl:sigs.k8s.io/cluster-api/cmd/clusterctl:clusterctl; do
 	IFS=: read -r capi_sub capi_bin capi_pkg capi_link <<<"$capi"
 	build "Cluster API $CLUSTER_API_VERSION $capi_link" "cluster-api-$CLUSTER_API_VERSION/$capi_sub" hack/tools/clusterapi \
 		"$capi_ldflags" "$capi_bin" "$capi_pkg"

@@ -3,14 +3,8 @@ package infra
 import (
 	"bytes"
 	"context"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"math/big"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,9 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/yaml"
 
-	"bex.co/bex/internal/pki"
+	"bex.co/bex/internal/clusterapi"
 	"bex.co/bex/internal/testenv"
 )
 
@@ -44,28 +37,6 @@ const (
 	capiCoreDirEnv = "BEX_TEST_CAPI_CORE_DIR"
 	capiTestDirEnv = "BEX_TEST_CAPI_TEST_DIR"
 )
-
-// capiManager is one Cluster API controller manager that the test runs: its binary
-// in bin/, the part of the release its CRDs and webhooks come from, the API groups
-// whose conversion webhooks it serves, and its ports (fixed: the network namespace
-// is the test's alone).
-type capiManager struct {
-	name      string // bin/<name>
-	module    string // "core" (sigs.k8s.io/cluster-api) or "test" (sigs.k8s.io/cluster-api/test)
-	dir       string // directory within the module with config/crd and config/webhook
-	webhook   int
-	health    int
-	diagnosis int
-}
-
-var capiManagers = []capiManager{
-	{name: "cluster-api-controller", module: "core", dir: "core", webhook: 9441, health: 9451, diagnosis: 8441},
-	{name: "kubeadm-bootstrap-controller", module: "core", dir: "bootstrap/kubeadm", webhook: 9442, health: 9452, diagnosis: 8442},
-	{name: "kubeadm-control-plane-controller", module: "core", dir: "controlplane/kubeadm", webhook: 9443, health: 9453, diagnosis: 8443},
-	// CAPD: since v1.13 the in-memory provider is CAPD's DevCluster/DevMachine
-	// with the inMemory backend, in CAPD's manager.
-	{name: "capd-manager", module: "test", dir: "infrastructure/docker", webhook: 9444, health: 9454, diagnosis: 8444},
-}
 
 // TestClusterAPIInMemory runs Cluster API for real: the core, kubeadm bootstrap and
 // kubeadm control plane controllers and the in-memory infrastructure provider, all
@@ -91,16 +62,12 @@ func reexecInNetns(t *testing.T) {
 	if v == "" {
 		t.Fatal("hack/versions.env names no CLUSTER_API_VERSION")
 	}
-	core, err := moduleDir("sigs.k8s.io/cluster-api", v)
+	release, err := clusterapi.DownloadRelease(v)
 	if err != nil {
 		t.Fatal(err)
 	}
-	test, err := moduleDir("sigs.k8s.io/cluster-api/test", v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range capiManagers {
-		if _, err := testenv.Binary(m.name); err != nil {
+	for _, m := range clusterapi.Managers() {
+		if _, err := testenv.Binary(m.Name); err != nil {
 			t.Fatalf("%v (hack/tools.sh builds the Cluster API %s managers)", err, v)
 		}
 	}
@@ -124,7 +91,7 @@ func reexecInNetns(t *testing.T) {
 	setup := fmt.Sprintf(`%[1]s link set lo up && %[1]s addr add 192.0.2.1/32 dev lo && %[1]s route add default dev lo && exec "$0" "$@"`, ip)
 	cmd := exec.CommandContext(ctx, unshare, "--net", "--", "/bin/sh", "-c", setup,
 		os.Args[0], "-test.run=^TestClusterAPIInMemory$", "-test.v", "-test.count=1", fmt.Sprintf("-test.timeout=%s", timeout))
-	cmd.Env = append(os.Environ(), capiNetnsEnv+"=1", capiCoreDirEnv+"="+core, capiTestDirEnv+"="+test)
+	cmd.Env = append(os.Environ(), capiNetnsEnv+"=1", capiCoreDirEnv+"="+release.CoreDir, capiTestDirEnv+"="+release.TestDir)
 	// The run inside dies with this process (a timeout, ^C): unshare execs the
 	// shell, which execs the test binary, all under this one PID.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -146,7 +113,7 @@ func runClusterAPIInMemory(t *testing.T) {
 		t.Logf("%-45s %6.1f s (%.1f s since the start)", what, time.Since(step).Seconds(), time.Since(began).Seconds())
 		step = time.Now()
 	}
-	moduleDirs := map[string]string{"core": os.Getenv(capiCoreDirEnv), "test": os.Getenv(capiTestDirEnv)}
+	release := clusterapi.Release{Version: versions(t)["CLUSTER_API_VERSION"], CoreDir: os.Getenv(capiCoreDirEnv), TestDir: os.Getenv(capiTestDirEnv)}
 	dir := t.TempDir()
 
 	cp, err := testenv.StartControlPlane(filepath.Join(dir, "controlplane"))
@@ -160,17 +127,32 @@ func runClusterAPIInMemory(t *testing.T) {
 	})
 	lap("kube-apiserver and etcd")
 
-	caPEM, certDir := webhookServingCert(t, dir)
+	caPEM, certDir, err := clusterapi.WebhookServingCert(dir, "bex test webhook CA", 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubectlBin, err := testenv.Binary("kubectl")
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	var crds []*apiextensionsv1.CustomResourceDefinition
-	for _, m := range capiManagers {
-		crds = append(crds, managerCRDs(t, moduleDirs[m.module], m, caPEM)...)
+	for _, m := range clusterapi.Managers() {
+		mc, err := release.CRDs(kubectlBin, m, caPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		crds = append(crds, mc...)
 	}
 	if _, err := envtest.InstallCRDs(cp.Config, envtest.CRDInstallOptions{CRDs: crds, MaxTime: time.Minute}); err != nil {
 		t.Fatalf("install the Cluster API CRDs: %v", err)
 	}
-	for _, m := range capiManagers {
-		for _, wh := range managerWebhooks(t, moduleDirs[m.module], m, caPEM) {
+	for _, m := range clusterapi.Managers() {
+		whs, err := release.Webhooks(m, caPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, wh := range whs {
 			if err := cp.Client.Create(ctx, wh); err != nil {
 				t.Fatalf("create %s %s: %v", wh.GetKind(), wh.GetName(), err)
 			}
@@ -178,9 +160,8 @@ func runClusterAPIInMemory(t *testing.T) {
 	}
 	lap(fmt.Sprintf("%d CRDs and the webhook configurations", len(crds)))
 
-	release := versions(t)["CLUSTER_API_VERSION"]
-	for _, m := range capiManagers {
-		startManager(t, dir, cp.Kubeconfig, certDir, m, release)
+	for _, m := range clusterapi.Managers() {
+		startManager(t, dir, cp.Kubeconfig, certDir, m, release.Version)
 	}
 	lap("the four managers ready")
 
@@ -271,210 +252,32 @@ func runClusterAPIInMemory(t *testing.T) {
 	t.Logf("kubectl get machines:\n%s", out)
 }
 
-// webhookServingCert makes a CA and a serving certificate for 127.0.0.1, writes the
-// certificate and key as tls.crt and tls.key into a directory that every manager
-// serves its webhooks with, and returns the CA (PEM) and that directory.
-func webhookServingCert(t *testing.T, dir string) ([]byte, string) {
+// startManager starts m's binary against the API server (clusterapi.StartManager:
+// ready, and of the release), its log in dir. It is stopped when the test ends:
+// SIGTERM, then SIGKILL if it has not exited in 10 s.
+func startManager(t *testing.T, dir, kubeconfig, certDir string, m clusterapi.Manager, release string) {
 	t.Helper()
-	notAfter := time.Now().Add(24 * time.Hour)
-	ca, caKey, caDER, err := pki.NewCA(&x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "bex test webhook CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: notAfter,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature})
+	bin, err := testenv.Binary(m.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := pki.NewKey()
+	p, err := clusterapi.StartManager(m, clusterapi.Run{
+		Bin: bin, Kubeconfig: kubeconfig, CertDir: certDir, LogPath: filepath.Join(dir, m.Name+".log"), Release: release,
+		// POD_IP: the address the in-memory provider gives its workload clusters'
+		// API servers (their control plane endpoint).
+		Env: []string{"POD_IP=127.0.0.1"},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: notAfter, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := pki.Sign(leaf, ca, key.Public(), caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certDir := filepath.Join(dir, "webhook-certs")
-	if err := os.MkdirAll(certDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := pki.WriteCert(filepath.Join(certDir, "tls.crt"), der, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := pki.WriteKey(filepath.Join(certDir, "tls.key"), key); err != nil {
-		t.Fatal(err)
-	}
-	return pki.EncodeCert(caDER), certDir
-}
-
-// managerCRDs renders the CRDs of m's part of the release as the release installs
-// them (kubectl kustomize of its config/crd: the contract labels that tell the core
-// controllers which API version of a provider's kind to use, and conversion by
-// webhook), with the conversion webhook pointed at m's server on loopback instead
-// of at the Service a cluster would have.
-func managerCRDs(t *testing.T, module string, m capiManager, caPEM []byte) []*apiextensionsv1.CustomResourceDefinition {
-	t.Helper()
-	out, err := kubectl(t, nil, "kustomize", filepath.Join(module, m.dir, "config/crd"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var crds []*apiextensionsv1.CustomResourceDefinition
-	for _, obj := range objects(t, out) {
-		data, err := yaml.Marshal(obj.Object)
-		if err != nil {
-			t.Fatal(err)
-		}
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		if err := yaml.UnmarshalStrict(data, crd); err != nil {
-			t.Fatalf("%s: %s: %v", m.dir, obj.GetName(), err)
-		}
-		if c := crd.Spec.Conversion; c != nil && c.Strategy == apiextensionsv1.WebhookConverter && c.Webhook != nil {
-			path := "/convert"
-			if cc := c.Webhook.ClientConfig; cc != nil && cc.Service != nil && cc.Service.Path != nil {
-				path = *cc.Service.Path
-			}
-			url := fmt.Sprintf("https://127.0.0.1:%d%s", m.webhook, path)
-			c.Webhook.ClientConfig = &apiextensionsv1.WebhookClientConfig{URL: &url, CABundle: caPEM}
-		}
-		crds = append(crds, crd)
-	}
-	if len(crds) == 0 {
-		t.Fatalf("%s/config/crd renders no CRD", m.dir)
-	}
-	return crds
-}
-
-// managerWebhooks reads the mutating and validating webhook configurations of m's
-// part of the release (config/webhook/manifests.yaml) and points them at m's
-// webhook server on loopback instead of at the Service a cluster would have.
-func managerWebhooks(t *testing.T, module string, m capiManager, caPEM []byte) []*unstructured.Unstructured {
-	t.Helper()
-	path := filepath.Join(module, m.dir, "config/webhook/manifests.yaml")
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs := objects(t, data)
-	if len(objs) == 0 {
-		t.Fatalf("%s holds no webhook configuration", path)
-	}
-	for _, obj := range objs {
-		// Every part names its configurations alike; a cluster's kustomize
-		// prefixes them, and so does this.
-		obj.SetName(m.name + "-" + obj.GetName())
-		hooks, _, _ := unstructured.NestedSlice(obj.Object, "webhooks")
-		for i, h := range hooks {
-			h := h.(map[string]any)
-			svcPath, _, _ := unstructured.NestedString(h, "clientConfig", "service", "path")
-			h["clientConfig"] = map[string]any{
-				"url":      fmt.Sprintf("https://127.0.0.1:%d%s", m.webhook, svcPath),
-				"caBundle": base64.StdEncoding.EncodeToString(caPEM),
-			}
-			hooks[i] = h
-		}
-		if err := unstructured.SetNestedSlice(obj.Object, hooks, "webhooks"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return objs
-}
-
-// startManager starts m's binary against the API server, its log in dir, waits
-// until its readyz answers (which includes its webhook server), and checks that it
-// is of the release (hack/tools.sh stamps the version into the binaries: a tools
-// module left at another release than CLUSTER_API_VERSION shows here). It is
-// stopped by PID when the test ends: SIGTERM, then SIGKILL if it has not exited in
-// 10 s.
-func startManager(t *testing.T, dir, kubeconfig, certDir string, m capiManager, release string) {
-	t.Helper()
-	bin, err := testenv.Binary(m.name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logPath := filepath.Join(dir, m.name+".log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin,
-		"--kubeconfig="+kubeconfig,
-		fmt.Sprintf("--webhook-port=%d", m.webhook),
-		"--webhook-cert-dir="+certDir,
-		fmt.Sprintf("--health-addr=127.0.0.1:%d", m.health),
-		fmt.Sprintf("--diagnostics-address=127.0.0.1:%d", m.diagnosis),
-		"--insecure-diagnostics",
-		"--leader-elect=false",
-		"--v=2")
-	// POD_IP: the address the in-memory provider gives its workload clusters'
-	// API servers (their control plane endpoint).
-	cmd.Env = append(os.Environ(), "POD_IP=127.0.0.1")
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", m.name, err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait(); logFile.Close() }()
-	exited := false
 	t.Cleanup(func() {
-		if exited {
-			return
-		}
-		_ = syscall.Kill(cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-			t.Errorf("%s (PID %d) ignored SIGTERM for 10 s and was killed", m.name, cmd.Process.Pid)
+		if p.Stop(10 * time.Second) {
+			t.Errorf("%s (PID %d) ignored SIGTERM for 10 s and was killed", m.Name, p.PID)
 		}
 		if t.Failed() {
-			t.Logf("%s logged these errors last:\n%s", m.name, logErrors(logPath, 15))
+			t.Logf("%s logged these errors last:\n%s", m.Name, logErrors(p.LogPath, 15))
 		}
 	})
-	readyz := fmt.Sprintf("http://127.0.0.1:%d/readyz", m.health)
-	deadline := time.Now().Add(2 * time.Minute)
-	hc := &http.Client{Timeout: 2 * time.Second}
-	for {
-		resp, err := hc.Get(readyz)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				data, _ := os.ReadFile(logPath)
-				if !bytes.Contains(data, []byte(`"Version: `+release+" ")) {
-					t.Fatalf("%s does not say it is Cluster API %s; its log begins with:\n%s", m.name, release, logHead(data, 15))
-				}
-				return
-			}
-			err = fmt.Errorf("%s: %s", readyz, resp.Status)
-		}
-		select {
-		case werr := <-done:
-			exited = true
-			t.Fatalf("%s exited before it was ready (%v); its log ends with:\n%s", m.name, werr, logTail(logPath, 15))
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not ready after 2 minutes: %v; its log ends with:\n%s", m.name, err, logTail(logPath, 15))
-		}
-	}
-}
-
-func logTail(path string, n int) string {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-	return lastLines(lines, n)
-}
-
-func logHead(data []byte, n int) string {
-	lines := strings.Split(string(data), "\n")
-	if len(lines) > n {
-		lines = lines[:n]
-	}
-	return "    " + strings.Join(lines, "\n    ")
 }
 
 // logErrors returns the last n errors (klog's E lines) of the log at path.

@@ -247,8 +247,10 @@ tar -C "$rootfs" --numeric-owner -cf "$tar" .
 # docker import takes the layer; the configuration (a stop signal among it, which
 # import cannot set) comes from a build on top of it, with nothing to send.
 docker import "$tar" bex.local/capd/rootfs:"$KUBE_VERSION" >/dev/null
+# (The legacy builder: Debian's Docker has no buildx. Its deprecation notice is
+# shown only when the build fails.)
 configure() {
-	DOCKER_BUILDKIT=0 docker build --quiet -t "$1" - >/dev/null <<EOF
+	DOCKER_BUILDKIT=0 docker build --quiet -t "$1" - >/dev/null 2>"$work/build.log" <<EOF || die "docker build $1: $(cat "$work/build.log")"
 FROM bex.local/capd/rootfs:$KUBE_VERSION
 LABEL co.bex.inputs=$inputs
 $2

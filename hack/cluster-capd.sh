@@ -128,17 +128,36 @@ up() {
 		touch "$dir/kind-network"
 	fi
 
+	# bex's images (make image, hack/nodeimages) into Docker, whence CAPD copies
+	# them into every machine it makes (preLoadImages): no registry serves them.
+	go build -o bin/clusterlocal ./hack/clusterlocal
+	bin/clusterlocal images "$dir"
+	local preload=\"bex.local/bex:dev\" key image archive
+	docker load -q -i "$dir/images/bex-docker.tar" >/dev/null
+	for key in REGISTRY BUILDKIT CNPG; do
+		image=$(sed -n "s/^${key}_IMAGE=//p" "$dir/images/images.env")
+		archive=$(sed -n "s/^${key}_ARCHIVE=//p" "$dir/images/images.env")
+		docker load -q -i "$archive" >/dev/null
+		preload+=",\"$image\""
+	done
+	export CAPD_PRELOAD_IMAGES="[$preload]"
+	# The gitserver's and the registry's data: this directory, at the same path in
+	# every machine.
+	mkdir -p "$dir/volumes"
+	export CAPD_EXTRA_MOUNTS="[{hostPath: $dir/volumes, containerPath: $dir/volumes}]"
+
 	go build -o bin/capdmgmt ./hack/capdmgmt
 	bin/capdmgmt up "$dir"
 
-	# The registry's password for the nodes' kubelets, made once and kept.
-	if [[ ! -s $dir/registry-node-password ]]; then
-		(umask 077 && openssl rand -hex 24 >"$dir/registry-node-password")
+	# The registry's password for the nodes' kubelets, made once and kept (where
+	# hack/clusterlocal keeps it: install-capd puts it in the registry's htpasswd).
+	if [[ ! -s $dir/config/registry-node-password ]]; then
+		mkdir -p "$dir/config"
+		(umask 077 && openssl rand -hex 24 >"$dir/config/registry-node-password")
 	fi
 	export REGISTRY_NODE_PASSWORD
-	REGISTRY_NODE_PASSWORD=$(<"$dir/registry-node-password")
+	REGISTRY_NODE_PASSWORD=$(<"$dir/config/registry-node-password")
 	export CLUSTER_NAME KUBERNETES_VERSION=$KUBE_VERSION
-	export CAPD_PRELOAD_IMAGES=${CAPD_PRELOAD_IMAGES:-[]}
 	"$kubectl" kustomize infra/clusterapi/overlays/local-capd >"$dir/template.yaml"
 	XDG_CONFIG_HOME=$dir/clusterctl bin/clusterctl generate cluster "$CLUSTER_NAME" --from "$dir/template.yaml" \
 		--target-namespace default --kubernetes-version "$KUBE_VERSION" \
@@ -155,8 +174,13 @@ up() {
 	wl wait nodes --all --for=condition=Ready --timeout=5m >/dev/null
 	say "$((WORKERS + 1)) nodes Ready after $((SECONDS - start)) s"
 
-	cat >"$dir/cluster.env" <<EOF
-KUBECONFIG=$dir/kubeconfig
+	# bex, as on the one-node cluster (hack/clusterlocal install-capd), its node
+	# ports published at the control plane machine's address.
+	local cp_ip
+	cp_ip=$(wl get nodes -l node-role.kubernetes.io/control-plane \
+		-o 'jsonpath={.items[0].status.addresses[?(@.type=="InternalIP")].address}')
+	NODE_IP=$cp_ip bin/clusterlocal install-capd "$dir"
+	cat >>"$dir/cluster.env" <<EOF
 MGMT_KUBECONFIG=$dir/mgmt/kubeconfig
 CLUSTER_NAME=$CLUSTER_NAME
 EOF

@@ -19,23 +19,14 @@ func (l *layout) installAddons(k kubectl) error {
 	if err != nil {
 		return err
 	}
-	for _, d := range []string{"gitserver", "registry"} {
-		dir := l.path("volumes", d)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-		// hostPath volumes get no fsGroup: the components run as 65532.
-		if err := os.Chown(dir, 65532, 65532); err != nil {
-			return err
-		}
+	if err := l.makeVolumeDirs(); err != nil {
+		return err
 	}
 	manifests := strings.NewReplacer(
 		"COREDNS_IMAGE", env["COREDNS_IMAGE"],
 		"DNS_SERVICE_IP", dnsService,
 		"CLUSTER_DOMAIN", clusterDomain,
-		"GITSERVER_VOLUME", l.path("volumes", "gitserver"),
-		"REGISTRY_VOLUME", l.path("volumes", "registry"),
-	).Replace(addonManifests) + "---\n" + l.appStorageManifests()
+	).Replace(corednsManifests) + "---\n" + l.volumeManifests() + "---\n" + l.appStorageManifests()
 	if _, err := k(manifests, "apply", "--server-side", "--force-conflicts", "-f", "-"); err != nil {
 		return err
 	}
@@ -44,6 +35,30 @@ func (l *layout) installAddons(k kubectl) error {
 	}
 	say("CoreDNS ready at %s", dnsService)
 	return nil
+}
+
+// makeVolumeDirs makes the directories of the gitserver's and the registry's
+// volumes (hostPath volumes get no fsGroup: the components run as 65532).
+func (l *layout) makeVolumeDirs() error {
+	for _, d := range []string{"gitserver", "registry"} {
+		dir := l.path("volumes", d)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		if err := os.Chown(dir, 65532, 65532); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// volumeManifests are the gitserver's and the registry's volumes, at their
+// directories under DIR/volumes.
+func (l *layout) volumeManifests() string {
+	return strings.NewReplacer(
+		"GITSERVER_VOLUME", l.path("volumes", "gitserver"),
+		"REGISTRY_VOLUME", l.path("volumes", "registry"),
+	).Replace(volumeManifests)
 }
 
 // installBex installs bex from infra/bex with hack/install-bex.sh, as on any
@@ -67,7 +82,7 @@ func (l *layout) installBex(root string, k kubectl) error {
 		return err
 	}
 	patches := l.path("config", "bex-patches.yaml")
-	if err := os.WriteFile(patches, []byte(strings.NewReplacer("SSH_NODE_PORT", fmt.Sprint(sshNodePort), "APP_STORAGE_CLASS", appStorageClass).Replace(bexPatches)), 0o644); err != nil {
+	if err := os.WriteFile(patches, []byte(strings.NewReplacer("SSH_NODE_PORT", fmt.Sprint(sshNodePort), "APP_STORAGE_CLASS", appStorageClass).Replace(bexPatches+l.extraPatches)), 0o644); err != nil {
 		return err
 	}
 	cmd := exec.Command(filepath.Join(root, "hack", "install-bex.sh"))
@@ -197,7 +212,7 @@ const bexPatches = `- patch: |
 // for the cluster's domain only: nothing outside the node can be reached, so there
 // is nothing to forward to), and static hostPath volumes for the claims of
 // infra/bex, bound by claimRef so that nothing else takes them.
-const addonManifests = `apiVersion: v1
+const corednsManifests = `apiVersion: v1
 kind: ServiceAccount
 metadata: {name: coredns, namespace: kube-system}
 ---
@@ -283,8 +298,11 @@ spec:
   ports:
     - {name: dns, port: 53, protocol: UDP, targetPort: dns}
     - {name: dns-tcp, port: 53, protocol: TCP, targetPort: dns-tcp}
----
-apiVersion: v1
+`
+
+// volumeManifests: static hostPath volumes for the claims of infra/bex, bound by
+// claimRef so that nothing else takes them.
+const volumeManifests = `apiVersion: v1
 kind: PersistentVolume
 metadata: {name: bex-local-gitserver}
 spec:

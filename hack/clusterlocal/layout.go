@@ -34,6 +34,10 @@ type layout struct {
 
 	hostIP netip.Addr // the host's end of the veth pair
 	nodeIP netip.Addr // the node's end: the API server, the kubelet, node ports, the edge
+
+	// extraPatches are kustomize patches over infra/bex added to bexPatches
+	// (install-capd's).
+	extraPatches string
 }
 
 func newLayout(dir string) (*layout, error) {

@@ -16,7 +16,8 @@ import (
 	"bex.co/bex/internal/ready"
 )
 
-const usage = `usage: clusterlocal up DIR | down DIR | node DIR   (hack/cluster-local.sh runs it)`
+const usage = `usage: clusterlocal up DIR | down DIR | node DIR   (hack/cluster-local.sh runs it)
+       clusterlocal images DIR | install-capd DIR  (hack/cluster-capd.sh runs them)`
 
 func main() {
 	if len(os.Args) != 3 {
@@ -53,6 +54,10 @@ func run(cmd, dir string) error {
 		return down(l)
 	case "node":
 		return runNode(l, bin)
+	case "images":
+		return capdImages(l, root)
+	case "install-capd":
+		return installCAPD(l, root)
 	}
 	return fmt.Errorf("unknown command %q\n%s", cmd, usage)
 }

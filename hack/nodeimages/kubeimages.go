@@ -92,6 +92,14 @@ func KubeImages(o Options, names []string) (Written, error) {
 	}
 	for _, m := range mods {
 		components[m] = m
+		// Not executables: HostLayer does not look for their libraries.
+		libs, err := imagebuild.Libraries(m)
+		if err != nil {
+			return w, fmt.Errorf("%s: %w", m, err)
+		}
+		for _, l := range libs {
+			components[l] = l
+		}
 	}
 
 	type image struct {

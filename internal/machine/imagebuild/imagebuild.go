@@ -48,6 +48,11 @@ func Base(dir string) (string, error) {
 var lddPath = regexp.MustCompile(`(?:=>\s*)?(/\S+)\s+\(0x`)
 
 // libraries lists the shared objects bin loads, the dynamic loader included.
+// Libraries are the shared libraries path loads, as ldd lists them (the dynamic
+// loader among them): what HostLayer adds for an executable, for a file it does
+// not see as one (a module that a program opens at run time).
+func Libraries(path string) ([]string, error) { return libraries(path) }
+
 func libraries(bin string) ([]string, error) {
 	out, err := exec.Command("ldd", bin).CombinedOutput()
 	if err != nil {

@@ -246,7 +246,7 @@ tar=$work/rootfs.tar
 tar -C "$rootfs" --numeric-owner -cf "$tar" .
 # docker import takes the layer; the configuration (a stop signal among it, which
 # import cannot set) comes from a build on top of it, with nothing to send.
-docker import "$tar" bex.local/capd/rootfs:"$KUBE_VERSION" >/dev/null
+docker import --change "LABEL co.bex.inputs=$inputs" "$tar" bex.local/capd/rootfs:"$KUBE_VERSION" >/dev/null
 # (The legacy builder: Debian's Docker has no buildx. Its deprecation notice is
 # shown only when the build fails.)
 configure() {
@@ -266,4 +266,6 @@ ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]'
 configure "$lb_image" 'STOPSIGNAL SIGUSR1
 ENTRYPOINT ["haproxy", "-W", "-db", "-f", "/usr/local/etc/haproxy/haproxy.cfg"]'
 rm -rf "$rootfs" "$tar"
+# The images these replace, untagged now: 843 MB each.
+docker image prune -f --filter label=co.bex.inputs >/dev/null
 say "$node_image and $lb_image made in $((SECONDS - start)) s"

@@ -203,7 +203,10 @@ down() {
 		local left
 		left=$(docker ps -aq --filter "label=io.x-k8s.kind.cluster=$CLUSTER_NAME")
 		[[ -z $left ]] || docker rm -f -v $left >/dev/null
-		if [[ -f $dir/kind-network ]] && docker network inspect kind >/dev/null 2>&1 &&
+		# The network "kind", when this script made it or started the Docker that
+		# keeps it (Docker keeps a network, and its bridge device, across restarts),
+		# and nothing else is on it.
+		if [[ -f $dir/kind-network || -n $(ours_dockerd) ]] && docker network inspect kind >/dev/null 2>&1 &&
 			[[ -z $(docker network inspect kind -f '{{range .Containers}}{{.Name}} {{end}}') ]]; then
 			docker network rm kind >/dev/null
 		fi

@@ -56,7 +56,7 @@ var hetzner = merge(common, map[string]string{
 })
 
 var overlays = []overlay{
-	{dir: "clusterapi/overlays/local-capd", vars: common, kinds: []string{
+	{dir: "clusterapi/overlays/local-capd", vars: merge(common, map[string]string{"CAPD_NODE_IMAGE": "bex.local/capd/node:v1.35.0"}), kinds: []string{
 		"Cluster", "KubeadmControlPlane", "MachineDeployment", "KubeadmConfigTemplate", "MachineHealthCheck", "DevCluster", "DevMachineTemplate"}},
 	{dir: "clusterapi/overlays/hetzner-caph", vars: hetzner, kinds: []string{
 		"Cluster", "KubeadmControlPlane", "MachineDeployment", "KubeadmConfigTemplate", "MachineHealthCheck", "HetznerCluster", "HCloudMachineTemplate"}},

@@ -56,11 +56,32 @@ func TestUpDown(t *testing.T) {
 	}
 	dir := t.TempDir()
 	mgmt := filepath.Join(dir, "mgmt")
+	// A network namespace of the test's own, with only loopback: CAPD's manager
+	// listens on port 19000 of every address whatever it is told, so a management
+	// plane on the host (infra/capd's cluster, in the same go test run) would
+	// collide with this one. kube-apiserver needs a default route to pick the
+	// address it advertises: loopback carries one, with an address of TEST-NET-1
+	// (RFC 5737), so that nothing leaves it.
+	ns := fmt.Sprintf("bex-capdmgmt-%d", os.Getpid())
+	ip := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	ip("netns", "add", ns)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "delete", ns).Run() })
+	ip("-n", ns, "link", "set", "lo", "up")
+	ip("-n", ns, "addr", "add", "192.0.2.1/32", "dev", "lo")
+	ip("-n", ns, "route", "add", "default", "dev", "lo")
+	inNetns := func(ctx context.Context, name string, args ...string) *exec.Cmd {
+		return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns, name}, args...)...)
+	}
 	run := func(args ...string) (string, error) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, capdmgmt, append(args, dir)...)
+		cmd := inNetns(ctx, capdmgmt, append(args, dir)...)
 		cmd.Dir = root
 		// CAPD's manager becomes ready without Docker (it connects when it has
 		// machines to make): the test does not depend on a Docker daemon.
@@ -84,7 +105,7 @@ func TestUpDown(t *testing.T) {
 	})
 	kubectl := func(stdin string, args ...string) (string, error) {
 		t.Helper()
-		cmd := exec.Command(kubectlBin, append([]string{"--kubeconfig", filepath.Join(mgmt, "kubeconfig")}, args...)...)
+		cmd := inNetns(context.Background(), kubectlBin, append([]string{"--kubeconfig", filepath.Join(mgmt, "kubeconfig")}, args...)...)
 		cmd.Stdin = strings.NewReader(stdin)
 		out, err := cmd.CombinedOutput()
 		return string(out), err

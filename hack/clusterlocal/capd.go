@@ -72,15 +72,17 @@ func installCAPD(l *layout, root string) error {
 	if err := l.writeEnv(k); err != nil {
 		return err
 	}
-	// The one-node cluster's network namespace is not this cluster's: the
-	// machines are on Docker's network, which the host reaches directly.
+	// The one-node cluster's network namespace is not this cluster's (the
+	// machines are on Docker's network, which the host reaches directly), and the
+	// databases' server images are not pushed here (managed databases on this
+	// cluster are not part of it yet).
 	env, err := os.ReadFile(l.envFile())
 	if err != nil {
 		return err
 	}
 	var kept []string
 	for _, line := range strings.Split(strings.TrimSuffix(string(env), "\n"), "\n") {
-		if !strings.HasPrefix(line, "NODE_NETNS=") {
+		if !strings.HasPrefix(line, "NODE_NETNS=") && !strings.HasPrefix(line, "CNPG_POSTGRES_IMAGE=") && !strings.HasPrefix(line, "REDIS_IMAGE=") {
 			kept = append(kept, line)
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -25,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
+	"bex.co/bex/internal/clusterapi"
 	"bex.co/bex/internal/testenv"
 )
 
@@ -353,21 +353,8 @@ func versions(t testing.TB) map[string]string {
 	return out
 }
 
-// moduleDir downloads a module into the module cache (through the proxy, or from
-// the cache when it is there) and returns its directory.
-func moduleDir(path, version string) (string, error) {
-	cmd := exec.Command("go", "mod", "download", "-json", path+"@"+version)
-	// Outside any module: the download must not touch bex's go.mod.
-	cmd.Dir = os.TempDir()
-	cmd.Env = append(os.Environ(), "GOFLAGS=", "GO111MODULE=on")
-	out, err := cmd.Output()
-	var info struct{ Dir, Error string }
-	_ = json.Unmarshal(out, &info)
-	if err != nil || info.Dir == "" {
-		return "", fmt.Errorf("go mod download %s@%s: %v %s", path, version, err, info.Error)
-	}
-	return info.Dir, nil
-}
+// moduleDir downloads a module into the module cache and returns its directory.
+func moduleDir(path, version string) (string, error) { return clusterapi.DownloadModule(path, version) }
 
 // crdFiles lists the CRD files that the Cluster API overlays need: Cluster API
 // core, kubeadm bootstrap and control plane, CAPD (from the module cache) and CAPH

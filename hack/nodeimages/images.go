@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
@@ -248,35 +249,56 @@ func (s spec) write(dir string) (Written, error) {
 	h.Write(settings)
 	h.Write(layer)
 	inputs := hex.EncodeToString(h.Sum(nil))
-	stamp := w.Archive + ".inputs"
-	if old, err := os.ReadFile(stamp); err == nil && string(old) == inputs {
-		if fi, err := os.Stat(w.Archive); err == nil {
-			w.Size, w.Skipped = fi.Size(), true
-			return w, nil
-		}
+	if w, done := upToDate(w, inputs); done {
+		return w, nil
 	}
-
-	img, err := imagebuild.LayerImage(layer, env, s.cmd)
+	img, err := layerImage(layer, s.entrypoint, s.cmd)
 	if err != nil {
 		return w, err
+	}
+	return writeArchive(w, inputs, func(f io.Writer) error { return tarball.Write(tag, img, f) })
+}
+
+// layerImage is the image of one layer for linux/amd64, with PATH set to Path.
+func layerImage(layer []byte, entrypoint, cmd []string) (v1.Image, error) {
+	img, err := imagebuild.LayerImage(layer, []string{"PATH=" + Path}, cmd)
+	if err != nil {
+		return nil, err
 	}
 	cf, err := img.ConfigFile()
 	if err != nil {
-		return w, err
+		return nil, err
 	}
 	cf = cf.DeepCopy()
 	cf.OS, cf.Architecture = "linux", "amd64"
-	cf.Config.Entrypoint = s.entrypoint
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		return w, err
+	cf.Config.Entrypoint = entrypoint
+	return mutate.ConfigFile(img, cf)
+}
+
+// upToDate says whether w's archive was made of inputs (its .inputs file), and
+// then gives its size.
+func upToDate(w Written, inputs string) (Written, bool) {
+	if old, err := os.ReadFile(w.Archive + ".inputs"); err == nil && string(old) == inputs {
+		if fi, err := os.Stat(w.Archive); err == nil {
+			w.Size, w.Skipped = fi.Size(), true
+			return w, true
+		}
 	}
+	return w, false
+}
+
+// writeArchive writes w's archive with write, through a temporary file and a
+// rename, then its .inputs file: an archive whose inputs file says inputs is
+// complete.
+func writeArchive(w Written, inputs string, write func(io.Writer) error) (Written, error) {
+	stamp := w.Archive + ".inputs"
 	_ = os.Remove(stamp)
 	tmp := w.Archive + ".tmp"
 	f, err := os.Create(tmp)
 	if err != nil {
 		return w, err
 	}
-	err = tarball.Write(tag, img, f)
+	err = write(f)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

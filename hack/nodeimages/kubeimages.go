@@ -15,7 +15,6 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"bex.co/bex/internal/machine/imagebuild"
@@ -151,19 +150,8 @@ func KubeImages(o Options, names []string) (Written, error) {
 				return w, fmt.Errorf("%s: %w", n, err)
 			}
 			layers[k] = layer
-			env := []string{"PATH=" + Path}
-			img, err := imagebuild.LayerImage(layer, env, nil)
+			img, err := layerImage(layer, byKind[k].entrypoint, nil)
 			if err != nil {
-				return w, err
-			}
-			cf, err := img.ConfigFile()
-			if err != nil {
-				return w, err
-			}
-			cf = cf.DeepCopy()
-			cf.OS, cf.Architecture = "linux", "amd64"
-			cf.Config.Entrypoint = byKind[k].entrypoint
-			if img, err = mutate.ConfigFile(img, cf); err != nil {
 				return w, err
 			}
 			images[k] = img
@@ -175,34 +163,8 @@ func KubeImages(o Options, names []string) (Written, error) {
 		refs[tag] = images[k]
 	}
 	inputs := hex.EncodeToString(h.Sum(nil))
-	stamp := w.Archive + ".inputs"
-	if old, err := os.ReadFile(stamp); err == nil && string(old) == inputs {
-		if fi, err := os.Stat(w.Archive); err == nil {
-			w.Size, w.Skipped = fi.Size(), true
-			return w, nil
-		}
+	if w, done := upToDate(w, inputs); done {
+		return w, nil
 	}
-	_ = os.Remove(stamp)
-	tmp := w.Archive + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return w, err
-	}
-	err = tarball.MultiRefWrite(refs, f)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, w.Archive)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-		return w, err
-	}
-	fi, err := os.Stat(w.Archive)
-	if err != nil {
-		return w, err
-	}
-	w.Size = fi.Size()
-	return w, os.WriteFile(stamp, []byte(inputs), 0o644)
+	return writeArchive(w, inputs, func(f io.Writer) error { return tarball.MultiRefWrite(refs, f) })
 }

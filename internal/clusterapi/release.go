@@ -43,11 +43,11 @@ type Release struct {
 // DownloadRelease finds the release's two modules in the module cache, downloading
 // them (through the module proxy) when they are not there yet.
 func DownloadRelease(version string) (Release, error) {
-	core, err := moduleDir("sigs.k8s.io/cluster-api", version)
+	core, err := DownloadModule("sigs.k8s.io/cluster-api", version)
 	if err != nil {
 		return Release{}, err
 	}
-	test, err := moduleDir("sigs.k8s.io/cluster-api/test", version)
+	test, err := DownloadModule("sigs.k8s.io/cluster-api/test", version)
 	if err != nil {
 		return Release{}, err
 	}
@@ -62,9 +62,9 @@ func (r Release) ModuleDir(m Manager) string {
 	return r.CoreDir
 }
 
-// moduleDir downloads a module into the module cache (through the proxy, or from
+// DownloadModule downloads a module into the module cache (through the proxy, or from
 // the cache when it is there) and returns its directory.
-func moduleDir(path, version string) (string, error) {
+func DownloadModule(path, version string) (string, error) {
 	cmd := exec.Command("go", "mod", "download", "-json", path+"@"+version)
 	// Outside any module: the download must not touch bex's go.mod.
 	cmd.Dir = os.TempDir()

@@ -37,6 +37,10 @@ mkdir -p "$2"
 dir=$(cd "$2" && pwd)
 # shellcheck source=versions.env
 . hack/versions.env
+# The Cluster's name: up keeps it in DIR, so that down deletes what up made.
+if [[ -s $dir/cluster-name ]]; then
+	CLUSTER_NAME=$(<"$dir/cluster-name")
+fi
 CLUSTER_NAME=${CLUSTER_NAME:-bex}
 WORKERS=${WORKERS:-1}
 kubectl=$root/bin/kubectl
@@ -104,6 +108,7 @@ ours_dockerd() {
 
 up() {
 	local start=$SECONDS
+	echo "$CLUSTER_NAME" >"$dir/cluster-name"
 	bash hack/tools.sh >&2
 	docker_up
 	# CAPD mounts /lib/modules into every machine (read-only, for kube-proxy's

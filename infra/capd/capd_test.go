@@ -40,7 +40,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	script := filepath.Join(root, "hack", "cluster-capd.sh")
-	dockerBefore := dockerRuns()
+	dockerBefore, bridgesBefore := dockerRuns(), bridges()
 	down := func() int {
 		start := time.Now()
 		out, err := exec.Command(script, "down", dir).CombinedOutput()
@@ -49,7 +49,7 @@ func run(m *testing.M) int {
 			return 1
 		}
 		fmt.Fprintf(os.Stderr, "cluster down in %.0f s\n", time.Since(start).Seconds())
-		if left := leftovers(dir, dockerBefore); left != "" {
+		if left := leftovers(dir, dockerBefore, bridgesBefore); left != "" {
 			fmt.Fprintf(os.Stderr, "hack/cluster-capd.sh down %s left %s\n", dir, left)
 			return 1
 		}
@@ -89,10 +89,21 @@ const clusterName = "bex-capd"
 // dockerRuns says whether a Docker daemon answers.
 func dockerRuns() bool { return exec.Command("docker", "info").Run() == nil }
 
-// leftovers names what down left of the cluster in dir: its containers, the
-// Docker network it made, Docker itself when it was not running before, and any
+// bridges are the machine's bridge devices made by Docker (br-<network id>).
+func bridges() map[string]bool {
+	devs, _ := filepath.Glob("/sys/class/net/br-*")
+	m := map[string]bool{}
+	for _, d := range devs {
+		m[filepath.Base(d)] = true
+	}
+	return m
+}
+
+// leftovers names what down left of the cluster in dir: its containers (also
+// when down stopped Docker: a container Docker keeps comes back with it), the
+// Docker network's bridge, Docker itself when it was not running before, and any
 // process or mount under dir.
-func leftovers(dir string, dockerBefore bool) string {
+func leftovers(dir string, dockerBefore bool, bridgesBefore map[string]bool) string {
 	var left []string
 	if dockerRuns() {
 		if !dockerBefore {
@@ -102,8 +113,18 @@ func leftovers(dir string, dockerBefore bool) string {
 		if s := strings.TrimSpace(string(out)); s != "" {
 			left = append(left, "containers "+strings.ReplaceAll(s, "\n", " "))
 		}
-		if !dockerBefore && exec.Command("docker", "network", "inspect", "kind").Run() == nil {
-			left = append(left, "the Docker network kind")
+	} else {
+		// Docker's own record of its containers (Debian's data root).
+		configs, _ := filepath.Glob("/var/lib/docker/containers/*/config.v2.json")
+		for _, c := range configs {
+			if b, err := os.ReadFile(c); err == nil && bytes.Contains(b, []byte(`"io.x-k8s.kind.cluster":"`+clusterName+`"`)) {
+				left = append(left, "the container "+filepath.Base(filepath.Dir(c))+" in Docker's state")
+			}
+		}
+	}
+	for b := range bridges() {
+		if !bridgesBefore[b] {
+			left = append(left, "the bridge "+b)
 		}
 	}
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")

@@ -80,6 +80,16 @@ rm -f "$rootfs"/lib/systemd/system/multi-user.target.wants/* "$rootfs"/etc/syste
 	"$rootfs"/lib/systemd/system/local-fs.target.wants/* "$rootfs"/lib/systemd/system/sockets.target.wants/*udev* \
 	"$rootfs"/lib/systemd/system/sockets.target.wants/*initctl* "$rootfs"/lib/systemd/system/basic.target.wants/*
 echo "ReadKMsg=no" >>"$rootfs/etc/systemd/journald.conf"
+# A machine applies its sysctl.d files at boot (systemd-sysctl). Network settings
+# are its own network namespace's; every other key (fs.protected_regular,
+# kernel.pid_max: procps' and systemd's defaults) is the host's kernel's, which a
+# privileged container can write: a file that sets one is removed, so that a
+# machine changes nothing of the host's (fs.protected_regular=2 broke the host's
+# Postgres stand-ins, whose entrypoint writes a file it gave to postgres in /tmp).
+for f in "$rootfs"/usr/lib/sysctl.d/*.conf "$rootfs"/etc/sysctl.d/*.conf "$rootfs"/etc/sysctl.conf; do
+	[[ -e $f ]] || continue
+	if grep -qvE '^[[:space:]]*([#;].*)?$|^[[:space:]]*-?net\.' "$f"; then rm -f "$f"; fi
+done
 ln -sf /dev/null "$rootfs/etc/systemd/system/systemd-binfmt.service"
 
 # kind's entrypoint (cgroups, mounts, the node's address) and units.

@@ -41,6 +41,7 @@ func run(m *testing.M) int {
 	}
 	script := filepath.Join(root, "hack", "cluster-capd.sh")
 	dockerBefore, bridgesBefore := dockerRuns(), bridges()
+	hostSysctls = sysctls()
 	down := func() int {
 		start := time.Now()
 		out, err := exec.Command(script, "down", dir).CombinedOutput()
@@ -49,6 +50,10 @@ func run(m *testing.M) int {
 			return 1
 		}
 		fmt.Fprintf(os.Stderr, "cluster down in %.0f s\n", time.Since(start).Seconds())
+		if changed := sysctlsChanged(); changed != "" {
+			fmt.Fprintf(os.Stderr, "the host's kernel settings changed: %s\n", changed)
+			return 1
+		}
 		if left := leftovers(dir, dockerBefore, bridgesBefore); left != "" {
 			fmt.Fprintf(os.Stderr, "hack/cluster-capd.sh down %s left %s\n", dir, left)
 			return 1
@@ -88,6 +93,37 @@ const clusterName = "bex-capd"
 
 // dockerRuns says whether a Docker daemon answers.
 func dockerRuns() bool { return exec.Command("docker", "info").Run() == nil }
+
+// hostKernelSettings are global kernel settings (not a network namespace's) that
+// a machine's boot would set if its image let it (procps' and systemd's
+// sysctl.d files): a privileged container can write them. The kubelet's own
+// (vm.overcommit_memory, kernel.panic, ...) are not among them: a kubelet sets
+// them wherever it runs, the one-node cluster's too (docs/cluster.md).
+var hostKernelSettings = []string{"fs/protected_regular", "fs/protected_fifos", "fs/protected_symlinks",
+	"fs/protected_hardlinks", "kernel/pid_max", "kernel/core_uses_pid"}
+
+// hostSysctls are their values before up.
+var hostSysctls map[string]string
+
+func sysctls() map[string]string {
+	m := map[string]string{}
+	for _, k := range hostKernelSettings {
+		b, _ := os.ReadFile("/proc/sys/" + k)
+		m[k] = strings.TrimSpace(string(b))
+	}
+	return m
+}
+
+// sysctlsChanged names the settings whose values are not those of before up.
+func sysctlsChanged() string {
+	var changed []string
+	for k, v := range sysctls() {
+		if hostSysctls[k] != v {
+			changed = append(changed, fmt.Sprintf("%s %s → %s", k, hostSysctls[k], v))
+		}
+	}
+	return strings.Join(changed, ", ")
+}
 
 // bridges are the machine's bridge devices made by Docker (br-<network id>).
 func bridges() map[string]bool {

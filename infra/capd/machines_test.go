@@ -89,6 +89,14 @@ func TestMachinesAreContainers(t *testing.T) {
 	if err := allRunning(t, 2); err != nil {
 		t.Fatal(err)
 	}
+	// The machines booted, their systemd applied its sysctl.d files: the host's
+	// kernel settings are what they were (other packages' tests run beside this
+	// one on the same kernel).
+	if hostSysctls != nil {
+		if changed := sysctlsChanged(); changed != "" {
+			t.Errorf("the machines changed the host's kernel settings: %s", changed)
+		}
+	}
 	cs := containers(t)
 	if !slices.Contains(cs, env["CLUSTER_NAME"]+"-lb") {
 		t.Fatalf("no load balancer container %s-lb among %v", env["CLUSTER_NAME"], cs)

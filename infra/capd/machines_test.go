@@ -109,7 +109,7 @@ func TestMachinesAreContainers(t *testing.T) {
 // TestAWorkerIsReplacedAndTheAppKeepsAnswering is the cluster's life in one
 // sequence: a push over ssh served over HTTPS by the edge; the MachineDeployment
 // scaled 1 → 2, a new container joining as a Ready node; the app at 2 replicas,
-// one per worker; then one worker's container killed: the MachineHealthCheck has
+// one per worker (the first's cordoned while the second is placed); then one worker's container killed: the MachineHealthCheck has
 // its Machine deleted, a new container joins in its place, and the app keeps
 // answering through the control plane's edge (the failed requests during the
 // loss are counted and logged).
@@ -132,7 +132,24 @@ func TestAWorkerIsReplacedAndTheAppKeepsAnswering(t *testing.T) {
 	testenv.Eventually(t, 6*time.Minute, "a second worker joins as a Ready node", func() error { return allRunning(t, 3) })
 	t.Logf("measured: a new worker Ready %.0f s after the MachineDeployment was scaled to 2", time.Since(start).Seconds())
 
-	// Two replicas, one on each worker (the kube runtime spreads them by node).
+	// Two replicas, one on each worker. The kube runtime's spread by node is soft
+	// (ScheduleAnyway), and a node just Ready may still carry its not-ready taint
+	// for a moment: the first replica's worker is cordoned while the second is
+	// placed, so that the loss below always takes one replica of two.
+	var first string
+	testenv.Eventually(t, time.Minute, "the first replica ready", func() error {
+		p := readyPodNodes(t, app)
+		if len(p) != 1 {
+			return fmt.Errorf("ready pods and their nodes: %v", p)
+		}
+		for _, n := range p {
+			first = n
+		}
+		return nil
+	})
+	kubectl(t, "cordon", first)
+	uncordon := sync.OnceFunc(func() { kubectl(t, "uncordon", first) })
+	t.Cleanup(uncordon)
 	bex(t, "ps:scale", app, "web=2")
 	var pods map[string]string // pod -> node
 	testenv.Eventually(t, 3*time.Minute, "2 ready replicas on 2 workers", func() error {
@@ -146,6 +163,8 @@ func TestAWorkerIsReplacedAndTheAppKeepsAnswering(t *testing.T) {
 		}
 		return nil
 	})
+
+	uncordon()
 
 	// Kill one worker's container, with requests running through the edge.
 	var victim string

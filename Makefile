@@ -44,7 +44,7 @@ run:
 # cores: the slowest go first, so that none of them starts last and runs alone
 # while the other core idles (in ./...'s order infra/cluster starts near the
 # end, and its 11 minutes ran past the rest). Keep it in the order testtimes prints.
-SLOWEST_TESTS := ./cmd/bex/e2e ./infra/cluster ./infra/capd ./deployer/runtime/local ./builder/plan \
+SLOWEST_TESTS := ./infra/capd ./cmd/bex/e2e ./infra/cluster ./deployer/runtime/local ./builder/plan \
 	./infra ./builder ./cmd/bex ./gitserver ./cmd/bex/up ./internal/machine/baseimage
 
 ## test: install what is missing, then run every test (real daemons included); it

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The two images of a cluster of Docker containers (hack/cluster-capd.sh), made on
+# The images of a cluster of Docker containers (hack/cluster-capd.sh), made on
 # this machine from Debian's packages and the binaries hack/tools.sh builds: no
 # registry is asked for anything.
 #
@@ -12,7 +12,11 @@
 #   entrypoint and units (sigs.k8s.io/kind@KIND_VERSION, from the module cache) for
 #   systemd in a container; and every image kubeadm runs (hack/nodeimages
 #   --kube-images), imported into containerd at boot, before the kubelet starts,
-#   so that kubeadm pulls nothing.
+#   so that kubeadm pulls nothing. Its pods, and the machine itself, reach the
+#   cluster and nothing else (hack/capd/isolate).
+# bex.local/capd/node:KUBE_PREVIOUS_VERSION, the same of the release before (its
+#   kubelet, kubeadm, kubectl and Kubernetes images): a cluster made there is
+#   upgraded to KUBE_VERSION's image.
 # bex.local/capd/haproxy:KUBE_VERSION, the cluster's load balancer: the same
 #   layer, running Debian's haproxy as the provider expects of kindest/haproxy (its
 #   configuration at /usr/local/etc/haproxy/haproxy.cfg, reloaded on SIGHUP).
@@ -30,37 +34,65 @@ die() { printf 'hack/capd-images.sh: %s\n' "$*" >&2; exit 2; }
 # shellcheck source=versions.env
 . hack/versions.env
 
-node_image=bex.local/capd/node:$KUBE_VERSION
+# A node image per release: KUBE_VERSION's, and the release before's
+# (KUBE_PREVIOUS_VERSION: a cluster made there to be upgraded), each with its own
+# kubelet, kubeadm, kubectl and Kubernetes images (bin/kube-V, bin/kubenode-V,
+# bin/kubeadm-V), on one root file system.
+releases=("$KUBE_VERSION" "$KUBE_PREVIOUS_VERSION")
 # CAPD names its load balancer REPOSITORY/haproxy:TAG (the DevCluster says which).
 lb_image=bex.local/capd/haproxy:$KUBE_VERSION
 docker info >/dev/null 2>&1 || die "Docker is not running (hack/cluster-capd.sh starts it)"
-for b in kubelet kubeadm kubectl crictl runc; do
-	[[ -x bin/$b ]] || die "bin/$b is missing: run make tools"
+for b in bin/crictl bin/runc; do
+	[[ -x $b ]] || die "$b is missing: run make tools"
+done
+for v in "${releases[@]}"; do
+	for b in "bin/kubenode-$v/kubelet" "bin/kubeadm-$v/kubeadm" "bin/kube-$v/kubectl"; do
+		[[ -x $b ]] || die "$b is missing: run make tools"
+	done
 done
 kind_dir=$(cd / && GOFLAGS= go mod download -json "sigs.k8s.io/kind@$KIND_VERSION" | jq -r .Dir)
 kind_files=$kind_dir/images/base/files
 [[ -f $kind_files/usr/local/bin/entrypoint ]] || die "sigs.k8s.io/kind@$KIND_VERSION has no images/base/files/usr/local/bin/entrypoint"
 
+# Each release's images, as its kubeadm names them, into bin/capd-images-V; and in
+# each, the DaemonSets' and Deployments' images of both releases, which run on
+# every node whatever its release while an upgrade is under way: kube-proxy (the
+# control plane's release, on the nodes of both) and CoreDNS (Cluster API keeps
+# the one the cluster was made with unless told otherwise; the same binary, this
+# machine's CoreDNS, under each release's name). No registry serves them here.
+declare -A kube_images pause_image
+shared_images=
+for v in "${releases[@]}"; do
+	mkdir -p "bin/capd-images-$v"
+	kube_images[$v]=$("bin/kubeadm-$v/kubeadm" config images list --kubernetes-version "$v" 2>/dev/null | tr '\n' ' ')
+	[[ -n ${kube_images[$v]} ]] || die "kubeadm $v config images list printed nothing"
+	pause_image[$v]=$(tr ' ' '\n' <<<"${kube_images[$v]}" | grep /pause:)
+	shared_images+=" $(tr ' ' '\n' <<<"${kube_images[$v]}" | grep -E '/(coredns|kube-proxy):' | tr '\n' ' ')"
+done
+for v in "${releases[@]}"; do
+	kube_images[$v]=$(tr ' ' '\n' <<<"${kube_images[$v]} $shared_images" | grep . | sort -u | tr '\n' ' ')
+	go run ./hack/nodeimages --out "bin/capd-images-$v" --kube-images "${kube_images[$v]}" --kube-version "$v" >/dev/null
+done
 work=bin/capd-images-$KUBE_VERSION
-mkdir -p "$work"
-kube_images=$(bin/kubeadm config images list --kubernetes-version "$KUBE_VERSION" 2>/dev/null | tr '\n' ' ')
-[[ -n $kube_images ]] || die "kubeadm config images list printed nothing"
-go run ./hack/nodeimages --out "$work" --kube-images "$kube_images" >/dev/null
-pause_image=$(tr ' ' '\n' <<<"$kube_images" | grep /pause:)
 
 # Debian's packages: what systemd, the kubelet, kube-proxy and containerd need in a
 # node (kind's list, less storage drivers bex does not use), and haproxy for the
 # load balancer.
 packages=systemd,systemd-sysv,dbus,conntrack,iptables,nftables,iproute2,ethtool,socat,util-linux,mount,kmod,libseccomp2,ca-certificates,procps,containerd,containernetworking-plugins,haproxy,bash
 inputs=$( {
-	echo "$packages $KUBE_VERSION $KIND_VERSION $kube_images"
-	cat hack/capd-images.sh hack/capd/podnet-rbac.yaml "$work/kube-images.tar.inputs"
-	sha256sum bin/kubelet bin/kubeadm bin/kubectl bin/crictl bin/runc
+	echo "$packages $KIND_VERSION"
+	cat hack/capd-images.sh hack/capd/podnet-rbac.yaml hack/capd/isolate
+	sha256sum bin/crictl bin/runc
+	for v in "${releases[@]}"; do
+		echo "$v ${kube_images[$v]}"
+		cat "bin/capd-images-$v/kube-images.tar.inputs"
+		sha256sum "bin/kubenode-$v/kubelet" "bin/kubeadm-$v/kubeadm" "bin/kube-$v/kubectl"
+	done
 	find "$kind_files" -type f -print0 | sort -z | xargs -0 sha256sum
 } | sha256sum | cut -d' ' -f1)
 have() { [[ $(docker image inspect -f '{{index .Config.Labels "co.bex.inputs"}}' "$1" 2>/dev/null) == "$inputs" ]]; }
-if have "$node_image" && have "$lb_image"; then
-	say "$node_image and $lb_image are up to date"
+if have "$lb_image" && have "bex.local/capd/node:$KUBE_VERSION" && have "bex.local/capd/node:$KUBE_PREVIOUS_VERSION"; then
+	say "bex.local/capd/node:$KUBE_VERSION, bex.local/capd/node:$KUBE_PREVIOUS_VERSION and $lb_image are up to date"
 	exit 0
 fi
 
@@ -103,9 +135,8 @@ install -m 0644 "$kind_files"/etc/systemd/system/kubelet.service.d/* "$rootfs/et
 install -m 0644 "$kind_files"/etc/sysctl.d/* "$rootfs/etc/sysctl.d/"
 install -m 0644 "$kind_files/etc/crictl.yaml" "$rootfs/etc/crictl.yaml"
 
-# The binaries: Kubernetes' at /usr/bin (where kind's units run them), runc of bin/
-# beside Debian's (which containerd is told not to use).
-install -m 0755 bin/kubelet bin/kubeadm bin/kubectl "$rootfs/usr/bin/"
+# The binaries: Kubernetes' (each release's, below) at /usr/bin, where kind's units
+# run them; runc of bin/ beside Debian's (which containerd is told not to use).
 install -m 0755 bin/crictl "$rootfs/usr/local/bin/crictl"
 install -m 0755 bin/runc "$rootfs/usr/local/sbin/runc"
 install -d "$rootfs/opt/cni"
@@ -122,12 +153,13 @@ EOF
 echo 'KUBELET_EXTRA_ARGS=--runtime-cgroups=/system.slice/containerd.service --config-dir=/etc/kubernetes/kubelet.conf.d' >"$rootfs/etc/default/kubelet"
 
 # containerd: runc of bin/, systemd's cgroups (the kubelet's driver under kubeadm),
-# the pause image kubeadm's release names, and the pod network's configuration made
-# from a template once the kubelet tells containerd the node's pod CIDR.
-cat >"$rootfs/etc/containerd/config.toml" <<EOF
+# the pause image kubeadm's release names (@PAUSE_IMAGE@, each release's, below),
+# and the pod network's configuration made from a template once the kubelet tells
+# containerd the node's pod CIDR.
+cat >"$work/containerd-config.toml.in" <<'EOF'
 version = 2
 [plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "$pause_image"
+  sandbox_image = "@PAUSE_IMAGE@"
   tolerate_missing_hugepages_controller = true
   restrict_oom_score_adj = true
 [plugins."io.containerd.grpc.v1.cri".containerd]
@@ -161,8 +193,8 @@ cat >"$rootfs/etc/cni/bex-podnet.template" <<'EOF'
 }
 EOF
 
-# Kubernetes' images, imported before the kubelet starts.
-install -D -m 0644 "$work/kube-images.tar" "$rootfs/bex/images/kube-images.tar"
+# Kubernetes' images (each release's, below), imported before the kubelet starts.
+install -d "$rootfs/bex/images"
 cat >"$rootfs/etc/systemd/system/bex-preload.service" <<'EOF'
 [Unit]
 Description=Import the node's Kubernetes images into containerd (the node pulls nothing)
@@ -192,6 +224,8 @@ kubectl --kubeconfig=/etc/kubernetes/kubelet.conf get nodes --watch \
 	while read -r name cidr addr; do
 		[[ $name != "$self" && -n $cidr && -n $addr ]] || continue
 		ip route replace "$cidr" via "$addr"
+		# bex-isolate lets the machine's pods reach this node's pods.
+		nft add element inet bex_isolate peers "{ $cidr }"
 	done
 exit 1
 EOF
@@ -215,6 +249,26 @@ PathExists=/etc/kubernetes/kubelet.conf
 [Install]
 WantedBy=multi-user.target
 EOF
+
+# What a pod (and the machine itself) may open a connection to: the cluster only
+# (hack/capd/isolate). containerd and the kubelet require it: no pod runs on a
+# machine whose rules are not in place.
+install -m 0755 hack/capd/isolate "$rootfs/usr/local/sbin/bex-isolate"
+cat >"$rootfs/etc/systemd/system/bex-isolate.service" <<'EOF'
+[Unit]
+Description=Pods and the machine reach the cluster only (no host, LAN or Internet)
+Before=containerd.service kubelet.service
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/local/sbin/bex-isolate
+[Install]
+WantedBy=multi-user.target
+EOF
+for u in containerd kubelet; do
+	install -d "$rootfs/etc/systemd/system/$u.service.d"
+	printf '[Unit]\nRequires=bex-isolate.service\nAfter=bex-isolate.service\n' >"$rootfs/etc/systemd/system/$u.service.d/10-bex-isolate.conf"
+done
 
 # The load balancer's configuration until the provider writes its own.
 install -d "$rootfs/usr/local/etc/haproxy"
@@ -247,35 +301,47 @@ chmod 0755 "$rootfs/usr/local/sbin/haproxy"
 wants=$rootfs/etc/systemd/system/multi-user.target.wants
 install -d "$wants"
 ln -sf /lib/systemd/system/containerd.service "$wants/containerd.service"
-for u in kubelet.service undo-mount-hacks.service bex-preload.service bex-podnet-routes.path; do
+for u in kubelet.service undo-mount-hacks.service bex-preload.service bex-podnet-routes.path bex-isolate.service; do
 	ln -sf "/etc/systemd/system/$u" "$wants/$u"
 done
 
-say "importing $node_image and $lb_image into Docker"
 tar=$work/rootfs.tar
-tar -C "$rootfs" --numeric-owner -cf "$tar" .
+# import_rootfs VERSION: the root file system as the layer of bex.local/capd/rootfs:VERSION.
 # docker import takes the layer; the configuration (a stop signal among it, which
 # import cannot set) comes from a build on top of it, with nothing to send.
-docker import --change "LABEL co.bex.inputs=$inputs" "$tar" bex.local/capd/rootfs:"$KUBE_VERSION" >/dev/null
+import_rootfs() {
+	tar -C "$rootfs" --numeric-owner -cf "$tar" .
+	docker import --change "LABEL co.bex.inputs=$inputs" "$tar" bex.local/capd/rootfs:"$1" >/dev/null
+}
 # (The legacy builder: Debian's Docker has no buildx. Its deprecation notice is
 # shown only when the build fails.)
-configure() {
+configure() { # IMAGE VERSION DOCKERFILE-LINES
 	DOCKER_BUILDKIT=0 docker build --quiet -t "$1" - >/dev/null 2>"$work/build.log" <<EOF || die "docker build $1: $(cat "$work/build.log")"
-FROM bex.local/capd/rootfs:$KUBE_VERSION
+FROM bex.local/capd/rootfs:$2
 LABEL co.bex.inputs=$inputs
-$2
+$3
 EOF
 }
 # systemd: told it is in a container, stopped by SIGRTMIN+3 (SIGTERM would make it
 # re-execute itself).
-configure "$node_image" 'ENV container=docker
+node_config='ENV container=docker
 STOPSIGNAL SIGRTMIN+3
 ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]'
-# haproxy in master-worker mode (CAPD passes the same command): SIGHUP reloads it,
-# SIGUSR1 stops it gracefully.
-configure "$lb_image" 'STOPSIGNAL SIGUSR1
+for v in "${releases[@]}"; do
+	say "importing bex.local/capd/node:$v into Docker"
+	install -m 0755 "bin/kubenode-$v/kubelet" "bin/kubeadm-$v/kubeadm" "bin/kube-$v/kubectl" "$rootfs/usr/bin/"
+	install -m 0644 "bin/capd-images-$v/kube-images.tar" "$rootfs/bex/images/kube-images.tar"
+	sed "s|@PAUSE_IMAGE@|${pause_image[$v]}|" "$work/containerd-config.toml.in" >"$rootfs/etc/containerd/config.toml"
+	import_rootfs "$v"
+	configure "bex.local/capd/node:$v" "$v" "$node_config"
+	if [[ $v == "$KUBE_VERSION" ]]; then
+		# haproxy in master-worker mode (CAPD passes the same command): SIGHUP
+		# reloads it, SIGUSR1 stops it gracefully.
+		configure "$lb_image" "$v" 'STOPSIGNAL SIGUSR1
 ENTRYPOINT ["haproxy", "-W", "-db", "-f", "/usr/local/etc/haproxy/haproxy.cfg"]'
+	fi
+done
 rm -rf "$rootfs" "$tar"
-# The images these replace, untagged now: 843 MB each.
+# The images these replace, untagged now: about 850 MB each.
 docker image prune -f --filter label=co.bex.inputs >/dev/null
-say "$node_image and $lb_image made in $((SECONDS - start)) s"
+say "bex.local/capd/node:$KUBE_VERSION, bex.local/capd/node:$KUBE_PREVIOUS_VERSION and $lb_image made in $((SECONDS - start)) s"

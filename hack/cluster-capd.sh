@@ -15,7 +15,9 @@
 # private key, when this script made it) and CLUSTER_NAME=. ADMIN_KEY=FILE.pub
 # makes that key the first admin's instead.
 #
-# Settings: WORKERS (1), CLUSTER_NAME (bex). Where the Internet is reachable,
+# Settings: WORKERS (1), CLUSTER_NAME (bex), CLUSTER_VERSION (KUBE_VERSION; or
+# KUBE_PREVIOUS_VERSION, the release before: a cluster to upgrade, docs/cluster.md
+# says how). Where the Internet is reachable,
 # CAPD_NODE_IMAGE=kindest/node:TAG and CAPD_LB_IMAGE=kindest/haproxy:TAG use
 # upstream's images instead of the ones hack/capd-images.sh makes here.
 #
@@ -43,6 +45,9 @@ if [[ -s $dir/cluster-name ]]; then
 fi
 CLUSTER_NAME=${CLUSTER_NAME:-bex}
 WORKERS=${WORKERS:-1}
+CLUSTER_VERSION=${CLUSTER_VERSION:-$KUBE_VERSION}
+[[ $CLUSTER_VERSION == "$KUBE_VERSION" || $CLUSTER_VERSION == "$KUBE_PREVIOUS_VERSION" ]] ||
+	die "CLUSTER_VERSION must be $KUBE_VERSION or $KUBE_PREVIOUS_VERSION (hack/versions.env), not $CLUSTER_VERSION"
 kubectl=$root/bin/kubectl
 mgmt() { "$kubectl" --kubeconfig "$dir/mgmt/kubeconfig" -n default "$@"; }
 wl() { "$kubectl" --kubeconfig "$dir/kubeconfig" "$@"; }
@@ -75,18 +80,21 @@ docker_up() {
 		if [[ -n $missing && $(docker info -f '{{.DefaultRuntime}}') != bex-capd ]]; then
 			die "the running Docker cannot start privileged containers on this machine (its capability bounding set lacks $missing): stop it, and this script starts one that can"
 		fi
-		say "Docker is running"
+		say "Docker is running: its settings are its own (CAPD publishes the load balancer's ports on every address unless its userland proxy is hack/capd/docker-proxy)"
 		return
 	fi
 	command -v dockerd >/dev/null || die "dockerd is missing: run make tools (it installs Debian's docker.io)"
 	sed -e "s|@RUNC@|$root/bin/runc|" -e "s|@ALLOWED@|[$allowed]|" hack/capd/runc >bin/capd-runc
 	chmod 0755 bin/capd-runc
+	[[ -x /usr/sbin/docker-proxy ]] || die "/usr/sbin/docker-proxy is missing: run make tools (it installs Debian's docker.io)"
 	say "starting Docker (dockerd, log in $dir/logs/dockerd.log)"
 	# No default bridge (the cluster has a network of its own, CAPD's "kind"), no
 	# iptables rules (the containers reach each other on that bridge and nothing
 	# outside; down leaves no chain behind), and ports published on loopback only
-	# (the API servers' load balancer).
+	# (the API servers' load balancer: CAPD asks for every address, and the
+	# userland proxy, hack/capd/docker-proxy, publishes it on loopback).
 	setsid dockerd --host unix:///var/run/docker.sock --bridge=none --iptables=false --ip=127.0.0.1 \
+		--userland-proxy-path "$root/hack/capd/docker-proxy" \
 		--add-runtime "bex-capd=$root/bin/capd-runc" --default-runtime bex-capd \
 		--pidfile "$dir/dockerd.pid" </dev/null >"$dir/logs/dockerd.log" 2>&1 &
 	local pid=$! i
@@ -117,7 +125,7 @@ up() {
 
 	if [[ -z ${CAPD_NODE_IMAGE:-} ]]; then
 		bash hack/capd-images.sh
-		CAPD_NODE_IMAGE=bex.local/capd/node:$KUBE_VERSION
+		CAPD_NODE_IMAGE=bex.local/capd/node:$CLUSTER_VERSION
 		CAPD_LB_IMAGE=bex.local/capd/haproxy:$KUBE_VERSION
 	fi
 	CAPD_LB_IMAGE=${CAPD_LB_IMAGE:-kindest/haproxy:v20230606-42a2262b}
@@ -150,6 +158,10 @@ up() {
 	# every machine.
 	mkdir -p "$dir/volumes"
 	export CAPD_EXTRA_MOUNTS="[{hostPath: $dir/volumes, containerPath: $dir/volumes}]"
+	# The apps' volumes: a file system of its own each (its size bounds what an app
+	# writes), mounted here under DIR/volumes/apps before the first machine is made,
+	# so that every machine's mount of DIR/volumes has them; down unmounts them.
+	bin/clusterlocal volumes-capd "$dir"
 
 	go build -o bin/capdmgmt ./hack/capdmgmt
 	bin/capdmgmt up "$dir"
@@ -162,13 +174,13 @@ up() {
 	fi
 	export REGISTRY_NODE_PASSWORD
 	REGISTRY_NODE_PASSWORD=$(<"$dir/config/registry-node-password")
-	export CLUSTER_NAME KUBERNETES_VERSION=$KUBE_VERSION
+	export CLUSTER_NAME KUBERNETES_VERSION=$CLUSTER_VERSION
 	"$kubectl" kustomize infra/clusterapi/overlays/local-capd >"$dir/template.yaml"
 	XDG_CONFIG_HOME=$dir/clusterctl bin/clusterctl generate cluster "$CLUSTER_NAME" --from "$dir/template.yaml" \
-		--target-namespace default --kubernetes-version "$KUBE_VERSION" \
+		--target-namespace default --kubernetes-version "$CLUSTER_VERSION" \
 		--control-plane-machine-count 1 --worker-machine-count "$WORKERS" >"$dir/cluster.yaml"
 	mgmt apply --server-side --field-manager=bex-cluster-capd -f "$dir/cluster.yaml" >/dev/null
-	say "Cluster $CLUSTER_NAME: 1 control plane and $WORKERS workers (kubectl --kubeconfig $dir/mgmt/kubeconfig get machines)"
+	say "Cluster $CLUSTER_NAME: 1 control plane and $WORKERS workers of Kubernetes $CLUSTER_VERSION (kubectl --kubeconfig $dir/mgmt/kubeconfig get machines)"
 
 	mgmt wait "cluster/$CLUSTER_NAME" --for=condition=ControlPlaneInitialized --timeout=10m >/dev/null
 	mgmt get secret "$CLUSTER_NAME-kubeconfig" -o 'jsonpath={.data.value}' | base64 -d >"$dir/kubeconfig.tmp"
@@ -216,6 +228,10 @@ down() {
 			docker network rm kind >/dev/null
 		fi
 		rm -f "$dir/kind-network"
+	fi
+	# The apps' volumes, once no machine holds them.
+	if [[ -x bin/clusterlocal ]]; then
+		bin/clusterlocal unmount-capd "$dir"
 	fi
 	local pid
 	pid=$(ours_dockerd)

@@ -34,6 +34,8 @@
 #        Cluster API's managers, clusterctl (hack/tools/clusterapi)
 #        kubeadm, crictl                    (hack/tools/kube, hack/tools/critools:
 #                                            hack/cluster-capd.sh's node image)
+#        all of the above of                (hack/tools/kubeprevious into the same folders
+#          KUBE_PREVIOUS_VERSION             of its version: a cluster to upgrade)
 #   3. For tests, the official TypeScript MCP SDK (hack/mcp-client, npm ci) into
 #      bin/mcp-sdk-<version>/node_modules, linked as bin/mcp-sdk: the MCP server's
 #      tests talk to the server with its client too.
@@ -138,9 +140,13 @@ build "buildkit $BUILDKIT_VERSION" "buildkit-$BUILDKIT_VERSION" hack/tools/build
 	"-s -w -X github.com/moby/buildkit/version.Version=$BUILDKIT_VERSION" "buildkitd buildctl" \
 	github.com/moby/buildkit/cmd/buildkitd github.com/moby/buildkit/cmd/buildctl
 
-kube_minor=${KUBE_VERSION#v1.}
-kube_minor=${kube_minor%%.*}
-kube_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$kube_minor"
+# kube_ldflags VERSION: a Kubernetes build's flags, which set the version it reports.
+kube_ldflags() {
+	local minor=${1#v1.}
+	minor=${minor%%.*}
+	echo "-s -w -X k8s.io/component-base/version.gitVersion=$1 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+}
+kube_ldflags=$(kube_ldflags "$KUBE_VERSION")
 build "kube-apiserver, kubectl and etcd $KUBE_VERSION" "kube-$KUBE_VERSION" hack/tools/kube \
 	"$kube_ldflags" "kube-apiserver kubectl etcd" \
 	k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl go.etcd.io/etcd/server/v3
@@ -168,6 +174,19 @@ build "kubelet, kube-proxy, kube-scheduler and kube-controller-manager $KUBE_VER
 
 # kubeadm and crictl: the machines of hack/cluster-capd.sh (hack/capd-images.sh).
 build "kubeadm $KUBE_VERSION" "kubeadm-$KUBE_VERSION" hack/tools/kube "$kube_ldflags" "kubeadm" \
+	k8s.io/kubernetes/cmd/kubeadm
+# The release before (KUBE_PREVIOUS_VERSION): a cluster of hack/cluster-capd.sh made
+# there and upgraded (infra/capd). The same folders as KUBE_VERSION's, with no links
+# in bin/ (hack/capd-images.sh reads them there); etcd is the release's own.
+prev_ldflags=$(kube_ldflags "$KUBE_PREVIOUS_VERSION")
+build "kube-apiserver, kubectl and etcd $KUBE_PREVIOUS_VERSION" "kube-$KUBE_PREVIOUS_VERSION" hack/tools/kubeprevious \
+	"$prev_ldflags" "kube-apiserver kubectl etcd" \
+	k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl go.etcd.io/etcd/server/v3
+build "kubelet, kube-proxy, kube-scheduler and kube-controller-manager $KUBE_PREVIOUS_VERSION" "kubenode-$KUBE_PREVIOUS_VERSION" hack/tools/kubeprevious \
+	"$prev_ldflags" "kubelet kube-proxy kube-scheduler kube-controller-manager" \
+	k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy \
+	k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-controller-manager
+build "kubeadm $KUBE_PREVIOUS_VERSION" "kubeadm-$KUBE_PREVIOUS_VERSION" hack/tools/kubeprevious "$prev_ldflags" "kubeadm" \
 	k8s.io/kubernetes/cmd/kubeadm
 build "crictl $CRI_TOOLS_VERSION" "critools-$CRI_TOOLS_VERSION" hack/tools/critools \
 	"-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRI_TOOLS_VERSION" "crictl" \

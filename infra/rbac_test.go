@@ -37,6 +37,9 @@ var needs = map[string][]grant{
 		{[]string{"update"}, "app.bex.co/apps/finalizers", "default", ""},
 		{[]string{"get", "list", "watch", "delete"}, "app.bex.co/releases", "default", ""},
 		{[]string{"get", "list", "watch", "create", "patch", "delete", "deletecollection"}, "apps/deployments", "default", ""},
+		// A PodDisruptionBudget per process type of two instances or more
+		// (deployer/runtime/kube disruption.go).
+		{[]string{"get", "list", "watch", "create", "patch", "delete", "deletecollection"}, "policy/poddisruptionbudgets", "default", ""},
 		{[]string{"get", "list", "watch", "create", "patch", "delete"}, "/services", "default", ""},
 		{[]string{"get", "list", "watch"}, "/pods", "default", ""},
 		// Cron jobs (deployer/runtime/kube/cron.go): CronJobs applied and deleted,
@@ -102,7 +105,7 @@ var (
 		"app.bex.co/databases", "app.bex.co/databases/status", "app.bex.co/databases/finalizers",
 		"postgresql.cnpg.io/clusters", "apps/statefulsets", "networking.k8s.io/networkpolicies",
 		"/secrets", "/configmaps", "/persistentvolumeclaims", "/pods", "/pods/log", "/pods/exec", "/pods/attach", "/services", "/serviceaccounts/token", "/events", "/namespaces",
-		"events.k8s.io/events", "apps/deployments", "apps/daemonsets", "batch/cronjobs", "batch/jobs", "discovery.k8s.io/endpointslices", "coordination.k8s.io/leases",
+		"events.k8s.io/events", "apps/deployments", "apps/daemonsets", "policy/poddisruptionbudgets", "batch/cronjobs", "batch/jobs", "discovery.k8s.io/endpointslices", "coordination.k8s.io/leases",
 		"rbac.authorization.k8s.io/roles", "rbac.authorization.k8s.io/rolebindings", "rbac.authorization.k8s.io/clusterrolebindings",
 		"apiextensions.k8s.io/customresourcedefinitions",
 		"authentication.k8s.io/tokenreviews", "authorization.k8s.io/subjectaccessreviews",

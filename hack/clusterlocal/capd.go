@@ -24,7 +24,12 @@ import (
 //
 //	clusterlocal images DIR         make image and hack/nodeimages into DIR/images,
 //	                                and bex's image as a docker archive (bex-docker.tar)
-//	clusterlocal install-capd DIR   install bex on the cluster of DIR/kubeconfig
+//	clusterlocal volumes-capd DIR   mount the apps' volumes under DIR/volumes/apps
+//	                                (before the first machine is made: each machine's
+//	                                mount of DIR/volumes takes them along)
+//	clusterlocal install-capd DIR   install bex on the cluster of DIR/kubeconfig, with
+//	                                the apps' volumes and the databases' server images
+//	clusterlocal unmount-capd DIR   unmount the apps' volumes (once the machines are gone)
 //
 // install-capd takes NODE_IP from the environment: the address of the machine
 // whose node ports it publishes (SSH_ADDR, HTTPS_ADDR: the control plane's, the
@@ -57,32 +62,44 @@ func installCAPD(l *layout, root string) error {
 		return fmt.Errorf("no kubeconfig of the cluster: %w", err)
 	}
 	k := l.kubectl(filepath.Join(root, "bin"))
+	// The databases' server images (from the machine's cache of stand-ins, or
+	// mmdebstrap the first time) while bex installs.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	servers := startServerBuild(ctx)
 	if err := l.makeVolumeDirs(); err != nil {
 		return err
 	}
-	if _, err := k(l.volumeManifests(), "apply", "--server-side", "--force-conflicts", "-f", "-"); err != nil {
+	// bex's volumes and the apps' (mounted on the host by volumes-capd before the
+	// first machine was made).
+	if _, err := k(l.volumeManifests()+"---\n"+l.sharedStorageManifests(), "apply", "--server-side", "--force-conflicts", "-f", "-"); err != nil {
 		return err
 	}
 	if err := l.installBex(root, k); err != nil {
 		return err
 	}
-	if err := l.seedRegistry(context.Background(), k); err != nil {
+	if err := l.seedRegistry(ctx, k); err != nil {
+		return err
+	}
+	imgs, err := servers.wait()
+	if err != nil {
+		return err
+	}
+	if err := imgs.push(ctx, l, k); err != nil {
 		return err
 	}
 	if err := l.writeEnv(k); err != nil {
 		return err
 	}
 	// The one-node cluster's network namespace is not this cluster's (the
-	// machines are on Docker's network, which the host reaches directly), and the
-	// databases' server images are not pushed here (managed databases on this
-	// cluster are not part of it yet).
+	// machines are on Docker's network, which the host reaches directly).
 	env, err := os.ReadFile(l.envFile())
 	if err != nil {
 		return err
 	}
 	var kept []string
 	for _, line := range strings.Split(strings.TrimSuffix(string(env), "\n"), "\n") {
-		if !strings.HasPrefix(line, "NODE_NETNS=") && !strings.HasPrefix(line, "CNPG_POSTGRES_IMAGE=") && !strings.HasPrefix(line, "REDIS_IMAGE=") {
+		if !strings.HasPrefix(line, "NODE_NETNS=") {
 			kept = append(kept, line)
 		}
 	}

@@ -17,7 +17,8 @@ import (
 )
 
 const usage = `usage: clusterlocal up DIR | down DIR | node DIR   (hack/cluster-local.sh runs it)
-       clusterlocal images DIR | install-capd DIR  (hack/cluster-capd.sh runs them)`
+       clusterlocal images DIR | volumes-capd DIR | install-capd DIR | unmount-capd DIR
+                                                   (hack/cluster-capd.sh runs them)`
 
 func main() {
 	if len(os.Args) != 3 {
@@ -56,8 +57,12 @@ func run(cmd, dir string) error {
 		return runNode(l, bin)
 	case "images":
 		return capdImages(l, root)
+	case "volumes-capd":
+		return l.mountAppVolumes()
 	case "install-capd":
 		return installCAPD(l, root)
+	case "unmount-capd":
+		return l.unmountAppVolumes()
 	}
 	return fmt.Errorf("unknown command %q\n%s", cmd, usage)
 }

@@ -46,7 +46,7 @@ func runNode(l *layout, bin string) error {
 	if err := l.mountAppVolumes(); err != nil {
 		return fmt.Errorf("the apps' volumes: %w", err)
 	}
-	defer l.unmountAppVolumes()
+	defer func() { _ = l.unmountAppVolumes() }()
 	if err := os.WriteFile(l.nodePIDFile(), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 )
@@ -19,6 +20,14 @@ import (
 // pod is placed). A file system per volume, as on a real disk: its size bounds
 // what the app writes (ENOSPC inside the app), which a hostPath directory
 // would not.
+//
+// On the cluster of Docker containers (hack/cluster-capd.sh) the same file
+// systems are mounted on the host, under DIR/volumes, which every machine
+// mounts at the same path (its bind mount takes the file systems along): a
+// volume there is a local volume of every node, found by a pod on any machine,
+// and a machine's loss loses none of it (as the gitserver's and
+// the registry's data). They are mounted before the first machine is made
+// (volumes-capd) and unmounted once the last is gone (unmount-capd).
 //
 // A volume is used once: a claim deleted (volumes:destroy, apps:destroy)
 // leaves its volume Released, and a volume made again binds another. Enough
@@ -40,10 +49,19 @@ func (l *layout) appVolumeDir(i int) string {
 
 // mountAppVolumes makes the volumes' file systems (once: up in the same DIR
 // keeps their files) and loop-mounts each at its directory, in the node's
-// mount namespace: the mounts end with it, and nothing is mounted on the host.
+// mount namespace (the one-node cluster: the mounts end with it, and nothing is
+// mounted on the host), or in the host's (the cluster of containers). A
+// directory mounted already is left as it is.
 func (l *layout) mountAppVolumes() error {
+	mounted, err := mountPoints()
+	if err != nil {
+		return err
+	}
 	for i := range appVolumes {
 		img, dir := l.appVolumeImage(i), l.appVolumeDir(i)
+		if mounted[dir] {
+			continue
+		}
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
@@ -70,11 +88,63 @@ func (l *layout) mountAppVolumes() error {
 	return nil
 }
 
-// unmountAppVolumes undoes mountAppVolumes when the node stops.
-func (l *layout) unmountAppVolumes() {
+// unmountAppVolumes undoes mountAppVolumes (when the node stops, or at down of
+// the cluster of containers): every mount at a volume's directory, a loop
+// device's autoclear detaching it.
+func (l *layout) unmountAppVolumes() error {
+	var errs []error
 	for i := range appVolumes {
-		_ = syscall.Unmount(l.appVolumeDir(i), syscall.MNT_DETACH)
+		dir := l.appVolumeDir(i)
+		for {
+			mounted, err := mountPoints()
+			if err != nil {
+				return err
+			}
+			if !mounted[dir] {
+				break
+			}
+			if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
+				errs = append(errs, fmt.Errorf("unmount %s: %w", dir, err))
+				break
+			}
+		}
 	}
+	return errors.Join(errs...)
+}
+
+// mountPoints are the mount points of this mount namespace.
+func mountPoints() (map[string]bool, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		// ID PARENT MAJ:MIN ROOT MOUNTPOINT ...: the mount point is the fifth
+		// field, with space, tab, newline and backslash escaped as octal.
+		if f := strings.Fields(line); len(f) > 4 {
+			m[unescapeMountinfo(f[4])] = true
+		}
+	}
+	return m, nil
+}
+
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // makeExt4 writes a file of size bytes, allocated on the disk now (a full
@@ -103,7 +173,14 @@ func makeExt4(img string, size int64) error {
 
 // appStorageManifests are the StorageClass and the local PersistentVolumes of
 // the apps' volumes, on this node.
-func (l *layout) appStorageManifests() string {
+func (l *layout) appStorageManifests() string { return l.storageManifests(false) }
+
+// sharedStorageManifests are the StorageClass and the PersistentVolumes of the
+// apps' volumes on the cluster of containers: local volumes at the directories
+// every machine mounts, of every node.
+func (l *layout) sharedStorageManifests() string { return l.storageManifests(true) }
+
+func (l *layout) storageManifests(shared bool) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `apiVersion: storage.k8s.io/v1
 kind: StorageClass
@@ -128,8 +205,16 @@ spec:
     required:
       nodeSelectorTerms:
         - matchExpressions:
-            - {key: kubernetes.io/hostname, operator: In, values: [%s]}
-`, i, appVolumeSize>>20, appStorageClass, l.appVolumeDir(i), nodeName)
+`, i, appVolumeSize>>20, appStorageClass, l.appVolumeDir(i))
+		if shared {
+			// Every machine has it (its mount of DIR/volumes): a local
+			// volume of every node. Local, not hostPath: the kubelet gives
+			// a local volume to the pod's fsGroup (Postgres runs as 26),
+			// and a hostPath volume to no one.
+			b.WriteString("            - {key: kubernetes.io/os, operator: In, values: [linux]}\n")
+			continue
+		}
+		fmt.Fprintf(&b, "            - {key: kubernetes.io/hostname, operator: In, values: [%s]}\n", nodeName)
 	}
 	return b.String()
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -35,11 +36,17 @@ const xtablesModules = "/usr/lib/x86_64-linux-gnu/xtables"
 // made of this machine's files. The control plane's components and kube-proxy
 // share one layer (their binaries of BIN/kube-VERSION and BIN/kubenode-VERSION at
 // /usr/local/bin, where the static pods' commands find them, with iptables for
-// kube-proxy); etcd is BIN/etcd; pause is hack/nodeimages/pause; CoreDNS is
+// kube-proxy); etcd is BIN/kube-VERSION/etcd; pause is hack/nodeimages/pause; CoreDNS is
 // BIN/coredns-COREDNS_VERSION (the name keeps kubeadm's tag: the overlay that
-// runs it says which version it is). It is not written again when its inputs are
-// those of the archive there.
-func KubeImages(o Options, names []string) (Written, error) {
+// runs it says which version it is). A kube-proxy of another release (an
+// upgrade's node image carries both) is a layer of its own, from
+// BIN/kubenode-ITS_TAG. It is not written again when its inputs are those of the
+// archive there.
+//
+// version is the Kubernetes release of the components (BIN/kube-VERSION and
+// BIN/kubenode-VERSION); empty, KUBE_VERSION. etcd is the one of BIN/kube-VERSION
+// too: each release's own.
+func KubeImages(o Options, version string, names []string) (Written, error) {
 	w := Written{Key: "KUBE", Archive: filepath.Join(o.Out, KubeImagesArchive)}
 	if o.Bin == "" {
 		o.Bin = filepath.Join(o.Root, "bin")
@@ -52,6 +59,9 @@ func KubeImages(o Options, names []string) (Written, error) {
 		return w, err
 	}
 	kube := versions["KUBE_VERSION"]
+	if version != "" {
+		kube = version
+	}
 	tool := func(dir, binary string) (string, error) {
 		p := filepath.Join(o.Bin, dir, binary)
 		if _, err := os.Stat(filepath.Join(o.Bin, dir, ".complete")); err != nil {
@@ -82,24 +92,26 @@ func KubeImages(o Options, names []string) (Written, error) {
 	}
 	// kube-proxy's iptables: the nft variant, one program that acts by the name it
 	// is called with, and its modules.
+	iptables := map[string]string{}
 	for _, n := range []string{"iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore"} {
-		components["/usr/sbin/"+n] = "/usr/sbin/" + n
+		iptables["/usr/sbin/"+n] = "/usr/sbin/" + n
 	}
 	mods, err := filepath.Glob(filepath.Join(xtablesModules, "*.so"))
 	if err != nil || len(mods) == 0 {
 		return w, fmt.Errorf("no iptables modules in %s (apt-get install iptables)", xtablesModules)
 	}
 	for _, m := range mods {
-		components[m] = m
+		iptables[m] = m
 		// Not executables: HostLayer does not look for their libraries.
 		libs, err := imagebuild.Libraries(m)
 		if err != nil {
 			return w, fmt.Errorf("%s: %w", m, err)
 		}
 		for _, l := range libs {
-			components[l] = l
+			iptables[l] = l
 		}
 	}
+	maps.Copy(components, iptables)
 
 	type image struct {
 		layer      func() ([]byte, error)
@@ -113,12 +125,30 @@ func KubeImages(o Options, names []string) (Written, error) {
 		}, entrypoint: []string{"/coredns"}},
 	}
 	kindOf := func(ref string) (string, error) {
-		repo := ref
+		repo, tag := ref, ""
 		if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
-			repo = ref[:i]
+			repo, tag = ref[:i], ref[i+1:]
 		}
 		switch path.Base(repo) {
-		case "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy", "etcd":
+		case "kube-proxy":
+			if tag == kube || tag == "" {
+				return "component", nil
+			}
+			// Another release's kube-proxy (an upgrade's: a DaemonSet runs the
+			// control plane's on every node, whatever the node's release): a
+			// layer of its own, its binary of BIN/kubenode-TAG and iptables.
+			k := "kube-proxy-" + tag
+			if _, ok := byKind[k]; !ok {
+				p, err := tool("kubenode-"+tag, "kube-proxy")
+				if err != nil {
+					return "", fmt.Errorf("%s: %w", ref, err)
+				}
+				files := maps.Clone(iptables)
+				files["/usr/local/bin/kube-proxy"] = p
+				byKind[k] = image{layer: func() ([]byte, error) { return imagebuild.HostLayer(files) }}
+			}
+			return k, nil
+		case "kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd":
 			return "component", nil
 		case "pause":
 			return "pause", nil

@@ -16,16 +16,17 @@ func main() {
 	out := flag.String("out", "", "directory that receives the archives and images.env (required)")
 	bin := flag.String("bin", "", "directory of the tools hack/tools.sh builds (default: bin/ of the repository)")
 	kube := flag.String("kube-images", "", "write only DIR/"+KubeImagesArchive+", with these images (what `kubeadm config images list` prints, separated by spaces)")
+	kubeVersion := flag.String("kube-version", "", "with --kube-images: the Kubernetes release of the components (default KUBE_VERSION of hack/versions.env)")
 	flag.Parse()
 	if *out == "" || flag.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "usage: go run ./hack/nodeimages --out DIR [--bin BIN] [--kube-images NAMES]")
+		fmt.Fprintln(os.Stderr, "usage: go run ./hack/nodeimages --out DIR [--bin BIN] [--kube-images NAMES [--kube-version VERSION]]")
 		os.Exit(2)
 	}
 	if *kube != "" {
 		root, err := repoRoot()
 		if err == nil {
 			var w Written
-			w, err = KubeImages(Options{Root: root, Bin: *bin, Out: *out, Log: os.Stderr}, strings.Fields(*kube))
+			w, err = KubeImages(Options{Root: root, Bin: *bin, Out: *out, Log: os.Stderr}, *kubeVersion, strings.Fields(*kube))
 			if err == nil {
 				fmt.Printf("%s %d bytes\n", w.Archive, w.Size)
 			}

@@ -21,6 +21,21 @@ var env map[string]string
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	// The cluster is made at the release before KUBE_VERSION, which
+	// TestWorkersScaleHealAndUpgradeWhileTheAppAnswers upgrades it to.
+	previous, err := versionsEnv(root, "KUBE_PREVIOUS_VERSION")
+	if err == nil {
+		upgradeTo, err = versionsEnv(root, "KUBE_VERSION")
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	if f := os.Getenv("BEX_TEST_CAPD_ENV"); f != "" {
 		var err error
 		if env, err = readEnv(f); err != nil {
@@ -28,11 +43,6 @@ func run(m *testing.M) int {
 			return 1
 		}
 		return m.Run()
-	}
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
 	}
 	dir, err := os.MkdirTemp("/tmp", "bex-capd-")
 	if err != nil {
@@ -63,7 +73,7 @@ func run(m *testing.M) int {
 	}
 	start := time.Now()
 	cmd := exec.Command(script, "up", dir)
-	cmd.Env = append(os.Environ(), "CLUSTER_NAME="+clusterName, "WORKERS=1")
+	cmd.Env = append(os.Environ(), "CLUSTER_NAME="+clusterName, "WORKERS=1", "CLUSTER_VERSION="+previous)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "hack/cluster-capd.sh up %s: %v\n%s\n", dir, err, out)
@@ -85,6 +95,23 @@ func run(m *testing.M) int {
 		return 1
 	}
 	return code
+}
+
+// upgradeTo is KUBE_VERSION, the release the cluster is upgraded to.
+var upgradeTo string
+
+// versionsEnv is the value of KEY in hack/versions.env.
+func versionsEnv(root, key string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(root, "hack", "versions.env"))
+	if err != nil {
+		return "", err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, key+"="); ok {
+			return strings.TrimSpace(v), nil
+		}
+	}
+	return "", fmt.Errorf("hack/versions.env has no %s=", key)
 }
 
 // clusterName names the test's Cluster, and so its containers (CLUSTER_NAME-lb,
@@ -227,13 +254,28 @@ func mgmt(t testing.TB, args ...string) string {
 	return kubectlWith(t, env["MGMT_KUBECONFIG"], append([]string{"-n", "default"}, args...)...)
 }
 
+// mgmtStdin is mgmt with stdin.
+func mgmtStdin(t testing.TB, stdin []byte, args ...string) string {
+	t.Helper()
+	return kubectlStdin(t, env["MGMT_KUBECONFIG"], stdin, append([]string{"-n", "default"}, args...)...)
+}
+
 func kubectlWith(t testing.TB, kubeconfig string, args ...string) string {
+	t.Helper()
+	return kubectlStdin(t, kubeconfig, nil, args...)
+}
+
+func kubectlStdin(t testing.TB, kubeconfig string, stdin []byte, args ...string) string {
 	t.Helper()
 	bin, err := testenv.Binary("kubectl")
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(bin, append([]string{"--kubeconfig", kubeconfig}, args...)...).CombinedOutput()
+	cmd := exec.Command(bin, append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
@@ -258,13 +300,19 @@ func sshCommand() string {
 // bex runs a bex command over ssh as the admin.
 func bex(t testing.TB, args ...string) string {
 	t.Helper()
-	h, p, _ := net.SplitHostPort(env["SSH_ADDR"])
-	fields := strings.Fields(sshCommand())
-	out, err := exec.Command(fields[0], append(append(fields[1:], "-p", p, "git@"+h), args...)...).CombinedOutput()
+	out, err := bexTry(args...)
 	if err != nil {
 		t.Fatalf("ssh bex %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
-	return string(out)
+	return out
+}
+
+// bexTry is bex that returns the command's failure.
+func bexTry(args ...string) (string, error) {
+	h, p, _ := net.SplitHostPort(env["SSH_ADDR"])
+	fields := strings.Fields(sshCommand())
+	out, err := exec.Command(fields[0], append(append(fields[1:], "-p", p, "git@"+h), args...)...).CombinedOutput()
+	return string(out), err
 }
 
 // pushSample pushes hack/samples/SAMPLE as app APP with the real git over ssh.
@@ -275,13 +323,23 @@ func pushSample(t testing.TB, sample, app string) string {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
+	if out, err := exec.Command("cp", "-a", filepath.Join(root, "hack", "samples", sample)+"/.", dir).CombinedOutput(); err != nil {
+		t.Fatalf("cp %s: %v\n%s", sample, err, out)
+	}
+	return pushDir(t, dir, app)
+}
+
+// pushDir pushes the tree in dir as app APP with the real git over ssh, as its
+// first commit.
+func pushDir(t testing.TB, dir, app string) string {
+	t.Helper()
 	gitEnv := append(os.Environ(), "HOME="+t.TempDir(), "GIT_CONFIG_NOSYSTEM=1",
 		"GIT_AUTHOR_NAME=capd", "GIT_AUTHOR_EMAIL=capd@bex", "GIT_COMMITTER_NAME=capd", "GIT_COMMITTER_EMAIL=capd@bex",
 		"GIT_SSH_COMMAND="+sshCommand())
 	h, p, _ := net.SplitHostPort(env["SSH_ADDR"])
 	var out []byte
+	var err error
 	for _, args := range [][]string{
-		{"cp", "-a", filepath.Join(root, "hack", "samples", sample) + "/.", dir},
 		{"git", "init", "-q", "-b", "main"},
 		{"git", "add", "-A"},
 		{"git", "commit", "-q", "-m", "first"},
@@ -298,9 +356,13 @@ func pushSample(t testing.TB, sample, app string) string {
 
 // curl GETs https://APP.BASE_DOMAIN/path through the edge at HTTPS_ADDR with the
 // real curl, trusting only CA_FILE.
-func curl(app, path string) (string, error) {
+func curl(app, path string) (string, error) { return curlAt(env["HTTPS_ADDR"], app, path) }
+
+// curlAt is curl through the edge at addr (any node's address: the edge runs on
+// every node).
+func curlAt(addr, app, path string) (string, error) {
 	host := app + "." + env["BASE_DOMAIN"]
-	ip, _, _ := net.SplitHostPort(env["HTTPS_ADDR"])
+	ip, _, _ := net.SplitHostPort(addr)
 	out, err := exec.Command("curl", "-sS", "--fail", "--max-time", "5", "--cacert", env["CA_FILE"],
 		"--resolve", host+":443:"+ip, "https://"+host+path).CombinedOutput()
 	if err != nil {

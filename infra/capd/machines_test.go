@@ -1,7 +1,9 @@
 package capd
 
 import (
+	"encoding/json"
 	"fmt"
+	"net"
 	"slices"
 	"sort"
 	"strings"
@@ -106,14 +108,16 @@ func TestMachinesAreContainers(t *testing.T) {
 		"--format", "table {{.Names}}\t{{.Image}}\t{{.Status}}"))
 }
 
-// TestAWorkerIsReplacedAndTheAppKeepsAnswering is the cluster's life in one
+// TestWorkersScaleHealAndUpgradeWhileTheAppAnswers is the cluster's life in one
 // sequence: a push over ssh served over HTTPS by the edge; the MachineDeployment
 // scaled 1 → 2, a new container joining as a Ready node; the app at 2 replicas,
-// one per worker (the first's cordoned while the second is placed); then one worker's container killed: the MachineHealthCheck has
-// its Machine deleted, a new container joins in its place, and the app keeps
-// answering through the control plane's edge (the failed requests during the
-// loss are counted and logged).
-func TestAWorkerIsReplacedAndTheAppKeepsAnswering(t *testing.T) {
+// one per worker (the first's cordoned while the second is placed); one worker's
+// container killed: the MachineHealthCheck has its Machine deleted, a new
+// container joins in its place; then the cluster (made at the release before
+// KUBE_VERSION) upgraded to KUBE_VERSION, the control plane and then the workers,
+// one machine at a time. Through the loss and the upgrade the app answers (the
+// failed requests are counted and logged).
+func TestWorkersScaleHealAndUpgradeWhileTheAppAnswers(t *testing.T) {
 	// A name of its own per run: a cluster kept up (BEX_TEST_CAPD_ENV) has the
 	// earlier runs' apps.
 	app := fmt.Sprintf("capd-hello-%d", time.Now().Unix()%100000)
@@ -172,25 +176,7 @@ func TestAWorkerIsReplacedAndTheAppKeepsAnswering(t *testing.T) {
 		victim = n
 		break
 	}
-	var ok, failed atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-			if _, err := curl(app, "/"); err != nil {
-				failed.Add(1)
-			} else {
-				ok.Add(1)
-			}
-		}
-	}()
+	requests := startRequests(env["HTTPS_ADDR"], app)
 	start = time.Now()
 	docker(t, "kill", victim)
 	testenv.Eventually(t, 8*time.Minute, "the MachineHealthCheck has "+victim+" replaced by a new Ready worker", func() error {
@@ -206,19 +192,257 @@ func TestAWorkerIsReplacedAndTheAppKeepsAnswering(t *testing.T) {
 		}
 		return nil
 	})
-	close(stop)
-	wg.Wait()
+	ok, failed := requests.stop()
 	t.Logf("measured: worker %s killed; its replacement Ready after %.0f s; requests during the loss: %d answered, %d failed",
-		victim, healed.Seconds(), ok.Load(), failed.Load())
-	if ok.Load() == 0 {
+		victim, healed.Seconds(), ok, failed)
+	if ok == 0 {
 		t.Fatal("no request was answered while a worker was lost")
 	}
-	for i := range 10 {
-		if _, err := curl(app, "/"); err != nil {
-			t.Fatalf("request %d after the replacement: %v", i, err)
+	answersTenTimes(t, app, "the replacement")
+	t.Logf("kubectl get machines:\n%s", mgmt(t, "get", "machines"))
+
+	upgradeCluster(t, app)
+}
+
+// upgradeCluster upgrades the cluster, made at the release before
+// (CLUSTER_VERSION=KUBE_PREVIOUS_VERSION), to KUBE_VERSION as a user upgrades a
+// Cluster API cluster: the control plane first, then the workers, each with a
+// new DevMachineTemplate (the new release's node image) and its version and
+// template changed in one patch. Cluster API replaces the machines one by one
+// (a new machine first, then an old one drained and deleted); the app's two
+// replicas keep answering through an edge whose machine stays (a worker's while
+// the control plane's machine is replaced, the new control plane's while the
+// workers are), and the failed requests are counted and logged.
+func upgradeCluster(t *testing.T, app string) {
+	cluster := env["CLUSTER_NAME"]
+	kcp := cluster + "-control-plane"
+	md := cluster + "-md-0"
+	from := strings.TrimSpace(mgmt(t, "get", "kubeadmcontrolplane", kcp, "-o", "jsonpath={.spec.version}"))
+	to := upgradeTo
+	if from == to {
+		t.Fatalf("the cluster runs %s already: nothing to upgrade (hack/cluster-capd.sh up with CLUSTER_VERSION=KUBE_PREVIOUS_VERSION makes one to upgrade)", to)
+	}
+	if got := kubeletVersions(t, ""); len(got) != 3 || got[0] != from || got[2] != from {
+		t.Fatalf("the nodes' kubelets are %v, want 3 of %s", got, from)
+	}
+
+	// The control plane's machine, with requests through a worker's edge.
+	worker := nodeIP(t, "!node-role.kubernetes.io/control-plane")
+	requests := startRequests(net.JoinHostPort(worker, "443"), app)
+	start := time.Now()
+	newTemplate(t, kcp, from, to)
+	mgmt(t, "patch", "kubeadmcontrolplane", kcp, "--type=merge", "-p",
+		fmt.Sprintf(`{"spec":{"version":%q,"machineTemplate":{"spec":{"infrastructureRef":{"name":%q}}}}}`, to, templateName(kcp, to)))
+	cpLeaving := watchRollout(t, start, "cluster.x-k8s.io/control-plane-name="+kcp, from, to, 1, "node-role.kubernetes.io/control-plane")
+	cpTook := time.Since(start)
+	cpOK, cpFailed := requests.stop()
+	t.Logf("measured: the control plane upgraded %s → %s in %.0f s, at most %d old machine leaving at once; requests through a worker's edge: %d answered, %d failed",
+		from, to, cpTook.Seconds(), cpLeaving, cpOK, cpFailed)
+
+	// bex's addresses are the control plane machine's: the new one's now (every
+	// node serves ssh and https; the old machine is gone).
+	cp := nodeIP(t, "node-role.kubernetes.io/control-plane")
+	env["SSH_ADDR"], env["HTTPS_ADDR"] = net.JoinHostPort(cp, sshPort()), net.JoinHostPort(cp, "443")
+	// Used once its edge serves: an edge on a new machine exits while the API
+	// server's Service is not yet routed there (its kube-proxy starting), and the
+	// kubelet starts it again a few seconds later.
+	testenv.Eventually(t, 2*time.Minute, "the new control plane's edge answers 20 requests in a row", func() error {
+		for range 20 {
+			if _, err := curl(app, "/"); err != nil {
+				return err
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		return nil
+	})
+
+	// The workers, with requests through the new control plane's edge.
+	requests = startRequests(env["HTTPS_ADDR"], app)
+	start = time.Now()
+	newTemplate(t, md, from, to)
+	mgmt(t, "patch", "machinedeployment", md, "--type=merge", "-p",
+		fmt.Sprintf(`{"spec":{"template":{"spec":{"version":%q,"infrastructureRef":{"name":%q}}}}}`, to, templateName(md, to)))
+	mdLeaving := watchRollout(t, start, "cluster.x-k8s.io/deployment-name="+md, from, to, 2, "!node-role.kubernetes.io/control-plane")
+	mdTook := time.Since(start)
+	testenv.Eventually(t, 3*time.Minute, "2 ready replicas after the upgrade", func() error {
+		if p := readyPodNodes(t, app); len(p) != 2 {
+			return fmt.Errorf("ready pods: %v", p)
+		}
+		return nil
+	})
+	mdOK, mdFailed := requests.stop()
+	t.Logf("measured: the workers upgraded %s → %s in %.0f s, at most %d old machine leaving at once; requests through the control plane's edge: %d answered, %d failed",
+		from, to, mdTook.Seconds(), mdLeaving, mdOK, mdFailed)
+
+	if cpLeaving > 1 || mdLeaving > 1 {
+		t.Errorf("old machines leaving at once: %d of the control plane's, %d of the workers': the rollout is not one by one", cpLeaving, mdLeaving)
+	}
+	if cpOK == 0 || mdOK == 0 {
+		t.Fatal("no request was answered during an upgrade")
+	}
+	if err := allRunning(t, 3); err != nil {
+		t.Fatal(err)
+	}
+	if got := kubeletVersions(t, ""); len(got) != 3 || got[0] != to || got[2] != to {
+		t.Fatalf("after the upgrade the nodes' kubelets are %v, want 3 of %s", got, to)
+	}
+	answersTenTimes(t, app, "the upgrade")
+	t.Logf("kubectl get machines:\n%s", mgmt(t, "get", "machines"))
+}
+
+// templateName names the DevMachineTemplate of release to for the machines of
+// owner (a KubeadmControlPlane or a MachineDeployment, whose template is named
+// after it).
+func templateName(owner, to string) string { return owner + "-" + strings.ReplaceAll(to, ".", "-") }
+
+// newTemplate makes the DevMachineTemplate of release to: owner's (named
+// after it), with the node image of release to.
+func newTemplate(t *testing.T, owner, from, to string) {
+	t.Helper()
+	var tmpl struct {
+		APIVersion string         `json:"apiVersion"`
+		Kind       string         `json:"kind"`
+		Spec       map[string]any `json:"spec"`
+	}
+	if err := json.Unmarshal([]byte(mgmt(t, "get", "devmachinetemplate", owner, "-o", "json")), &tmpl); err != nil {
+		t.Fatal(err)
+	}
+	backend, _ := tmpl.Spec["template"].(map[string]any)["spec"].(map[string]any)["backend"].(map[string]any)["docker"].(map[string]any)
+	image, _ := backend["customImage"].(string)
+	if !strings.HasSuffix(image, ":"+from) {
+		t.Fatalf("the DevMachineTemplate %s has image %q, not one of %s", owner, image, from)
+	}
+	backend["customImage"] = strings.TrimSuffix(image, from) + to
+	manifest, err := json.Marshal(map[string]any{"apiVersion": tmpl.APIVersion, "kind": tmpl.Kind,
+		"metadata": map[string]any{"name": templateName(owner, to), "namespace": "default"}, "spec": tmpl.Spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgmtStdin(t, manifest, "apply", "-f", "-")
+}
+
+// watchRollout waits until the machines of selector are want machines of
+// release to, Running, whose Ready nodes (of nodeSelector) run a kubelet of to,
+// logging each machine's changes; it returns the most machines of release from
+// that were leaving (deleting) at once.
+func watchRollout(t *testing.T, start time.Time, selector, from, to string, want int, nodeSelector string) int {
+	t.Helper()
+	maxLeaving, seen := 0, map[string]string{}
+	testenv.Eventually(t, 12*time.Minute, fmt.Sprintf("%d machines of %s (%s) Running and Ready", want, to, selector), func() error {
+		out := mgmt(t, "get", "machines", "-l", selector,
+			"-o", `jsonpath={range .items[*]}{.metadata.name} {.spec.version} {.status.phase} {.metadata.deletionTimestamp}{"\n"}{end}`)
+		leaving, current, all := 0, 0, 0
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			f := strings.Fields(l)
+			if len(f) < 3 {
+				continue
+			}
+			all++
+			deleting := len(f) > 3 || f[2] == "Deleting"
+			state := f[1] + " " + f[2]
+			if deleting {
+				state += " (deleting)"
+			}
+			if seen[f[0]] != state {
+				t.Logf("%4.0f s: machine %s %s", time.Since(start).Seconds(), f[0], state)
+				seen[f[0]] = state
+			}
+			if f[1] == from && deleting {
+				leaving++
+			}
+			if f[1] == to && f[2] == "Running" && !deleting {
+				current++
+			}
+		}
+		maxLeaving = max(maxLeaving, leaving)
+		got := kubeletVersions(t, nodeSelector)
+		if current != want || all != want || len(got) != want || got[0] != to || got[want-1] != to {
+			return fmt.Errorf("%d of %d machines of %s Running; the Ready nodes' kubelets: %v", current, all, to, got)
+		}
+		return nil
+	})
+	return maxLeaving
+}
+
+// kubeletVersions are the Ready nodes' (of selector, or all) kubelet versions,
+// sorted.
+func kubeletVersions(t testing.TB, selector string) []string {
+	t.Helper()
+	args := []string{"get", "nodes"}
+	if selector != "" {
+		args = append(args, "-l", selector)
+	}
+	out := kubectl(t, append(args, "-o", `jsonpath={range .items[*]}{.status.nodeInfo.kubeletVersion} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)...)
+	var vs []string
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if v, status, ok := strings.Cut(l, " "); ok && status == "True" {
+			vs = append(vs, v)
 		}
 	}
-	t.Logf("kubectl get machines:\n%s", mgmt(t, "get", "machines"))
+	sort.Strings(vs)
+	return vs
+}
+
+// nodeIP is the address of the first node of selector.
+func nodeIP(t testing.TB, selector string) string {
+	t.Helper()
+	ip := strings.TrimSpace(kubectl(t, "get", "nodes", "-l", selector,
+		"-o", `jsonpath={.items[0].status.addresses[?(@.type=="InternalIP")].address}`))
+	if ip == "" {
+		t.Fatalf("no node of %s has an address", selector)
+	}
+	return ip
+}
+
+// sshPort is the port of SSH_ADDR (the gitserver's node port, on every node).
+func sshPort() string {
+	_, p, _ := net.SplitHostPort(env["SSH_ADDR"])
+	return p
+}
+
+// answersTenTimes checks that the app answers 10 requests of 10 after what.
+func answersTenTimes(t *testing.T, app, after string) {
+	t.Helper()
+	for i := range 10 {
+		if _, err := curl(app, "/"); err != nil {
+			t.Fatalf("request %d after %s: %v", i, after, err)
+		}
+	}
+}
+
+// requests is a GET through the edge at addr every 100 ms, counted until stop.
+type requests struct {
+	ok, failed atomic.Int64
+	done       chan struct{}
+	wg         sync.WaitGroup
+}
+
+func startRequests(addr, app string) *requests {
+	r := &requests{done: make(chan struct{})}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		for {
+			select {
+			case <-r.done:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			if _, err := curlAt(addr, app, "/"); err != nil {
+				r.failed.Add(1)
+			} else {
+				r.ok.Add(1)
+			}
+		}
+	}()
+	return r
+}
+
+// stop ends the requests and says how many were answered and how many failed.
+func (r *requests) stop() (ok, failed int64) {
+	close(r.done)
+	r.wg.Wait()
+	return r.ok.Load(), r.failed.Load()
 }
 
 // readyPodNodes maps the app's ready web pods to their nodes.

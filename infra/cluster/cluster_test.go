@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"bex.co/bex/infra/testapps"
 	"bex.co/bex/internal/testenv"
 )
 
@@ -239,7 +240,7 @@ func newRepo(t testing.TB, sample, app string) *repo {
 }
 
 // probeDockerfile runs the probe (testdata/probe) as the app.
-const probeDockerfile = "FROM busybox\nCOPY --chmod=755 probe /probe\nCMD [\"/probe\"]\n"
+const probeDockerfile = testapps.ProbeDockerfile
 
 // probeRepo is newRepo of app with the probe program (testdata/probe) built into
 // its tree, not committed yet: a test commits the Dockerfile that runs it
@@ -252,10 +253,8 @@ func probeRepo(t testing.TB, app string) *repo {
 	if err != nil {
 		t.Fatal(err)
 	}
-	build := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(r.dir, "probe"), "./infra/cluster/testdata/probe")
-	build.Dir, build.Env = root, append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build the probe: %v\n%s", err, out)
+	if err := testapps.BuildProbe(root, r.dir); err != nil {
+		t.Fatal(err)
 	}
 	return r
 }

@@ -9,33 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"bex.co/bex/infra/testapps"
 	"bex.co/bex/internal/testenv"
 )
-
-// notesScript is the CGI of the notes app: psql (libpq, the real client)
-// through DATABASE_URL, the credentials bex's link gives the app.
-const notesScript = `#!/bin/sh
-printf 'Content-Type: text/plain\r\n\r\n'
-case "$QUERY_STRING" in
-write=[a-z]*)
-	v=${QUERY_STRING#write=}
-	if psql "$DATABASE_URL" -X -q -v ON_ERROR_STOP=1 -c "CREATE TABLE IF NOT EXISTS notes (v text); INSERT INTO notes VALUES ('$v')" >/dev/null 2>&1; then
-		echo "wrote $v"
-	else
-		echo "failed to write $v"
-	fi ;;
-*)
-	echo "notes: $(psql "$DATABASE_URL" -X -A -t -c "SELECT coalesce(string_agg(v, ',' ORDER BY v), '') FROM notes" 2>&1)" ;;
-esac
-`
-
-// notesDockerfile runs the notes CGI under busybox's httpd, on the operand
-// image (for its psql).
-func notesDockerfile(operand string) string {
-	return "FROM busybox AS bb\nFROM " + operand + "\nCOPY --from=bb /bin/busybox /bin/busybox\n" +
-		"COPY --chmod=755 notes.sh /www/cgi-bin/notes\nUSER 26\n" +
-		"CMD [\"/bin/busybox\", \"sh\", \"-c\", \"exec /bin/busybox httpd -f -p \\\"$PORT\\\" -h /www\"]\n"
-}
 
 // TestManagedPostgres: a Postgres made with postgres:create runs as a
 // CloudNativePG Cluster of 2 instances; an app linked to it writes and reads
@@ -87,7 +63,7 @@ func TestManagedPostgres(t *testing.T) {
 	t.Logf("postgres:create to Running: %.1f s", time.Since(start).Seconds())
 
 	r := newRepo(t, "hello-shell", app)
-	r.commit(t, "notes on Postgres", map[string]string{"Dockerfile": notesDockerfile(operand), "notes.sh": notesScript})
+	r.commit(t, "notes on Postgres", map[string]string{"Dockerfile": testapps.NotesDockerfile(operand), "notes.sh": testapps.NotesScript})
 	// The first push makes the app; the link is one release more.
 	mustPush(t, r)
 	bexOK(t, "postgres:link", db, app)

@@ -23,17 +23,12 @@ import (
 	"testing"
 	"time"
 
+	"bex.co/bex/infra/testapps"
 	"bex.co/bex/internal/testenv"
 )
 
 // probeResult is one attempt of the probe app (testdata/probe).
-type probeResult struct {
-	Target    string `json:"target"`
-	Connected bool   `json:"connected"`
-	Status    int    `json:"status"`
-	Body      string `json:"body"`
-	Err       string `json:"err"`
-}
+type probeResult = testapps.ProbeResult
 
 // TestTenantPodIsolation pushes a probe app through bex (a Go program on busybox,
 // testdata/probe) and asks it, from inside its pod in the apps' namespace, what

@@ -13,7 +13,10 @@
 //     those slices (see package runtime).
 //   - one PersistentVolumeClaim per volume, "<app>-vol-<name>", labelled
 //     app.bex.co/app and app.bex.co/volume, owned by the App (volumes.go); the
-//     Deployments of the process types that mount one roll out by Recreate.
+//     Deployments of the process types that mount one roll out by Recreate;
+//   - one PodDisruptionBudget per process type of 2 or more instances (and no
+//     volume), named like its Deployment, maxUnavailable 1: a node's drain (an
+//     upgrade, a scale-down) evicts one instance at a time (disruption.go).
 //
 // Objects are written with server-side apply under one field manager: each Sync
 // states the whole intent, fields the API server defaults stay the server's, and an

@@ -31,7 +31,7 @@ type Runtime struct {
 var _ runtime.Runtime = (*Runtime)(nil)
 
 // New returns a Runtime that writes through c, whose scheme must know Kubernetes'
-// apps/v1 and core/v1 kinds. cfg is completed with its defaults, then validated.
+// apps/v1, batch/v1, core/v1 and policy/v1 kinds (client-go's scheme has them). cfg is completed with its defaults, then validated.
 // c may read from a cache (a manager's client) as long as that cache watches
 // Deployments; writes are server-side applies and deletes, which go to the API
 // server.
@@ -49,8 +49,10 @@ func New(cfg Config, c client.Client) (*Runtime, error) {
 // Config is the runtime's configuration, defaults filled in.
 func (r *Runtime) Config() Config { return r.cfg }
 
-// Sync applies one Deployment per process type of d and the web Service, deletes the
-// Deployments of process types d no longer has, applies a CronJob per cron job
+// Sync applies one Deployment per process type of d, a PodDisruptionBudget per
+// process type of two instances or more (disruption.go) and the web Service,
+// deletes the Deployments and budgets of process types d no longer has (and
+// the budgets of those scaled below two), applies a CronJob per cron job
 // (cron.go), and reports the state of the
 // Deployments as the API server returned them. Kubernetes does the rolling; Sync
 // never waits. An error means the API server refused or could not be reached; an
@@ -118,6 +120,11 @@ func (r *Runtime) Sync(ctx context.Context, d runtime.Desired) (runtime.Status, 
 		}
 		applied[p] = dep
 	}
+	// After the Deployments: the budgets share their names, which the check
+	// above proved the app's.
+	if err := r.syncDisruptionBudgets(ctx, d); err != nil {
+		return runtime.Status{}, err
+	}
 
 	if hasProcess(d, WebProcess) {
 		svc := service(r.cfg, d.App)
@@ -174,7 +181,8 @@ func describeOwner(dep *appsv1.Deployment) string {
 	return "something other than bex"
 }
 
-// Delete deletes the app's Deployments, CronJobs and Service. Deleting the App also removes
+// Delete deletes the app's Deployments, PodDisruptionBudgets, CronJobs,
+// PersistentVolumeClaims and Service. Deleting the App also removes
 // them on a cluster (owner references and the garbage collector); Delete does not
 // depend on that. Pods stop in the background, each with its grace period.
 func (r *Runtime) Delete(ctx context.Context, app types.NamespacedName) error {
@@ -182,6 +190,9 @@ func (r *Runtime) Delete(ctx context.Context, app types.NamespacedName) error {
 		client.MatchingLabels{LabelApp: app.Name}, client.PropagationPolicy(metav1.DeletePropagationBackground))
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("app %s: delete deployments: %w", app, err)
+	}
+	if err := r.deleteDisruptionBudgets(ctx, app); err != nil {
+		return err
 	}
 	if err := r.deleteCronJobs(ctx, app); err != nil {
 		return err

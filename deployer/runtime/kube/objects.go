@@ -136,16 +136,28 @@ func readinessProbe(cfg Config, hc *appv1.HealthCheck) *corev1ac.ProbeApplyConfi
 	return p.WithTCPSocket(corev1ac.TCPSocketAction().WithPort(port))
 }
 
+// replicasOf is how many instances of process d runs: its spec's count, or none
+// while the app is suspended (or for a process type d does not have).
+func replicasOf(d runtime.Desired, process string) int32 {
+	if d.Suspended {
+		return 0
+	}
+	return d.Processes[process].Replicas
+}
+
+// processSelector selects the pods of one process type of app: a Deployment's
+// (immutable) selector, which its PodDisruptionBudget shares.
+func processSelector(app, process string) map[string]string {
+	return map[string]string{LabelApp: app, LabelProcess: process}
+}
+
 // deployment is the apply configuration of one process type's Deployment. serving is
 // the value of LabelServingRelease (0: none yet, left out).
 func deployment(cfg Config, d runtime.Desired, process string, serving int64) *appsv1ac.DeploymentApplyConfiguration {
 	app := d.App
 	spec := d.Processes[process]
-	replicas := spec.Replicas
-	if d.Suspended {
-		replicas = 0
-	}
-	selector := map[string]string{LabelApp: app.Name, LabelProcess: process}
+	replicas := replicasOf(d, process)
+	selector := processSelector(app.Name, process)
 	podLabels := map[string]string{LabelApp: app.Name, LabelProcess: process, LabelRelease: strconv.FormatInt(d.Release, 10)}
 
 	c := corev1ac.Container().

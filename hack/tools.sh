@@ -167,27 +167,27 @@ if [ "$mode" = run ]; then
 fi
 
 # --- For tests and clusters only --------------------------------------------------
-build "kubelet, kube-proxy, kube-scheduler and kube-controller-manager $KUBE_VERSION" "kubenode-$KUBE_VERSION" hack/tools/kube \
-	"$kube_ldflags" "kubelet kube-proxy kube-scheduler kube-controller-manager" \
-	k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy \
-	k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-controller-manager
-
-# kubeadm and crictl: the machines of hack/cluster-capd.sh (hack/capd-images.sh).
-build "kubeadm $KUBE_VERSION" "kubeadm-$KUBE_VERSION" hack/tools/kube "$kube_ldflags" "kubeadm" \
-	k8s.io/kubernetes/cmd/kubeadm
-# The release before (KUBE_PREVIOUS_VERSION): a cluster of hack/cluster-capd.sh made
-# there and upgraded (infra/capd). The same folders as KUBE_VERSION's, with no links
-# in bin/ (hack/capd-images.sh reads them there); etcd is the release's own.
-prev_ldflags=$(kube_ldflags "$KUBE_PREVIOUS_VERSION")
+# A release's node (kubelet, kube-proxy, scheduler, controller manager: the
+# one-node cluster's) and kubeadm (the machines of hack/cluster-capd.sh,
+# hack/capd-images.sh): KUBE_VERSION's from hack/tools/kube, and the release
+# before's (KUBE_PREVIOUS_VERSION: a cluster made there and upgraded, infra/capd)
+# from hack/tools/kubeprevious, with its kube-apiserver, kubectl and etcd (its own
+# release's). The same folders for both, with links in bin/ to KUBE_VERSION's only.
+kube_release() { # VERSION MODULE_DIR
+	local flags
+	flags=$(kube_ldflags "$1")
+	build "kubelet, kube-proxy, kube-scheduler and kube-controller-manager $1" "kubenode-$1" "$2" \
+		"$flags" "kubelet kube-proxy kube-scheduler kube-controller-manager" \
+		k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy \
+		k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-controller-manager
+	build "kubeadm $1" "kubeadm-$1" "$2" "$flags" "kubeadm" k8s.io/kubernetes/cmd/kubeadm
+}
+kube_release "$KUBE_VERSION" hack/tools/kube
 build "kube-apiserver, kubectl and etcd $KUBE_PREVIOUS_VERSION" "kube-$KUBE_PREVIOUS_VERSION" hack/tools/kubeprevious \
-	"$prev_ldflags" "kube-apiserver kubectl etcd" \
+	"$(kube_ldflags "$KUBE_PREVIOUS_VERSION")" "kube-apiserver kubectl etcd" \
 	k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl go.etcd.io/etcd/server/v3
-build "kubelet, kube-proxy, kube-scheduler and kube-controller-manager $KUBE_PREVIOUS_VERSION" "kubenode-$KUBE_PREVIOUS_VERSION" hack/tools/kubeprevious \
-	"$prev_ldflags" "kubelet kube-proxy kube-scheduler kube-controller-manager" \
-	k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy \
-	k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-controller-manager
-build "kubeadm $KUBE_PREVIOUS_VERSION" "kubeadm-$KUBE_PREVIOUS_VERSION" hack/tools/kubeprevious "$prev_ldflags" "kubeadm" \
-	k8s.io/kubernetes/cmd/kubeadm
+kube_release "$KUBE_PREVIOUS_VERSION" hack/tools/kubeprevious
+# crictl: the machines of hack/cluster-capd.sh.
 build "crictl $CRI_TOOLS_VERSION" "critools-$CRI_TOOLS_VERSION" hack/tools/critools \
 	"-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRI_TOOLS_VERSION" "crictl" \
 	sigs.k8s.io/cri-tools/cmd/crictl

@@ -247,6 +247,23 @@ func TestRender(t *testing.T) {
 				if obj.GetKind() == "ConfigMap" && obj.GetName() == "node-setup" {
 					t.Errorf("the node-setup ConfigMap is a vehicle for kustomize and must not be rendered")
 				}
+				// Every machine's drain has a bound: a tenant's disruption
+				// budget that never allows an eviction must not hold an
+				// upgrade or a remediation forever.
+				var drain []string
+				switch obj.GetKind() {
+				case "MachineDeployment":
+					drain = []string{"spec", "template", "spec", "deletion", "nodeDrainTimeoutSeconds"}
+				case "KubeadmControlPlane":
+					drain = []string{"spec", "machineTemplate", "spec", "deletion", "nodeDrainTimeoutSeconds"}
+				}
+				if drain != nil {
+					v, _, _ := unstructured.NestedFieldNoCopy(obj.Object, drain...)
+					if secs, _ := v.(float64); secs <= 0 {
+						t.Errorf("%s %s has no %s: a drain would wait for the apps' disruption budgets forever",
+							obj.GetKind(), obj.GetName(), strings.Join(drain, "."))
+					}
+				}
 			}
 			for _, k := range o.kinds {
 				if got[k] == 0 {

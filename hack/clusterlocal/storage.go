@@ -3,12 +3,14 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/moby/sys/mountinfo"
 )
 
 // The apps' volumes on this node. A cluster in the cloud provisions them
@@ -53,17 +55,15 @@ func (l *layout) appVolumeDir(i int) string {
 // mounted on the host), or in the host's (the cluster of containers). A
 // directory mounted already is left as it is.
 func (l *layout) mountAppVolumes() error {
-	mounted, err := mountPoints()
-	if err != nil {
-		return err
-	}
 	for i := range appVolumes {
 		img, dir := l.appVolumeImage(i), l.appVolumeDir(i)
-		if mounted[dir] {
-			continue
-		}
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
+		}
+		if mounted, err := mountinfo.Mounted(dir); err != nil {
+			return err
+		} else if mounted {
+			continue
 		}
 		_, err := os.Stat(img)
 		fresh := errors.Is(err, os.ErrNotExist)
@@ -96,55 +96,20 @@ func (l *layout) unmountAppVolumes() error {
 	for i := range appVolumes {
 		dir := l.appVolumeDir(i)
 		for {
-			mounted, err := mountPoints()
-			if err != nil {
-				return err
-			}
-			if !mounted[dir] {
+			mounted, err := mountinfo.Mounted(dir)
+			if errors.Is(err, fs.ErrNotExist) || err == nil && !mounted {
 				break
 			}
-			if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
+			if err == nil {
+				err = syscall.Unmount(dir, syscall.MNT_DETACH)
+			}
+			if err != nil {
 				errs = append(errs, fmt.Errorf("unmount %s: %w", dir, err))
 				break
 			}
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// mountPoints are the mount points of this mount namespace.
-func mountPoints() (map[string]bool, error) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	m := map[string]bool{}
-	for _, line := range strings.Split(string(b), "\n") {
-		// ID PARENT MAJ:MIN ROOT MOUNTPOINT ...: the mount point is the fifth
-		// field, with space, tab, newline and backslash escaped as octal.
-		if f := strings.Fields(line); len(f) > 4 {
-			m[unescapeMountinfo(f[4])] = true
-		}
-	}
-	return m, nil
-}
-
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // makeExt4 writes a file of size bytes, allocated on the disk now (a full
